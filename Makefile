@@ -1,0 +1,40 @@
+# lakestream: two set-up commands for a fresh machine.
+#   make demo   run the demo on embedded defaults (a file:// warehouse here, no server needed)
+#   make test   create .venv, install the project with its test extra, lint, run every test
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+# Spark (later issues) needs these; harmless for everything else.
+export PYSPARK_PYTHON := $(abspath $(BIN)/python)
+export SPARK_LOCAL_IP := 127.0.0.1
+
+.PHONY: test demo s3 bench lint install clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $@
+
+lint: $(STAMP)
+	$(BIN)/ruff check object_store lakehouse quality jobs dags bench tests
+
+test: lint
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(BIN)/lakestream demo $(DEMO_ARGS)
+
+# A SeaweedFS S3 server on loopback for manual use; prints endpoint and credentials. Ctrl+C stops it.
+s3: $(STAMP)
+	$(BIN)/python -m object_store.seaweedfs $(S3_DIR)
+
+bench: $(STAMP)
+	$(BIN)/python bench/object_store.py $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info lakestream-demo

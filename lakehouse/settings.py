@@ -1,0 +1,160 @@
+"""The one composition point: environment variables and an optional YAML file become `Settings`.
+
+Precedence, lowest first: built-in defaults < YAML file < environment < explicit arguments.
+
+Environment variables:
+    LAKESTREAM_WAREHOUSE    file:///abs/path or s3://bucket/prefix (default: ./lakestream-warehouse)
+    LAKESTREAM_S3_ENDPOINT  S3 endpoint URL for MinIO, SeaweedFS, ... (unset for AWS S3)
+    AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION (or AWS_DEFAULT_REGION)
+    LAKESTREAM_CONFIG       path of an optional YAML file
+
+YAML file (every key optional)::
+
+    warehouse: s3://lake/warehouse
+    s3:
+      endpoint: http://127.0.0.1:8333
+      region: us-east-1
+      access_key_id: ...
+      secret_access_key: ...
+
+Everything else in lakestream receives its store (and later its catalog and Spark session) as
+arguments; nothing below this module reads the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lakehouse.errors import ConfigError
+from object_store import ObjectStore, open_store
+
+DEFAULT_WAREHOUSE_DIR = "lakestream-warehouse"
+
+_ENV = {
+    "warehouse": "LAKESTREAM_WAREHOUSE",
+    "s3_endpoint": "LAKESTREAM_S3_ENDPOINT",
+    "access_key_id": "AWS_ACCESS_KEY_ID",
+    "secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "session_token": "AWS_SESSION_TOKEN",
+    "region": "AWS_REGION",
+}
+_YAML_S3 = {
+    "endpoint": "s3_endpoint",
+    "region": "region",
+    "access_key_id": "access_key_id",
+    "secret_access_key": "secret_access_key",
+    "session_token": "session_token",
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved configuration. Secrets are excluded from ``repr``."""
+
+    warehouse: str
+    s3_endpoint: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+
+    def store_options(self) -> dict[str, Any]:
+        """Options for `object_store.open_store` (empty for a ``file://`` warehouse)."""
+        if not self.warehouse.startswith(("s3://", "s3a://")):
+            return {}
+        options = {
+            "endpoint_url": self.s3_endpoint,
+            "region": self.region,
+            "access_key_id": self.access_key_id,
+            "secret_access_key": self.secret_access_key,
+            "session_token": self.session_token,
+        }
+        return {k: v for k, v in options.items() if v}
+
+    def open_store(self, **options: Any) -> ObjectStore:
+        """Open the warehouse's object store."""
+        return open_store(self.warehouse, **{**self.store_options(), **options})
+
+    def describe(self) -> dict[str, str]:
+        """A printable view: secrets masked."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value and f.name in ("secret_access_key", "session_token"):
+                value = "****"
+            out[f.name] = value if value is not None else "-"
+        return out
+
+
+def load_settings(
+    config_file: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> Settings:
+    """Resolve settings from defaults, the YAML file, the environment and ``overrides``.
+
+    Raises:
+        ConfigError: the YAML file is missing or malformed, has unknown keys, or a value is invalid.
+    """
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    path = config_file or env.get("LAKESTREAM_CONFIG")
+    if path:
+        values.update(_read_yaml(Path(path)))
+    for name, var in _ENV.items():
+        if env.get(var):
+            values[name] = env[var]
+    if "region" not in values and env.get("AWS_DEFAULT_REGION"):
+        values["region"] = env["AWS_DEFAULT_REGION"]
+    unknown = set(overrides) - {f.name for f in fields(Settings)}
+    if unknown:
+        raise ConfigError(f"unknown setting(s) {sorted(unknown)}; known: {sorted(_ENV)}")
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    values["warehouse"] = normalize_warehouse(values.get("warehouse"))
+    return Settings(**values)
+
+
+def normalize_warehouse(url: str | None) -> str:
+    """Turn a path or URL into ``file:///abs`` or ``s3://bucket/prefix`` (default ./lakestream-warehouse)."""
+    if not url:
+        return (Path.cwd() / DEFAULT_WAREHOUSE_DIR).resolve().as_uri()
+    if "://" not in url:
+        return Path(url).expanduser().resolve().as_uri()
+    if url.startswith(("file://", "s3://", "s3a://")):
+        return url.rstrip("/")
+    raise ConfigError(f"unsupported warehouse URL {url!r}: use file:///absolute/path or s3://bucket/prefix")
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(
+            f"config file {path} does not exist (set by LAKESTREAM_CONFIG or --config)"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key == "warehouse":
+            out["warehouse"] = str(value)
+        elif key == "s3" and isinstance(value, dict):
+            for k, v in value.items():
+                if k not in _YAML_S3:
+                    raise ConfigError(f"config file {path}: unknown key s3.{k}; known: {sorted(_YAML_S3)}")
+                out[_YAML_S3[k]] = str(v)
+        else:
+            raise ConfigError(f"config file {path}: unknown key {key!r}; known: 'warehouse', 's3'")
+    return out
+
+
+__all__ = ["Settings", "load_settings", "normalize_warehouse"]

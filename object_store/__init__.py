@@ -1,0 +1,100 @@
+"""lakestream's storage contract: an object store with conditional writes, on S3 or a local directory.
+
+>>> from object_store import open_store
+>>> store = open_store("file:///tmp/lake")                      # local backend
+>>> store = open_store("s3://bucket/prefix", endpoint_url="http://127.0.0.1:8333")
+>>> etag = store.put("a/b", b"x", if_none_match=True)          # create-only
+>>> store.put("a/b", b"y", if_match=etag)                       # compare-and-swap
+
+`object_store` imports nothing else of lakestream's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from object_store.base import MiB, Object, ObjectInfo, ObjectStore, validate_key
+from object_store.errors import (
+    AccessDenied,
+    InvalidKey,
+    LakestreamError,
+    NotFound,
+    PreconditionFailed,
+    StoreError,
+    StoreUnavailable,
+    UnsafeStoreError,
+)
+
+__all__ = [
+    "AccessDenied",
+    "InvalidKey",
+    "LakestreamError",
+    "MiB",
+    "NotFound",
+    "Object",
+    "ObjectInfo",
+    "ObjectStore",
+    "PreconditionFailed",
+    "StoreError",
+    "StoreUnavailable",
+    "UnsafeStoreError",
+    "open_store",
+    "validate_key",
+]
+
+S3_OPTIONS = (
+    "endpoint_url",
+    "region",
+    "access_key_id",
+    "secret_access_key",
+    "session_token",
+    "path_style",
+    "max_attempts",
+    "connect_timeout",
+    "read_timeout",
+    "max_pool_connections",
+    "create_bucket",
+    "probe",
+)
+
+
+def open_store(url: str, **options: Any) -> ObjectStore:
+    """Open the store named by ``url``.
+
+    ``file:///abs/path`` opens the local backend (option: ``probe``). ``s3://bucket/prefix`` opens the S3
+    backend; options: ``endpoint_url`` (MinIO, SeaweedFS, ...), ``region``, ``access_key_id``,
+    ``secret_access_key``, ``session_token`` (else the standard AWS credential chain), ``path_style``
+    (default: on when ``endpoint_url`` is set), ``max_attempts``, ``connect_timeout``, ``read_timeout``,
+    ``max_pool_connections``, ``create_bucket``, ``probe`` (check once that conditional writes are
+    enforced; default on). Options that are None are ignored, so settings can be passed through.
+
+    Raises:
+        StoreError: the URL's scheme is not supported or the URL is malformed.
+    """
+    options = {k: v for k, v in options.items() if v is not None}
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise StoreError(f"cannot open {url!r}: write file URLs as file:///absolute/path (three slashes)")
+        _reject_unknown(url, options, ("probe",))
+        from object_store.local import LocalStore
+
+        return LocalStore(unquote(parsed.path), **options)
+    if parsed.scheme in ("s3", "s3a"):
+        if len(parsed.netloc) < 3:
+            raise StoreError(f"cannot open {url!r}: the bucket name must have at least 3 characters")
+        _reject_unknown(url, options, S3_OPTIONS)
+        from object_store.s3 import S3Store
+
+        return S3Store(parsed.netloc, parsed.path.strip("/"), **options)
+    raise StoreError(
+        f"cannot open {url!r}: unsupported URL scheme {parsed.scheme or '(none)'!r}; "
+        "use file:///absolute/path or s3://bucket/prefix"
+    )
+
+
+def _reject_unknown(url: str, options: dict[str, Any], known: tuple[str, ...]) -> None:
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise StoreError(f"cannot open {url!r}: unknown options {unknown}; known: {sorted(known)}")

@@ -1,0 +1,68 @@
+"""Errors raised by the object store.
+
+`LakestreamError` is the root of every error lakestream raises. It lives here, in the lowest package, so
+that `object_store` imports nothing of ours while `lakehouse.errors` and `quality.errors` subclass it.
+
+Every message says what went wrong and what to do about it. None of them ever contains a secret: the
+stores never put credentials into messages, and errors from boto3 are re-worded, not passed through.
+"""
+
+from __future__ import annotations
+
+
+class LakestreamError(Exception):
+    """Root of all lakestream errors."""
+
+
+class StoreError(LakestreamError):
+    """Something went wrong talking to an object store."""
+
+
+class InvalidKey(StoreError, ValueError):
+    """A key is not acceptable (empty segment, `.` or `..`, leading slash, control character, ...).
+
+    Raised before anything is sent or written.
+    """
+
+
+class NotFound(StoreError, KeyError):
+    """The object (or multipart upload) does not exist."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class PreconditionFailed(StoreError):
+    """A conditional write or delete lost: `If-None-Match: *` met an existing object, or `If-Match`
+    met a different ETag (or, on some stores, a missing object).
+
+    ``after_retry`` is True when the request had been retried after a transient fault; then the object
+    found in place was read back and it is not ours, so our write did not land *or* it landed and was
+    already replaced by another writer. Callers that must tell these apart (the catalog) check their own
+    higher-level state.
+    """
+
+    def __init__(self, message: str, key: str | None = None, *, after_retry: bool = False) -> None:
+        super().__init__(message)
+        self.key = key
+        self.after_retry = after_retry
+
+
+class StoreUnavailable(StoreError):
+    """The store kept failing with transient errors (5xx, throttling, timeouts, resets) until the retry
+    budget ran out. The operation may or may not have been applied when it is a write."""
+
+
+class AccessDenied(StoreError):
+    """The store rejected our credentials or refused the operation."""
+
+
+class UnsafeStoreError(StoreError):
+    """The store does not enforce conditional writes (`If-None-Match: *` or `If-Match`).
+
+    Running on such a store silently loses data (two writers both "win"), so lakestream refuses to.
+    """

