@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 lint: $(STAMP)
-	$(BIN)/ruff check object_store lakehouse quality jobs dags bench tests
+	$(BIN)/ruff check .
 
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

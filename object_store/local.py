@@ -235,11 +235,12 @@ class LocalStore(ObjectStore):
     def _upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> str:
         d = self._upload_dir(upload_id)
         if not d.is_dir():
-            raise NotFound(f"no multipart upload {upload_id} for {key!r} (aborted or completed?)", key)
-        tmp = d / f"part-{part_number:05d}.tmp-{uuid.uuid4().hex}"
+            raise _no_upload(key, upload_id)
+        etag = hashlib.md5(data, usedforsecurity=False).hexdigest()
+        tmp = d / f"tmp-{uuid.uuid4().hex}"
         tmp.write_bytes(data)
-        os.replace(tmp, d / f"part-{part_number:05d}")
-        return hashlib.md5(data, usedforsecurity=False).hexdigest()
+        os.replace(tmp, d / f"part-{part_number:05d}-{etag}")  # named by its MD5: checked at completion
+        return etag
 
     def _complete_multipart(
         self, key: str, upload_id: str, parts: list[tuple[int, str]], *, if_none_match: bool
@@ -248,26 +249,25 @@ class LocalStore(ObjectStore):
         try:
             manifest = json.loads((d / "upload.json").read_text())
         except FileNotFoundError:
-            raise NotFound(
-                f"no multipart upload {upload_id} for {key!r} (aborted or completed?)", key
-            ) from None
+            raise _no_upload(key, upload_id) from None
         tmp = self._tmp_path()
-        digests = b""
         with open(tmp, "wb") as out:
-            for number, _etag in parts:
-                part_md5 = hashlib.md5(usedforsecurity=False)
-                with open(d / f"part-{number:05d}", "rb") as src:
-                    while chunk := src.read(_CHUNK):
-                        part_md5.update(chunk)
-                        out.write(chunk)
-                digests += part_md5.digest()
+            for number, part_etag in parts:
+                part = d / f"part-{number:05d}-{part_etag.strip(chr(34))}"
+                try:
+                    _append_file(part, out.fileno())
+                except FileNotFoundError:
+                    tmp.unlink(missing_ok=True)
+                    message = f"{key!r}: upload {upload_id} has no part {number} with ETag {part_etag}"
+                    raise NotFound(message, key) from None
+        digests = b"".join(bytes.fromhex(e.strip('"')) for _, e in parts)
         etag = f"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{len(parts)}"
         try:
             with self._locked(key, exclusive=True):
                 try:
                     self._check(key, if_match=None, if_none_match=if_none_match)
                 finally:
-                    shutil.rmtree(d, ignore_errors=True)  # S3 also ends the upload on a failed completion
+                    shutil.rmtree(d, ignore_errors=True)  # a completion ends the upload either way
                 self._install(key, tmp, etag, manifest["metadata"])
         finally:
             tmp.unlink(missing_ok=True)
@@ -282,6 +282,25 @@ class LocalStore(ObjectStore):
 
     def arrow_filesystem(self) -> pafs.FileSystem:
         return pafs.SubTreeFileSystem(str(self.root), pafs.LocalFileSystem())
+
+
+def _no_upload(key: str, upload_id: str) -> NotFound:
+    return NotFound(f"no multipart upload {upload_id} for {key!r} (aborted or completed?)", key)
+
+
+def _append_file(src: Path, out_fd: int) -> None:
+    """Append ``src`` to ``out_fd`` inside the kernel (copy_file_range), falling back to read/write."""
+    with open(src, "rb") as f:
+        remaining = os.fstat(f.fileno()).st_size
+        try:
+            while remaining > 0:
+                n = os.copy_file_range(f.fileno(), out_fd, remaining)
+                if n == 0:
+                    break
+                remaining -= n
+        except OSError:
+            while chunk := f.read(_CHUNK):
+                os.write(out_fd, chunk)
 
 
 def _md5_file(path: Path) -> str:
