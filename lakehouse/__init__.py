@@ -1,12 +1,26 @@
-"""lakestream's core: settings, tables, the log, the catalog, tiering (built up issue by issue).
+"""lakestream's core: settings, tables, the log (the catalog, tiering and union read follow).
 
-Configuration enters only through `lakehouse.settings.load_settings`; everything else receives its
-store as an argument.
+Configuration enters only through `lakehouse.settings.load_settings` (or `Lakehouse.from_env`);
+everything else receives its store as an argument.
 """
 
 from __future__ import annotations
 
 from lakehouse.errors import ConfigError, LakestreamError
+from lakehouse.lakehouse import Lakehouse
+from lakehouse.log import AppendResult, Log, Producer
 from lakehouse.settings import Settings, load_settings
+from lakehouse.tables import TableDefinition, TableName
 
-__all__ = ["ConfigError", "LakestreamError", "Settings", "load_settings"]
+__all__ = [
+    "AppendResult",
+    "ConfigError",
+    "Lakehouse",
+    "LakestreamError",
+    "Log",
+    "Producer",
+    "Settings",
+    "TableDefinition",
+    "TableName",
+    "load_settings",
+]

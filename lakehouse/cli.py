@@ -22,9 +22,7 @@ err = Console(stderr=True)
 WarehouseOpt = Annotated[
     str | None, typer.Option("--warehouse", "-w", help="file:///path or s3://bucket/prefix (else settings)")
 ]
-ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", help="YAML settings file (else LAKESTREAM_CONFIG)")
-]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML settings file (else LAKESTREAM_CONFIG)")]
 
 
 def _settings(warehouse: str | None, config: Path | None):
@@ -72,9 +70,7 @@ def store_ls(
         for n, info in enumerate(store.list(prefix)):
             if n >= limit:
                 break
-            table.add_row(
-                info.key, str(info.size), info.etag, info.last_modified.isoformat(timespec="seconds")
-            )
+            table.add_row(info.key, str(info.size), info.etag, info.last_modified.isoformat(timespec="seconds"))
     except LakestreamError as exc:
         _fail(exc)
     console.print(table)

@@ -115,9 +115,7 @@ def _counter(store: ObjectStore, key: str, writers: int = 8, times: int = 25) ->
 def _multipart(store: ObjectStore, key: str, mib: int, console: Console) -> str:
     block = os.urandom(MiB)
     digest = hashlib.sha256()
-    with Progress(
-        BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=console, transient=True
-    ) as bar:
+    with Progress(BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=console, transient=True) as bar:
         task = bar.add_task("upload", total=mib * MiB)
         with store.open_writer(key, if_none_match=True, part_size=8 * MiB) as w:
             for _ in range(mib):

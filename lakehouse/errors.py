@@ -4,8 +4,57 @@ from __future__ import annotations
 
 from object_store.errors import LakestreamError
 
-__all__ = ["ConfigError", "LakestreamError"]
+__all__ = [
+    "BatchError",
+    "ConfigError",
+    "CorruptSegmentError",
+    "InvalidTableName",
+    "LakestreamError",
+    "OffsetOutOfRange",
+    "ProducerError",
+    "SchemaError",
+    "TableAlreadyExists",
+    "TableNotFound",
+]
 
 
 class ConfigError(LakestreamError, ValueError):
     """The configuration (environment, YAML file or arguments) is invalid or incomplete."""
+
+
+class SchemaError(LakestreamError, ValueError):
+    """A schema, column or value does not fit the table (missing/extra column, unsafe cast, bad type)."""
+
+
+class InvalidTableName(LakestreamError, ValueError):
+    """A table name is not ``namespace.table`` made of letters, digits and underscores."""
+
+
+class TableAlreadyExists(LakestreamError):
+    """A table with this name already exists (another creator won, or it was created earlier)."""
+
+
+class TableNotFound(LakestreamError, KeyError):
+    """No table with this name exists in the warehouse."""
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class BatchError(LakestreamError, ValueError):
+    """An append was refused before anything was written: empty, too large, null key, wrong operation."""
+
+
+class CorruptSegmentError(LakestreamError):
+    """A log segment failed its checksum or could not be decoded (truncated, overwritten by a foreign
+    tool). It is never skipped silently: restore it from a backup or re-tier from the lake."""
+
+
+class ProducerError(LakestreamError):
+    """A `Producer` could not deliver buffered rows; the cause is attached. Rows sent after the failure
+    are refused until the producer is closed."""
+
+
+class OffsetOutOfRange(LakestreamError, IndexError):
+    """A log read asked for offsets that are no longer in the log (removed by retention); the message
+    names the earliest available offset. Older records are in the lake."""

@@ -136,9 +136,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         doc = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:
-        raise ConfigError(
-            f"config file {path} does not exist (set by LAKESTREAM_CONFIG or --config)"
-        ) from None
+        raise ConfigError(f"config file {path} does not exist (set by LAKESTREAM_CONFIG or --config)") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
     if not isinstance(doc, dict):

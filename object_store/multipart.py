@@ -40,9 +40,7 @@ class ObjectWriter:
         max_concurrency: int,
     ) -> None:
         if part_size < MIN_PART_SIZE:
-            raise ValueError(
-                f"part_size must be at least {MIN_PART_SIZE} bytes (S3's minimum), got {part_size}"
-            )
+            raise ValueError(f"part_size must be at least {MIN_PART_SIZE} bytes (S3's minimum), got {part_size}")
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
         self._store = store
@@ -167,9 +165,7 @@ class ObjectWriter:
             self._pool = ThreadPoolExecutor(self._max_concurrency, thread_name_prefix="mpu")
         part_number = len(self._futures) + 1
         if part_number > MAX_PARTS:
-            raise ValueError(
-                f"{self.key}: more than {MAX_PARTS} parts; use a larger part_size (now {self._part_size})"
-            )
+            raise ValueError(f"{self.key}: more than {MAX_PARTS} parts; use a larger part_size (now {self._part_size})")
         for f in self._futures:  # surface a failed part at once instead of at close
             if f.done() and f.exception() is not None:
                 raise f.exception()  # type: ignore[misc]

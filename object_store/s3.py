@@ -158,11 +158,7 @@ class S3Store(ObjectStore):
         where = self._describe(key)
         if code == "PreconditionFailed" or status == 412:
             return PreconditionFailed(f"{operation} {where}: precondition failed (412)", key)
-        if (
-            code in _CONFLICT
-            or status == 409
-            and code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists")
-        ):
+        if code in _CONFLICT or status == 409 and code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
             return _Retry()
         if code == "NoSuchBucket":
             return StoreError(
@@ -220,9 +216,7 @@ class S3Store(ObjectStore):
         try:
             data = response["Body"].read()
         except _TRANSIENT as exc:
-            raise StoreUnavailable(
-                f"GetObject {self._describe(key)}: body read failed ({exc!r}); retry"
-            ) from None
+            raise StoreUnavailable(f"GetObject {self._describe(key)}: body read failed ({exc!r}); retry") from None
         meta = dict(response.get("Metadata", {}))
         meta.pop(WRITE_TOKEN_KEY, None)
         return Object(key=key, data=data, etag=_unquote(response["ETag"]), metadata=meta)
@@ -274,9 +268,7 @@ class S3Store(ObjectStore):
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full(key)}
         if metadata:
             kwargs["Metadata"] = metadata
-        return self._call("CreateMultipartUpload", key, self.client.create_multipart_upload, **kwargs)[
-            "UploadId"
-        ]
+        return self._call("CreateMultipartUpload", key, self.client.create_multipart_upload, **kwargs)["UploadId"]
 
     def _upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> str:
         r = self._call(

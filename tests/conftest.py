@@ -50,3 +50,16 @@ def store(store_spec: tuple[str, dict[str, str]]) -> Iterator[ObjectStore]:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def lakehouse(store: ObjectStore):
+    """A `Lakehouse` on a fresh store of the parametrized backend."""
+    from lakehouse import Lakehouse
+
+    lh = Lakehouse(store)
+    try:
+        yield lh
+    finally:
+        for log in lh._logs.values():
+            log.close()

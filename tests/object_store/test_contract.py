@@ -111,9 +111,7 @@ def test_list_in_key_order_with_prefix_and_start_after(store: ObjectStore) -> No
     assert [i.key for i in store.list("a")] == ["a/b", "a/c/d", "a/c/e", "a0", "a_b"]
     assert [i.key for i in store.list("a/c")] == ["a/c/d", "a/c/e"]
     assert [i.key for i in store.list(start_after="a/c/d")] == ["a/c/e", "a0", "a_b", "b", *sorted(keys)[-2:]]
-    assert [i.key for i in store.list("log/", start_after="log/00000000000000000002")] == [
-        "log/00000000000000000010"
-    ]
+    assert [i.key for i in store.list("log/", start_after="log/00000000000000000002")] == ["log/00000000000000000010"]
     assert list(store.list("zzz")) == []
     info = next(iter(store.list("b")))
     assert (info.key, info.size, info.etag) == ("b", 1, hashlib.md5(b"b").hexdigest())

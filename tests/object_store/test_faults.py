@@ -107,9 +107,7 @@ def test_retry_that_meets_another_writer_is_a_real_conflict(s3: S3Store, seaweed
 
 
 def test_persistent_timeouts_raise_store_unavailable_naming_operation_and_key(seaweedfs: SeaweedFS) -> None:
-    store = open_store(
-        f"s3://{seaweedfs.bucket}/unavail", max_attempts=3, probe=False, **seaweedfs.store_options()
-    )
+    store = open_store(f"s3://{seaweedfs.bucket}/unavail", max_attempts=3, probe=False, **seaweedfs.store_options())
     assert isinstance(store, S3Store)
 
     def fault(request: Any, n: int) -> Any:

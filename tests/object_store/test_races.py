@@ -43,9 +43,7 @@ def test_4_processes_race_create_only_one_winner_per_round(store_spec, store: Ob
     with ctx.Manager() as manager:
         barrier = manager.Barrier(workers)
         with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-            futures = [
-                pool.submit(race_create_only, url, options, w, ROUNDS, barrier) for w in range(workers)
-            ]
+            futures = [pool.submit(race_create_only, url, options, w, ROUNDS, barrier) for w in range(workers)]
             wins = [f.result(timeout=300) for f in futures]
     _assert_one_winner_per_round(store, wins, workers)
 

@@ -1,0 +1,113 @@
+"""`Lakehouse`: the facade over one warehouse (tables, their logs; the lake arrives with later issues)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from lakehouse.errors import TableAlreadyExists, TableNotFound
+from lakehouse.log import Log
+from lakehouse.settings import Settings, load_settings
+from lakehouse.tables import TABLES_PREFIX, TableDefinition, TableName
+from object_store import NotFound, ObjectStore, PreconditionFailed, open_store
+
+
+class Lakehouse:
+    """One warehouse on one object store.
+
+    >>> lh = Lakehouse.open("file:///tmp/wh")                 # or "s3://bucket/wh", endpoint_url=...
+    >>> lh.create_table("ods.orders", schema, primary_key=["o_orderkey"], buckets=8)
+    >>> lh.log("ods.orders").append(batch, op="upsert")
+    """
+
+    def __init__(self, store: ObjectStore, *, settings: Settings | None = None) -> None:
+        self.store = store
+        self.settings = settings
+        self._logs: dict[TableName, Log] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, url: str, **store_options: Any) -> Lakehouse:
+        """Open the warehouse at ``url`` (``file:///abs/path`` or ``s3://bucket/prefix``)."""
+        return cls(open_store(url, **store_options))
+
+    @classmethod
+    def from_env(cls, config_file: str | os.PathLike[str] | None = None, **overrides: Any) -> Lakehouse:
+        """Open the warehouse named by the environment / YAML settings (see `lakehouse.settings`)."""
+        settings = load_settings(config_file, **overrides)
+        return cls(settings.open_store(), settings=settings)
+
+    @property
+    def url(self) -> str:
+        return self.store.url
+
+    # ---- tables --------------------------------------------------------------------------------------
+
+    def create_table(
+        self,
+        name: str,
+        schema: pa.Schema,
+        *,
+        buckets: int,
+        primary_key: Sequence[str] | None = None,
+        bucket_key: str | None = None,
+        partition_by: Sequence[str] | None = None,
+    ) -> TableDefinition:
+        """Create a table. Its definition is written once, with ``If-None-Match: *``.
+
+        Raises:
+            TableAlreadyExists: the name is taken (also when a concurrent creator won).
+            InvalidTableName, SchemaError: the definition is invalid; nothing was written.
+        """
+        definition = TableDefinition.build(
+            name, schema, buckets=buckets, primary_key=primary_key, bucket_key=bucket_key, partition_by=partition_by
+        )
+        try:
+            self.store.put(definition.name.definition_key, definition.to_json(), if_none_match=True)
+        except PreconditionFailed:
+            raise TableAlreadyExists(f"table {definition.name} already exists in {self.url}") from None
+        return definition
+
+    def table(self, name: str | TableName) -> TableDefinition:
+        """The definition of an existing table. Raises `TableNotFound`."""
+        table_name = TableName.parse(name)
+        try:
+            obj = self.store.get(table_name.definition_key)
+        except NotFound:
+            raise TableNotFound(
+                f"no table {table_name} in {self.url}; create it first (lakestream table create)"
+            ) from None
+        return TableDefinition.from_json(obj.data, source=f"{self.url}/{table_name.definition_key}")
+
+    def list_tables(self, namespace: str | None = None) -> list[TableName]:
+        names = []
+        for info in self.store.list(TABLES_PREFIX + (f"{namespace}." if namespace else "")):
+            stem = info.key[len(TABLES_PREFIX) :].removesuffix(".json")
+            names.append(TableName.parse(stem))
+        return names
+
+    def log(self, name: str | TableName) -> Log:
+        """The log of a table (one shared `Log` per table and `Lakehouse`)."""
+        table_name = TableName.parse(name)
+        with self._lock:
+            if table_name not in self._logs:
+                self._logs[table_name] = Log(self.store, self.table(table_name))
+            return self._logs[table_name]
+
+    def close(self) -> None:
+        for log in self._logs.values():
+            log.close()
+        self.store.close()
+
+    def __enter__(self) -> Lakehouse:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Lakehouse({self.url!r})"

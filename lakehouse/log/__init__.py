@@ -1,0 +1,9 @@
+"""The log: bucketed, offset-addressed changelog tables on the object store."""
+
+from __future__ import annotations
+
+from lakehouse.log.batch import Limits
+from lakehouse.log.log import AppendIncomplete, AppendResult, Log
+from lakehouse.log.producer import Producer
+
+__all__ = ["AppendIncomplete", "AppendResult", "Limits", "Log", "Producer"]

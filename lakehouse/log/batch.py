@@ -1,0 +1,112 @@
+"""Validate an incoming batch against its table and split it by bucket, before anything is written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from lakehouse.bucketing import bucket_ids
+from lakehouse.errors import BatchError, SchemaError
+from lakehouse.log.segment import OPS
+from lakehouse.tables import TableDefinition
+
+DEFAULT_MAX_BATCH_ROWS = 1_000_000
+DEFAULT_MAX_BATCH_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_rows: int = DEFAULT_MAX_BATCH_ROWS
+    max_bytes: int = DEFAULT_MAX_BATCH_BYTES
+
+
+def conform(definition: TableDefinition, data: pa.Table | pa.RecordBatch, op: str, limits: Limits) -> pa.Table:
+    """Return ``data`` with exactly the table's columns, order and types, or raise naming the problem.
+
+    Deletes may carry only the primary-key columns; the other columns are filled with nulls.
+
+    Raises:
+        BatchError: empty or oversized batch, an operation the table does not accept, a null key.
+        SchemaError: missing or extra columns, a type that cannot be cast safely.
+    """
+    name = definition.name
+    if op not in OPS:
+        raise BatchError(f"{name}: unknown operation {op!r}; use one of {list(OPS)}")
+    if op != "insert" and not definition.has_primary_key:
+        raise BatchError(f"{name} is a log table (no primary key): it accepts inserts only, not {op!r}")
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    if not isinstance(data, pa.Table):
+        raise BatchError(f"{name}: append a pyarrow Table or RecordBatch, not {type(data).__name__}")
+    if data.num_rows == 0:
+        raise BatchError(f"{name}: empty batch, nothing to append")
+    if data.num_rows > limits.max_rows:
+        raise BatchError(
+            f"{name}: batch of {data.num_rows} rows exceeds the limit of {limits.max_rows} rows per append; "
+            "split it into smaller appends"
+        )
+    if data.nbytes > limits.max_bytes:
+        raise BatchError(
+            f"{name}: batch of {data.nbytes} bytes exceeds the limit of {limits.max_bytes} bytes per append; "
+            "split it into smaller appends"
+        )
+    expected = definition.schema.names
+    given = data.column_names
+    dupes = sorted({c for c in given if given.count(c) > 1})
+    if dupes:
+        raise SchemaError(f"{name}: the batch repeats columns {dupes}")
+    extra = [c for c in given if c not in expected]
+    if extra:
+        raise SchemaError(f"{name}: the batch has columns the table does not: {extra} (table: {expected})")
+    missing = [c for c in expected if c not in given]
+    key_only_delete = op == "delete" and missing and not set(missing) & set(definition.primary_key)
+    if missing and not key_only_delete:
+        raise SchemaError(f"{name}: the batch lacks columns {missing} (table: {expected})")
+    columns = []
+    for field in definition.schema:
+        if field.name in missing:
+            columns.append(pa.nulls(data.num_rows, field.type))
+            continue
+        column = data.column(field.name)
+        if column.type != field.type:
+            try:
+                column = column.cast(field.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise SchemaError(
+                    f"{name}: column {field.name!r} of type {column.type} cannot be cast safely to {field.type}: {exc}"
+                ) from None
+        if column.null_count and (not field.nullable or field.name == definition.bucket_key):
+            first = int(np.flatnonzero(np.asarray(column.is_null()))[0])
+            what = (
+                "primary-key"
+                if field.name in definition.primary_key
+                else "bucket-key"
+                if field.name == definition.bucket_key
+                else "non-nullable"
+            )
+            raise BatchError(
+                f"{name}: {what} column {field.name!r} has {column.null_count} null(s), first at row {first}"
+            )
+        columns.append(column)
+    schema = definition.schema if not key_only_delete else _nullable(definition.schema, missing)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _nullable(schema: pa.Schema, names: list[str]) -> pa.Schema:
+    return pa.schema([f.with_nullable(True) if f.name in names else f for f in schema], metadata=schema.metadata)
+
+
+def split_by_bucket(definition: TableDefinition, table: pa.Table, sticky_bucket: int) -> dict[int, pa.Table]:
+    """Rows per bucket, in input order within each bucket. Keyless tables put the whole batch in
+    ``sticky_bucket`` (the caller rotates it per append)."""
+    if definition.bucket_key is None:
+        return {sticky_bucket: table}
+    ids = bucket_ids(table.column(definition.bucket_key), definition.buckets).to_numpy(zero_copy_only=False)
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    present, starts = np.unique(sorted_ids, return_index=True)
+    ends = [*starts[1:], len(ids)]
+    taken = table.take(pa.array(order))
+    return {int(b): taken.slice(int(s), int(e - s)) for b, s, e in zip(present, starts, ends, strict=True)}

@@ -1,0 +1,82 @@
+"""Where each bucket's segments are, learned by listing forward from the last key seen.
+
+A bucket's segments are contiguous: each one starts where the previous ended, so the base offsets from
+one listing give every segment's size except the last one's, which one HEAD gives. `refresh` lists with
+``start_after=<last known segment>``, so a long-lived index never lists a bucket from the start twice.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from dataclasses import dataclass, field
+
+from lakehouse.log.segment import SegmentHeader
+from lakehouse.tables import TableName
+from object_store import NotFound, ObjectStore
+
+
+@dataclass
+class BucketIndex:
+    """Known segments of one bucket: ``bases`` sorted, ``end`` = next offset to append."""
+
+    store: ObjectStore
+    table: TableName
+    bucket: int
+    bases: list[int] = field(default_factory=list)
+    end: int = 0
+    _last_key: str | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    refreshed: bool = False
+
+    def refresh(self) -> int:
+        """Learn segments appended since the last refresh; return the end offset."""
+        with self._lock:
+            prefix = self.table.bucket_prefix(self.bucket)
+            new = []
+            self.refreshed = True
+            for info in self.store.list(prefix, start_after=self._last_key):
+                name = info.key[len(prefix) :]
+                if name.endswith(".arrow") and name[:-6].isdigit():
+                    new.append((int(name[:-6]), info.key))
+            if not new:
+                return self.end
+            new.sort()
+            last_base, last_key = new[-1]
+            header = self._header(last_key)
+            known = self.bases[-1] if self.bases else -1
+            self.bases.extend(b for b, _ in new if b > known)
+            self._last_key = last_key
+            self.end = max(self.end, last_base + header.count)
+            return self.end
+
+    def record(self, base: int, count: int, key: str) -> None:
+        """Note a segment we created ourselves (no listing needed to know about it)."""
+        with self._lock:
+            if base >= self.end:
+                self.bases.append(base)
+                self.end = base + count
+                self._last_key = key
+
+    def _header(self, key: str) -> SegmentHeader:
+        try:
+            return SegmentHeader.from_metadata(self.store.head(key).metadata, key=key)
+        except NotFound:  # removed by retention between list and head: a later refresh sees the rest
+            return SegmentHeader(0, "insert", 0, "", 0, "")
+
+    def segments(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(base, next base) of the segments overlapping [start, end), oldest first."""
+        with self._lock:
+            bounds = [*self.bases, self.end]
+        i = max(0, bisect.bisect_right(bounds, start) - 1)
+        out = []
+        for j in range(i, len(bounds) - 1):
+            if bounds[j] >= end:
+                break
+            out.append((bounds[j], bounds[j + 1]))
+        return out
+
+    @property
+    def first_offset(self) -> int:
+        with self._lock:
+            return self.bases[0] if self.bases else self.end

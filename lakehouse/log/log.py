@@ -1,0 +1,295 @@
+"""`Log`: append to and read from one table's log.
+
+**Appending** validates the whole batch first, splits it by bucket and, for each bucket, creates the next
+segment with ``If-None-Match: *``. That create is the commit point. A producer that loses the race (412)
+looks at the winner: if it is its own earlier attempt (same producer id and sequence) the append is
+already done; otherwise it refreshes the bucket's end offset and retries there. Buckets are written
+concurrently; appends to several buckets are not atomic together, which `AppendIncomplete` reports.
+
+**Exactly once across retries.** An append carries ``(producer_id, sequence)``. Retrying an append with
+the same pair after any failure (a lost response, `StoreUnavailable`, a crash of the caller) never
+duplicates records: before writing a bucket the retry looks back through that bucket's newest segments
+(at most ``dedup_window`` of them) for a segment of the same producer and sequence. The look-back is
+skipped for a sequence this `Log` has not attempted before, so the normal path costs nothing extra.
+Sequences of one producer must increase, and a producer must not start sequence ``n + 1`` before ``n``
+has succeeded (the `Producer` class guarantees both).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from lakehouse.bucketing import bucket_ids
+from lakehouse.errors import BatchError, LakestreamError, OffsetOutOfRange
+from lakehouse.log import segment
+from lakehouse.log.batch import Limits, conform, split_by_bucket
+from lakehouse.log.index import BucketIndex
+from lakehouse.log.segment import SegmentHeader
+from lakehouse.tables import TableDefinition
+from object_store import NotFound, ObjectStore, PreconditionFailed
+
+if TYPE_CHECKING:
+    from lakehouse.log.producer import Producer
+
+DEFAULT_DEDUP_WINDOW = 256
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """Where an append landed: ``ranges[bucket] = (first_offset, last_offset)``, inclusive."""
+
+    producer_id: str
+    sequence: int
+    ranges: dict[int, tuple[int, int]]
+    rows: int
+    #: Buckets whose segment was found already written by an earlier attempt of this same append.
+    already_appended: frozenset[int] = frozenset()
+
+
+class AppendIncomplete(LakestreamError):
+    """Some buckets of an append were written, others failed. Retry the same append with the same
+    ``producer_id`` and ``sequence``: written buckets are recognised, the rest are written once."""
+
+    def __init__(self, message: str, *, result: AppendResult, failed: dict[int, BaseException]) -> None:
+        super().__init__(message)
+        self.result = result
+        self.failed = failed
+
+
+@dataclass
+class _ProducerState:
+    last_sequence: int = -1
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Log:
+    """One table's log. Thread-safe; share one instance per process and table."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        definition: TableDefinition,
+        *,
+        limits: Limits | None = None,
+        dedup_window: int = DEFAULT_DEDUP_WINDOW,
+        max_workers: int = 8,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.definition = definition
+        self.name = definition.name
+        self.limits = limits or Limits()
+        self.dedup_window = dedup_window
+        self._clock = clock
+        self._indexes = [BucketIndex(store, definition.name, b) for b in range(definition.buckets)]
+        self._pool = ThreadPoolExecutor(max(1, min(max_workers, definition.buckets)), thread_name_prefix="log")
+        self._sticky = itertools.count(random.randrange(definition.buckets))
+        self._producers: dict[str, _ProducerState] = {}
+        self._producers_lock = threading.Lock()
+
+    # ---- append --------------------------------------------------------------------------------------
+
+    def append(
+        self,
+        data: pa.Table | pa.RecordBatch,
+        op: str = "insert",
+        *,
+        producer_id: str | None = None,
+        sequence: int | None = None,
+    ) -> AppendResult:
+        """Append ``data`` with change kind ``op`` (insert; upsert and delete for primary-key tables).
+
+        Raises:
+            SchemaError, BatchError: the batch does not fit the table; nothing was written.
+            AppendIncomplete: some buckets were written and others failed; retry with the same producer
+                id and sequence (both are in the error's ``result``).
+        """
+        table = conform(self.definition, data, op, self.limits)
+        explicit_id = producer_id is not None
+        if producer_id is None:
+            producer_id, sequence = uuid.uuid4().hex, 0
+        elif sequence is None or sequence < 0:
+            raise BatchError(f"{self.name}: an append with a producer_id needs a sequence >= 0, got {sequence!r}")
+        assert sequence is not None
+        parts = split_by_bucket(self.definition, table, next(self._sticky) % self.definition.buckets)
+        state = self._producer(producer_id)
+        with state.lock:
+            # A sequence this Log has not attempted yet cannot be a retry, unless the id was given by a
+            # caller we have not seen before (it may be resuming after a crash).
+            may_be_retry = explicit_id and (state.last_sequence < 0 or sequence <= state.last_sequence)
+            state.last_sequence = max(state.last_sequence, sequence)
+            header = {
+                "op": op,
+                "timestamp_us": int(self._clock() * 1_000_000),
+                "producer": producer_id,
+                "sequence": sequence,
+            }
+            futures = {
+                b: self._pool.submit(self._append_bucket, b, part, header, may_be_retry) for b, part in parts.items()
+            }
+            ranges, already, failed = {}, set(), {}
+            for b, f in futures.items():
+                try:
+                    ranges[b], was_there = f.result()
+                    if was_there:
+                        already.add(b)
+                except Exception as exc:  # noqa: BLE001 - reported per bucket below
+                    failed[b] = exc
+        result = AppendResult(producer_id, sequence, dict(sorted(ranges.items())), table.num_rows, frozenset(already))
+        if failed:
+            first = next(iter(failed.values()))
+            raise AppendIncomplete(
+                f"{self.name}: append {producer_id}/{sequence} wrote buckets {sorted(ranges)} but not "
+                f"{sorted(failed)} ({type(first).__name__}: {first}). Retry with producer_id={producer_id!r}, "
+                f"sequence={sequence}: written buckets are recognised and the rest are written exactly once.",
+                result=result,
+                failed=failed,
+            ) from first
+        return result
+
+    def _producer(self, producer_id: str) -> _ProducerState:
+        with self._producers_lock:
+            return self._producers.setdefault(producer_id, _ProducerState())
+
+    def _append_bucket(
+        self, bucket: int, part: pa.Table, header_fields: dict, may_be_retry: bool
+    ) -> tuple[tuple[int, int], bool]:
+        index = self._indexes[bucket]
+        if may_be_retry:
+            found = self._find_earlier_attempt(index, header_fields["producer"], header_fields["sequence"])
+            if found is not None:
+                return found, True
+        if not index.refreshed:  # learn the end before uploading a body to a taken offset
+            index.refresh()
+        body = segment.encode(part)
+        header = SegmentHeader(count=part.num_rows, crc32=segment.checksum(body), **header_fields)
+        metadata = header.to_metadata()
+        offset = index.end
+        while True:
+            key = self.name.segment_key(bucket, offset)
+            try:
+                self.store.put(key, body, if_none_match=True, metadata=metadata)
+            except PreconditionFailed:
+                theirs = self._header_or_none(key)
+                if theirs is not None and (theirs.producer, theirs.sequence) == (
+                    header.producer,
+                    header.sequence,
+                ):
+                    index.refresh()
+                    return (offset, offset + theirs.count - 1), True
+                offset = max(index.refresh(), offset + 1 if theirs is None else offset + theirs.count)
+                continue
+            index.record(offset, header.count, key)
+            return (offset, offset + header.count - 1), False
+
+    def _header_or_none(self, key: str) -> SegmentHeader | None:
+        try:
+            return SegmentHeader.from_metadata(self.store.head(key).metadata, key=key)
+        except NotFound:
+            return None
+
+    def _find_earlier_attempt(self, index: BucketIndex, producer: str, sequence: int) -> tuple[int, int] | None:
+        """Look back through the bucket's newest segments for (producer, sequence)."""
+        index.refresh()
+        bounds = [*index.bases, index.end]
+        for i in range(len(bounds) - 2, max(-1, len(bounds) - 2 - self.dedup_window), -1):
+            base = bounds[i]
+            header = self._header_or_none(self.name.segment_key(index.bucket, base))
+            if header is None or header.producer != producer:
+                continue
+            if header.sequence == sequence:
+                return base, base + header.count - 1
+            if header.sequence < sequence:
+                return None  # this producer's previous append: ours is not in the log
+        return None
+
+    # ---- offsets and reads ---------------------------------------------------------------------------
+
+    def end_offsets(self) -> dict[int, int]:
+        """Next offset of every bucket (0 for an empty bucket), refreshed from the store."""
+        ends = list(self._pool.map(lambda ix: ix.refresh(), self._indexes))
+        return dict(enumerate(ends))
+
+    def start_offsets(self) -> dict[int, int]:
+        """Earliest readable offset of every bucket."""
+        self.end_offsets()
+        return {ix.bucket: ix.first_offset for ix in self._indexes}
+
+    def read(self, bucket: int, start: int = 0, end: int | None = None) -> pa.Table:
+        """Records of ``bucket`` with offsets in [start, end), oldest first, with ``_op``, ``_offset`` and
+        ``_timestamp``. ``end`` defaults to the bucket's end offset.
+
+        Raises:
+            CorruptSegmentError: a segment fails its checksum; nothing is skipped.
+            OffsetOutOfRange: ``start`` is below the earliest retained offset.
+        """
+        return pa.Table.from_batches(list(self.read_batches(bucket, start, end)), schema=self.read_schema)
+
+    def read_batches(self, bucket: int, start: int = 0, end: int | None = None) -> Iterator[pa.RecordBatch]:
+        """Like `read`, one segment at a time (segments are fetched a few ahead, in parallel)."""
+        if not 0 <= bucket < self.definition.buckets:
+            raise ValueError(f"{self.name} has buckets 0..{self.definition.buckets - 1}, not {bucket}")
+        if start < 0:
+            raise ValueError(f"start offset must be >= 0, got {start}")
+        index = self._indexes[bucket]
+        log_end = index.refresh()
+        end = log_end if end is None else min(end, log_end)
+        if start >= end:
+            return
+        if start < index.first_offset:
+            raise OffsetOutOfRange(
+                f"{self.name} bucket {bucket}: offset {start} is no longer in the log; the earliest available "
+                f"offset is {index.first_offset} (older records live in the lake)"
+            )
+        segs = index.segments(start, end)
+        fetches = [self._pool.submit(self._fetch, bucket, base) for base, _ in segs[:4]]
+        for i, (base, _next_base) in enumerate(segs):
+            if i + 4 < len(segs):
+                fetches.append(self._pool.submit(self._fetch, bucket, segs[i + 4][0]))
+            table, header = fetches[i].result()
+            lo, hi = max(start, base) - base, min(end, base + header.count) - base
+            part = table.slice(lo, hi - lo)
+            yield from segment.with_system_columns(part, header, base + lo).to_batches()
+
+    def _fetch(self, bucket: int, base: int) -> tuple[pa.Table, SegmentHeader]:
+        key = self.name.segment_key(bucket, base)
+        try:
+            obj = self.store.get(key)
+        except NotFound:
+            raise OffsetOutOfRange(
+                f"{self.name} bucket {bucket}: segment at offset {base} was removed (log retention); "
+                "read these offsets from the lake"
+            ) from None
+        header = SegmentHeader.from_metadata(obj.metadata, key=key)
+        return segment.decode(obj.data, header, key=key, base_offset=base), header
+
+    @property
+    def read_schema(self) -> pa.Schema:
+        return pa.schema([*self.definition.schema, *segment.SYSTEM_FIELDS])
+
+    def bucket_of(self, values: pa.Array | pa.ChunkedArray | list) -> pa.Int32Array:
+        """The bucket of each bucket-key value (Iceberg's ``bucket[N]``); null for null values."""
+        if self.definition.bucket_key is None:
+            raise BatchError(f"{self.name} has no bucket key: appends rotate over buckets")
+        if not isinstance(values, pa.Array | pa.ChunkedArray):
+            values = pa.array(values, type=self.definition.schema.field(self.definition.bucket_key).type)
+        return bucket_ids(values, self.definition.buckets)
+
+    def producer(self, **options: Any) -> Producer:
+        """A streaming `Producer` for this log (batches rows, bounded buffer, flushes on close)."""
+        from lakehouse.log.producer import Producer
+
+        return Producer(self, **options)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)

@@ -1,0 +1,197 @@
+"""Table definitions: name, schema, primary key, bucket key, bucket count; and where a table lives.
+
+Warehouse layout (shared by the log and, later, the Iceberg catalog)::
+
+    _lakestream/tables/<ns>.<table>.json          the definition, created once with If-None-Match: *
+    <ns>/<table>/log/<bucket:05d>/<offset:020d>.arrow   log segments, named by their base offset
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import pyarrow as pa
+
+from lakehouse.bucketing import check_bucket_key_type
+from lakehouse.errors import InvalidTableName, SchemaError
+
+TABLES_PREFIX = "_lakestream/tables/"
+MAX_BUCKETS = 4096
+_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+#: Columns the log adds on read and the lake adds on tiering; user schemas may not use them.
+SYSTEM_COLUMNS = ("_op", "_offset", "_timestamp", "__bucket", "__offset", "__timestamp")
+
+
+@dataclass(frozen=True, order=True)
+class TableName:
+    namespace: str
+    table: str
+
+    @classmethod
+    def parse(cls, name: str | TableName) -> TableName:
+        """Parse ``namespace.table``; raise `InvalidTableName` for anything else."""
+        if isinstance(name, TableName):
+            return name
+        parts = name.split(".") if isinstance(name, str) else []
+        if len(parts) != 2 or not all(_PART.fullmatch(p) for p in parts):
+            raise InvalidTableName(
+                f"invalid table name {name!r}: use 'namespace.table', each part starting with a letter or "
+                "'_' followed by letters, digits or '_' (at most 128 characters)"
+            )
+        return cls(parts[0], parts[1])
+
+    def __str__(self) -> str:
+        return f"{self.namespace}.{self.table}"
+
+    @property
+    def definition_key(self) -> str:
+        return f"{TABLES_PREFIX}{self}.json"
+
+    @property
+    def prefix(self) -> str:
+        """The table's folder in the warehouse: ``<ns>/<table>/``."""
+        return f"{self.namespace}/{self.table}/"
+
+    def bucket_prefix(self, bucket: int) -> str:
+        return f"{self.prefix}log/{bucket:05d}/"
+
+    def segment_key(self, bucket: int, base_offset: int) -> str:
+        return f"{self.bucket_prefix(bucket)}{base_offset:020d}.arrow"
+
+
+@dataclass(frozen=True)
+class TableDefinition:
+    """What a table is. Immutable once created."""
+
+    name: TableName
+    schema: pa.Schema
+    buckets: int
+    primary_key: tuple[str, ...] = ()
+    bucket_key: str | None = None
+    partition_by: tuple[str, ...] = ()
+    table_uuid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="milliseconds"))
+
+    @property
+    def has_primary_key(self) -> bool:
+        return bool(self.primary_key)
+
+    @classmethod
+    def build(
+        cls,
+        name: str | TableName,
+        schema: pa.Schema,
+        *,
+        buckets: int,
+        primary_key: Sequence[str] | None = None,
+        bucket_key: str | None = None,
+        partition_by: Sequence[str] | None = None,
+    ) -> TableDefinition:
+        """Validate and normalize a new table's definition.
+
+        The bucket key defaults to the single primary-key column. A primary-key table's bucket key must be
+        one of its key columns (so every version of a key lands in one bucket). Primary-key columns become
+        non-nullable.
+
+        Raises:
+            InvalidTableName, SchemaError: with the offending name or column.
+        """
+        table_name = TableName.parse(name)
+        if not isinstance(schema, pa.Schema):
+            raise SchemaError(f"{table_name}: schema must be a pyarrow.Schema, got {type(schema).__name__}")
+        if not isinstance(buckets, int) or not 1 <= buckets <= MAX_BUCKETS:
+            raise SchemaError(f"{table_name}: buckets must be an integer from 1 to {MAX_BUCKETS}, got {buckets!r}")
+        names = schema.names
+        if not names:
+            raise SchemaError(f"{table_name}: the schema has no columns")
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise SchemaError(f"{table_name}: duplicate column names {duplicates}")
+        for n in names:
+            if n in SYSTEM_COLUMNS or n.startswith("__"):
+                raise SchemaError(f"{table_name}: column name {n!r} is reserved for lakestream's system columns")
+        pk = tuple(primary_key or ())
+        for col in pk:
+            if col not in names:
+                raise SchemaError(f"{table_name}: primary-key column {col!r} is not in the schema {names}")
+        if len(set(pk)) != len(pk):
+            raise SchemaError(f"{table_name}: primary key {list(pk)} repeats a column")
+        if bucket_key is None and len(pk) == 1:
+            bucket_key = pk[0]
+        if pk and bucket_key is None:
+            raise SchemaError(
+                f"{table_name}: a composite primary key {list(pk)} needs an explicit bucket_key among its columns"
+            )
+        if pk and bucket_key not in pk:
+            raise SchemaError(
+                f"{table_name}: bucket_key {bucket_key!r} must be a primary-key column {list(pk)}, so that every "
+                "version of a key lands in the same bucket"
+            )
+        if bucket_key is not None:
+            if bucket_key not in names:
+                raise SchemaError(f"{table_name}: bucket_key {bucket_key!r} is not in the schema {names}")
+            try:
+                check_bucket_key_type(schema.field(bucket_key).type)
+            except SchemaError as exc:
+                raise SchemaError(f"{table_name}: bucket_key {bucket_key!r}: {exc}") from None
+        fields = [f.with_nullable(False) if f.name in pk else f for f in schema]
+        return cls(
+            name=table_name,
+            schema=pa.schema(fields, metadata=schema.metadata),
+            buckets=buckets,
+            primary_key=pk,
+            bucket_key=bucket_key,
+            partition_by=tuple(partition_by or ()),
+        )
+
+    def to_json(self) -> bytes:
+        doc = {
+            "format-version": 1,
+            "name": str(self.name),
+            "table-uuid": self.table_uuid,
+            "created-at": self.created_at,
+            "buckets": self.buckets,
+            "primary-key": list(self.primary_key),
+            "bucket-key": self.bucket_key,
+            "partition-by": list(self.partition_by),
+            "columns": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in self.schema],
+            "arrow-schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode(),
+        }
+        return json.dumps(doc, indent=2).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, *, source: str = "") -> TableDefinition:
+        try:
+            doc = json.loads(data)
+            schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(doc["arrow-schema"])))
+            return cls(
+                name=TableName.parse(doc["name"]),
+                schema=schema,
+                buckets=int(doc["buckets"]),
+                primary_key=tuple(doc["primary-key"]),
+                bucket_key=doc["bucket-key"],
+                partition_by=tuple(doc.get("partition-by", ())),
+                table_uuid=doc["table-uuid"],
+                created_at=doc["created-at"],
+            )
+        except (ValueError, KeyError, TypeError, pa.ArrowException) as exc:
+            raise SchemaError(f"table definition {source or '(bytes)'} is unreadable: {exc}") from None
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "name": str(self.name),
+            "kind": "primary-key table" if self.has_primary_key else "log table",
+            "buckets": self.buckets,
+            "primary key": ", ".join(self.primary_key) or "-",
+            "bucket key": self.bucket_key or "- (sticky round-robin per append)",
+            "partition by": ", ".join(self.partition_by) or "-",
+            "columns": ", ".join(f"{f.name} {f.type}{'' if f.nullable else ' not null'}" for f in self.schema),
+            "uuid": self.table_uuid,
+            "created": self.created_at,
+        }

@@ -1,0 +1,347 @@
+"""The log on both backends: round trips, offsets, exactly-once retries, races, bad input, corruption."""
+
+from __future__ import annotations
+
+import multiprocessing
+import uuid
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lakehouse import Lakehouse
+from lakehouse.bucketing import bucket_ids
+from lakehouse.errors import (
+    BatchError,
+    CorruptSegmentError,
+    InvalidTableName,
+    OffsetOutOfRange,
+    SchemaError,
+    TableNotFound,
+)
+from lakehouse.log import AppendIncomplete, Limits, Log
+from object_store import ObjectStore, StoreUnavailable
+from tests.lakehouse._workers import append_batches
+
+ORDERS = pa.schema([("o_orderkey", pa.int64()), ("o_custkey", pa.int32()), ("o_comment", pa.string())])
+EVENTS = pa.schema([("id", pa.int64()), ("worker", pa.int32()), ("batch", pa.int32())])
+
+
+def orders(keys, cust=None, comment="c") -> pa.Table:
+    keys = list(keys)
+    return pa.table(
+        {
+            "o_orderkey": pa.array(keys, pa.int64()),
+            "o_custkey": pa.array(cust if cust is not None else [k % 100 for k in keys], pa.int32()),
+            "o_comment": pa.array([f"{comment}{k}" for k in keys]),
+        }
+    )
+
+
+def segments(store: ObjectStore, table: str = "ods.orders") -> list[str]:
+    ns, name = table.split(".")
+    return [i.key for i in store.list(f"{ns}/{name}/log/")]
+
+
+@pytest.fixture
+def orders_log(lakehouse: Lakehouse) -> Log:
+    lakehouse.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=4)
+    return lakehouse.log("ods.orders")
+
+
+def test_round_trip_bucket_alignment_and_offsets(orders_log: Log) -> None:
+    data = orders(range(1000))
+    result = orders_log.append(data, "upsert")
+    assert result.rows == 1000 and sum(last - first + 1 for first, last in result.ranges.values()) == 1000
+    assert all(first == 0 for first, _ in result.ranges.values())
+    ends = orders_log.end_offsets()
+    assert set(ends) == {0, 1, 2, 3} and sum(ends.values()) == 1000
+    expected_bucket = bucket_ids(data.column("o_orderkey"), 4).to_numpy()
+    for b in range(4):
+        got = orders_log.read(b)
+        keys = got.column("o_orderkey").to_numpy()
+        # the rows of bucket b, in input order, at offsets 0..n-1
+        assert keys.tolist() == data.column("o_orderkey").to_numpy()[expected_bucket == b].tolist()
+        assert got.column("_offset").to_pylist() == list(range(ends[b]))
+        assert set(got.column("_op").to_pylist()) == {"upsert"}
+        assert got.schema.names == [*ORDERS.names, "_op", "_offset", "_timestamp"]
+        assert orders_log.bucket_of(pa.array(keys)).to_pylist() == [b] * len(keys)
+
+
+def test_order_within_a_bucket_across_appends_and_ranges(orders_log: Log) -> None:
+    for i in range(5):
+        orders_log.append(orders([7] * 3, comment=f"v{i}-"), "upsert")
+    orders_log.append(orders([7]), "delete")
+    b = orders_log.bucket_of([7]).to_pylist()[0]
+    got = orders_log.read(b)
+    assert got.column("_offset").to_pylist() == list(range(16))
+    assert got.column("o_comment").to_pylist()[:15] == [f"v{i}-7" for i in range(5) for _ in range(3)]
+    assert got.column("_op").to_pylist()[-1] == "delete"
+    part = orders_log.read(b, start=4, end=11)  # spans three segments, cut inside two of them
+    assert part.column("_offset").to_pylist() == list(range(4, 11))
+    assert orders_log.read(b, start=16).num_rows == 0
+    assert orders_log.read(b, start=3, end=3).num_rows == 0
+    assert orders_log.read(b, start=10, end=1000).num_rows == 6
+
+
+def test_keyless_log_table_rotates_whole_appends_over_buckets(lakehouse: Lakehouse) -> None:
+    lakehouse.create_table("ods.events", EVENTS, buckets=3)
+    log = lakehouse.log("ods.events")
+    used = []
+    for i in range(6):
+        res = log.append(pa.table({"id": [i, i], "worker": [0, 0], "batch": [i, i]}))
+        assert len(res.ranges) == 1  # one bucket (one segment) per append
+        used.append(next(iter(res.ranges)))
+    assert sorted(Counter(used).values()) == [2, 2, 2]  # round-robin
+    assert sum(log.end_offsets().values()) == 12
+    with pytest.raises(BatchError, match="no bucket key"):
+        log.bucket_of([1])
+
+
+def test_deletes_may_carry_only_the_key(orders_log: Log) -> None:
+    orders_log.append(pa.table({"o_orderkey": pa.array([5], pa.int64())}), "delete")
+    b = orders_log.bucket_of([5]).to_pylist()[0]
+    row = orders_log.read(b).to_pylist()[0]
+    assert (row["o_orderkey"], row["o_custkey"], row["_op"]) == (5, None, "delete")
+
+
+def test_safe_casts_are_applied(orders_log: Log) -> None:
+    data = pa.table(
+        {"o_comment": ["x"], "o_orderkey": pa.array([1], pa.int32()), "o_custkey": pa.array([2], pa.int8())}
+    )
+    orders_log.append(data, "insert")  # reordered and widened
+    b = orders_log.bucket_of([1]).to_pylist()[0]
+    assert orders_log.read(b).select(ORDERS.names).to_pylist() == [{"o_orderkey": 1, "o_custkey": 2, "o_comment": "x"}]
+
+
+@pytest.mark.parametrize(
+    ("data", "op", "error", "message"),
+    [
+        (orders([1]).drop_columns(["o_comment"]), "upsert", SchemaError, r"lacks columns \['o_comment'\]"),
+        (
+            orders([1]).append_column("extra", pa.array([1])),
+            "upsert",
+            SchemaError,
+            r"columns the table does not: \['extra'\]",
+        ),
+        (
+            orders([1]).set_column(1, "o_custkey", pa.array([2**40])),
+            "upsert",
+            SchemaError,
+            "'o_custkey'.*cannot be cast",
+        ),
+        (orders([1]).set_column(0, "o_orderkey", pa.array(["abc"])), "upsert", SchemaError, "'o_orderkey'"),
+        (
+            orders([1, 2]).set_column(0, "o_orderkey", pa.array([1, None], pa.int64())),
+            "upsert",
+            BatchError,
+            "primary-key column 'o_orderkey' has 1 null.*row 1",
+        ),
+        (orders([]), "upsert", BatchError, "empty batch"),
+        (orders([1]), "merge", BatchError, "unknown operation 'merge'"),
+        (orders([1]).to_pylist(), "upsert", BatchError, "pyarrow Table"),
+    ],
+)
+def test_bad_input_is_refused_and_nothing_is_written(orders_log: Log, store, data, op, error, message) -> None:
+    with pytest.raises(error, match=message):
+        orders_log.append(data, op)
+    assert segments(store) == []
+    assert orders_log.end_offsets() == {0: 0, 1: 0, 2: 0, 3: 0}
+
+
+def test_oversized_batch_names_the_limit(lakehouse: Lakehouse, store) -> None:
+    lakehouse.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=4)
+    log = Log(store, lakehouse.table("ods.orders"), limits=Limits(max_rows=10, max_bytes=10_000))
+    with pytest.raises(BatchError, match="limit of 10 rows"):
+        log.append(orders(range(11)), "upsert")
+    with pytest.raises(BatchError, match="limit of 10000 bytes"):
+        log.append(orders(range(5), comment="x" * 5000), "upsert")
+    assert segments(store) == []
+    log.close()
+
+
+def test_log_tables_accept_inserts_only(lakehouse: Lakehouse, store) -> None:
+    lakehouse.create_table("ods.events", EVENTS, bucket_key="id", buckets=2)
+    log = lakehouse.log("ods.events")
+    for op in ("upsert", "delete"):
+        with pytest.raises(BatchError, match="accepts inserts only"):
+            log.append(pa.table({"id": [1], "worker": [1], "batch": [1]}), op)
+    with pytest.raises(BatchError, match="bucket-key column 'id' has 1 null"):
+        log.append(pa.table({"id": pa.array([None], pa.int64()), "worker": [1], "batch": [1]}))
+    assert segments(store, "ods.events") == []
+
+
+def test_unknown_table_and_invalid_name(lakehouse: Lakehouse) -> None:
+    with pytest.raises(TableNotFound):
+        lakehouse.log("ods.nope")
+    with pytest.raises(InvalidTableName):
+        lakehouse.log("nope")
+
+
+def test_corrupt_segment_is_reported_not_skipped(orders_log: Log, store: ObjectStore) -> None:
+    orders_log.append(orders(range(50)), "upsert")
+    orders_log.append(orders(range(50, 100)), "upsert")
+    key = segments(store)[0]
+    obj = store.get(key)
+    store.put(key, obj.data[: len(obj.data) // 2], metadata=dict(obj.metadata))  # truncated in place
+    with pytest.raises(CorruptSegmentError, match=rf"{key}.*offsets 0\.\.\d+.*checksum"):
+        orders_log.read(0)
+    store.put(key, b"not arrow at all", metadata={**obj.metadata, "lakestream-crc32": "6c1d4e3a"})
+    with pytest.raises(CorruptSegmentError):
+        orders_log.read(0)
+    store.put(key, obj.data)  # a foreign tool's write: no header
+    with pytest.raises(CorruptSegmentError, match="no valid lakestream header"):
+        orders_log.read(0)
+
+
+def test_read_below_retained_offsets(orders_log: Log, store: ObjectStore, lakehouse: Lakehouse) -> None:
+    for _ in range(3):
+        orders_log.append(orders([1, 2, 3]), "upsert")
+    b = orders_log.bucket_of([1]).to_pylist()[0]
+    first_segment = [k for k in segments(store) if f"/{b:05d}/" in k][0]
+    store.delete(first_segment)
+    fresh = Log(store, lakehouse.table("ods.orders"))
+    start = fresh.start_offsets()[b]
+    assert start > 0
+    with pytest.raises(OffsetOutOfRange, match=f"earliest available offset is {start}"):
+        fresh.read(b, 0)
+    assert fresh.read(b, start).column("_offset").to_pylist()[0] == start
+    fresh.close()
+
+
+# ---- exactly once across retries ----------------------------------------------------------------------
+
+
+def test_retry_with_same_producer_sequence_from_a_new_process_is_recognised(
+    orders_log: Log, store: ObjectStore, lakehouse: Lakehouse
+) -> None:
+    first = orders_log.append(orders(range(100)), "upsert", producer_id="job-7", sequence=41)
+    orders_log.append(orders(range(100)), "upsert")  # another producer appends after it, in every bucket
+    restarted = Log(store, lakehouse.table("ods.orders"))  # a new process: no memory of the first attempt
+    assert sum(restarted.end_offsets().values()) == 200
+    again = restarted.append(orders(range(100)), "upsert", producer_id="job-7", sequence=41)
+    assert again.ranges == first.ranges and again.already_appended == frozenset(first.ranges)
+    assert sum(restarted.end_offsets().values()) == 200
+    nxt = restarted.append(orders(range(100)), "upsert", producer_id="job-7", sequence=42)
+    assert nxt.already_appended == frozenset() and sum(restarted.end_offsets().values()) == 300
+    restarted.close()
+
+
+class FailingPuts:
+    """Fault wrapper: the real store, but PUTs of selected keys raise StoreUnavailable (after applying,
+    if ``apply`` is set: the write landed, the answer was lost for good)."""
+
+    def __init__(self, store: ObjectStore, match: str, *, times: int = 1, apply: bool = False) -> None:
+        self.real_put = store.put
+        self.match, self.times, self.apply = match, times, apply
+        store.put = self.put  # type: ignore[method-assign]
+
+    def put(self, key: str, data: bytes, **kw: Any) -> str:
+        if self.match in key and self.times > 0:
+            self.times -= 1
+            if self.apply:
+                self.real_put(key, data, **kw)
+            raise StoreUnavailable(f"injected: PutObject {key} timed out")
+        return self.real_put(key, data, **kw)
+
+
+@pytest.mark.parametrize("applied", [False, True], ids=["not-applied", "applied-then-lost"])
+def test_partial_append_retried_completes_exactly_once(
+    orders_log: Log, store: ObjectStore, lakehouse: Lakehouse, applied: bool
+) -> None:
+    FailingPuts(store, "/log/00002/", apply=applied)
+    data = orders(range(400))
+    with pytest.raises(AppendIncomplete) as info:
+        orders_log.append(data, "upsert", producer_id="p", sequence=0)
+    assert set(info.value.failed) == {2} and set(info.value.result.ranges) == {0, 1, 3}
+    assert "producer_id='p', sequence=0" in str(info.value)
+    retry = orders_log.append(data, "upsert", producer_id="p", sequence=0)
+    assert retry.already_appended == (frozenset({0, 1, 2, 3}) if applied else frozenset({0, 1, 3}))
+    fresh = Log(store, lakehouse.table("ods.orders"))
+    keys = Counter(k for b in range(4) for k in fresh.read(b).column("o_orderkey").to_pylist())
+    assert keys == Counter(range(400))  # every record exactly once
+    fresh.close()
+
+
+def test_lost_response_on_segment_create_is_not_a_duplicate(seaweedfs) -> None:
+    """The real botocore retry path: the create applies, its response is lost, botocore re-sends."""
+    from botocore.exceptions import ReadTimeoutError
+
+    lh = Lakehouse.open(f"s3://{seaweedfs.bucket}/lost-{uuid.uuid4().hex[:8]}", **seaweedfs.store_options())
+    lh.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=1)
+    log = lh.log("ods.orders")
+    sent = []
+
+    def lose_first_response(request, **_):
+        if b"/log/" in request.url.encode() and not sent:
+            sent.append(lh.store.client._endpoint.http_session.send(request))
+            raise ReadTimeoutError(endpoint_url=request.url)
+
+    lh.store.client.meta.events.register("before-send.s3.PutObject", lose_first_response)
+    result = log.append(orders(range(10)), "upsert")
+    assert sent and result.ranges == {0: (0, 9)}
+    assert log.end_offsets() == {0: 10} and log.read(0).num_rows == 10
+    lh.close()
+
+
+# ---- properties and races -----------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.tuples(st.lists(st.integers(0, 50), min_size=1, max_size=30), st.sampled_from(["upsert", "delete"])),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_any_sequence_of_appends_reads_back_as_its_concatenation(tmp_path_factory, appends) -> None:
+    lh = Lakehouse.open(tmp_path_factory.mktemp("prop").as_uri())
+    lh.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=3)
+    log = lh.log("ods.orders")
+    expected: dict[int, list[tuple[int, str]]] = {0: [], 1: [], 2: []}
+    for keys, op in appends:
+        log.append(orders(keys), op)
+        for k, b in zip(keys, bucket_ids(pa.array(keys, pa.int64()), 3).to_pylist(), strict=True):
+            expected[b].append((k, op))
+    for b in range(3):
+        got = log.read(b)
+        assert (
+            list(zip(got.column("o_orderkey").to_pylist(), got.column("_op").to_pylist(), strict=True)) == expected[b]
+        )
+        assert got.column("_offset").to_pylist() == list(range(len(expected[b])))
+    lh.close()
+
+
+@pytest.mark.slow
+def test_4_processes_append_500_batches_each_contiguous_and_exactly_once(store_spec, lakehouse: Lakehouse) -> None:
+    url, options = store_spec
+    lakehouse.create_table("ods.events", EVENTS, bucket_key="id", buckets=4)
+    workers, batches, rows = 4, 500, 4
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(workers)
+        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            futures = [
+                pool.submit(append_batches, url, options, "ods.events", w, batches, rows, barrier)
+                for w in range(workers)
+            ]
+            results = [f.result(timeout=900) for f in futures]
+    log = lakehouse.log("ods.events")
+    ends = log.end_offsets()
+    assert sum(ends.values()) == workers * batches * rows
+    seen: list[int] = []
+    for b in range(4):
+        got = log.read(b)
+        assert got.column("_offset").to_pylist() == list(range(ends[b])), f"bucket {b} offsets not contiguous"
+        seen += got.column("id").to_pylist()
+    expected = [w * 10_000_000 + bt * 1000 + r for w in range(workers) for bt in range(batches) for r in range(rows)]
+    assert Counter(seen) == Counter(expected), "a record is missing or duplicated"
+    claimed = [
+        (b, o) for worker in results for ranges in worker for b, (lo, hi) in ranges.items() for o in range(lo, hi + 1)
+    ]
+    assert len(claimed) == len(set(claimed)) == len(expected), "two appends claim the same offset"

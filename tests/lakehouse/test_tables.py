@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow as pa
+import pytest
+
+from lakehouse import Lakehouse
+from lakehouse.errors import InvalidTableName, SchemaError, TableAlreadyExists, TableNotFound
+from lakehouse.tables import TableDefinition, TableName
+
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64())])
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["orders", "a.b.c", ".x", "x.", "ods/orders", "ods.or-ders", "ods.../x", "1ods.x", "ods.x y", "", "a." + "b" * 129],
+)
+def test_invalid_names(name: str) -> None:
+    with pytest.raises(InvalidTableName):
+        TableName.parse(name)
+
+
+def test_name_and_keys() -> None:
+    n = TableName.parse("ods.orders")
+    assert (str(n), n.prefix, n.segment_key(3, 42)) == (
+        "ods.orders",
+        "ods/orders/",
+        "ods/orders/log/00003/00000000000000000042.arrow",
+    )
+
+
+def test_definition_round_trip_and_defaults() -> None:
+    d = TableDefinition.build("ods.t", SCHEMA, buckets=8, primary_key=["id"], partition_by=["bucket(8, id)"])
+    assert d.bucket_key == "id" and not d.schema.field("id").nullable
+    back = TableDefinition.from_json(d.to_json())
+    assert back == d and back.schema.equals(d.schema)
+    log_table = TableDefinition.build("ods.clicks", SCHEMA, buckets=4)
+    assert log_table.bucket_key is None and not log_table.has_primary_key
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"buckets": 0}, "buckets must be"),
+        ({"buckets": 5000}, "buckets must be"),
+        ({"buckets": 4, "primary_key": ["nope"]}, "not in the schema"),
+        ({"buckets": 4, "primary_key": ["id", "name"]}, "needs an explicit bucket_key"),
+        ({"buckets": 4, "primary_key": ["id"], "bucket_key": "name"}, "must be a primary-key column"),
+        ({"buckets": 4, "bucket_key": "score"}, "cannot be a bucket key"),
+        ({"buckets": 4, "bucket_key": "zzz"}, "not in the schema"),
+    ],
+)
+def test_invalid_definitions(kwargs, message) -> None:
+    with pytest.raises(SchemaError, match=message):
+        TableDefinition.build("ods.t", SCHEMA, **kwargs)
+
+
+def test_reserved_and_duplicate_columns() -> None:
+    for bad in (pa.schema([("_offset", pa.int64())]), pa.schema([("__x", pa.int64())])):
+        with pytest.raises(SchemaError, match="reserved"):
+            TableDefinition.build("ods.t", bad, buckets=1)
+    with pytest.raises(SchemaError, match="duplicate"):
+        TableDefinition.build("ods.t", pa.schema([("a", pa.int64()), ("a", pa.string())]), buckets=1)
+
+
+def test_create_describe_list(lakehouse: Lakehouse) -> None:
+    lakehouse.create_table("ods.orders", SCHEMA, primary_key=["id"], buckets=4)
+    lakehouse.create_table("ods.clicks", SCHEMA, bucket_key="id", buckets=2)
+    lakehouse.create_table("dwd.x", SCHEMA, buckets=1)
+    assert [str(n) for n in lakehouse.list_tables()] == ["dwd.x", "ods.clicks", "ods.orders"]
+    assert [str(n) for n in lakehouse.list_tables("ods")] == ["ods.clicks", "ods.orders"]
+    assert lakehouse.table("ods.orders").primary_key == ("id",)
+    with pytest.raises(TableAlreadyExists):
+        lakehouse.create_table("ods.orders", SCHEMA, buckets=4)
+    with pytest.raises(TableNotFound, match="no table ods.missing"):
+        lakehouse.table("ods.missing")
+    with pytest.raises(TableNotFound):
+        lakehouse.log("ods.missing")
+
+
+def test_invalid_create_writes_nothing(lakehouse: Lakehouse) -> None:
+    with pytest.raises(SchemaError):
+        lakehouse.create_table("ods.bad", SCHEMA, primary_key=["nope"], buckets=4)
+    with pytest.raises(InvalidTableName):
+        lakehouse.create_table("../etc", SCHEMA, buckets=4)
+    assert lakehouse.list_tables() == []
+
+
+def test_concurrent_creators_one_wins(lakehouse: Lakehouse) -> None:
+    barrier = threading.Barrier(16)
+
+    def create(i: int) -> str:
+        schema = pa.schema([("id", pa.int64()), (f"creator_{i}", pa.string())])
+        barrier.wait()
+        try:
+            lakehouse.create_table("ods.race", schema, primary_key=["id"], buckets=2)
+            return f"creator_{i}"
+        except TableAlreadyExists:
+            return ""
+
+    with ThreadPoolExecutor(16) as pool:
+        winners = [w for w in pool.map(create, range(16)) if w]
+    assert len(winners) == 1
+    assert lakehouse.table("ods.race").schema.names == ["id", winners[0]]
