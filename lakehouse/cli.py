@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -16,6 +16,10 @@ from lakehouse.settings import load_settings
 app = typer.Typer(help="lakestream: a stream-lake pipeline on object storage.", no_args_is_help=True)
 store_app = typer.Typer(help="Inspect and check the warehouse's object store.", no_args_is_help=True)
 app.add_typer(store_app, name="store")
+table_app = typer.Typer(help="Create and inspect tables.", no_args_is_help=True)
+app.add_typer(table_app, name="table")
+log_app = typer.Typer(help="Inspect a table's log.", no_args_is_help=True)
+app.add_typer(log_app, name="log")
 console = Console()
 err = Console(stderr=True)
 
@@ -29,7 +33,7 @@ def _settings(warehouse: str | None, config: Path | None):
     return load_settings(config, warehouse=warehouse)
 
 
-def _fail(exc: LakestreamError) -> None:
+def _fail(exc: Exception) -> NoReturn:
     err.print(f"[bold red]error:[/] {exc}")
     raise typer.Exit(1)
 
@@ -76,12 +80,121 @@ def store_ls(
     console.print(table)
 
 
+def _lakehouse(warehouse: str | None, config: Path | None):
+    from lakehouse.lakehouse import Lakehouse
+
+    return Lakehouse.from_env(config, warehouse=warehouse)
+
+
+@table_app.command("create")
+def table_create(
+    name: Annotated[str, typer.Argument(help="namespace.table")],
+    schema: Annotated[str, typer.Option(help="columns as 'name:type, ...' (types: int64, string, decimal(12,2), ...)")],
+    buckets: Annotated[int, typer.Option(help="number of buckets")] = 4,
+    primary_key: Annotated[str | None, typer.Option(help="comma-separated primary-key columns")] = None,
+    bucket_key: Annotated[str | None, typer.Option(help="bucket-key column (default: the single key column)")] = None,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Create a table (a log table without --primary-key; a primary-key table with it)."""
+    from lakehouse.tables import parse_schema
+
+    try:
+        lh = _lakehouse(warehouse, config)
+        pk = [c.strip() for c in primary_key.split(",")] if primary_key else None
+        definition = lh.create_table(name, parse_schema(schema), buckets=buckets, primary_key=pk, bucket_key=bucket_key)
+    except LakestreamError as exc:
+        _fail(exc)
+    console.print(f"[green]created[/] {definition.name} in {lh.url}")
+    _print_mapping(definition.describe())
+
+
+@table_app.command("describe")
+def table_describe(name: str, warehouse: WarehouseOpt = None, config: ConfigOpt = None) -> None:
+    """Show a table's definition and its log's offsets."""
+    try:
+        lh = _lakehouse(warehouse, config)
+        _print_mapping(lh.table(name).describe())
+        ends = lh.log(name).end_offsets()
+    except LakestreamError as exc:
+        _fail(exc)
+    console.print(f"{'log records':14} {sum(ends.values())} in {len(ends)} buckets")
+
+
+@table_app.command("list")
+def table_list(
+    namespace: Annotated[str | None, typer.Argument(help="only this namespace")] = None,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """List tables."""
+    try:
+        lh = _lakehouse(warehouse, config)
+        table = Table("table", "kind", "buckets", "primary key")
+        for n in lh.list_tables(namespace):
+            d = lh.table(n)
+            table.add_row(
+                str(n), "primary-key" if d.has_primary_key else "log", str(d.buckets), ", ".join(d.primary_key)
+            )
+    except LakestreamError as exc:
+        _fail(exc)
+    console.print(table)
+
+
+@log_app.command("offsets")
+def log_offsets(name: str, warehouse: WarehouseOpt = None, config: ConfigOpt = None) -> None:
+    """Start and end offsets of every bucket of a table's log."""
+    try:
+        log = _lakehouse(warehouse, config).log(name)
+        starts, ends = log.start_offsets(), log.end_offsets()
+    except LakestreamError as exc:
+        _fail(exc)
+    table = Table("bucket", "start offset", "end offset", "records")
+    for b, end in ends.items():
+        table.add_row(str(b), str(starts[b]), str(end), str(end - starts[b]))
+    table.add_row("all", "", "", str(sum(ends.values()) - sum(starts.values())))
+    console.print(table)
+
+
+@log_app.command("tail")
+def log_tail(
+    name: str,
+    bucket: Annotated[int, typer.Option(help="bucket to read")],
+    from_offset: Annotated[int | None, typer.Option("--from", help="first offset (default: the last --limit)")] = None,
+    limit: Annotated[int, typer.Option(help="at most this many records")] = 20,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Print records of one bucket with their offsets, operations and append times."""
+    try:
+        log = _lakehouse(warehouse, config).log(name)
+        end = log.end_offsets()[bucket] if bucket in range(log.definition.buckets) else 0
+        start = max(0, end - limit) if from_offset is None else from_offset
+        rows = log.read(bucket, start, start + limit)
+    except (LakestreamError, ValueError) as exc:
+        _fail(exc)
+    table = Table(*rows.column_names)
+    for row in rows.to_pylist():
+        table.add_row(*(str(v) for v in row.values()))
+    console.print(table)
+    if rows.num_rows:
+        console.print(f"bucket {bucket}: records {start}..{start + rows.num_rows - 1} of end offset {end}")
+    else:
+        console.print(f"bucket {bucket}: no records from offset {start} (end offset {end})")
+
+
+def _print_mapping(mapping: dict) -> None:
+    for k, v in mapping.items():
+        console.print(f"{k:14} {v}")
+
+
 @app.command()
 def demo(
     warehouse: Annotated[
         str | None, typer.Option("--warehouse", "-w", help="default: ./lakestream-demo (a file:// warehouse)")
     ] = None,
     big_mib: Annotated[int, typer.Option(help="size of the multipart write")] = 64,
+    changes: Annotated[int, typer.Option(help="changes to produce into the demo's orders log")] = 1_000_000,
 ) -> None:
     """Run the demo on embedded defaults; exits non-zero if any of its checks fails."""
     from lakehouse.demo import run_demo
@@ -89,7 +202,7 @@ def demo(
     try:
         settings = load_settings(None, warehouse=warehouse or str(Path("lakestream-demo").resolve()))
         store = settings.open_store()
-        run_demo(store, console, big_mib=big_mib)
+        run_demo(store, console, big_mib=big_mib, changes=changes)
     except LakestreamError as exc:
         _fail(exc)
 

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numpy as np
+import pyarrow as pa
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 from rich.table import Table
@@ -35,13 +37,17 @@ class Step:
     seconds: float
 
 
-def run_demo(store: ObjectStore, console: Console | None = None, *, big_mib: int = 64) -> list[Step]:
-    """Run every step against ``store`` (under a fresh prefix) and print a summary."""
+def run_demo(
+    store: ObjectStore, console: Console | None = None, *, big_mib: int = 64, changes: int = 1_000_000
+) -> list[Step]:
+    """Run every step against ``store`` (under a fresh prefix / namespace) and print a summary."""
     console = console or Console()
-    run = f"demo/{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    console.print(f"[bold]lakestream demo[/] on {store.url} (prefix {run}/)")
+    stamp = f"{time.strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:6]}"
+    run = f"demo/{stamp}"
+    console.print(f"[bold]lakestream demo[/] on {store.url} (prefix {run}/, namespace demo_{stamp})")
     steps = []
     for name, fn in (
+        (f"log: {changes:,} changes", lambda: _log(store, f"demo_{stamp}", changes, console)),
         ("capability probe", lambda: _probe(store)),
         ("create-only race", lambda: _race(store, f"{run}/race")),
         ("compare-and-swap counter", lambda: _counter(store, f"{run}/counter")),
@@ -60,6 +66,91 @@ def run_demo(store: ObjectStore, console: Console | None = None, *, big_mib: int
         table.add_row(s.name, s.result, f"{s.seconds:.2f}")
     console.print(table)
     return steps
+
+
+def _log(store: ObjectStore, namespace: str, changes: int, console: Console) -> str:
+    """TPC-H-shaped orders (primary key) and a keyless event log, fed by Producers."""
+    from lakehouse.lakehouse import Lakehouse
+
+    lh = Lakehouse(store)
+    orders = lh.create_table(f"{namespace}.orders", ORDERS_SCHEMA, primary_key=["o_orderkey"], buckets=8)
+    events = lh.create_table(f"{namespace}.events", EVENTS_SCHEMA, buckets=4)
+    rng = np.random.default_rng(7)
+    keyspace = max(1, changes // 2)
+    sent = {"upsert": 0, "delete": 0, "insert": 0}
+    chunk = 10_000
+    with Progress(*Progress.get_default_columns(), console=console, transient=True) as bar:
+        task = bar.add_task("producing", total=changes)
+        with lh.log(orders.name).producer(batch_rows=50_000) as p_orders, lh.log(events.name).producer() as p_events:
+            done = 0
+            while done < changes:
+                n = min(chunk, changes - done)
+                keys = rng.integers(0, keyspace, n)
+                deleting = rng.random(n) < 0.05
+                p_orders.send(_orders_batch(keys[~deleting], rng), "upsert")
+                if deleting.any():
+                    p_orders.send(pa.table({"o_orderkey": pa.array(keys[deleting], pa.int64())}), "delete")
+                p_events.send(_events_batch(keys[: n // 5], rng))
+                sent["upsert"] += int((~deleting).sum())
+                sent["delete"] += int(deleting.sum())
+                sent["insert"] += n // 5
+                done += n
+                bar.advance(task, n)
+    ends = lh.log(orders.name).end_offsets()
+    _check(sum(ends.values()) == sent["upsert"] + sent["delete"], f"orders log has {sum(ends.values())} records")
+    read_back = sum(lh.log(orders.name).read(b).num_rows for b in ends)
+    _check(read_back == sum(ends.values()), f"read back {read_back} records, log says {sum(ends.values())}")
+    event_ends = lh.log(events.name).end_offsets()
+    _check(sum(event_ends.values()) == sent["insert"], f"events log has {sum(event_ends.values())} records")
+    table = Table(title=f"{orders.name}: end offsets per bucket (bucket = Iceberg bucket[8](o_orderkey))")
+    for b in ends:
+        table.add_column(str(b))
+    table.add_row(*(f"{e:,}" for e in ends.values()))
+    console.print(table)
+    lh.close()
+    return (
+        f"{sent['upsert']:,} upserts + {sent['delete']:,} deletes into {orders.name}, {sent['insert']:,} events; "
+        "offsets contiguous, every record read back"
+    )
+
+
+ORDERS_SCHEMA = pa.schema(
+    [
+        ("o_orderkey", pa.int64()),
+        ("o_custkey", pa.int64()),
+        ("o_orderstatus", pa.string()),
+        ("o_totalprice", pa.decimal128(12, 2)),
+        ("o_orderdate", pa.date32()),
+        ("o_comment", pa.string()),
+    ]
+)
+EVENTS_SCHEMA = pa.schema([("user_id", pa.int64()), ("event", pa.string()), ("ts", pa.timestamp("us", tz="UTC"))])
+
+
+def _orders_batch(keys: np.ndarray, rng: np.random.Generator) -> pa.Table:
+    n = len(keys)
+    cents = rng.integers(100, 50_000_000, n)
+    return pa.table(
+        {
+            "o_orderkey": pa.array(keys, pa.int64()),
+            "o_custkey": pa.array(keys % 15_000, pa.int64()),
+            "o_orderstatus": pa.array(rng.choice(["O", "F", "P"], n)),
+            "o_totalprice": pa.array(cents // 100, pa.int32()).cast(pa.decimal128(12, 2)),
+            "o_orderdate": pa.array(rng.integers(8035, 10591, n).astype("int32")).cast(pa.date32()),
+            "o_comment": pa.array(rng.choice(["quick", "slyly", "furious", "pending deposits"], n)),
+        }
+    )
+
+
+def _events_batch(users: np.ndarray, rng: np.random.Generator) -> pa.Table:
+    n = len(users)
+    return pa.table(
+        {
+            "user_id": pa.array(users, pa.int64()),
+            "event": pa.array(rng.choice(["view", "click", "buy"], n)),
+            "ts": pa.array(np.full(n, int(time.time() * 1e6), dtype="int64")).cast(pa.timestamp("us", tz="UTC")),
+        }
+    )
 
 
 def _check(condition: bool, message: str) -> None:

@@ -195,3 +195,68 @@ class TableDefinition:
             "uuid": self.table_uuid,
             "created": self.created_at,
         }
+
+
+_TYPES = {
+    "bool": pa.bool_(),
+    "int8": pa.int8(),
+    "int16": pa.int16(),
+    "int32": pa.int32(),
+    "int": pa.int32(),
+    "int64": pa.int64(),
+    "long": pa.int64(),
+    "float32": pa.float32(),
+    "float": pa.float32(),
+    "float64": pa.float64(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "binary": pa.binary(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us"),
+    "timestamptz": pa.timestamp("us", tz="UTC"),
+}
+_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
+
+
+def parse_schema(spec: str) -> pa.Schema:
+    """Parse ``"name:type[!], ..."`` (``!`` = not null) into an Arrow schema, for the CLI.
+
+    Types: bool, int8/16/32/64 (int, long), float32/64 (float, double), string, binary, date,
+    timestamp, timestamptz, decimal(p,s).
+    """
+    fields = []
+    for item in _split_top(spec):
+        name, sep, type_name = item.partition(":")
+        if not sep or not name.strip():
+            raise SchemaError(f"bad column spec {item!r}: use name:type, e.g. o_orderkey:int64")
+        type_name = type_name.strip().lower()
+        nullable = not type_name.endswith("!")
+        type_name = type_name.rstrip("!")
+        m = _DECIMAL.fullmatch(type_name)
+        if m:
+            t = pa.decimal128(int(m.group(1)), int(m.group(2)))
+        elif type_name in _TYPES:
+            t = _TYPES[type_name]
+        else:
+            raise SchemaError(
+                f"unknown type {type_name!r} for column {name.strip()!r}; known: {sorted(_TYPES)}, decimal(p,s)"
+            )
+        fields.append(pa.field(name.strip(), t, nullable))
+    if not fields:
+        raise SchemaError("empty schema: give at least one column as name:type")
+    return pa.schema(fields)
+
+
+def _split_top(spec: str) -> list[str]:
+    """Split on commas that are not inside parentheses (decimal(12,2))."""
+    parts, depth, current = [], 0, ""
+    for ch in spec:
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+            continue
+        depth += ch == "("
+        depth -= ch == ")"
+        current += ch
+    parts.append(current.strip())
+    return [p for p in parts if p]

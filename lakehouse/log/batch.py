@@ -98,15 +98,24 @@ def _nullable(schema: pa.Schema, names: list[str]) -> pa.Schema:
     return pa.schema([f.with_nullable(True) if f.name in names else f for f in schema], metadata=schema.metadata)
 
 
-def split_by_bucket(definition: TableDefinition, table: pa.Table, sticky_bucket: int) -> dict[int, pa.Table]:
-    """Rows per bucket, in input order within each bucket. Keyless tables put the whole batch in
-    ``sticky_bucket`` (the caller rotates it per append)."""
+def bucket_rows(definition: TableDefinition, table: pa.Table, sticky_bucket: int) -> dict[int, pa.Array | None]:
+    """Row indices per bucket, in input order within each bucket (None = every row). Keyless tables put the
+    whole batch in ``sticky_bucket`` (the caller rotates it per append). Taking the rows is left to the
+    caller, so it can happen in parallel per bucket."""
     if definition.bucket_key is None:
-        return {sticky_bucket: table}
+        return {sticky_bucket: None}
     ids = bucket_ids(table.column(definition.bucket_key), definition.buckets).to_numpy(zero_copy_only=False)
     order = np.argsort(ids, kind="stable")
-    sorted_ids = ids[order]
-    present, starts = np.unique(sorted_ids, return_index=True)
+    present, starts = np.unique(ids[order], return_index=True)
+    if len(present) == 1:
+        return {int(present[0]): None}
     ends = [*starts[1:], len(ids)]
-    taken = table.take(pa.array(order))
-    return {int(b): taken.slice(int(s), int(e - s)) for b, s, e in zip(present, starts, ends, strict=True)}
+    return {int(b): pa.array(order[s:e]) for b, s, e in zip(present, starts, ends, strict=True)}
+
+
+def split_by_bucket(definition: TableDefinition, table: pa.Table, sticky_bucket: int) -> dict[int, pa.Table]:
+    """Rows per bucket as tables (see `bucket_rows`)."""
+    return {
+        b: table if rows is None else table.take(rows)
+        for b, rows in bucket_rows(definition, table, sticky_bucket).items()
+    }

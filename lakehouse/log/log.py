@@ -32,7 +32,7 @@ import pyarrow as pa
 from lakehouse.bucketing import bucket_ids
 from lakehouse.errors import BatchError, LakestreamError, OffsetOutOfRange
 from lakehouse.log import segment
-from lakehouse.log.batch import Limits, conform, split_by_bucket
+from lakehouse.log.batch import Limits, bucket_rows, conform
 from lakehouse.log.index import BucketIndex
 from lakehouse.log.segment import SegmentHeader
 from lakehouse.tables import TableDefinition
@@ -83,6 +83,7 @@ class Log:
         limits: Limits | None = None,
         dedup_window: int = DEFAULT_DEDUP_WINDOW,
         max_workers: int = 8,
+        compression: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -90,9 +91,10 @@ class Log:
         self.name = definition.name
         self.limits = limits or Limits()
         self.dedup_window = dedup_window
+        self.compression = compression
         self._clock = clock
         self._indexes = [BucketIndex(store, definition.name, b) for b in range(definition.buckets)]
-        self._pool = ThreadPoolExecutor(max(1, min(max_workers, definition.buckets)), thread_name_prefix="log")
+        self._pool = ThreadPoolExecutor(max(1, max_workers), thread_name_prefix="log")
         self._sticky = itertools.count(random.randrange(definition.buckets))
         self._producers: dict[str, _ProducerState] = {}
         self._producers_lock = threading.Lock()
@@ -121,7 +123,7 @@ class Log:
         elif sequence is None or sequence < 0:
             raise BatchError(f"{self.name}: an append with a producer_id needs a sequence >= 0, got {sequence!r}")
         assert sequence is not None
-        parts = split_by_bucket(self.definition, table, next(self._sticky) % self.definition.buckets)
+        parts = bucket_rows(self.definition, table, next(self._sticky) % self.definition.buckets)
         state = self._producer(producer_id)
         with state.lock:
             # A sequence this Log has not attempted yet cannot be a retry, unless the id was given by a
@@ -135,7 +137,8 @@ class Log:
                 "sequence": sequence,
             }
             futures = {
-                b: self._pool.submit(self._append_bucket, b, part, header, may_be_retry) for b, part in parts.items()
+                b: self._pool.submit(self._append_bucket, b, table, rows, header, may_be_retry)
+                for b, rows in parts.items()
             }
             ranges, already, failed = {}, set(), {}
             for b, f in futures.items():
@@ -162,7 +165,7 @@ class Log:
             return self._producers.setdefault(producer_id, _ProducerState())
 
     def _append_bucket(
-        self, bucket: int, part: pa.Table, header_fields: dict, may_be_retry: bool
+        self, bucket: int, table: pa.Table, rows: pa.Array | None, header_fields: dict, may_be_retry: bool
     ) -> tuple[tuple[int, int], bool]:
         index = self._indexes[bucket]
         if may_be_retry:
@@ -171,11 +174,12 @@ class Log:
                 return found, True
         if not index.refreshed:  # learn the end before uploading a body to a taken offset
             index.refresh()
-        body = segment.encode(part)
+        part = table if rows is None else table.take(rows)
+        body = segment.encode(part, self.compression)
         header = SegmentHeader(count=part.num_rows, crc32=segment.checksum(body), **header_fields)
         metadata = header.to_metadata()
         offset = index.end
-        while True:
+        for lost in itertools.count():
             key = self.name.segment_key(bucket, offset)
             try:
                 self.store.put(key, body, if_none_match=True, metadata=metadata)
@@ -188,9 +192,13 @@ class Log:
                     index.refresh()
                     return (offset, offset + theirs.count - 1), True
                 offset = max(index.refresh(), offset + 1 if theirs is None else offset + theirs.count)
+                # Lost a race: back off a little (jittered, growing) so racing producers spread out
+                # instead of colliding again on the next offset with a full body each.
+                time.sleep(random.uniform(0, min(0.05, 0.002 * 2**lost)))
                 continue
             index.record(offset, header.count, key)
             return (offset, offset + header.count - 1), False
+        raise AssertionError("unreachable")
 
     def _header_or_none(self, key: str) -> SegmentHeader | None:
         try:

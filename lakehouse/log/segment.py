@@ -33,7 +33,6 @@ SYSTEM_FIELDS = [
     pa.field("_timestamp", TIMESTAMP_TYPE, False),
 ]
 _OP_DICTIONARY = pa.array(OPS, pa.string())
-_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
 @dataclass(frozen=True)
@@ -75,10 +74,11 @@ class SegmentHeader:
         return header
 
 
-def encode(table: pa.Table) -> bytes:
-    """The Arrow IPC stream of ``table`` (lz4-compressed buffers)."""
+def encode(table: pa.Table, compression: str | None = None) -> bytes:
+    """The Arrow IPC stream of ``table``; ``compression`` = None, "lz4" or "zstd" (buffer compression,
+    read transparently)."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema, options=_IPC_OPTIONS) as writer:
+    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
 

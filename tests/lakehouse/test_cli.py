@@ -8,7 +8,7 @@ runner = CliRunner()
 
 
 def test_demo_runs_and_checks_itself(tmp_path) -> None:
-    result = runner.invoke(app, ["demo", "--warehouse", str(tmp_path / "wh"), "--big-mib", "12"])
+    result = runner.invoke(app, ["demo", "--warehouse", str(tmp_path / "wh"), "--big-mib", "12", "--changes", "20000"])
     assert result.exit_code == 0, result.output
     assert "exactly one winner each round" in result.output and "none lost" in result.output
 
@@ -38,3 +38,49 @@ def test_store_probe_against_s3(seaweedfs) -> None:
 def test_errors_are_clear_and_exit_non_zero() -> None:
     result = runner.invoke(app, ["store", "ls", "-w", "ftp://nope/x"])
     assert result.exit_code == 1 and "unsupported warehouse URL" in result.output
+
+
+def test_table_and_log_commands(tmp_path) -> None:
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    from lakehouse import Lakehouse
+
+    wh = ["-w", tmp_path.as_uri()]
+    schema = "o_orderkey:int64, o_totalprice:decimal(12,2), o_comment:string, o_orderdate:date"
+    result = runner.invoke(
+        app, ["table", "create", "ods.orders", "--schema", schema, "--primary-key", "o_orderkey", *wh]
+    )
+    assert result.exit_code == 0, result.output
+    assert "primary-key table" in result.output and "decimal128(12, 2)" in result.output
+    again = runner.invoke(app, ["table", "create", "ods.orders", "--schema", schema, *wh])
+    assert again.exit_code == 1 and "already exists" in again.output
+    bad = runner.invoke(app, ["table", "create", "ods.x", "--schema", "a:blob", *wh])
+    assert bad.exit_code == 1 and "unknown type 'blob'" in bad.output
+
+    log = Lakehouse.open(tmp_path.as_uri()).log("ods.orders")
+    log.append(
+        pa.table(
+            {
+                "o_orderkey": list(range(40)),
+                "o_totalprice": pa.array([Decimal("1.00")] * 40, pa.decimal128(12, 2)),
+                "o_comment": ["hello"] * 40,
+                "o_orderdate": pa.array([0] * 40, pa.int32()).cast(pa.date32()),
+            }
+        ),
+        "upsert",
+    )
+    ends = log.end_offsets()
+    result = runner.invoke(app, ["log", "offsets", "ods.orders", *wh])
+    assert result.exit_code == 0 and "40" in result.output
+    result = runner.invoke(app, ["log", "tail", "ods.orders", "--bucket", "1", "--from", "0", "--limit", "3", *wh])
+    assert result.exit_code == 0 and "upsert" in result.output and f"of end offset {ends[1]}" in result.output
+    result = runner.invoke(app, ["table", "list", *wh])
+    assert "ods.orders" in result.output
+    result = runner.invoke(app, ["table", "describe", "ods.orders", *wh])
+    assert "log records    40" in result.output
+    result = runner.invoke(app, ["log", "tail", "ods.orders", "--bucket", "9", *wh])
+    assert result.exit_code == 1 and "buckets 0..3" in result.output
+    result = runner.invoke(app, ["table", "describe", "ods.nope", *wh])
+    assert result.exit_code == 1 and "no table ods.nope" in result.output

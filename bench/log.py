@@ -1,0 +1,248 @@
+"""Log benchmark: appends and reads against raw object-store calls on the same bytes, in the same run.
+
+    python bench/log.py            # full run (a few minutes)
+    python bench/log.py --quick    # a smoke run
+
+Append: a TPC-H-orders-shaped primary-key table with 4 buckets; each append is one batch of
+``--rows`` rows (4 segments). Ours = `Log.append` (validation, bucketing, IPC encoding, create-only PUTs,
+offset bookkeeping). Baseline = the already-encoded segment bodies of the same batches PUT to fresh keys
+with the same parallelism (one thread per bucket), no conditions. With 4 producers, 4 threads append to
+the same table at once (ours race for the same next offsets; the baseline's keys never collide).
+
+Read: one bucket, ours = `Log.read` (checksums, headers, system columns, 4 segments prefetched) against
+raw GETs of the same segments with the same prefetch depth plus Arrow IPC decoding.
+
+Ratios are baseline_time / our_time (1.0 = no overhead); goal >= 0.8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lakehouse import Lakehouse  # noqa: E402
+from lakehouse.demo import ORDERS_SCHEMA, _orders_batch  # noqa: E402
+from lakehouse.log import segment  # noqa: E402
+from lakehouse.log.batch import split_by_bucket  # noqa: E402
+from object_store import ObjectStore, open_store  # noqa: E402
+from object_store.seaweedfs import SeaweedFS  # noqa: E402
+
+BUCKETS = 4
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def make_batches(n: int, rows: int, seed: int) -> list[pa.Table]:
+    rng = np.random.default_rng(seed)
+    return [_orders_batch(rng.integers(0, 10**9, rows), rng) for _ in range(n)]
+
+
+def run_producers(fn, producers: int, per_producer: list[list]) -> tuple[float, list[float]]:
+    """Run fn(items) in `producers` threads at once; return wall time and all per-item latencies."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(producers)
+
+    def worker(items: list) -> None:
+        barrier.wait()
+        local = []
+        for item in items:
+            t0 = time.perf_counter()
+            fn(item)
+            local.append(time.perf_counter() - t0)
+        with lock:
+            latencies.extend(local)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(producers) as pool:
+        list(pool.map(worker, per_producer))
+    return time.perf_counter() - t0, latencies
+
+
+def bench_append(store: ObjectStore, producers: int, batches: int, rows: int) -> dict[str, float]:
+    lh = Lakehouse(store)
+    name = f"bench.orders_{uuid.uuid4().hex[:8]}"
+    definition = lh.create_table(name, ORDERS_SCHEMA, primary_key=["o_orderkey"], buckets=BUCKETS)
+    data = make_batches(batches * producers, rows, seed=producers)
+    shares = [data[i::producers] for i in range(producers)]
+    logs = [Lakehouse(store).log(name) for _ in range(producers)]
+    for log in logs:
+        log.end_offsets()
+    # baseline input: the same segment bodies, encoded ahead of time (not timed)
+    bodies = [[segment.encode(part) for part in split_by_bucket(definition, t, 0).values()] for t in data]
+    body_shares = [bodies[i::producers] for i in range(producers)]
+    pool = ThreadPoolExecutor(BUCKETS * producers)
+    tag = uuid.uuid4().hex[:8]
+
+    def raw_append(segment_bodies: list[bytes]) -> None:
+        list(pool.map(lambda b: store.put(f"raw/{tag}/{uuid.uuid4().hex}", b), segment_bodies))
+
+    ours_wall, base_wall, ours_lat, base_lat = [], [], [], []
+    half = max(1, batches // 2)  # alternate halves so drift hits both sides
+    for lo in (0, half):
+        wall, lat = run_producers(raw_append, producers, [s[lo : lo + half] for s in body_shares])
+        base_wall.append(wall)
+        base_lat += lat
+        # each thread uses its own Log (as separate producer processes would)
+        wall, lat = run_producers_per_log(logs, [s[lo : lo + half] for s in shares])
+        ours_wall.append(wall)
+        ours_lat += lat
+    pool.shutdown()
+    total_rows = 2 * half * producers * rows
+    total_bytes = sum(len(b) for bs in bodies[: 2 * half * producers] for b in bs)
+    ours, base = sum(ours_wall), sum(base_wall)
+    ends = logs[0].end_offsets()
+    assert sum(ends.values()) == total_rows, f"log holds {sum(ends.values())} records, appended {total_rows}"
+    return {
+        "rows_s": total_rows / ours,
+        "mb_s": total_bytes / ours / 1e6,
+        "base_rows_s": total_rows / base,
+        "ratio": base / ours,
+        "p50": pct(ours_lat, 0.5),
+        "p99": pct(ours_lat, 0.99),
+        "base_p50": pct(base_lat, 0.5),
+    }
+
+
+def run_producers_per_log(logs, shares) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(len(logs))
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        local = []
+        for t in shares[i]:
+            t0 = time.perf_counter()
+            logs[i].append(t, "upsert")
+            local.append(time.perf_counter() - t0)
+        with lock:
+            latencies.extend(local)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(len(logs)) as pool:
+        list(pool.map(worker, range(len(logs))))
+    return time.perf_counter() - t0, latencies
+
+
+def bench_producers(store: ObjectStore, producers: int, sends: int, rows: int) -> dict[str, float]:
+    """`producers` threads each streaming `sends` batches through a `Producer` (batching and linger let
+    appends grow while a bucket is contended), same table; wall-clock rows/s until every row is appended."""
+    lh = Lakehouse(store)
+    name = f"bench.stream_{uuid.uuid4().hex[:8]}"
+    lh.create_table(name, ORDERS_SCHEMA, primary_key=["o_orderkey"], buckets=BUCKETS)
+    data = make_batches(sends * producers, rows, seed=7)
+    logs = [Lakehouse(store).log(name) for _ in range(producers)]
+
+    def worker(i: int) -> None:
+        with logs[i].producer(batch_rows=8 * rows, linger=0.02, max_buffer_rows=16 * rows) as p:
+            for t in data[i::producers]:
+                p.send(t, "upsert")
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(producers) as pool:
+        list(pool.map(worker, range(producers)))
+    wall = time.perf_counter() - t0
+    assert sum(logs[0].end_offsets().values()) == sends * producers * rows
+    return {"rows_s": sends * producers * rows / wall}
+
+
+def bench_read(store: ObjectStore, batches: int, rows: int, repeats: int = 3) -> dict[str, float]:
+    lh = Lakehouse(store)
+    name = f"bench.read_{uuid.uuid4().hex[:8]}"
+    lh.create_table(name, ORDERS_SCHEMA, primary_key=["o_orderkey"], buckets=1)
+    log = lh.log(name)
+    for t in make_batches(batches, rows, seed=99):
+        log.append(t, "upsert")
+    keys = [f"{log.name.bucket_prefix(0)}{b:020d}.arrow" for b in log._indexes[0].bases]
+    nbytes = sum(store.head(k).size for k in keys)
+    pool = ThreadPoolExecutor(4)
+
+    def raw_read() -> int:
+        tables = pool.map(lambda k: pa.ipc.open_stream(pa.py_buffer(store.get(k).data)).read_all(), keys)
+        return sum(t.num_rows for t in tables)
+
+    ours_t, base_t = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        n_base = raw_read()
+        base_t.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        n_ours = log.read(0).num_rows
+        ours_t.append(time.perf_counter() - t0)
+        assert n_ours == n_base == batches * rows
+    pool.shutdown()
+    ours, base = statistics.median(ours_t), statistics.median(base_t)
+    return {"rows_s": batches * rows / ours, "mb_s": nbytes / ours / 1e6, "ratio": base / ours}
+
+
+def run(name: str, store: ObjectStore, args: argparse.Namespace) -> list[str]:
+    rows = [
+        f"### {name}",
+        "",
+        f"Appends of {args.rows:,}-row batches into a 4-bucket primary-key table "
+        f"({args.batches} appends per producer).",
+        "",
+        "| producers | rows/s | MB/s | p50 | p99 | raw PUT rows/s | raw p50 | ratio (goal >= 0.8) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for producers in (1, 4):
+        r = bench_append(store, producers, args.batches, args.rows)
+        rows.append(
+            f"| {producers} | {r['rows_s']:,.0f} | {r['mb_s']:.1f} | {r['p50'] * 1e3:.1f} ms | {r['p99'] * 1e3:.1f} ms "
+            f"| {r['base_rows_s']:,.0f} | {r['base_p50'] * 1e3:.1f} ms | {r['ratio']:.2f} |"
+        )
+        print(rows[-1], flush=True)
+    for producers in (1, 4):
+        r = bench_producers(store, producers, args.batches, args.rows)
+        rows.append(f"| {producers} x `Producer` (batch 8x, linger 20 ms) | {r['rows_s']:,.0f} | | | | | | |")
+        print(rows[-1], flush=True)
+    r = bench_read(store, args.read_segments, args.rows)
+    rows += [
+        "",
+        "| read one bucket | rows/s | MB/s | ratio to raw GET + IPC decode (goal >= 0.8) |",
+        "| --- | --- | --- | --- |",
+        f"| {args.read_segments} segments x {args.rows:,} rows | {r['rows_s']:,.0f} | {r['mb_s']:.1f} "
+        f"| {r['ratio']:.2f} |",
+        "",
+    ]
+    print("\n".join(rows[-4:]), flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", choices=["s3", "local"])
+    parser.add_argument("--rows", type=int, default=10_000)
+    args = parser.parse_args()
+    args.batches = 10 if args.quick else 60
+    args.read_segments = 10 if args.quick else 100
+    out = [f"Log benchmark, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores", ""]
+    with tempfile.TemporaryDirectory(prefix="lakestream-bench-") as tmp:
+        if args.only in (None, "s3"):
+            with SeaweedFS(Path(tmp) / "seaweedfs") as server:
+                out += run("SeaweedFS 4.48", open_store(f"s3://{server.bucket}/bench", **server.store_options()), args)
+        if args.only in (None, "local"):
+            out += run("local backend", open_store(Path(tmp, "local").as_uri()), args)
+    print("\n" + "\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""Producer: batching, order across operations, back-pressure, and failures reported, never dropped."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from lakehouse import Lakehouse
+from lakehouse.errors import ProducerError, SchemaError
+from lakehouse.log import Log
+from object_store import ObjectStore, StoreUnavailable
+
+SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
+
+
+def rows(keys, v="x") -> pa.Table:
+    return pa.table({"k": pa.array(list(keys), pa.int64()), "v": [f"{v}{k}" for k in keys]})
+
+
+@pytest.fixture
+def log(lakehouse: Lakehouse) -> Log:
+    lakehouse.create_table("ods.kv", SCHEMA, primary_key=["k"], buckets=2)
+    return lakehouse.log("ods.kv")
+
+
+def all_rows(log: Log) -> list[dict]:
+    return [r for b in range(2) for r in log.read(b).to_pylist()]
+
+
+def test_batches_many_sends_into_few_appends(log: Log) -> None:
+    with log.producer(batch_rows=100, linger=10) as p:
+        for i in range(50):
+            p.send(rows(range(i * 10, i * 10 + 10)), "upsert")
+    assert p.rows_appended == 500 and len(p.results) == 5  # 50 sends -> 5 appends of 100 rows
+    assert Counter(r["k"] for r in all_rows(log)) == Counter(range(500))
+    assert [r.sequence for r in p.results] == list(range(5))
+
+
+def test_linger_flushes_without_more_sends(log: Log) -> None:
+    with log.producer(batch_rows=10_000, linger=0.05) as p:
+        p.send(rows([1, 2, 3]), "upsert")
+        deadline = time.monotonic() + 10
+        while p.rows_appended < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert p.rows_appended == 3  # appended by linger, before close
+
+
+def test_order_across_operations_is_kept(log: Log) -> None:
+    with log.producer(batch_rows=1000, linger=10) as p:
+        p.send(rows([7], "a"), "upsert")
+        p.send(rows([7]), "delete")
+        p.send(rows([7], "b"), "upsert")
+    b = log.bucket_of([7]).to_pylist()[0]
+    got = log.read(b)
+    assert list(zip(got.column("_op").to_pylist(), got.column("v").to_pylist(), strict=True)) == [
+        ("upsert", "a7"),
+        ("delete", "x7"),
+        ("upsert", "b7"),
+    ]
+
+
+def test_bad_rows_raise_at_send_and_nothing_is_queued(log: Log) -> None:
+    with log.producer() as p:
+        with pytest.raises(SchemaError):
+            p.send(pa.table({"k": [1]}), "upsert")
+        p.send(rows([1]), "upsert")
+    assert p.rows_appended == 1
+
+
+class GatedPuts:
+    """Fault wrapper: PUTs of log segments wait for a gate (a slow store)."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.gate = threading.Event()
+        real = store.put
+
+        def put(key: str, data: bytes, **kw: Any) -> str:
+            if "/log/" in key:
+                self.gate.wait(30)
+            return real(key, data, **kw)
+
+        store.put = put  # type: ignore[method-assign]
+
+
+def test_back_pressure_blocks_send_when_the_buffer_is_full(log: Log, store: ObjectStore) -> None:
+    gated = GatedPuts(store)
+    p = log.producer(batch_rows=10, max_buffer_rows=30, linger=0.0)
+    for i in range(3):
+        p.send(rows(range(i * 10, i * 10 + 10)))  # fills the buffer: 30 rows waiting on the gate
+    returned = threading.Event()
+    t = threading.Thread(target=lambda: (p.send(rows(range(30, 40))), returned.set()))
+    t.start()
+    time.sleep(0.5)
+    assert not returned.is_set(), "send should block while the buffer is full"
+    gated.gate.set()
+    t.join(30)
+    assert returned.is_set()
+    p.close()
+    assert p.rows_appended == 40 and len(all_rows(log)) == 40
+
+
+class FailingSegmentPuts:
+    def __init__(self, store: ObjectStore, times: int) -> None:
+        self.times = times
+        real = store.put
+
+        def put(key: str, data: bytes, **kw: Any) -> str:
+            if "/log/" in key and self.times > 0:
+                self.times -= 1
+                raise StoreUnavailable(f"injected: PutObject {key} failed")
+            return real(key, data, **kw)
+
+        store.put = put  # type: ignore[method-assign]
+
+
+def test_transient_failures_are_retried_without_duplicates(log: Log, store: ObjectStore) -> None:
+    FailingSegmentPuts(store, times=3)
+    with log.producer(batch_rows=100, retry_backoff=0.01) as p:
+        p.send(rows(range(100)), "upsert")
+    assert Counter(r["k"] for r in all_rows(log)) == Counter(range(100))
+
+
+def test_permanent_failure_is_reported_with_the_undelivered_count(log: Log, store: ObjectStore) -> None:
+    FailingSegmentPuts(store, times=10**9)
+    p = log.producer(batch_rows=10, linger=0.0, max_retries=2, retry_backoff=0.01)
+    p.send(rows(range(10)))
+    with pytest.raises(ProducerError, match=r"10 rows were not delivered") as info:
+        p.flush(timeout=30)
+    assert isinstance(info.value.__cause__, Exception)
+    with pytest.raises(ProducerError):
+        p.send(rows(range(10, 20)))  # refused after a failure: the caller must notice
+    with pytest.raises(ProducerError):
+        p.close()
+    assert all_rows(log) == []
