@@ -18,11 +18,8 @@ Ratios are baseline_time / our_time (1.0 = no overhead); goal >= 0.8.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -31,48 +28,22 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import on_both_backends, parser, pct, run_threads, timed_each  # noqa: E402
 
 from lakehouse import Lakehouse  # noqa: E402
 from lakehouse.demo import ORDERS_SCHEMA, _orders_batch  # noqa: E402
 from lakehouse.log import segment  # noqa: E402
 from lakehouse.log.batch import split_by_bucket  # noqa: E402
-from object_store import ObjectStore, open_store  # noqa: E402
-from object_store.seaweedfs import SeaweedFS  # noqa: E402
+from object_store import ObjectStore  # noqa: E402
 
 BUCKETS = 4
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def make_batches(n: int, rows: int, seed: int) -> list[pa.Table]:
     rng = np.random.default_rng(seed)
     return [_orders_batch(rng.integers(0, 10**9, rows), rng) for _ in range(n)]
-
-
-def run_producers(fn, producers: int, per_producer: list[list]) -> tuple[float, list[float]]:
-    """Run fn(items) in `producers` threads at once; return wall time and all per-item latencies."""
-    latencies: list[float] = []
-    lock = threading.Lock()
-    barrier = threading.Barrier(producers)
-
-    def worker(items: list) -> None:
-        barrier.wait()
-        local = []
-        for item in items:
-            t0 = time.perf_counter()
-            fn(item)
-            local.append(time.perf_counter() - t0)
-        with lock:
-            latencies.extend(local)
-
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(producers) as pool:
-        list(pool.map(worker, per_producer))
-    return time.perf_counter() - t0, latencies
 
 
 def bench_append(store: ObjectStore, producers: int, batches: int, rows: int) -> dict[str, float]:
@@ -96,11 +67,13 @@ def bench_append(store: ObjectStore, producers: int, batches: int, rows: int) ->
     ours_wall, base_wall, ours_lat, base_lat = [], [], [], []
     half = max(1, batches // 2)  # alternate halves so drift hits both sides
     for lo in (0, half):
-        wall, lat = run_producers(raw_append, producers, [s[lo : lo + half] for s in body_shares])
+        wall, lat = run_threads(lambda i, lo=lo: timed_each(raw_append, body_shares[i][lo : lo + half]), producers)
         base_wall.append(wall)
         base_lat += lat
         # each thread uses its own Log (as separate producer processes would)
-        wall, lat = run_producers_per_log(logs, [s[lo : lo + half] for s in shares])
+        wall, lat = run_threads(
+            lambda i, lo=lo: timed_each(lambda t: logs[i].append(t, "upsert"), shares[i][lo : lo + half]), producers
+        )
         ours_wall.append(wall)
         ours_lat += lat
     pool.shutdown()
@@ -120,27 +93,6 @@ def bench_append(store: ObjectStore, producers: int, batches: int, rows: int) ->
     }
 
 
-def run_producers_per_log(logs, shares) -> tuple[float, list[float]]:
-    latencies: list[float] = []
-    lock = threading.Lock()
-    barrier = threading.Barrier(len(logs))
-
-    def worker(i: int) -> None:
-        barrier.wait()
-        local = []
-        for t in shares[i]:
-            t0 = time.perf_counter()
-            logs[i].append(t, "upsert")
-            local.append(time.perf_counter() - t0)
-        with lock:
-            latencies.extend(local)
-
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(len(logs)) as pool:
-        list(pool.map(worker, range(len(logs))))
-    return time.perf_counter() - t0, latencies
-
-
 def bench_producers(store: ObjectStore, producers: int, sends: int, rows: int) -> dict[str, float]:
     """`producers` threads each streaming `sends` batches through a `Producer` (batching and linger let
     appends grow while a bucket is contended), same table; wall-clock rows/s until every row is appended."""
@@ -155,10 +107,7 @@ def bench_producers(store: ObjectStore, producers: int, sends: int, rows: int) -
             for t in data[i::producers]:
                 p.send(t, "upsert")
 
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(producers) as pool:
-        list(pool.map(worker, range(producers)))
-    wall = time.perf_counter() - t0
+    wall, _ = run_threads(lambda i: (worker(i), [])[1], producers)
     assert sum(logs[0].end_offsets().values()) == sends * producers * rows
     return {"rows_s": sends * producers * rows / wall}
 
@@ -227,21 +176,12 @@ def run(name: str, store: ObjectStore, args: argparse.Namespace) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", choices=["s3", "local"])
-    parser.add_argument("--rows", type=int, default=10_000)
-    args = parser.parse_args()
+    p = parser(__doc__)
+    p.add_argument("--rows", type=int, default=10_000, help="rows per append")
+    args = p.parse_args()
     args.batches = 10 if args.quick else 60
     args.read_segments = 10 if args.quick else 100
-    out = [f"Log benchmark, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores", ""]
-    with tempfile.TemporaryDirectory(prefix="lakestream-bench-") as tmp:
-        if args.only in (None, "s3"):
-            with SeaweedFS(Path(tmp) / "seaweedfs") as server:
-                out += run("SeaweedFS 4.48", open_store(f"s3://{server.bucket}/bench", **server.store_options()), args)
-        if args.only in (None, "local"):
-            out += run("local backend", open_store(Path(tmp, "local").as_uri()), args)
-    print("\n" + "\n".join(out))
+    on_both_backends("Log benchmark", args, run)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -26,16 +25,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from object_store import MiB, ObjectStore, PreconditionFailed, open_store  # noqa: E402
+from _common import on_both_backends, parser, pct  # noqa: E402
+
+from object_store import MiB, ObjectStore, PreconditionFailed  # noqa: E402
 from object_store.s3 import S3Store  # noqa: E402
-from object_store.seaweedfs import SeaweedFS  # noqa: E402
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def timed(fn: Callable[[], object], n: int) -> list[float]:
@@ -181,22 +176,11 @@ def run(name: str, store: ObjectStore, args: argparse.Namespace) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
-    parser.add_argument("--only", choices=["s3", "local"], help="run one backend")
-    args = parser.parse_args()
+    args = parser(__doc__).parse_args()
     args.n_small, args.n_large = (50, 10) if args.quick else (400, 60)
     args.mpu_mib = 32 if args.quick else 256
     args.cas_seconds = 2.0 if args.quick else 8.0
-    out = [f"Object store benchmark, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores", ""]
-    with tempfile.TemporaryDirectory(prefix="lakestream-bench-") as tmp:
-        if args.only in (None, "s3"):
-            with SeaweedFS(Path(tmp) / "seaweedfs") as server:
-                store = open_store(f"s3://{server.bucket}/bench", **server.store_options())
-                out += run("SeaweedFS 4.48 (weed mini, loopback)", store, args)
-        if args.only in (None, "local"):
-            out += run("local backend (file://, same disk)", open_store(Path(tmp, "local").as_uri()), args)
-    print("\n" + "\n".join(out))
+    on_both_backends("Object store benchmark", args, run)
 
 
 if __name__ == "__main__":

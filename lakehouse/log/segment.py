@@ -109,7 +109,6 @@ def with_system_columns(table: pa.Table, header: SegmentHeader, first_offset: in
     n = table.num_rows
     op = pa.DictionaryArray.from_arrays(pa.array(np.full(n, OPS.index(header.op), dtype=np.int8)), _OP_DICTIONARY)
     offsets = pa.array(np.arange(first_offset, first_offset + n, dtype=np.int64))
-    ts = pa.array(np.full(n, header.timestamp_us, dtype=np.int64)).cast(TIMESTAMP_TYPE)
-    for f, arr in zip(SYSTEM_FIELDS, (op, offsets, ts), strict=True):
-        table = table.append_column(f, arr)
-    return table
+    ts = pa.array(np.full(n, header.timestamp_us, dtype=np.int64)).view(TIMESTAMP_TYPE)
+    schema = pa.schema([*table.schema, *SYSTEM_FIELDS])
+    return pa.Table.from_arrays([*table.columns, op, offsets, ts], schema=schema)
