@@ -179,20 +179,23 @@ class SeaweedFS:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        """Stop the server and every process it started (it runs in its own process group)."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        pgid = self.process.pid
-        for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                self.process.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        """Stop the server and every process it started (it runs in its own process group), then remove
+        the gRPC unix sockets weed leaves in /tmp for the ports we gave it (and no others)."""
+        if self.process is not None and self.process.poll() is None:
+            pgid = self.process.pid
+            for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+                try:
+                    os.killpg(pgid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.process.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        for port in self.ports.values():
+            for sock in Path("/tmp").glob(f"seaweedfs-*-grpc-{port}.sock"):
+                sock.unlink(missing_ok=True)
 
     def __enter__(self) -> SeaweedFS:
         return self.start()
