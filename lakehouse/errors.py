@@ -7,6 +7,7 @@ from object_store.errors import LakestreamError
 __all__ = [
     "BatchError",
     "ConfigError",
+    "CorruptCatalogError",
     "CorruptSegmentError",
     "InvalidTableName",
     "LakestreamError",
@@ -58,3 +59,8 @@ class ProducerError(LakestreamError):
 class OffsetOutOfRange(LakestreamError, IndexError):
     """A log read asked for offsets that are no longer in the log (removed by retention); the message
     names the earliest available offset. Older records are in the lake."""
+
+
+class CorruptCatalogError(LakestreamError):
+    """A catalog object (a table pointer, a namespace) is not what the catalog wrote; the message names it
+    and says how to repair it."""

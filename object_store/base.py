@@ -272,7 +272,7 @@ class ObjectStore(abc.ABC):
         if info.write_token == token:
             log.info("conditional write to %s was applied by an earlier attempt; reporting success", key)
             return info.etag
-        raise exc
+        raise exc  # exc.after_retry tells the caller whether an earlier attempt may have landed
 
     def ensure_conditional_writes(self) -> None:
         """Probe once that the store enforces If-None-Match and If-Match; raise `UnsafeStoreError` if not."""

@@ -131,6 +131,9 @@ class S3Store(ObjectStore):
                 return fn(**kwargs)
             except bexc.ClientError as exc:
                 error = self._translate(operation, key, exc)
+                if isinstance(error, PreconditionFailed):
+                    retried = exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0)
+                    error.after_retry = bool(retried) or attempt > 1
                 if isinstance(error, _Retry) and attempt < self._max_attempts:
                     time.sleep(random.uniform(0, min(2.0, 0.05 * 2**attempt)))  # full jitter
                     continue

@@ -63,3 +63,29 @@ def lakehouse(store: ObjectStore):
     finally:
         for log in lh._logs.values():
             log.close()
+
+
+def catalog_properties(url: str, options: dict[str, str]) -> dict[str, str]:
+    """pyiceberg properties for an ObjectStoreCatalog on (url, store options): what a user configures."""
+    props = {"py-catalog-impl": "lakehouse.catalog.ObjectStoreCatalog", "warehouse": url}
+    for ours, theirs in (
+        ("endpoint_url", "s3.endpoint"),
+        ("access_key_id", "s3.access-key-id"),
+        ("secret_access_key", "s3.secret-access-key"),
+        ("region", "s3.region"),
+    ):
+        if options.get(ours):
+            props[theirs] = options[ours]
+    return props
+
+
+@pytest.fixture
+def catalog_props(store_spec) -> dict[str, str]:
+    return catalog_properties(*store_spec)
+
+
+@pytest.fixture
+def catalog(catalog_props):
+    from pyiceberg.catalog import load_catalog
+
+    return load_catalog("lake", **catalog_props)

@@ -1,0 +1,577 @@
+"""`ObjectStoreCatalog`: a pyiceberg catalog that lives on the object store itself. No metastore, no locks.
+
+Any pyiceberg user can load it with configuration alone::
+
+    load_catalog("lake", **{"py-catalog-impl": "lakehouse.catalog.ObjectStoreCatalog",
+                            "warehouse": "s3://bucket/wh", "s3.endpoint": "http://127.0.0.1:8333",
+                            "s3.access-key-id": "...", "s3.secret-access-key": "..."})
+
+It follows the Iceberg spec's *metastore tables*: each table has a **pointer** object naming its current
+metadata file, and a commit is a check-and-put of that pointer. Here the check-and-put is an S3
+``If-Match: <etag>`` PUT. Layout under the warehouse::
+
+    _lakestream/catalog/namespaces/<ns>.json          namespace properties (created with If-None-Match)
+    _lakestream/catalog/tables/<ns>/<table>.json      the table's pointer
+    <ns>/<table>/metadata/<version>-<uuid>.metadata.json, manifests; <ns>/<table>/data/...
+
+**Commit:** read the pointer and its ETag; stage the new metadata (pyiceberg checks the requirements);
+write the metadata file create-only; CAS the pointer. A lost CAS raises `CommitFailedException`, so
+pyiceberg's own retry rebuilds the snapshot on the new base; the metadata file that provably was not
+committed is deleted. **Ambiguous outcome** (the store gave up after the CAS was sent): read the
+pointer back; if it names our file, or our file is in the current metadata's log, the commit happened.
+Otherwise `CommitStateUnknownException`, and nothing is deleted.
+
+**Rename** is three steps, each atomic: (1) CAS the old pointer to carry ``renaming-to`` (this also
+fences commits that started before it); (2) create the new pointer create-only, carrying
+``renamed-from``; (3) delete the old pointer with If-Match. Whoever meets a half-done rename (a load,
+a commit, ``lakestream catalog repair``) finishes it forward, or rolls it back if the new name was
+taken by someone else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.catalog import MetastoreCatalog, PropertiesUpdateSummary
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    CommitStateUnknownException,
+    NamespaceAlreadyExistsError,
+    NamespaceNotEmptyError,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
+from pyiceberg.serializers import FromByteStream
+from pyiceberg.table import CommitTableResponse, Table
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
+from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
+
+from lakehouse.errors import CorruptCatalogError, LakestreamError
+from object_store import NotFound, ObjectStore, PreconditionFailed, StoreError, StoreUnavailable, open_store
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.table.update import TableRequirement, TableUpdate
+    from pyiceberg.view import View
+
+log = logging.getLogger(__name__)
+
+CATALOG_PREFIX = "_lakestream/catalog/"
+NAMESPACES_PREFIX = CATALOG_PREFIX + "namespaces/"
+TABLES_PREFIX = CATALOG_PREFIX + "tables/"
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+#: Defaults for tables this catalog creates. pyiceberg 0.12 retries a commit that lost its CAS
+#: (``commit.retry.num-retries``, default 4) with waits of min-wait * 2^attempt (jitter 10%). With W
+#: writers racing, one wins per round, so a writer can lose up to W-1 rounds in a row: 32 retries
+#: cover 16 concurrent appenders with margin, and a 20 ms first wait with a 2 s cap keeps rounds short
+#: (the default 100 ms * 2^k reaches a minute by the tenth retry).
+DEFAULT_TABLE_PROPERTIES = {
+    "commit.retry.num-retries": "32",
+    "commit.retry.min-wait-ms": "20",
+    "commit.retry.max-wait-ms": "2000",
+}
+
+# pyiceberg FileIO property names that map to our store's options.
+_STORE_OPTIONS = {
+    "s3.endpoint": "endpoint_url",
+    "s3.region": "region",
+    "s3.access-key-id": "access_key_id",
+    "s3.secret-access-key": "secret_access_key",
+    "s3.session-token": "session_token",
+}
+
+
+@dataclass(frozen=True)
+class Pointer:
+    """What a table's pointer object says, and the ETag it had when read."""
+
+    metadata_location: str
+    previous_metadata_location: str | None
+    etag: str
+    renaming_to: str | None = None
+    renamed_from: str | None = None
+
+    def to_json(self, **changes: Any) -> bytes:
+        doc = {
+            "metadata-location": self.metadata_location,
+            "previous-metadata-location": self.previous_metadata_location,
+            "renaming-to": self.renaming_to,
+            "renamed-from": self.renamed_from,
+        }
+        doc.update({k.replace("_", "-"): v for k, v in changes.items()})
+        return json.dumps({k: v for k, v in doc.items() if v is not None}).encode()
+
+
+def pointer_json(metadata_location: str, previous: str | None = None, **extra: str) -> bytes:
+    return Pointer(metadata_location, previous, "").to_json(**extra)
+
+
+class ObjectStoreCatalog(MetastoreCatalog):
+    """A pyiceberg `MetastoreCatalog` whose commits are If-Match CAS writes of pointer objects."""
+
+    def __init__(self, name: str, store: ObjectStore | None = None, **properties: str) -> None:
+        super().__init__(name, **properties)
+        warehouse = properties.get("warehouse")
+        if store is None:
+            if not warehouse:
+                raise LakestreamError(
+                    f"catalog {name!r}: set the 'warehouse' property to file:///abs/path or s3://bucket/prefix"
+                )
+            options = {ours: properties[theirs] for theirs, ours in _STORE_OPTIONS.items() if properties.get(theirs)}
+            try:
+                store = open_store(warehouse, **options)
+            except StoreError as exc:
+                raise LakestreamError(f"catalog {name!r}: cannot open warehouse {warehouse!r}: {exc}") from None
+        self.store = store
+        self.warehouse = store.url.rstrip("/")
+        self.properties.setdefault("warehouse", self.warehouse)
+        if store.url.startswith("s3://") and getattr(store, "endpoint_url", None):
+            self.properties.setdefault("s3.endpoint", store.endpoint_url)  # type: ignore[attr-defined]
+
+    # ---- keys and names -----------------------------------------------------------------------------
+
+    def _split(self, identifier: str | Identifier) -> tuple[str, str]:
+        """(namespace, table) as dotted strings; raise `NoSuchTableError`/`ValueError` for bad identifiers."""
+        ident = self.identifier_to_tuple(identifier)
+        if len(ident) < 2:
+            raise NoSuchTableError(f"invalid table identifier {identifier!r}: use 'namespace.table'")
+        _check_parts(ident)
+        return ".".join(ident[:-1]), ident[-1]
+
+    @staticmethod
+    def _namespace_str(namespace: str | Identifier) -> str:
+        ident = ObjectStoreCatalog.identifier_to_tuple(namespace)
+        if not ident:
+            raise NoSuchNamespaceError("empty namespace")
+        _check_parts(ident)
+        return ".".join(ident)
+
+    @staticmethod
+    def _pointer_key(namespace: str, table: str) -> str:
+        return f"{TABLES_PREFIX}{namespace}/{table}.json"
+
+    @staticmethod
+    def _namespace_key(namespace: str) -> str:
+        return f"{NAMESPACES_PREFIX}{namespace}.json"
+
+    def _key_of(self, location: str) -> str | None:
+        """The store key of a location inside the warehouse, or None if it lies outside."""
+        prefix = self.warehouse + "/"
+        return location[len(prefix) :] if location.startswith(prefix) else None
+
+    # ---- pointers ------------------------------------------------------------------------------------
+
+    def _read_pointer(self, namespace: str, table: str) -> Pointer:
+        key = self._pointer_key(namespace, table)
+        try:
+            obj = self.store.get(key)
+        except NotFound:
+            raise NoSuchTableError(f"Table does not exist: {namespace}.{table}") from None
+        try:
+            doc = json.loads(obj.data)
+            return Pointer(
+                metadata_location=doc["metadata-location"],
+                previous_metadata_location=doc.get("previous-metadata-location"),
+                etag=obj.etag,
+                renaming_to=doc.get("renaming-to"),
+                renamed_from=doc.get("renamed-from"),
+            )
+        except (ValueError, KeyError, TypeError):
+            raise CorruptCatalogError(
+                f"the pointer of table {namespace}.{table} ({self.warehouse}/{key}) is not a valid pointer "
+                f"({len(obj.data)} bytes). Restore it, or re-register the table from its newest metadata file: "
+                "lakestream table register NAME METADATA_LOCATION --overwrite"
+            ) from None
+
+    def _current_pointer(self, namespace: str, table: str) -> Pointer:
+        """The pointer, with any half-done rename involving this table resolved first."""
+        for _ in range(5):
+            pointer = self._read_pointer(namespace, table)
+            if pointer.renaming_to is None and pointer.renamed_from is None:
+                return pointer
+            if not self._resolve_rename(namespace, table, pointer):
+                return pointer
+        return self._read_pointer(namespace, table)
+
+    def _resolve_rename(self, namespace: str, table: str, pointer: Pointer) -> bool:
+        """Finish or roll back a rename that this pointer takes part in; True if anything changed."""
+        if pointer.renaming_to is not None:  # we are the old name
+            to_ns, to_table = self._split(pointer.renaming_to)
+            try:
+                target = self._read_pointer(to_ns, to_table)
+            except NoSuchTableError:
+                target = None
+            if (
+                target is not None
+                and target.renamed_from == f"{namespace}.{table}"
+                and (target.metadata_location == pointer.metadata_location)
+            ):
+                self._delete_if_match(self._pointer_key(namespace, table), pointer.etag)  # roll forward
+                return True
+            if target is None:  # step 2 never happened: do it now
+                try:
+                    self.store.put(
+                        self._pointer_key(to_ns, to_table),
+                        pointer_json(
+                            pointer.metadata_location,
+                            pointer.previous_metadata_location,
+                            renamed_from=f"{namespace}.{table}",
+                        ),
+                        if_none_match=True,
+                    )
+                except PreconditionFailed:
+                    return True  # someone else created it meanwhile; re-read and decide again
+                self._delete_if_match(self._pointer_key(namespace, table), pointer.etag)
+                return True
+            # the new name belongs to another table: roll back by clearing our marker
+            try:
+                self.store.put(
+                    self._pointer_key(namespace, table), pointer.to_json(renaming_to=None), if_match=pointer.etag
+                )
+            except PreconditionFailed:
+                pass
+            return True
+        if pointer.renamed_from is not None:  # we are the new name
+            from_ns, from_table = self._split(pointer.renamed_from)
+            try:
+                source = self._read_pointer(from_ns, from_table)
+            except NoSuchTableError:
+                source = None
+            if source is not None and source.renaming_to == f"{namespace}.{table}":
+                self._delete_if_match(self._pointer_key(from_ns, from_table), source.etag)  # finish step 3
+            try:  # drop the marker so later loads need no look-up
+                self.store.put(
+                    self._pointer_key(namespace, table), pointer.to_json(renamed_from=None), if_match=pointer.etag
+                )
+            except PreconditionFailed:
+                pass
+            return True
+        return False
+
+    def _delete_if_match(self, key: str, etag: str) -> None:
+        try:
+            self.store.delete(key, if_match=etag)
+        except PreconditionFailed:
+            pass  # changed meanwhile: the caller re-reads
+
+    # ---- metadata files ------------------------------------------------------------------------------
+
+    def _read_metadata(self, location: str) -> TableMetadata:
+        io = self._load_file_io(location=location)
+        with io.new_input(location).open() as stream:
+            return FromByteStream.table_metadata(stream)
+
+    def _write_metadata_create_only(self, metadata: TableMetadata, location: str) -> None:
+        key = self._key_of(location)
+        body = metadata.model_dump_json(exclude_none=True).encode()
+        if location.endswith(".gz.metadata.json") or key is None:
+            # outside our warehouse (a registered table) or compressed: pyiceberg's FileIO writes it
+            self._write_metadata(metadata, self._load_file_io(metadata.properties, location), location)
+            return
+        self.store.put(key, body, if_none_match=True)
+
+    def _delete_location(self, location: str) -> None:
+        key = self._key_of(location)
+        try:
+            if key is not None:
+                self.store.delete(key)
+            else:
+                self._load_file_io(location=location).delete(location)
+        except Exception:  # noqa: BLE001 - an orphan is harmless; losing the original error is not
+            log.warning("could not delete uncommitted metadata file %s", location, exc_info=True)
+
+    def _table(self, namespace: str, table: str, pointer: Pointer) -> Table:
+        metadata = self._read_metadata(pointer.metadata_location)
+        return Table(
+            identifier=(*namespace.split("."), table),
+            metadata=metadata,
+            metadata_location=pointer.metadata_location,
+            io=self._load_file_io(metadata.properties, pointer.metadata_location),
+            catalog=self,
+        )
+
+    # ---- tables --------------------------------------------------------------------------------------
+
+    def create_table(
+        self,
+        identifier: str | Identifier,
+        schema: Schema | pa.Schema,
+        location: str | None = None,
+        partition_spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
+        sort_order: SortOrder = UNSORTED_SORT_ORDER,
+        properties: Properties = EMPTY_DICT,
+    ) -> Table:
+        """Create a table: metadata file create-only, then its pointer create-only.
+
+        Raises:
+            TableAlreadyExistsError: the name is taken (also when a concurrent creator won).
+            NoSuchNamespaceError: the namespace does not exist.
+        """
+        namespace, table = self._split(identifier)
+        if not self.namespace_exists(namespace):
+            raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
+        properties = {**DEFAULT_TABLE_PROPERTIES, **properties}
+        staged = self._create_staged_table(identifier, schema, location, partition_spec, sort_order, properties)
+        self._create(namespace, table, staged.metadata, staged.metadata_location)
+        return self.load_table(identifier)
+
+    def _create(self, namespace: str, table: str, metadata: TableMetadata, metadata_location: str) -> None:
+        self._write_metadata_create_only(metadata, metadata_location)
+        try:
+            self.store.put(self._pointer_key(namespace, table), pointer_json(metadata_location), if_none_match=True)
+        except PreconditionFailed:
+            self._delete_location(metadata_location)  # provably not referenced by anyone
+            raise TableAlreadyExistsError(f"Table {namespace}.{table} already exists") from None
+
+    def load_table(self, identifier: str | Identifier) -> Table:
+        namespace, table = self._split(identifier)
+        pointer = self._current_pointer(namespace, table)
+        if pointer.renaming_to is not None:
+            raise NoSuchTableError(f"Table {namespace}.{table} is being renamed to {pointer.renaming_to}")
+        return self._table(namespace, table, pointer)
+
+    def register_table(self, identifier: str | Identifier, metadata_location: str, overwrite: bool = False) -> Table:
+        """Point a table name at an existing metadata file (create-only unless ``overwrite``)."""
+        namespace, table = self._split(identifier)
+        if not self.namespace_exists(namespace):
+            raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
+        self._read_metadata(metadata_location)  # fail early on a file that is not Iceberg metadata
+        key = self._pointer_key(namespace, table)
+        try:
+            self.store.put(key, pointer_json(metadata_location), if_none_match=not overwrite)
+        except PreconditionFailed:
+            raise TableAlreadyExistsError(f"Table {namespace}.{table} already exists") from None
+        return self.load_table(identifier)
+
+    def list_tables(self, namespace: str | Identifier) -> list[Identifier]:
+        ns = self._namespace_str(namespace)
+        if not self.namespace_exists(ns):
+            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}")
+        prefix = f"{TABLES_PREFIX}{ns}/"
+        return [(*ns.split("."), info.key[len(prefix) : -len(".json")]) for info in self.store.list(prefix)]
+
+    def drop_table(self, identifier: str | Identifier) -> None:
+        """Delete the pointer (with If-Match; a concurrent commit makes us re-read and try again)."""
+        namespace, table = self._split(identifier)
+        for _ in range(50):
+            pointer = self._current_pointer(namespace, table)
+            try:
+                self.store.delete(self._pointer_key(namespace, table), if_match=pointer.etag)
+                return
+            except PreconditionFailed:
+                time.sleep(0.01)
+        raise CommitFailedException(f"could not drop {namespace}.{table}: it kept changing; retry")
+
+    def rename_table(self, from_identifier: str | Identifier, to_identifier: str | Identifier) -> Table:
+        from_ns, from_table = self._split(from_identifier)
+        to_ns, to_table = self._split(to_identifier)
+        if not self.namespace_exists(to_ns):
+            raise NoSuchNamespaceError(f"Namespace does not exist: {to_ns}")
+        target = f"{to_ns}.{to_table}"
+        if self.table_exists(target):
+            raise TableAlreadyExistsError(f"Table {target} already exists")
+        pointer = self._current_pointer(from_ns, from_table)
+        old_key, new_key = self._pointer_key(from_ns, from_table), self._pointer_key(to_ns, to_table)
+        try:  # step 1: mark the old pointer (fences commits that read it before)
+            marked_etag = self.store.put(old_key, pointer.to_json(renaming_to=target), if_match=pointer.etag)
+        except PreconditionFailed:
+            raise CommitFailedException(f"{from_ns}.{from_table} changed during the rename; retry") from None
+        marked = Pointer(pointer.metadata_location, pointer.previous_metadata_location, marked_etag, target)
+        new_body = pointer_json(
+            pointer.metadata_location, pointer.previous_metadata_location, renamed_from=f"{from_ns}.{from_table}"
+        )
+        try:  # step 2: the new name, create-only
+            self.store.put(new_key, new_body, if_none_match=True)
+        except PreconditionFailed:
+            self._resolve_rename(from_ns, from_table, marked)  # roll back our marker
+            raise TableAlreadyExistsError(f"Table {target} already exists") from None
+        self._delete_if_match(old_key, marked_etag)  # step 3
+        self._current_pointer(to_ns, to_table)  # clears the renamed-from marker
+        return self.load_table(to_identifier)
+
+    def commit_table(
+        self, table: Table, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
+    ) -> CommitTableResponse:
+        """Stage, write the metadata file create-only, CAS the pointer. See the module docstring.
+
+        Raises:
+            CommitFailedException: the pointer moved (pyiceberg retries on a fresh base) or a requirement failed.
+            CommitStateUnknownException: the store never answered the CAS and the outcome cannot be read back.
+        """
+        namespace, name = self._split(table.name())
+        try:
+            pointer: Pointer | None = self._current_pointer(namespace, name)
+        except NoSuchTableError:
+            pointer = None
+        if pointer is not None and pointer.renaming_to is not None:
+            raise CommitFailedException(f"{namespace}.{name} is being renamed to {pointer.renaming_to}")
+        current = self._table(namespace, name, pointer) if pointer is not None else None
+        staged = self._update_and_stage_table(current, table.name(), requirements, updates)
+        if current is not None and staged.metadata == current.metadata:
+            return CommitTableResponse(metadata=current.metadata, metadata_location=current.metadata_location)
+        if pointer is None:  # a create-table transaction
+            self._create(namespace, name, staged.metadata, staged.metadata_location)
+            return CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)
+        self._write_metadata_create_only(staged.metadata, staged.metadata_location)
+        new_pointer = pointer_json(staged.metadata_location, pointer.metadata_location)
+        try:
+            self.store.put(self._pointer_key(namespace, name), new_pointer, if_match=pointer.etag)
+        except (PreconditionFailed, StoreUnavailable) as exc:
+            if self._committed(namespace, name, staged.metadata_location):
+                return CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)
+            if isinstance(exc, PreconditionFailed) and not exc.after_retry:
+                # a plain lost CAS: certainly not committed, nobody can ever reference the file
+                self._delete_location(staged.metadata_location)
+                raise CommitFailedException(f"{namespace}.{name} was updated by another writer") from None
+            raise CommitStateUnknownException(  # a timeout or 5xx was involved: keep the file, let the caller look
+                f"commit of {namespace}.{name} may or may not have happened ({exc}); {staged.metadata_location} "
+                "was kept. Reload the table to see whether it is current before retrying."
+            ) from exc
+        return CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)
+
+    def _committed(self, namespace: str, name: str, metadata_location: str) -> bool:
+        """Did a commit of ``metadata_location`` land? (The pointer names it, or a later commit built on it.)"""
+        try:
+            pointer = self._read_pointer(namespace, name)
+        except (NoSuchTableError, StoreError):
+            return False
+        if pointer.metadata_location == metadata_location:
+            return True
+        try:
+            current = self._read_metadata(pointer.metadata_location)
+        except Exception:  # noqa: BLE001 - cannot tell: treated as not (the caller keeps the file if unsure)
+            return False
+        return any(entry.metadata_file == metadata_location for entry in current.metadata_log)
+
+    # ---- namespaces ----------------------------------------------------------------------------------
+
+    def create_namespace(self, namespace: str | Identifier, properties: Properties = EMPTY_DICT) -> None:
+        ns = self._namespace_str(namespace)
+        body = json.dumps({"namespace": ns, "properties": dict(properties)}).encode()
+        try:
+            self.store.put(self._namespace_key(ns), body, if_none_match=True)
+        except PreconditionFailed:
+            raise NamespaceAlreadyExistsError(f"Namespace {ns} already exists") from None
+
+    def _read_namespace(self, ns: str) -> tuple[dict[str, str], str]:
+        try:
+            obj = self.store.get(self._namespace_key(ns))
+        except NotFound:
+            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from None
+        try:
+            return dict(json.loads(obj.data)["properties"]), obj.etag
+        except (ValueError, KeyError, TypeError):
+            raise CorruptCatalogError(
+                f"namespace object {self.warehouse}/{self._namespace_key(ns)} is not valid JSON properties"
+            ) from None
+
+    def load_namespace_properties(self, namespace: str | Identifier) -> Properties:
+        return self._read_namespace(self._namespace_str(namespace))[0]
+
+    def list_namespaces(self, namespace: str | Identifier = ()) -> list[Identifier]:
+        parent = self.identifier_to_tuple(namespace) if namespace else ()
+        if parent:
+            self._read_namespace(self._namespace_str(parent))
+        out = []
+        for info in self.store.list(NAMESPACES_PREFIX):
+            ident = tuple(info.key[len(NAMESPACES_PREFIX) : -len(".json")].split("."))
+            if len(ident) == len(parent) + 1 and ident[: len(parent)] == parent:
+                out.append(ident)
+        return out
+
+    def drop_namespace(self, namespace: str | Identifier) -> None:
+        ns = self._namespace_str(namespace)
+        _, etag = self._read_namespace(ns)
+        if self.list_tables(ns) or self.list_namespaces(ns):
+            raise NamespaceNotEmptyError(f"Namespace {ns} is not empty")
+        try:
+            self.store.delete(self._namespace_key(ns), if_match=etag)
+        except PreconditionFailed:
+            raise CommitFailedException(f"namespace {ns} changed while being dropped; retry") from None
+
+    def update_namespace_properties(
+        self, namespace: str | Identifier, removals: set[str] | None = None, updates: Properties = EMPTY_DICT
+    ) -> PropertiesUpdateSummary:
+        ns = self._namespace_str(namespace)
+        for _ in range(50):
+            current, etag = self._read_namespace(ns)
+            summary, updated = self._get_updated_props_and_update_summary(current, removals, updates)
+            body = json.dumps({"namespace": ns, "properties": updated}).encode()
+            try:
+                self.store.put(self._namespace_key(ns), body, if_match=etag)
+                return summary
+            except PreconditionFailed:
+                time.sleep(0.01)
+        raise CommitFailedException(f"namespace {ns} kept changing; retry")
+
+    # ---- views (not supported) -----------------------------------------------------------------------
+
+    def list_views(self, namespace: str | Identifier) -> list[Identifier]:
+        return []
+
+    def view_exists(self, identifier: str | Identifier) -> bool:
+        return False
+
+    def load_view(self, identifier: str | Identifier) -> View:
+        raise NotImplementedError("ObjectStoreCatalog does not support Iceberg views yet")
+
+    def drop_view(self, identifier: str | Identifier) -> None:
+        raise NotImplementedError("ObjectStoreCatalog does not support Iceberg views yet")
+
+    def register_view(self, identifier: str | Identifier, metadata_location: str) -> View:
+        raise NotImplementedError("ObjectStoreCatalog does not support Iceberg views yet")
+
+    # ---- maintenance ---------------------------------------------------------------------------------
+
+    def repair(self) -> list[str]:
+        """Resolve every half-done rename (after a crash); return what was done, one line per table."""
+        done, seen = [], set()
+        for info in list(self.store.list(TABLES_PREFIX)):
+            ns, _, file = info.key[len(TABLES_PREFIX) :].rpartition("/")
+            table = file.removesuffix(".json")
+            try:
+                pointer = self._read_pointer(ns, table)
+            except NoSuchTableError:
+                continue  # resolved as the other side of a rename already
+            other = pointer.renaming_to or pointer.renamed_from
+            if other is None:
+                continue
+            try:
+                self._current_pointer(ns, table)
+            except NoSuchTableError:
+                pass  # the old name is gone: the rename was finished
+            pair = frozenset((f"{ns}.{table}", other))
+            if pair not in seen:
+                seen.add(pair)
+                done.append(f"{ns}.{table}: resolved rename ({other})")
+        return done
+
+    def table_location(self, identifier: str | Identifier) -> str:
+        """The current metadata file of a table (what other engines open)."""
+        namespace, table = self._split(identifier)
+        return self._current_pointer(namespace, table).metadata_location
+
+    def __repr__(self) -> str:
+        return f"ObjectStoreCatalog({self.name!r}, warehouse={self.warehouse!r})"
+
+
+def _check_parts(ident: tuple[str, ...]) -> None:
+    for part in ident:
+        if not _NAME.fullmatch(part):
+            raise ValueError(
+                f"invalid identifier part {part!r} in {'.'.join(ident)!r}: use letters, digits and '_', "
+                "starting with a letter or '_'"
+            )
+
+
+__all__ = ["DEFAULT_TABLE_PROPERTIES", "ObjectStoreCatalog"]

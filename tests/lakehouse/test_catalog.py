@@ -1,0 +1,260 @@
+"""ObjectStoreCatalog on both backends: pyiceberg operations, races, lost responses, corrupt state, DuckDB."""
+
+from __future__ import annotations
+
+import glob
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog import load_catalog
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NamespaceAlreadyExistsError,
+    NamespaceNotEmptyError,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
+
+from lakehouse.catalog import ObjectStoreCatalog
+from lakehouse.errors import CorruptCatalogError, LakestreamError
+from tests.lakehouse._catalog_workers import append_rows
+
+SCHEMA = pa.schema([("worker", pa.int32()), ("seq", pa.int32())])
+
+
+def rows(worker: int, seq: int) -> pa.Table:
+    return pa.table({"worker": pa.array([worker], pa.int32()), "seq": pa.array([seq], pa.int32())})
+
+
+def lineage_is_linear(table) -> bool:
+    snaps = table.metadata.snapshots
+    return all(s.parent_snapshot_id == (snaps[i - 1].snapshot_id if i else None) for i, s in enumerate(snaps))
+
+
+def test_pyiceberg_end_to_end_in_a_fresh_process_configured_by_properties(catalog_props) -> None:
+    script = f"""
+import json, pyarrow as pa
+from pyiceberg.catalog import load_catalog
+cat = load_catalog("lake", **json.loads({json.dumps(json.dumps(catalog_props))}))
+cat.create_namespace("ods", {{"owner": "data-eng"}})
+t = cat.create_table("ods.orders", pa.schema([("id", pa.int64()), ("name", pa.string())]))
+t.append(pa.table({{"id": [1, 2], "name": ["a", "b"]}}))
+t.append(pa.table({{"id": [3], "name": ["c"]}}))
+t = cat.load_table("ods.orders")
+print(json.dumps({{"rows": t.scan().to_arrow().num_rows, "tables": cat.list_tables("ods"),
+                  "props": cat.load_namespace_properties("ods"), "snapshots": len(t.metadata.snapshots),
+                  "retries": t.properties["commit.retry.num-retries"]}}))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=os.environ)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {
+        "rows": 3,
+        "tables": [["ods", "orders"]],
+        "props": {"owner": "data-eng"},
+        "snapshots": 2,
+        "retries": "32",
+    }
+
+
+def test_namespaces(catalog) -> None:
+    catalog.create_namespace("ods")
+    catalog.create_namespace("dwd", {"layer": "dwd"})
+    catalog.create_namespace(("dwd", "sub"))
+    with pytest.raises(NamespaceAlreadyExistsError):
+        catalog.create_namespace("ods")
+    assert sorted(catalog.list_namespaces()) == [("dwd",), ("ods",)]
+    assert catalog.list_namespaces("dwd") == [("dwd", "sub")]
+    summary = catalog.update_namespace_properties("dwd", removals={"layer", "nope"}, updates={"owner": "x"})
+    assert (summary.removed, summary.updated, summary.missing) == (["layer"], ["owner"], ["nope"])
+    assert catalog.load_namespace_properties("dwd") == {"owner": "x"}
+    with pytest.raises(NamespaceNotEmptyError):
+        catalog.drop_namespace("dwd")  # holds dwd.sub
+    catalog.drop_namespace(("dwd", "sub"))
+    catalog.create_table("ods.t", SCHEMA)
+    with pytest.raises(NamespaceNotEmptyError):
+        catalog.drop_namespace("ods")
+    catalog.drop_table("ods.t")
+    catalog.drop_namespace("ods")
+    with pytest.raises(NoSuchNamespaceError):
+        catalog.load_namespace_properties("ods")
+    assert catalog.namespace_exists("dwd") and not catalog.namespace_exists("ods")
+
+
+def test_tables_create_load_list_exists_drop_purge_register(catalog) -> None:
+    catalog.create_namespace("ods")
+    with pytest.raises(NoSuchNamespaceError):
+        catalog.create_table("nope.t", SCHEMA)
+    t = catalog.create_table("ods.t", SCHEMA)
+    t.append(rows(1, 1))
+    with pytest.raises(TableAlreadyExistsError):
+        catalog.create_table("ods.t", SCHEMA)
+    assert catalog.table_exists("ods.t") and not catalog.table_exists("ods.u")
+    assert catalog.list_tables("ods") == [("ods", "t")]
+    location = catalog.load_table("ods.t").metadata_location
+    catalog.register_table("ods.copy", location)  # a second name for the same metadata
+    assert catalog.load_table("ods.copy").scan().to_arrow().num_rows == 1
+    with pytest.raises(TableAlreadyExistsError):
+        catalog.register_table("ods.copy", location)
+    catalog.drop_table("ods.copy")
+    with pytest.raises(NoSuchTableError):
+        catalog.load_table("ods.copy")
+    data_files = [task.file.file_path for task in catalog.load_table("ods.t").scan().plan_files()]
+    catalog.purge_table("ods.t")
+    assert catalog.list_tables("ods") == []
+    io = catalog._load_file_io(location=data_files[0])
+    assert not io.new_input(data_files[0]).exists()
+
+
+def test_create_table_transaction(catalog) -> None:
+    catalog.create_namespace("ods")
+    with catalog.create_table_transaction("ods.tx", SCHEMA) as tx:
+        tx.append(rows(7, 7))
+    assert catalog.load_table("ods.tx").scan().to_arrow().to_pylist() == [{"worker": 7, "seq": 7}]
+
+
+def test_concurrent_creators_one_table(catalog_props) -> None:
+    catalogs = [load_catalog("lake", **catalog_props) for _ in range(8)]
+    catalogs[0].create_namespace("ods")
+    barrier = threading.Barrier(8)
+
+    def create(i: int) -> bool:
+        schema = pa.schema([("worker", pa.int32()), (f"creator_{i}", pa.string())])
+        barrier.wait()
+        try:
+            catalogs[i].create_table("ods.race", schema)
+            return True
+        except TableAlreadyExistsError:
+            return False
+
+    with ThreadPoolExecutor(8) as pool:
+        won = list(pool.map(create, range(8)))
+    assert won.count(True) == 1
+    winner = won.index(True)
+    assert catalogs[1].load_table("ods.race").schema().column_names == ["worker", f"creator_{winner}"]
+    metadata_files = [i.key for i in catalogs[0].store.list("ods/race/metadata/")]
+    assert len(metadata_files) == 1, f"losers must delete their metadata files: {metadata_files}"
+
+
+@pytest.mark.slow
+def test_8_processes_x_20_appends_linear_lineage_no_errors(catalog_props, catalog) -> None:
+    catalog.create_namespace("ods")
+    catalog.create_table("ods.busy", SCHEMA)
+    workers, appends = 8, 20
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(workers)
+        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            futures = [pool.submit(append_rows, catalog_props, "ods.busy", w, appends, barrier) for w in range(workers)]
+            assert [f.result(timeout=1200) for f in futures] == [appends] * workers  # no error reached a caller
+    table = catalog.load_table("ods.busy")
+    assert len(table.metadata.snapshots) == workers * appends
+    assert lineage_is_linear(table)
+    got = Counter((r["worker"], r["seq"]) for r in table.scan().to_arrow().to_pylist())
+    assert got == Counter((w, i) for w in range(workers) for i in range(appends))
+
+
+def test_rename_and_crash_between_steps(catalog) -> None:
+    catalog.create_namespace("ods")
+    catalog.create_table("ods.a", SCHEMA).append(rows(1, 1))
+    renamed = catalog.rename_table("ods.a", "ods.b")
+    assert renamed.scan().to_arrow().num_rows == 1 and catalog.list_tables("ods") == [("ods", "b")]
+    with pytest.raises(NoSuchTableError):
+        catalog.load_table("ods.a")
+    catalog.create_table("ods.c", SCHEMA)
+    with pytest.raises(TableAlreadyExistsError):
+        catalog.rename_table("ods.b", "ods.c")
+    assert catalog.load_table("ods.b").scan().to_arrow().num_rows == 1  # rolled back, untouched
+
+    # crash after step 1 (marker written, nothing else): load of the old name finishes the rename
+    store = catalog.store
+    pointer = catalog._read_pointer("ods", "b")
+    store.put(catalog._pointer_key("ods", "b"), pointer.to_json(renaming_to="ods.d"), if_match=pointer.etag)
+    assert catalog.repair() == ["ods.b: resolved rename (ods.d)"]
+    assert sorted(catalog.list_tables("ods")) == [("ods", "c"), ("ods", "d")]
+    assert catalog.load_table("ods.d").scan().to_arrow().num_rows == 1
+
+    # crash after step 2 (both pointers exist): loading either name resolves it
+    pointer = catalog._read_pointer("ods", "d")
+    marked = store.put(catalog._pointer_key("ods", "d"), pointer.to_json(renaming_to="ods.e"), if_match=pointer.etag)
+    store.put(catalog._pointer_key("ods", "e"), pointer.to_json(renamed_from="ods.d"), if_none_match=True)
+    assert marked
+    assert catalog.load_table("ods.e").scan().to_arrow().num_rows == 1
+    with pytest.raises(NoSuchTableError):
+        catalog.load_table("ods.d")
+    assert catalog.repair() == []
+
+
+def test_rename_racing_a_commit_loses_nothing(catalog_props, catalog) -> None:
+    catalog.create_namespace("ods")
+    catalog.create_table("ods.r", SCHEMA)
+    stale = catalog.load_table("ods.r")  # a writer that read the table before the rename
+    catalog.rename_table("ods.r", "ods.s")
+    with pytest.raises((CommitFailedException, NoSuchTableError)):
+        stale.append(rows(2, 2))  # fenced: must not land under the old name
+    assert catalog.list_tables("ods") == [("ods", "s")]
+    catalog.load_table("ods.s").append(rows(3, 3))
+    assert catalog.load_table("ods.s").scan().to_arrow().to_pylist() == [{"worker": 3, "seq": 3}]
+
+
+def test_garbage_pointer_is_a_clear_error(catalog) -> None:
+    catalog.create_namespace("ods")
+    catalog.create_table("ods.g", SCHEMA)
+    catalog.store.put(catalog._pointer_key("ods", "g"), b"\x00garbage")
+    with pytest.raises(CorruptCatalogError, match=r"ods\.g.*_lakestream/catalog/tables/ods/g\.json"):
+        catalog.load_table("ods.g")
+
+
+@pytest.mark.parametrize("ident", ["t", "ods.t-x", "ods.../t", "ods.t t", ("ods", "")])
+def test_invalid_identifiers(catalog, ident) -> None:
+    catalog.create_namespace("ods")
+    with pytest.raises((ValueError, NoSuchTableError)):
+        catalog.create_table(ident, SCHEMA)
+    assert catalog.list_tables("ods") == []
+
+
+def test_unopenable_warehouse() -> None:
+    with pytest.raises(LakestreamError, match="cannot open warehouse"):
+        load_catalog("lake", **{"py-catalog-impl": "lakehouse.catalog.ObjectStoreCatalog", "warehouse": "ftp://x/y"})
+    with pytest.raises(LakestreamError, match="set the 'warehouse' property"):
+        ObjectStoreCatalog("lake")
+
+
+def test_views_are_not_supported(catalog) -> None:
+    assert catalog.list_views("ods") == [] and not catalog.view_exists("ods.v")
+    with pytest.raises(NotImplementedError):
+        catalog.load_view("ods.v")
+
+
+def test_duckdb_reads_what_pyiceberg_reads(tmp_path) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    import duckdb_extension_avro
+    import duckdb_extension_iceberg
+
+    catalog = load_catalog(
+        "lake", **{"py-catalog-impl": "lakehouse.catalog.ObjectStoreCatalog", "warehouse": tmp_path.as_uri()}
+    )
+    catalog.create_namespace("ods")
+    t = catalog.create_table("ods.t", pa.schema([("id", pa.int64()), ("name", pa.string())]))
+    for i in range(4):
+        t.append(pa.table({"id": [i * 10 + j for j in range(3)], "name": [f"n{i}"] * 3}))
+    t.delete("id < 10")
+    con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    for module in (duckdb_extension_avro, duckdb_extension_iceberg):
+        for ext in glob.glob(
+            os.path.join(os.path.dirname(module.__file__), "**", "*.duckdb_extension"), recursive=True
+        ):
+            con.execute(f"LOAD '{ext}'")
+    location = catalog.table_location("ods.t").removeprefix("file://")
+    theirs = con.execute(f"SELECT id, name FROM iceberg_scan('{location}') ORDER BY id").fetchall()
+    ours = sorted((r["id"], r["name"]) for r in catalog.load_table("ods.t").scan().to_arrow().to_pylist())
+    assert theirs == ours and len(ours) == 9
