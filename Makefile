@@ -34,7 +34,10 @@ s3: $(STAMP)
 	$(BIN)/python -m object_store.seaweedfs $(S3_DIR)
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python bench/object_store.py $(BENCH_ARGS)
+	$(BIN)/python bench/log.py $(BENCH_ARGS)
+	$(BIN)/python bench/catalog.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info lakestream-demo

@@ -81,13 +81,13 @@ DEFAULT_TABLE_PROPERTIES = {
     "commit.retry.max-wait-ms": "2000",
 }
 
-# pyiceberg FileIO property names that map to our store's options.
-_STORE_OPTIONS = {
-    "s3.endpoint": "endpoint_url",
-    "s3.region": "region",
-    "s3.access-key-id": "access_key_id",
-    "s3.secret-access-key": "secret_access_key",
-    "s3.session-token": "session_token",
+#: Our store's options and the pyiceberg FileIO properties that carry the same values.
+STORE_OPTION_PROPERTIES = {
+    "endpoint_url": "s3.endpoint",
+    "region": "s3.region",
+    "access_key_id": "s3.access-key-id",
+    "secret_access_key": "s3.secret-access-key",
+    "session_token": "s3.session-token",
 }
 
 
@@ -127,7 +127,9 @@ class ObjectStoreCatalog(MetastoreCatalog):
                 raise LakestreamError(
                     f"catalog {name!r}: set the 'warehouse' property to file:///abs/path or s3://bucket/prefix"
                 )
-            options = {ours: properties[theirs] for theirs, ours in _STORE_OPTIONS.items() if properties.get(theirs)}
+            options = {
+                ours: properties[theirs] for ours, theirs in STORE_OPTION_PROPERTIES.items() if properties.get(theirs)
+            }
             try:
                 store = open_store(warehouse, **options)
             except StoreError as exc:
@@ -135,8 +137,8 @@ class ObjectStoreCatalog(MetastoreCatalog):
         self.store = store
         self.warehouse = store.url.rstrip("/")
         self.properties.setdefault("warehouse", self.warehouse)
-        if store.url.startswith("s3://") and getattr(store, "endpoint_url", None):
-            self.properties.setdefault("s3.endpoint", store.endpoint_url)  # type: ignore[attr-defined]
+        for ours, value in store.connection_options().items():  # pyiceberg's FileIO reaches the same store
+            self.properties.setdefault(STORE_OPTION_PROPERTIES[ours], value)
 
     # ---- keys and names -----------------------------------------------------------------------------
 
@@ -424,6 +426,11 @@ class ObjectStoreCatalog(MetastoreCatalog):
             return CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)
         self._write_metadata_create_only(staged.metadata, staged.metadata_location)
         new_pointer = pointer_json(staged.metadata_location, pointer.metadata_location)
+        if self._pointer_moved(namespace, name, pointer.etag):
+            # Someone committed while we staged: the CAS would lose. A HEAD is cheaper than a doomed
+            # If-Match PUT, which some stores (SeaweedFS) hold for up to a second under contention.
+            self._delete_location(staged.metadata_location)
+            raise CommitFailedException(f"{namespace}.{name} was updated by another writer")
         try:
             self.store.put(self._pointer_key(namespace, name), new_pointer, if_match=pointer.etag)
         except (PreconditionFailed, StoreUnavailable) as exc:
@@ -438,6 +445,12 @@ class ObjectStoreCatalog(MetastoreCatalog):
                 "was kept. Reload the table to see whether it is current before retrying."
             ) from exc
         return CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)
+
+    def _pointer_moved(self, namespace: str, name: str, etag: str) -> bool:
+        try:
+            return self.store.head(self._pointer_key(namespace, name)).etag != etag
+        except NotFound:
+            return True
 
     def _committed(self, namespace: str, name: str, metadata_location: str) -> bool:
         """Did a commit of ``metadata_location`` land? (The pointer names it, or a later commit built on it.)"""
@@ -574,4 +587,4 @@ def _check_parts(ident: tuple[str, ...]) -> None:
             )
 
 
-__all__ = ["DEFAULT_TABLE_PROPERTIES", "ObjectStoreCatalog"]
+__all__ = ["DEFAULT_TABLE_PROPERTIES", "STORE_OPTION_PROPERTIES", "ObjectStoreCatalog"]

@@ -20,6 +20,8 @@ table_app = typer.Typer(help="Create and inspect tables.", no_args_is_help=True)
 app.add_typer(table_app, name="table")
 log_app = typer.Typer(help="Inspect a table's log.", no_args_is_help=True)
 app.add_typer(log_app, name="log")
+catalog_app = typer.Typer(help="The Iceberg catalog on the object store.", no_args_is_help=True)
+app.add_typer(catalog_app, name="catalog")
 console = Console()
 err = Console(stderr=True)
 
@@ -139,6 +141,64 @@ def table_list(
     except LakestreamError as exc:
         _fail(exc)
     console.print(table)
+
+
+@table_app.command("location")
+def table_location(name: str, warehouse: WarehouseOpt = None, config: ConfigOpt = None) -> None:
+    """Print the current Iceberg metadata file of a table (open it with DuckDB, pyiceberg, Spark, ...)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        location = _lakehouse(warehouse, config).catalog.table_location(name)
+    except (LakestreamError, NoSuchTableError, ValueError) as exc:
+        _fail(exc)
+    print(location)
+
+
+@table_app.command("register")
+def table_register(
+    name: str,
+    metadata_location: Annotated[str, typer.Argument(help="an Iceberg metadata.json file")],
+    overwrite: Annotated[bool, typer.Option(help="replace the pointer of an existing table")] = False,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Point an Iceberg table name at an existing metadata file (also repairs a damaged pointer)."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, TableAlreadyExistsError
+
+    try:
+        table = _lakehouse(warehouse, config).catalog.register_table(name, metadata_location, overwrite=overwrite)
+    except (LakestreamError, TableAlreadyExistsError, NoSuchNamespaceError, ValueError) as exc:
+        _fail(exc)
+    console.print(f"[green]registered[/] {name} -> {table.metadata_location}")
+
+
+@catalog_app.command("repair")
+def catalog_repair(warehouse: WarehouseOpt = None, config: ConfigOpt = None) -> None:
+    """Finish or roll back renames interrupted by a crash."""
+    try:
+        done = _lakehouse(warehouse, config).catalog.repair()
+    except LakestreamError as exc:
+        _fail(exc)
+    for line in done:
+        console.print(line)
+    console.print(f"{len(done)} interrupted rename(s) resolved")
+
+
+@catalog_app.command("properties")
+def catalog_properties(
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+    show_secrets: Annotated[bool, typer.Option(help="print credentials too")] = False,
+) -> None:
+    """Print the pyiceberg properties (for load_catalog or .pyiceberg.yaml) of this warehouse's catalog."""
+    try:
+        props = _lakehouse(warehouse, config).catalog_properties()
+    except LakestreamError as exc:
+        _fail(exc)
+    for k, v in props.items():
+        secret = k.endswith(("secret-access-key", "session-token"))
+        print(f"{k}: {'****' if secret and not show_secrets else v}")
 
 
 @log_app.command("offsets")

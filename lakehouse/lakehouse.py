@@ -8,7 +8,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+from pyiceberg.table import Table
 
+from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog
 from lakehouse.errors import TableAlreadyExists, TableNotFound
 from lakehouse.log import Log
 from lakehouse.settings import Settings, load_settings
@@ -28,6 +31,7 @@ class Lakehouse:
         self.store = store
         self.settings = settings
         self._logs: dict[TableName, Log] = {}
+        self._catalog: ObjectStoreCatalog | None = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -40,6 +44,21 @@ class Lakehouse:
         """Open the warehouse named by the environment / YAML settings (see `lakehouse.settings`)."""
         settings = load_settings(config_file, **overrides)
         return cls(settings.open_store(), settings=settings)
+
+    @property
+    def catalog(self) -> ObjectStoreCatalog:
+        """The warehouse's Iceberg catalog (a pyiceberg catalog on the same store)."""
+        with self._lock:
+            if self._catalog is None:
+                self._catalog = ObjectStoreCatalog("lakestream", store=self.store, **self.catalog_properties())
+            return self._catalog
+
+    def catalog_properties(self) -> dict[str, str]:
+        """The pyiceberg properties that load this warehouse's catalog anywhere (secrets included)."""
+        props = {"py-catalog-impl": "lakehouse.catalog.ObjectStoreCatalog", "warehouse": self.store.url}
+        options = self.store.connection_options()
+        props.update({theirs: options[ours] for ours, theirs in STORE_OPTION_PROPERTIES.items() if options.get(ours)})
+        return props
 
     @property
     def url(self) -> str:
@@ -70,7 +89,31 @@ class Lakehouse:
             self.store.put(definition.name.definition_key, definition.to_json(), if_none_match=True)
         except PreconditionFailed:
             raise TableAlreadyExists(f"table {definition.name} already exists in {self.url}") from None
+        self.ensure_lake_table(definition)
         return definition
+
+    def ensure_lake_table(self, definition: TableDefinition) -> Table:
+        """The Iceberg table of a lakestream table, created if missing (idempotent: safe after a crash
+        between the log definition and the lake table). Its schema is the log's columns; the lake layout
+        (system columns, partitioning) is the tiering's to set."""
+        catalog = self.catalog
+        ident = (definition.name.namespace, definition.name.table)
+        try:
+            catalog.create_namespace(definition.name.namespace)
+        except NamespaceAlreadyExistsError:
+            pass
+        try:
+            return catalog.create_table(
+                ident, definition.schema, properties={"lakestream.table-uuid": definition.table_uuid}
+            )
+        except TableAlreadyExistsError:
+            table = catalog.load_table(ident)
+            if table.properties.get("lakestream.table-uuid") != definition.table_uuid:
+                raise TableAlreadyExists(
+                    f"an Iceberg table {definition.name} already exists in {self.url} and does not belong to this "
+                    "lakestream table; drop or rename it (pyiceberg / lakestream) and retry"
+                ) from None
+            return table
 
     def table(self, name: str | TableName) -> TableDefinition:
         """The definition of an existing table. Raises `TableNotFound`."""

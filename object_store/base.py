@@ -309,6 +309,11 @@ class ObjectStore(abc.ABC):
                 "4.x, Ceph RGW >= 19), or fix the gateway in front of it."
             )
 
+    def connection_options(self) -> dict[str, str]:
+        """Options another client needs to reach the same store (`open_store` keyword names). For S3 this
+        includes the resolved credentials: treat the result as a secret."""
+        return {}
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
 

@@ -324,6 +324,18 @@ class S3Store(ObjectStore):
         )
         return sorted(u["UploadId"] for u in r.get("Uploads", []))
 
+    def connection_options(self) -> dict[str, str]:
+        options = {"region": self._session.region_name or "us-east-1"}
+        if self.endpoint_url:
+            options["endpoint_url"] = self.endpoint_url
+        creds = self._session.get_credentials()
+        if creds is not None:
+            frozen = creds.get_frozen_credentials()
+            options.update(access_key_id=frozen.access_key, secret_access_key=frozen.secret_key)
+            if frozen.token:
+                options["session_token"] = frozen.token
+        return options
+
     def arrow_filesystem(self) -> pafs.FileSystem:
         creds = self._session.get_credentials()
         frozen = creds.get_frozen_credentials() if creds is not None else None

@@ -67,15 +67,10 @@ def lakehouse(store: ObjectStore):
 
 def catalog_properties(url: str, options: dict[str, str]) -> dict[str, str]:
     """pyiceberg properties for an ObjectStoreCatalog on (url, store options): what a user configures."""
+    from lakehouse.catalog import STORE_OPTION_PROPERTIES
+
     props = {"py-catalog-impl": "lakehouse.catalog.ObjectStoreCatalog", "warehouse": url}
-    for ours, theirs in (
-        ("endpoint_url", "s3.endpoint"),
-        ("access_key_id", "s3.access-key-id"),
-        ("secret_access_key", "s3.secret-access-key"),
-        ("region", "s3.region"),
-    ):
-        if options.get(ours):
-            props[theirs] = options[ours]
+    props.update({theirs: options[ours] for ours, theirs in STORE_OPTION_PROPERTIES.items() if options.get(ours)})
     return props
 
 

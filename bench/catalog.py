@@ -1,0 +1,212 @@
+"""Catalog benchmark: our ObjectStoreCatalog against pyiceberg's SqlCatalog on PostgreSQL, same work.
+
+    python bench/catalog.py            # W = 1, 4, 8, 16 writers (several minutes)
+    python bench/catalog.py --quick    # W = 1, 4
+
+W writer processes each append 25 one-row batches to one table through pyiceberg, all at once. Each
+catalog runs with its shipped defaults (SqlCatalog: pyiceberg's 4 commit retries; ours: the table
+defaults our catalog sets, see lakehouse.catalog.DEFAULT_TABLE_PROPERTIES). Both keep data and
+metadata files on the same SeaweedFS server, so only the catalog differs. PostgreSQL (Debian's
+package) is started on loopback by the benchmark in a temporary directory and stopped at the end.
+
+Reported per W: successful commits/s (wall clock), appends that failed to the caller, p50/p99 latency
+of successful appends, pyiceberg retries per successful commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import parser, pct  # noqa: E402
+
+from object_store.seaweedfs import SeaweedFS  # noqa: E402
+
+APPENDS = 25
+
+
+class _RetryCounter(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "retrying" in record.getMessage():
+            self.count += 1
+
+
+def writer(props: dict, table: str, worker: int, barrier) -> tuple[int, int, list[float], int]:
+    """Append APPENDS one-row batches; return (ok, failed, latencies of ok appends, retries)."""
+    import pyarrow as pa
+    from pyiceberg.catalog import load_catalog
+
+    counter = _RetryCounter()
+    logging.getLogger("pyiceberg.table").addHandler(counter)
+    catalog = load_catalog("bench", **props)
+    tbl = catalog.load_table(table)
+    barrier.wait()
+    ok, failed, latencies = 0, 0, []
+    for i in range(APPENDS):
+        t0 = time.perf_counter()
+        try:
+            tbl.append(pa.table({"worker": pa.array([worker], pa.int32()), "seq": pa.array([i], pa.int32())}))
+            ok += 1
+            latencies.append(time.perf_counter() - t0)
+        except Exception:  # noqa: BLE001 - a failure reaching the caller is what we count
+            failed += 1
+            tbl = catalog.load_table(table)
+    return ok, failed, latencies, counter.count
+
+
+def run_writers(props: dict, writers: int) -> dict[str, float]:
+    import pyarrow as pa
+    from pyiceberg.catalog import load_catalog
+
+    catalog = load_catalog("bench", **props)
+    ns = f"b{uuid.uuid4().hex[:8]}"
+    catalog.create_namespace(ns)
+    catalog.create_table(f"{ns}.t", pa.schema([("worker", pa.int32()), ("seq", pa.int32())]))
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(writers + 1)
+        with ProcessPoolExecutor(writers, mp_context=ctx) as pool:
+            futures = [pool.submit(writer, props, f"{ns}.t", w, barrier) for w in range(writers)]
+            barrier.wait()
+            t0 = time.perf_counter()
+            results = [f.result() for f in futures]
+            wall = time.perf_counter() - t0
+    ok = sum(r[0] for r in results)
+    failed = sum(r[1] for r in results)
+    latencies = [x for r in results for x in r[2]]
+    retries = sum(r[3] for r in results)
+    rows = catalog.load_table(f"{ns}.t").scan().to_arrow().num_rows
+    assert rows == ok, f"table holds {rows} rows but {ok} appends succeeded"
+    return {
+        "commits_s": ok / wall,
+        "failed": failed,
+        "p50": pct(latencies, 0.5) if latencies else float("nan"),
+        "p99": pct(latencies, 0.99) if latencies else float("nan"),
+        "retries": retries / max(1, ok),
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Postgres:
+    """PostgreSQL from Debian's package, in a temporary directory, on a loopback port."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.dir = workdir / "pg"
+        self.port = free_port()
+        self.as_user: list[str] = []
+
+    def _bin(self, name: str) -> str:
+        found = shutil.which(name) or next(iter(sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))), None)
+        if not found:
+            raise SystemExit("PostgreSQL is not installed: apt-get install -y postgresql (Debian's package)")
+        return str(found)
+
+    def __enter__(self) -> Postgres:
+        self.dir.mkdir(parents=True)
+        if os.geteuid() == 0:  # the server refuses to run as root
+            shutil.chown(self.dir, "postgres")
+            shutil.chown(self.dir.parent, "postgres")
+            self.as_user = ["runuser", "-u", "postgres", "--"]
+        data = self.dir / "data"
+        subprocess.run(
+            [*self.as_user, self._bin("initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            [
+                *self.as_user,
+                self._bin("pg_ctl"),
+                "-D",
+                str(data),
+                "-l",
+                str(self.dir / "log"),
+                "-w",
+                "-o",
+                f"-h 127.0.0.1 -p {self.port} -k {self.dir} -c max_connections=200",
+                "start",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        subprocess.run(
+            [*self.as_user, self._bin("pg_ctl"), "-D", str(self.dir / "data"), "-m", "fast", "stop"],
+            capture_output=True,
+        )
+
+    @property
+    def uri(self) -> str:
+        return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/postgres"
+
+
+def main() -> None:
+    args = parser(__doc__).parse_args()
+    sizes = (1, 4) if args.quick else (1, 4, 8, 16)
+    with tempfile.TemporaryDirectory(prefix="lakestream-bench-") as tmp:
+        os.chmod(tmp, 0o755)
+        with SeaweedFS(Path(tmp) / "seaweedfs") as server, Postgres(Path(tmp)) as pg:
+            s3 = {
+                "s3.endpoint": server.endpoint_url,
+                "s3.access-key-id": server.store_options()["access_key_id"],
+                "s3.secret-access-key": server.store_options()["secret_access_key"],
+                "s3.region": "us-east-1",
+            }
+            ours = {
+                "py-catalog-impl": "lakehouse.catalog.ObjectStoreCatalog",
+                "warehouse": f"s3://{server.bucket}/ours",
+                **s3,
+            }
+            theirs = {"type": "sql", "uri": pg.uri, "warehouse": f"s3://{server.bucket}/sql", **s3}
+            rows = [
+                f"Catalog benchmark, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores; "
+                f"{APPENDS} one-row appends per writer",
+                "",
+                "| writers | catalog | commits/s | failed to caller | p50 | p99 | retries per commit |",
+                "| --- | --- | --- | --- | --- | --- | --- |",
+            ]
+            results = {}
+            for w in sizes:
+                for label, props in (("ours (SeaweedFS If-Match)", ours), ("SqlCatalog (PostgreSQL)", theirs)):
+                    r = run_writers(props, w)
+                    results[(label, w)] = r
+                    rows.append(
+                        f"| {w} | {label} | {r['commits_s']:.1f} | {r['failed']} of {w * APPENDS} | "
+                        f"{r['p50'] * 1e3:.0f} ms | {r['p99'] * 1e3:.0f} ms | {r['retries']:.2f} |"
+                    )
+                    print(rows[-1], flush=True)
+    print("\n" + "\n".join(rows))
+    one = results.get(("ours (SeaweedFS If-Match)", 1))
+    eight = results.get(("ours (SeaweedFS If-Match)", 8))
+    if one and eight:
+        print(f"\nours: 8-writer / 1-writer throughput = {eight['commits_s'] / one['commits_s']:.2f} (goal >= 0.8)")
+    anchor = results.get(("SqlCatalog (PostgreSQL)", 8))
+    if eight and anchor:
+        print(f"ours / SqlCatalog at 8 writers = {eight['commits_s'] / anchor['commits_s']:.2f} (goal >= 2)")
+
+
+if __name__ == "__main__":
+    main()
