@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -47,8 +48,8 @@ class _RetryCounter(logging.Handler):
             self.count += 1
 
 
-def writer(props: dict, table: str, worker: int, barrier) -> tuple[int, int, list[float], int]:
-    """Append APPENDS one-row batches; return (ok, failed, latencies of ok appends, retries)."""
+def writer(props: dict, table: str, worker: int, barrier) -> tuple[int, list[str], list[float], int]:
+    """Append APPENDS one-row batches; return (ok, failure kinds, latencies of ok appends, retries)."""
     import pyarrow as pa
     from pyiceberg.catalog import load_catalog
 
@@ -57,15 +58,15 @@ def writer(props: dict, table: str, worker: int, barrier) -> tuple[int, int, lis
     catalog = load_catalog("bench", **props)
     tbl = catalog.load_table(table)
     barrier.wait()
-    ok, failed, latencies = 0, 0, []
+    ok, failed, latencies = 0, [], []
     for i in range(APPENDS):
         t0 = time.perf_counter()
         try:
             tbl.append(pa.table({"worker": pa.array([worker], pa.int32()), "seq": pa.array([i], pa.int32())}))
             ok += 1
             latencies.append(time.perf_counter() - t0)
-        except Exception:  # noqa: BLE001 - a failure reaching the caller is what we count
-            failed += 1
+        except Exception as exc:  # noqa: BLE001 - a failure reaching the caller is what we count
+            failed.append(type(exc).__name__)
             tbl = catalog.load_table(table)
     return ok, failed, latencies, counter.count
 
@@ -88,7 +89,8 @@ def run_writers(props: dict, writers: int) -> dict[str, float]:
             results = [f.result() for f in futures]
             wall = time.perf_counter() - t0
     ok = sum(r[0] for r in results)
-    failed = sum(r[1] for r in results)
+    kinds = Counter(k for r in results for k in r[1])
+    failed = sum(kinds.values())
     latencies = [x for r in results for x in r[2]]
     retries = sum(r[3] for r in results)
     rows = catalog.load_table(f"{ns}.t").scan().to_arrow().num_rows
@@ -96,6 +98,7 @@ def run_writers(props: dict, writers: int) -> dict[str, float]:
     return {
         "commits_s": ok / wall,
         "failed": failed,
+        "kinds": ", ".join(f"{k} x{n}" for k, n in kinds.items()),
         "p50": pct(latencies, 0.5) if latencies else float("nan"),
         "p99": pct(latencies, 0.99) if latencies else float("nan"),
         "retries": retries / max(1, ok),
@@ -194,7 +197,7 @@ def main() -> None:
                     r = run_writers(props, w)
                     results[(label, w)] = r
                     rows.append(
-                        f"| {w} | {label} | {r['commits_s']:.1f} | {r['failed']} of {w * APPENDS} | "
+                        f"| {w} | {label} | {r['commits_s']:.1f} | {r['failed']} of {w * APPENDS} {r['kinds']} | "
                         f"{r['p50'] * 1e3:.0f} ms | {r['p99'] * 1e3:.0f} ms | {r['retries']:.2f} |"
                     )
                     print(rows[-1], flush=True)

@@ -23,6 +23,7 @@ from pyiceberg.exceptions import (
     NoSuchTableError,
     TableAlreadyExistsError,
 )
+from pyiceberg.table import StaticTable
 
 from lakehouse.catalog import ObjectStoreCatalog
 from lakehouse.errors import CorruptCatalogError, LakestreamError
@@ -62,7 +63,7 @@ print(json.dumps({{"rows": t.scan().to_arrow().num_rows, "tables": cat.list_tabl
         "tables": [["ods", "orders"]],
         "props": {"owner": "data-eng"},
         "snapshots": 2,
-        "retries": "32",
+        "retries": "100",
     }
 
 
@@ -206,6 +207,51 @@ def test_rename_racing_a_commit_loses_nothing(catalog_props, catalog) -> None:
     assert catalog.load_table("ods.s").scan().to_arrow().to_pylist() == [{"worker": 3, "seq": 3}]
 
 
+def test_rename_concurrent_with_an_appender_loses_no_acknowledged_append(catalog_props, catalog) -> None:
+    catalog.create_namespace("ods")
+    catalog.create_table("ods.live", SCHEMA)
+    acknowledged, stop = [], threading.Event()
+
+    def appender() -> None:
+        writer = load_catalog("lake", **catalog_props)
+        table = writer.load_table("ods.live")
+        for i in range(200):
+            if stop.is_set():
+                return
+            try:
+                table.append(rows(1, i))
+                acknowledged.append(i)
+            except (NoSuchTableError, CommitFailedException):
+                return  # the rename won: the old name is gone
+
+    t = threading.Thread(target=appender)
+    t.start()
+    while len(acknowledged) < 3:
+        threading.Event().wait(0.01)
+    catalog.rename_table("ods.live", "ods.moved")
+    stop.set()
+    t.join(60)
+    present = sorted(r["seq"] for r in catalog.load_table("ods.moved").scan().to_arrow().to_pylist())
+    assert present == sorted(acknowledged), "an acknowledged append is missing, or an unacknowledged one landed"
+    assert catalog.list_tables("ods") == [("ods", "moved")]
+
+
+def test_pyiceberg_yaml_configuration(tmp_path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".pyiceberg.yaml").write_text(f"catalog:\n  lake:\n    warehouse: {(tmp_path / 'wh').as_uri()}\n")
+    # pyiceberg 0.12 reads py-catalog-impl only from load_catalog's arguments; the rest comes from the file
+    script = (
+        "from pyiceberg.catalog import load_catalog; "
+        "c = load_catalog('lake', **{'py-catalog-impl': 'lakehouse.catalog.ObjectStoreCatalog'}); "
+        "c.create_namespace('ods'); print(type(c).__name__, c.warehouse.startswith('file://'), c.list_namespaces())"
+    )
+    env = {**os.environ, "PYICEBERG_HOME": str(home)}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ObjectStoreCatalog True [('ods',)]"
+
+
 def test_garbage_pointer_is_a_clear_error(catalog) -> None:
     catalog.create_namespace("ods")
     catalog.create_table("ods.g", SCHEMA)
@@ -254,7 +300,10 @@ def test_duckdb_reads_what_pyiceberg_reads(tmp_path) -> None:
             os.path.join(os.path.dirname(module.__file__), "**", "*.duckdb_extension"), recursive=True
         ):
             con.execute(f"LOAD '{ext}'")
-    location = catalog.table_location("ods.t").removeprefix("file://")
-    theirs = con.execute(f"SELECT id, name FROM iceberg_scan('{location}') ORDER BY id").fetchall()
+    location = catalog.table_location("ods.t")
+    theirs = con.execute(
+        f"SELECT id, name FROM iceberg_scan('{location.removeprefix('file://')}') ORDER BY id"
+    ).fetchall()
     ours = sorted((r["id"], r["name"]) for r in catalog.load_table("ods.t").scan().to_arrow().to_pylist())
-    assert theirs == ours and len(ours) == 9
+    static = sorted((r["id"], r["name"]) for r in StaticTable.from_metadata(location).scan().to_arrow().to_pylist())
+    assert theirs == ours == static and len(ours) == 9
