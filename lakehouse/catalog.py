@@ -225,12 +225,9 @@ class ObjectStoreCatalog(MetastoreCatalog):
                 target = self._read_pointer(to_ns, to_table)
             except NoSuchTableError:
                 target = None
-            if (
-                target is not None
-                and target.renamed_from == f"{namespace}.{table}"
-                and (target.metadata_location == pointer.metadata_location)
-            ):
-                self._delete_if_match(self._pointer_key(namespace, table), pointer.etag)  # roll forward
+            if target is not None and target.renamed_from == f"{namespace}.{table}":
+                # our rename's target exists (it may have moved on since): finish by dropping the old name
+                self._delete_if_match(self._pointer_key(namespace, table), pointer.etag)
                 return True
             if target is None:  # step 2 never happened: do it now
                 try:

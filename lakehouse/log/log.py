@@ -73,7 +73,13 @@ class _ProducerState:
 
 
 class Log:
-    """One table's log. Thread-safe; share one instance per process and table."""
+    """One table's log. Thread-safe; share one instance per process and table.
+
+    Options: ``limits`` (rows and bytes per append), ``dedup_window`` (segments a retry looks back
+    through), ``max_workers`` (parallel bucket writes and read prefetch), ``compression`` of segment
+    bodies (None, "lz4" or "zstd"; off by default: segments are short-lived, and on small machines the
+    CPU costs more than the bytes saved), ``clock`` (append timestamps; injectable for tests).
+    """
 
     def __init__(
         self,
