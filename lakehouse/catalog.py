@@ -221,10 +221,7 @@ class ObjectStoreCatalog(MetastoreCatalog):
         """Finish or roll back a rename that this pointer takes part in; True if anything changed."""
         if pointer.renaming_to is not None:  # we are the old name
             to_ns, to_table = self._split(pointer.renaming_to)
-            try:
-                target = self._read_pointer(to_ns, to_table)
-            except NoSuchTableError:
-                target = None
+            target = self._pointer_or_none(to_ns, to_table)
             if target is not None and target.renamed_from == f"{namespace}.{table}":
                 # our rename's target exists (it may have moved on since): finish by dropping the old name
                 self._delete_if_match(self._pointer_key(namespace, table), pointer.etag)
@@ -245,29 +242,30 @@ class ObjectStoreCatalog(MetastoreCatalog):
                 self._delete_if_match(self._pointer_key(namespace, table), pointer.etag)
                 return True
             # the new name belongs to another table: roll back by clearing our marker
-            try:
-                self.store.put(
-                    self._pointer_key(namespace, table), pointer.to_json(renaming_to=None), if_match=pointer.etag
-                )
-            except PreconditionFailed:
-                pass
+            self._cas_quietly(self._pointer_key(namespace, table), pointer.to_json(renaming_to=None), pointer.etag)
             return True
         if pointer.renamed_from is not None:  # we are the new name
             from_ns, from_table = self._split(pointer.renamed_from)
-            try:
-                source = self._read_pointer(from_ns, from_table)
-            except NoSuchTableError:
-                source = None
+            source = self._pointer_or_none(from_ns, from_table)
             if source is not None and source.renaming_to == f"{namespace}.{table}":
                 self._delete_if_match(self._pointer_key(from_ns, from_table), source.etag)  # finish step 3
-            try:  # drop the marker so later loads need no look-up
-                self.store.put(
-                    self._pointer_key(namespace, table), pointer.to_json(renamed_from=None), if_match=pointer.etag
-                )
-            except PreconditionFailed:
-                pass
+            # drop the marker so later loads need no look-up
+            self._cas_quietly(self._pointer_key(namespace, table), pointer.to_json(renamed_from=None), pointer.etag)
             return True
         return False
+
+    def _pointer_or_none(self, namespace: str, table: str) -> Pointer | None:
+        try:
+            return self._read_pointer(namespace, table)
+        except NoSuchTableError:
+            return None
+
+    def _cas_quietly(self, key: str, body: bytes, etag: str) -> None:
+        """CAS ``key``; losing is fine (someone else changed it and the caller re-reads)."""
+        try:
+            self.store.put(key, body, if_match=etag)
+        except PreconditionFailed:
+            pass
 
     def _delete_if_match(self, key: str, etag: str) -> None:
         try:

@@ -107,7 +107,7 @@ def _log(store: ObjectStore, namespace: str, changes: int, console: Console) -> 
         table.add_column(str(b))
     table.add_row(*(f"{e:,}" for e in ends.values()))
     console.print(table)
-    console.print(f"Iceberg table {orders.name} (empty until tiering): {lh.catalog.table_location(orders.name)}")
+    console.print(f"Iceberg table {orders.name} (empty until tiering): {lh.catalog.table_location(str(orders.name))}")
     lh.close()
     return (
         f"{sent['upsert']:,} upserts + {sent['delete']:,} deletes into {orders.name}, {sent['insert']:,} events; "
