@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
@@ -226,8 +227,10 @@ def test_rename_concurrent_with_an_appender_loses_no_acknowledged_append(catalog
 
     t = threading.Thread(target=appender)
     t.start()
-    while len(acknowledged) < 3:
-        threading.Event().wait(0.01)
+    deadline = time.monotonic() + 120
+    while len(acknowledged) < 3 and t.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(acknowledged) >= 3, "the appender did not get going"
     catalog.rename_table("ods.live", "ods.moved")
     stop.set()
     t.join(60)
