@@ -85,6 +85,11 @@ class Lakehouse:
         definition = TableDefinition.build(
             name, schema, buckets=buckets, primary_key=primary_key, bucket_key=bucket_key, partition_by=partition_by
         )
+        if self.catalog.table_exists((definition.name.namespace, definition.name.table)):
+            raise TableAlreadyExists(
+                f"an Iceberg table {definition.name} already exists in {self.url}; drop or rename it first "
+                "(nothing was created)"
+            )
         try:
             self.store.put(definition.name.definition_key, definition.to_json(), if_none_match=True)
         except PreconditionFailed:

@@ -28,8 +28,15 @@ def test_create_table_creates_the_iceberg_table_too(lakehouse: Lakehouse) -> Non
 def test_a_foreign_iceberg_table_with_the_name_is_not_adopted(lakehouse: Lakehouse) -> None:
     lakehouse.catalog.create_namespace("ods")
     lakehouse.catalog.create_table("ods.taken", SCHEMA)
-    with pytest.raises(TableAlreadyExists, match="does not belong to this lakestream table"):
+    with pytest.raises(TableAlreadyExists, match="nothing was created"):
         lakehouse.create_table("ods.taken", SCHEMA, primary_key=["o_orderkey"], buckets=4)
+    assert lakehouse.list_tables() == []  # no log definition left behind
+    # a foreign table appearing between the log definition and the lake table is refused too
+    d = lakehouse.create_table("ods.mine", SCHEMA, primary_key=["o_orderkey"], buckets=4)
+    lakehouse.catalog.drop_table("ods.mine")
+    lakehouse.catalog.create_table("ods.mine", SCHEMA)
+    with pytest.raises(TableAlreadyExists, match="does not belong to this lakestream table"):
+        lakehouse.ensure_lake_table(d)
 
 
 def test_cli_location_register_repair_properties(tmp_path) -> None:
