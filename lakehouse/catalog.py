@@ -292,12 +292,11 @@ class ObjectStoreCatalog(MetastoreCatalog):
 
     def _write_metadata_create_only(self, metadata: TableMetadata, location: str) -> None:
         key = self._key_of(location)
-        body = metadata.model_dump_json(exclude_none=True).encode()
         if location.endswith(".gz.metadata.json") or key is None:
             # outside our warehouse (a registered table) or compressed: pyiceberg's FileIO writes it
             self._write_metadata(metadata, self._load_file_io(metadata.properties, location), location)
             return
-        self.store.put(key, body, if_none_match=True)
+        self.store.put(key, metadata.model_dump_json(exclude_none=True).encode(), if_none_match=True)
 
     def _delete_location(self, location: str) -> None:
         key = self._key_of(location)

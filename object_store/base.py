@@ -269,6 +269,7 @@ class ObjectStore(abc.ABC):
             info = self._head(key)
         except NotFound:
             raise exc from None
+        exc.current = info
         if info.write_token == token:
             log.info("conditional write to %s was applied by an earlier attempt; reporting success", key)
             return info.etag

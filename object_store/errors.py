@@ -50,6 +50,9 @@ class PreconditionFailed(StoreError):
         super().__init__(message)
         self.key = key
         self.after_retry = after_retry
+        #: What stood at ``key`` when the conflicting write was checked (an `ObjectInfo`, metadata
+        #: included), or None if nothing did; set by `ObjectStore.put` so callers need no second HEAD.
+        self.current: object | None = None
 
 
 class StoreUnavailable(StoreError):

@@ -36,7 +36,7 @@ from lakehouse.log.batch import Limits, bucket_rows, conform
 from lakehouse.log.index import BucketIndex
 from lakehouse.log.segment import SegmentHeader
 from lakehouse.tables import TableDefinition
-from object_store import NotFound, ObjectStore, PreconditionFailed
+from object_store import NotFound, ObjectInfo, ObjectStore, PreconditionFailed
 
 if TYPE_CHECKING:
     from lakehouse.log.producer import Producer
@@ -189,8 +189,14 @@ class Log:
             key = self.name.segment_key(bucket, offset)
             try:
                 self.store.put(key, body, if_none_match=True, metadata=metadata)
-            except PreconditionFailed:
-                theirs = self._header_or_none(key)
+            except PreconditionFailed as exc:
+                # the store read the winner back (to rule out our own lost response): reuse it
+                current = exc.current
+                theirs = (
+                    SegmentHeader.from_metadata(current.metadata, key=key)
+                    if isinstance(current, ObjectInfo)
+                    else self._header_or_none(key)
+                )
                 if theirs is not None and (theirs.producer, theirs.sequence) == (
                     header.producer,
                     header.sequence,

@@ -70,8 +70,9 @@ def test_get_range(store: ObjectStore) -> None:
 def test_create_only(store: ObjectStore) -> None:
     etag = store.put("once", b"first", if_none_match=True)
     with pytest.raises(PreconditionFailed) as info:
-        store.put("once", b"second", if_none_match=True)
+        store.put("once", b"second", if_none_match=True, metadata={"who": "loser"})
     assert info.value.key == "once"
+    assert info.value.current.etag == etag  # what stood there, read back once by the store
     assert store.get("once").data == b"first" and store.head("once").etag == etag
 
 
