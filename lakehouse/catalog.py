@@ -58,6 +58,7 @@ from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.utils.config import Config
 
 from lakehouse.errors import CorruptCatalogError, LakestreamError
+from lakehouse.lake import check_tiering_fence
 from object_store import NotFound, ObjectStore, PreconditionFailed, StoreError, StoreUnavailable, open_store
 
 if TYPE_CHECKING:
@@ -425,6 +426,7 @@ class ObjectStoreCatalog(MetastoreCatalog):
         Raises:
             CommitFailedException: the pointer moved (pyiceberg retries on a fresh base) or a requirement failed.
             CommitStateUnknownException: the store never answered the CAS and the outcome cannot be read back.
+            TieringConflict: a tiering snapshot planned on an older tiering snapshot (not retried by pyiceberg).
         """
         namespace, name = self._split(table.name())
         try:
@@ -441,6 +443,8 @@ class ObjectStoreCatalog(MetastoreCatalog):
             current = table if same else self._table(namespace, name, pointer)
         if current is not None and not updates:
             return CommitTableResponse(metadata=current.metadata, metadata_location=current.metadata_location)
+        # A tiering snapshot commits only on the tiering snapshot it was planned on (lakehouse.lake).
+        check_tiering_fence(current.metadata if current is not None else None, updates, name=f"{namespace}.{name}")
         staged = self._update_and_stage_table(current, table.name(), requirements, updates)
         if pointer is None:  # a create-table transaction
             self._create(namespace, name, staged.metadata, staged.metadata_location)

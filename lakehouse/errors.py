@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pyiceberg.exceptions import ValidationException
+
 from object_store.errors import LakestreamError
 
 __all__ = [
@@ -10,12 +12,14 @@ __all__ = [
     "CorruptCatalogError",
     "CorruptSegmentError",
     "InvalidTableName",
+    "LakeStateError",
     "LakestreamError",
     "OffsetOutOfRange",
     "ProducerError",
     "SchemaError",
     "TableAlreadyExists",
     "TableNotFound",
+    "TieringConflict",
 ]
 
 
@@ -64,3 +68,15 @@ class OffsetOutOfRange(LakestreamError, IndexError):
 class CorruptCatalogError(LakestreamError):
     """A catalog object (a table pointer, a namespace) is not what the catalog wrote; the message names it
     and says how to repair it."""
+
+
+class LakeStateError(LakestreamError):
+    """The lake table and the log disagree in a way tiering cannot repair by itself: offsets missing from
+    the newest tiering snapshot, offsets ahead of the log, a log table whose lake table is missing. The
+    message says which and what to do; nothing was written."""
+
+
+class TieringConflict(LakestreamError, ValidationException):
+    """Another tiering run committed first: this run's offsets were overtaken. Its files were deleted and
+    nothing of it was committed; rerun tiering to tier what is left. (A pyiceberg `ValidationException`
+    too, so pyiceberg's commit retry stops and cleans its manifests instead of re-applying the files.)"""

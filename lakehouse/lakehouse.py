@@ -1,10 +1,10 @@
-"""`Lakehouse`: the facade over one warehouse (tables, their logs; the lake arrives with later issues)."""
+"""`Lakehouse`: the facade over one warehouse: tables, their logs, their lake tables, tiering and reads."""
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -13,9 +13,20 @@ from pyiceberg.table import Table
 
 from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog
 from lakehouse.errors import TableAlreadyExists, TableNotFound
+from lakehouse.executor import LocalExecutor, SparkExecutor, TaskExecutor
+from lakehouse.lake import (
+    TABLE_UUID_PROPERTY,
+    lake_offsets,
+    lake_partition_spec,
+    lake_schema,
+    lake_sort_order,
+    parse_partition_by,
+)
 from lakehouse.log import Log
 from lakehouse.settings import Settings, load_settings
 from lakehouse.tables import TABLES_PREFIX, TableDefinition, TableName
+from lakehouse.tiering import TieringResult, load_lake_table, tier
+from lakehouse.union import RowFilter, lake_read, union_batches, union_read
 from object_store import NotFound, ObjectStore, PreconditionFailed, open_store
 
 
@@ -85,6 +96,7 @@ class Lakehouse:
         definition = TableDefinition.build(
             name, schema, buckets=buckets, primary_key=primary_key, bucket_key=bucket_key, partition_by=partition_by
         )
+        parse_partition_by(definition, definition.schema)  # checked before anything is written
         if self.catalog.table_exists((definition.name.namespace, definition.name.table)):
             raise TableAlreadyExists(
                 f"an Iceberg table {definition.name} already exists in {self.url}; drop or rename it first "
@@ -99,26 +111,84 @@ class Lakehouse:
 
     def ensure_lake_table(self, definition: TableDefinition) -> Table:
         """The Iceberg table of a lakestream table, created if missing (idempotent: safe after a crash
-        between the log definition and the lake table). Its schema is the log's columns; the lake layout
-        (system columns, partitioning) is the tiering's to set."""
+        between the log definition and the lake table). Layout: see `lakehouse.lake`."""
         catalog = self.catalog
         ident = (definition.name.namespace, definition.name.table)
         try:
             catalog.create_namespace(definition.name.namespace)
         except NamespaceAlreadyExistsError:
             pass
+        schema = lake_schema(definition)
         try:
             return catalog.create_table(
-                ident, definition.schema, properties={"lakestream.table-uuid": definition.table_uuid}
+                ident,
+                schema,
+                partition_spec=lake_partition_spec(definition, schema),
+                sort_order=lake_sort_order(schema),
+                properties={TABLE_UUID_PROPERTY: definition.table_uuid},
             )
         except TableAlreadyExistsError:
             table = catalog.load_table(ident)
-            if table.properties.get("lakestream.table-uuid") != definition.table_uuid:
+            if table.properties.get(TABLE_UUID_PROPERTY) != definition.table_uuid:
                 raise TableAlreadyExists(
                     f"an Iceberg table {definition.name} already exists in {self.url} and does not belong to this "
                     "lakestream table; drop or rename it (pyiceberg / lakestream) and retry"
                 ) from None
             return table
+
+    def lake_table(self, name: str | TableName) -> Table:
+        """The current Iceberg table of ``name`` (freshly loaded). Raises `TableNotFound`, `LakeStateError`."""
+        return load_lake_table(self.catalog, self.table(name))
+
+    def lake_offsets(self, name: str | TableName) -> dict[int, int]:
+        """The log offsets the lake holds: {bucket: next offset} for every bucket (0 where nothing is tiered),
+        comparable with ``log(name).end_offsets()``."""
+        definition = self.table(name)
+        table = load_lake_table(self.catalog, definition)
+        return lake_offsets(table.metadata, definition.buckets, name=str(definition.name))
+
+    # ---- tiering and reads ---------------------------------------------------------------------------
+
+    def tier(
+        self,
+        name: str | TableName,
+        *,
+        spark: Any = None,
+        spark_master: str | None = None,
+        workers: int | None = None,
+        max_split_rows: int | None = None,
+    ) -> TieringResult:
+        """One tiering round of ``name`` (see `lakehouse.tiering`): on the local in-process executor
+        (``workers`` threads) unless a Spark session, or a master to start one with, is given."""
+        executor = self.executor(spark=spark, spark_master=spark_master, workers=workers)
+        return tier(self.store, self.catalog, self.log(name), executor=executor, max_split_rows=max_split_rows)
+
+    @staticmethod
+    def executor(*, spark: Any = None, spark_master: str | None = None, workers: int | None = None) -> TaskExecutor:
+        if spark is None and spark_master is not None:
+            from lakehouse.spark import spark_session
+
+            spark = spark_session(master=spark_master)
+        return SparkExecutor(spark) if spark is not None else LocalExecutor(workers)
+
+    def union_read(
+        self, name: str | TableName, columns: Sequence[str] | None = None, row_filter: RowFilter = None
+    ) -> pa.Table:
+        """The lake snapshot plus the log tail after its offsets, merged by key (see `lakehouse.union`):
+        every record whose append has returned is visible."""
+        return union_read(self.lake_table(name), self.log(name), columns=columns, row_filter=row_filter)
+
+    def union_batches(
+        self, name: str | TableName, columns: Sequence[str] | None = None, row_filter: RowFilter = None
+    ) -> Iterator[pa.RecordBatch]:
+        """`union_read` as a stream of record batches, for large results."""
+        return union_batches(self.lake_table(name), self.log(name), columns=columns, row_filter=row_filter)
+
+    def lake_read(
+        self, name: str | TableName, columns: Sequence[str] | None = None, row_filter: RowFilter = None
+    ) -> pa.Table:
+        """The lake only (what other engines see)."""
+        return lake_read(self.lake_table(name), columns=columns, row_filter=row_filter)
 
     def table(self, name: str | TableName) -> TableDefinition:
         """The definition of an existing table. Raises `TableNotFound`."""

@@ -1,0 +1,186 @@
+"""Iceberg data files written and read by tasks, through the store's Arrow filesystem.
+
+A `LakeContext` is everything a task needs to reach a lake table's files from any process (a Spark
+Python worker included): the store's URL and connection options, the table's location, schema and
+partition spec. It is small and picklable; the store is opened once per process.
+
+Files are Parquet with Iceberg field ids, zstd-compressed; their `DataFile` entries (partition, record
+count, size, column statistics) are computed from the Parquet footer with pyiceberg's own functions,
+so they are what pyiceberg itself would write. pyarrow's S3 output stream uploads large files in
+multipart parts while they are written.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyiceberg.io.pyarrow import (
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+    schema_to_pyarrow,
+)
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.typedef import Record
+
+from object_store import NotFound, ObjectStore, open_store
+
+_stores: dict[tuple, ObjectStore] = {}
+_stores_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class LakeContext:
+    """How a task reaches one lake table's files (picklable; no open connections inside)."""
+
+    store_url: str
+    store_options: tuple[tuple[str, str], ...]
+    location: str  # the table's location, e.g. s3://bucket/wh/ods/orders
+    schema_json: str
+    spec_json: str
+    properties: tuple[tuple[str, str], ...] = field(default=())
+
+    @classmethod
+    def of(cls, store: ObjectStore, table: Table) -> LakeContext:
+        return cls(
+            store_url=store.url,
+            store_options=tuple(sorted(store.connection_options().items())),
+            location=table.metadata.location.rstrip("/"),
+            schema_json=table.schema().model_dump_json(),
+            spec_json=table.spec().model_dump_json(),
+            properties=tuple(sorted(table.properties.items())),
+        )
+
+    # ---- derived, per process ------------------------------------------------------------------------
+
+    @property
+    def store(self) -> ObjectStore:
+        key = (self.store_url, self.store_options)
+        with _stores_lock:
+            store = _stores.get(key)
+            if store is None:
+                store = _stores[key] = open_store(self.store_url, probe=False, **dict(self.store_options))
+            return store
+
+    @cached_property
+    def fs(self) -> pafs.FileSystem:
+        return self.store.arrow_filesystem()
+
+    @cached_property
+    def schema(self) -> Schema:
+        return Schema.model_validate_json(self.schema_json)
+
+    @cached_property
+    def spec(self) -> PartitionSpec:
+        return PartitionSpec.model_validate_json(self.spec_json)
+
+    @cached_property
+    def arrow_schema(self) -> pa.Schema:
+        """The file schema: Iceberg field ids in the field metadata, plain (not large) strings."""
+        fields = []
+        for f in schema_to_pyarrow(self.schema, include_field_ids=True):
+            t = f.type
+            t = pa.string() if pa.types.is_large_string(t) else pa.binary() if pa.types.is_large_binary(t) else t
+            fields.append(f.with_type(t))
+        return pa.schema(fields)
+
+    @cached_property
+    def _stats_plan(self) -> tuple[dict, dict]:
+        return compute_statistics_plan(self.schema, dict(self.properties)), parquet_path_to_id_mapping(self.schema)
+
+    def key_of(self, location: str) -> str:
+        prefix = self.store_url.rstrip("/") + "/"
+        if not location.startswith(prefix):
+            raise ValueError(f"{location} is outside the warehouse {self.store_url}")
+        return location[len(prefix) :]
+
+    # ---- files ---------------------------------------------------------------------------------------
+
+    def new_location(self, partition: tuple, stem: str) -> str:
+        path = self.spec.partition_to_path(Record(*partition), self.schema)
+        return f"{self.location}/data/{path}/{stem}-{uuid.uuid4().hex[:12]}.parquet"
+
+    def write(self, table: pa.Table, partition: tuple, stem: str) -> DataFile:
+        """Write ``table`` as one Parquet data file of ``partition``; return its `DataFile` entry."""
+        data_file = self.write_stream(iter([table]), partition, stem)
+        assert data_file is not None
+        return data_file
+
+    def write_stream(self, tables: Iterator[pa.Table], partition: tuple, stem: str) -> DataFile | None:
+        """Write a stream of tables (one row group each) as one data file; None if the stream is empty.
+        Memory is bounded by one table of the stream."""
+        location = writer = None
+        out = None
+        try:
+            for table in tables:
+                if writer is None:
+                    location = self.new_location(partition, stem)
+                    out = self._open_output(self.key_of(location))
+                    writer = pq.ParquetWriter(out, self.arrow_schema, compression="zstd", write_statistics=True)
+                data = table.select(self.arrow_schema.names).cast(self.arrow_schema)
+                writer.write_table(data, row_group_size=1 << 20)
+            if writer is None:
+                return None
+            writer.close()
+            size = out.tell()
+            out.close()
+        except BaseException:
+            if out is not None:
+                out.close()
+                self.delete([location])
+            raise
+        return self._data_file(location, writer.writer.metadata, partition, size)
+
+    def _open_output(self, key: str) -> pa.NativeFile:
+        try:
+            return self.fs.open_output_stream(key)
+        except FileNotFoundError:  # a local file system needs the folder (S3 has none: never created there)
+            self.fs.create_dir(key.rsplit("/", 1)[0], recursive=True)
+            return self.fs.open_output_stream(key)
+
+    def _data_file(self, location: str, metadata: pq.FileMetaData, partition: tuple, size: int) -> DataFile:
+        stats_plan, column_ids = self._stats_plan
+        stats = data_file_statistics_from_parquet_metadata(metadata, stats_plan, column_ids)
+        return DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=location,
+            file_format=FileFormat.PARQUET,
+            partition=Record(*partition),
+            file_size_in_bytes=size,
+            sort_order_id=None,
+            spec_id=self.spec.spec_id,
+            equality_ids=None,
+            key_metadata=None,
+            **stats.to_serialized_dict(),
+        )
+
+    def read(self, location: str, columns: list[str] | None = None) -> pa.Table:
+        """Read a data file written by `write` (our own files: same schema, no deletes)."""
+        return pq.read_table(self.key_of(location), filesystem=self.fs, columns=columns)
+
+    def delete(self, locations: list[str]) -> None:
+        """Delete files this run wrote (best effort: what cannot be deleted stays an orphan)."""
+        for location in locations:
+            try:
+                self.store.delete(self.key_of(location))
+            except NotFound:
+                pass
+
+
+def locations(files: list[DataFile]) -> list[str]:
+    return [f.file_path for f in files]
+
+
+def describe_file(f: DataFile) -> dict[str, Any]:
+    return {"path": f.file_path, "records": f.record_count, "bytes": f.file_size_in_bytes}

@@ -1,0 +1,13 @@
+"""Where lakestream's data tasks run: a local thread pool, or Spark executors through ``mapInArrow``.
+
+Tiering, union reads and compaction describe their work as a list of picklable items and one task
+function; an executor runs the function on every item and returns the results in order. The data
+never crosses into the JVM: Spark ships the function and items to its Python workers, which do their
+IO with pyarrow, and only the (small) results come back to the driver.
+"""
+
+from lakehouse.executor.base import TaskExecutor
+from lakehouse.executor.local import LocalExecutor
+from lakehouse.executor.spark import SparkExecutor
+
+__all__ = ["LocalExecutor", "SparkExecutor", "TaskExecutor"]

@@ -1,0 +1,41 @@
+"""A local in-process executor: a thread pool (pyarrow releases the GIL for IO, encoding and compute)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from lakehouse.executor.base import TaskExecutor
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class LocalExecutor(TaskExecutor):
+    """Runs tasks on ``workers`` threads of this process (default: one per core)."""
+
+    name = "local"
+
+    def __init__(self, workers: int | None = None) -> None:
+        if workers is not None and workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.workers = workers or os.cpu_count() or 1
+
+    @property
+    def parallelism(self) -> int:
+        return self.workers
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        if len(items) <= 1 or self.workers == 1:
+            return [fn(item) for item in items]
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="lakestream-task") as pool:
+            futures = [pool.submit(fn, item) for item in items]
+            errors = []
+            for f in futures:
+                if (exc := f.exception()) is not None:
+                    errors.append(exc)
+            if errors:
+                raise errors[0]
+            return [f.result() for f in futures]

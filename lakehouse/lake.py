@@ -1,0 +1,313 @@
+"""The lake side of a table: its Iceberg layout and the log offsets its snapshots record.
+
+Layout (as Fluss does): the log's columns plus ``__bucket`` (int), ``__offset`` (long) and
+``__timestamp`` (timestamptz). Partition spec: the table's own transforms (``partition_by``, e.g.
+``day(o_orderdate)``), then ``bucket(N, bucket_key)``, the log's own bucketing, so log bucket *i* is
+lake partition ``bucket = i`` and tiering needs no shuffle; a table without a bucket key partitions by
+``identity(__bucket)``. Data files are sorted by ``__offset``.
+
+Offsets: every tiering commit stores the complete map of tiered offsets (bucket -> next offset) in its
+snapshot summary under ``lakestream.offsets``, marked ``lakestream.commit-user = tiering``. The lake's
+offsets are those of the newest tiering snapshot by sequence number; other commits (compaction, expiry)
+carry no offsets and do not confuse the lookup. ``lakestream.tiering-base`` names the tiering snapshot a
+commit was planned on: the catalog refuses it if the table's newest tiering snapshot is another one
+(see `check_tiering_fence`), so a tiering round is committed once or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.catalog import Catalog
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema, assign_fresh_schema_ids
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.table.sorting import SortField, SortOrder
+from pyiceberg.transforms import (
+    BucketTransform,
+    DayTransform,
+    HourTransform,
+    IdentityTransform,
+    MonthTransform,
+    Transform,
+    YearTransform,
+)
+
+from lakehouse.errors import LakeStateError, SchemaError, TieringConflict
+from lakehouse.tables import TableDefinition
+
+OFFSETS_PROPERTY = "lakestream.offsets"
+COMMIT_USER_PROPERTY = "lakestream.commit-user"
+TIERING_BASE_PROPERTY = "lakestream.tiering-base"
+TIERING_USER = "tiering"
+TABLE_UUID_PROPERTY = "lakestream.table-uuid"
+
+BUCKET_COLUMN, OFFSET_COLUMN, TIMESTAMP_COLUMN = "__bucket", "__offset", "__timestamp"
+LAKE_SYSTEM_FIELDS = [
+    pa.field(BUCKET_COLUMN, pa.int32(), False),
+    pa.field(OFFSET_COLUMN, pa.int64(), False),
+    pa.field(TIMESTAMP_COLUMN, pa.timestamp("us", tz="UTC"), False),
+]
+
+_TRANSFORM = re.compile(r"(?:(identity|year|month|day|hour)\()?\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)?")
+_TIME_TRANSFORMS = {"year": YearTransform, "month": MonthTransform, "day": DayTransform, "hour": HourTransform}
+
+
+@dataclass(frozen=True)
+class UserPartition:
+    """One of the table's own partition transforms, e.g. ``day(o_orderdate)``."""
+
+    transform: str  # identity | year | month | day | hour
+    column: str
+
+    @property
+    def field_name(self) -> str:
+        return self.column if self.transform == "identity" else f"{self.column}_{self.transform}"
+
+    def iceberg_transform(self) -> Transform:
+        return IdentityTransform() if self.transform == "identity" else _TIME_TRANSFORMS[self.transform]()
+
+    def values(self, column: pa.ChunkedArray | pa.Array) -> pa.Array:
+        """The partition values of ``column``, in Iceberg's partition representation (ints for time)."""
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        t = column.type
+        if self.transform == "identity":
+            if pa.types.is_date32(t):
+                return column.view(pa.int32())
+            if pa.types.is_timestamp(t):
+                return column.cast(pa.timestamp("us", tz=t.tz)).view(pa.int64())
+            return column
+        if self.transform == "day" and pa.types.is_date32(t):
+            return column.view(pa.int32())
+        if self.transform == "hour":
+            micros = column.cast(pa.timestamp("us", tz=getattr(t, "tz", None))).view(pa.int64())
+            return pc.floor(pc.divide(micros.cast(pa.float64()), 3_600_000_000.0)).cast(pa.int32())
+        if self.transform == "day":
+            micros = column.cast(pa.timestamp("us", tz=t.tz)).view(pa.int64())
+            return pc.floor(pc.divide(micros.cast(pa.float64()), 86_400_000_000.0)).cast(pa.int32())
+        years = pc.subtract(pc.year(column), 1970)
+        if self.transform == "year":
+            return years.cast(pa.int32())
+        return pc.add(pc.multiply(years, 12), pc.subtract(pc.month(column), 1)).cast(pa.int32())
+
+
+def parse_partition_by(definition_or_specs: TableDefinition | Sequence[str], schema: pa.Schema) -> list[UserPartition]:
+    """Parse and check ``partition_by`` entries (``col``, ``identity(col)``, ``year|month|day|hour(col)``).
+
+    Raises:
+        SchemaError: an entry is malformed, names an unknown column, or does not fit the column's type.
+    """
+    specs = (
+        definition_or_specs.partition_by
+        if isinstance(definition_or_specs, TableDefinition)
+        else tuple(definition_or_specs)
+    )
+    out = []
+    for spec in specs:
+        m = _TRANSFORM.fullmatch(spec.strip())
+        if not m or (m.group(1) is None) != (")" not in spec):
+            raise SchemaError(
+                f"partition_by entry {spec!r} is not understood; use col, identity(col), year(col), month(col), "
+                "day(col) or hour(col) (the bucket transform is added from the bucket key)"
+            )
+        part = UserPartition(m.group(1) or "identity", m.group(2))
+        if part.column not in schema.names:
+            raise SchemaError(f"partition_by {spec!r}: no column {part.column!r} in {schema.names}")
+        t = schema.field(part.column).type
+        if part.transform in ("year", "month", "day") and not (pa.types.is_date32(t) or pa.types.is_timestamp(t)):
+            raise SchemaError(f"partition_by {spec!r}: {part.transform}() needs a date or timestamp column, not {t}")
+        if part.transform == "hour" and not pa.types.is_timestamp(t):
+            raise SchemaError(f"partition_by {spec!r}: hour() needs a timestamp column, not {t}")
+        if part.transform == "identity" and not (
+            pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_date32(t) or pa.types.is_boolean(t)
+        ):
+            raise SchemaError(f"partition_by {spec!r}: identity partitions need an integer, string or date column")
+        if part in out:
+            raise SchemaError(f"partition_by repeats {spec!r}")
+        out.append(part)
+    return out
+
+
+def lake_arrow_schema(definition: TableDefinition) -> pa.Schema:
+    return pa.schema([*definition.schema, *LAKE_SYSTEM_FIELDS])
+
+
+def lake_schema(definition: TableDefinition) -> Schema:
+    """The Iceberg schema of the lake table (field ids 1..n in column order)."""
+    converted = Catalog._convert_schema_if_needed(lake_arrow_schema(definition))  # noqa: SLF001 - pyiceberg's converter
+    return assign_fresh_schema_ids(converted)
+
+
+def lake_partition_spec(definition: TableDefinition, schema: Schema) -> PartitionSpec:
+    fields = []
+    for i, part in enumerate(parse_partition_by(definition, definition.schema)):
+        source = schema.find_field(part.column).field_id
+        fields.append(PartitionField(source, 1000 + i, part.iceberg_transform(), part.field_name))
+    if definition.bucket_key is not None:
+        source = schema.find_field(definition.bucket_key).field_id
+        fields.append(
+            PartitionField(
+                source, 1000 + len(fields), BucketTransform(definition.buckets), f"{definition.bucket_key}_bucket"
+            )
+        )
+    else:
+        source = schema.find_field(BUCKET_COLUMN).field_id
+        fields.append(PartitionField(source, 1000 + len(fields), IdentityTransform(), BUCKET_COLUMN))
+    return PartitionSpec(*fields)
+
+
+def lake_sort_order(schema: Schema) -> SortOrder:
+    return SortOrder(SortField(source_id=schema.find_field(OFFSET_COLUMN).field_id, transform=IdentityTransform()))
+
+
+def partition_groups(
+    definition: TableDefinition, table: pa.Table, bucket: int, parts: Sequence[UserPartition]
+) -> list[tuple[tuple, pa.Table]]:
+    """Split rows of one bucket into (partition values, rows) groups, rows keeping their order.
+    The bucket partition value is the bucket id itself (the log's bucketing is Iceberg's)."""
+    if not parts:
+        return [((bucket,), table)]
+    keys = [part.values(table.column(part.column)) for part in parts]
+    if len(keys) == 1:
+        uniques = pc.unique(keys[0])
+        if len(uniques) == 1:
+            return [((uniques[0].as_py(), bucket), table)]
+    struct = pa.StructArray.from_arrays(keys, names=[f"k{i}" for i in range(len(keys))])
+    codes = pc.dictionary_encode(struct)
+    dictionary = codes.dictionary
+    indices = codes.indices.to_numpy(zero_copy_only=False)
+    order = np.argsort(indices, kind="stable")
+    bounds = np.flatnonzero(np.diff(indices[order])) + 1
+    groups = []
+    for rows in np.split(order, bounds):
+        values = dictionary[int(indices[rows[0]])].values()
+        groups.append(((*values, bucket), table.take(pa.array(rows))))
+    return groups
+
+
+def log_to_lake_rows(data: pa.Table | pa.RecordBatch, bucket: int, *, keep_op: bool = False) -> pa.Table:
+    """Log rows (user columns, ``_op``, ``_offset``, ``_timestamp``) as lake rows (user columns,
+    ``__bucket``, ``__offset``, ``__timestamp``; plus ``_op`` if ``keep_op``)."""
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    user = [n for n in data.column_names if n not in ("_op", "_offset", "_timestamp")]
+    n = data.num_rows
+    arrays = [
+        *(data.column(c) for c in user),
+        pa.repeat(pa.scalar(bucket, pa.int32()), n),
+        data.column("_offset"),
+        data.column("_timestamp"),
+    ]
+    names = [*user, BUCKET_COLUMN, OFFSET_COLUMN, TIMESTAMP_COLUMN]
+    if keep_op:
+        arrays.append(data.column("_op"))
+        names.append("_op")
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def tiering_snapshot(metadata: TableMetadata) -> Snapshot | None:
+    """The newest tiering snapshot by sequence number (None if nothing was tiered yet)."""
+    best: Snapshot | None = None
+    for snap in metadata.snapshots:
+        if snap.summary is None or snap.summary[COMMIT_USER_PROPERTY] != TIERING_USER:
+            continue
+        if best is None or (snap.sequence_number or 0, snap.timestamp_ms) > (
+            best.sequence_number or 0,
+            best.timestamp_ms,
+        ):
+            best = snap
+    return best
+
+
+def lake_offsets(metadata: TableMetadata, buckets: int, *, name: str = "") -> dict[int, int]:
+    """The tiered offsets of every bucket (0 where nothing is tiered), from the newest tiering snapshot.
+
+    Raises:
+        LakeStateError: the table has snapshots but no tiering snapshot (written by another tool), or the
+            newest tiering snapshot's offsets are missing or malformed.
+    """
+    snap = tiering_snapshot(metadata)
+    if snap is None:
+        if metadata.current_snapshot_id is not None:
+            raise LakeStateError(
+                f"lake table {name} has snapshots but none records {OFFSETS_PROPERTY}: it was written by another "
+                "tool, so lakestream cannot tell which log offsets it holds. Tier into a fresh table, or register "
+                "the offsets by hand (see docs/tiering.md)"
+            )
+        return dict.fromkeys(range(buckets), 0)
+    raw = snap.summary[OFFSETS_PROPERTY]
+    try:
+        parsed = {int(b): int(o) for b, o in json.loads(raw).items()}
+    except (TypeError, ValueError, AttributeError):
+        raise LakeStateError(
+            f"lake table {name}: tiering snapshot {snap.snapshot_id} has no valid {OFFSETS_PROPERTY} "
+            f"({raw!r}); the table's tiered offsets are unknown. Restore the property or re-tier into a fresh table"
+        ) from None
+    if any(b < 0 or b >= buckets or o < 0 for b, o in parsed.items()):
+        raise LakeStateError(
+            f"lake table {name}: {OFFSETS_PROPERTY} of snapshot {snap.snapshot_id} names buckets or offsets outside "
+            f"the table's {buckets} buckets: {parsed}"
+        )
+    return {b: parsed.get(b, 0) for b in range(buckets)}
+
+
+def tiering_summary(offsets: dict[int, int], base: Snapshot | None) -> dict[str, str]:
+    """Snapshot summary properties of a tiering commit."""
+    return {
+        OFFSETS_PROPERTY: json.dumps({str(b): o for b, o in sorted(offsets.items())}, separators=(",", ":")),
+        COMMIT_USER_PROPERTY: TIERING_USER,
+        TIERING_BASE_PROPERTY: str(base.snapshot_id if base is not None else -1),
+    }
+
+
+def check_tiering_fence(base: TableMetadata | None, updates: Sequence[object], *, name: str = "") -> None:
+    """Refuse a tiering snapshot planned on another tiering snapshot than the base's newest one.
+
+    Called by the catalog against the exact metadata it will compare-and-swap, so a tiering round whose
+    offsets were overtaken is never re-applied on a new base (pyiceberg's own commit retry would
+    otherwise rebuild the append on top of the winner's and duplicate its offsets).
+
+    Raises:
+        TieringConflict: another tiering commit landed since this one was planned.
+    """
+    from pyiceberg.table.update import AddSnapshotUpdate
+
+    for update in updates:
+        if not isinstance(update, AddSnapshotUpdate) or update.snapshot.summary is None:
+            continue
+        expected = update.snapshot.summary[TIERING_BASE_PROPERTY]
+        if expected is None:
+            continue
+        newest = tiering_snapshot(base) if base is not None else None
+        actual = str(newest.snapshot_id if newest is not None else -1)
+        if actual != expected:
+            raise TieringConflict(
+                f"{name}: another tiering run committed snapshot {actual} after this run planned on {expected}; "
+                "its offsets moved, so this run's files must not be applied. Rerun tiering to tier what is left"
+            )
+
+
+__all__ = [
+    "BUCKET_COLUMN",
+    "OFFSETS_PROPERTY",
+    "OFFSET_COLUMN",
+    "TIMESTAMP_COLUMN",
+    "check_tiering_fence",
+    "lake_arrow_schema",
+    "lake_offsets",
+    "lake_partition_spec",
+    "lake_schema",
+    "lake_sort_order",
+    "parse_partition_by",
+    "partition_groups",
+    "tiering_snapshot",
+    "tiering_summary",
+]

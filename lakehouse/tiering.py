@@ -1,0 +1,393 @@
+"""Tiering: move a table's log into its Iceberg table, exactly once (Fluss's tiering service, as tasks).
+
+One round:
+
+1. **Plan** (driver): the lake's offsets (newest tiering snapshot) against the log's end offsets give
+   per-bucket ranges; log tables cut them into splits of at most ``max_split_rows`` records so a huge
+   bucket still spreads over tasks. A primary-key table gets one task per changed bucket (its changes
+   must be reduced per key across the whole range).
+2. **Write** (tasks, on the local executor or Spark): a task reads its log segments and writes Parquet
+   data files (Iceberg field ids, statistics), returning their `DataFile` entries. Log-table tasks stream:
+   memory is bounded by the write buffer, not by the split. Primary-key tasks reduce the changes per key
+   (last wins), rewrite the bucket's data files that hold changed keys without them (copy-on-write) and
+   write the new versions; untouched buckets are neither read nor rewritten.
+3. **Commit** (driver): one snapshot with every file of the round and the new offsets
+   (``lakestream.offsets``), planned on the newest tiering snapshot (``lakestream.tiering-base``). The
+   catalog refuses it if another tiering run committed in between (`TieringConflict`): the loser deletes
+   its files and never re-applies them. A crash before the commit leaves only unreferenced files (orphans
+   for maintenance); a crash after it leaves a committed round. Either way a rerun tiers exactly what the
+   lake does not hold yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import traceback
+import uuid
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    CommitStateUnknownException,
+    NoSuchTableError,
+    ValidationException,
+)
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+
+from lakehouse.datafiles import LakeContext, locations
+from lakehouse.errors import LakestreamError, LakeStateError, TieringConflict
+from lakehouse.executor import LocalExecutor, TaskExecutor
+from lakehouse.lake import (
+    TABLE_UUID_PROPERTY,
+    lake_offsets,
+    log_to_lake_rows,
+    parse_partition_by,
+    partition_groups,
+    tiering_snapshot,
+    tiering_summary,
+)
+from lakehouse.log import Log
+from lakehouse.tables import TableDefinition
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_SPLIT_ROWS = 2_000_000
+#: Rows buffered before a Parquet row group is written (bounds a streaming task's memory).
+ROW_GROUP_ROWS = 262_144
+
+
+class TieringError(LakestreamError):
+    """A tiering task failed; nothing was committed and the round's files were deleted."""
+
+
+@dataclass(frozen=True)
+class Split:
+    """Log records [start, end) of one bucket."""
+
+    bucket: int
+    start: int
+    end: int
+
+    @property
+    def rows(self) -> int:
+        return self.end - self.start
+
+
+def plan_splits(
+    lake: dict[int, int], log_end: dict[int, int], *, max_split_rows: int, whole_buckets: bool = False
+) -> list[Split]:
+    """Splits covering every bucket's range [lake offset, log end), each at most ``max_split_rows`` records
+    (unless ``whole_buckets``), cut evenly so a bucket's splits are about the same size."""
+    if max_split_rows < 1:
+        raise ValueError(f"max_split_rows must be >= 1, got {max_split_rows}")
+    splits = []
+    for bucket in sorted(log_end):
+        start, end = lake.get(bucket, 0), log_end[bucket]
+        if end <= start:
+            continue
+        pieces = 1 if whole_buckets else math.ceil((end - start) / max_split_rows)
+        step = math.ceil((end - start) / pieces)
+        for lo in range(start, end, step):
+            splits.append(Split(bucket, lo, min(end, lo + step)))
+    # biggest first: better packing of tasks onto cores
+    return sorted(splits, key=lambda s: -s.rows)
+
+
+@dataclass
+class TieringResult:
+    """What one tiering round did. ``snapshot_id`` is None when there was nothing to tier."""
+
+    table: str
+    snapshot_id: int | None
+    previous_offsets: dict[int, int]
+    offsets: dict[int, int]
+    rows: int = 0
+    files_added: int = 0
+    files_removed: int = 0
+    bytes_written: int = 0
+    splits: int = 0
+    executor: str = "local"
+    parallelism: int = 1
+    seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def tiered(self) -> bool:
+        return self.snapshot_id is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["previous_offsets"] = {str(k): v for k, v in self.previous_offsets.items()}
+        doc["offsets"] = {str(k): v for k, v in self.offsets.items()}
+        return doc
+
+
+@dataclass(frozen=True)
+class _Task:
+    ctx: LakeContext
+    definition_json: bytes
+    split: Split
+    stem: str
+    primary_key: tuple[str, ...]
+    candidates: tuple[DataFile, ...] = ()
+
+
+@dataclass
+class _TaskResult:
+    added: list[DataFile] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    rows: int = 0
+    error: str | None = None
+
+
+# ---- tasks (run on the executor; everything they need is in the _Task) --------------------------------
+
+
+def _run_task(task: _Task) -> _TaskResult:
+    """Never raises: a failed task deletes what it wrote and returns the error, so the driver can clean
+    up the other tasks' files whatever the executor (Spark would drop their results on a raise)."""
+    result = _TaskResult()
+    try:
+        definition = TableDefinition.from_json(task.definition_json)
+        log_ = Log(task.ctx.store, definition, max_workers=4)
+        try:
+            if task.primary_key:
+                _rewrite_bucket(task, definition, log_, result)
+            else:
+                _write_split(task, definition, log_, result)
+        finally:
+            log_.close()
+    except BaseException:  # noqa: BLE001 - returned to the driver, which raises it
+        task.ctx.delete(locations(result.added))
+        return _TaskResult(error=f"split {task.split}: {traceback.format_exc()}")
+    return result
+
+
+def _write_split(task: _Task, definition: TableDefinition, log_: Log, result: _TaskResult) -> None:
+    split, ctx = task.split, task.ctx
+    parts = parse_partition_by(definition, definition.schema)
+    batches = log_.read_batches(split.bucket, split.start, split.end)
+    if parts:  # several partitions per split: group the whole split (bounded by the split cap)
+        data = log_to_lake_rows(pa.Table.from_batches(list(batches), schema=log_.read_schema), split.bucket)
+        result.rows = data.num_rows
+        for partition, rows in partition_groups(definition, data, split.bucket, parts):
+            result.added.append(ctx.write(rows, partition, f"{task.stem}-{split.bucket:05d}-{split.start}"))
+    else:  # one partition: stream segments into one file, a row group at a time
+        def lake_batches():
+            buffered, count = [], 0
+            for batch in batches:
+                buffered.append(batch)
+                count += batch.num_rows
+                if count >= ROW_GROUP_ROWS:
+                    yield log_to_lake_rows(pa.Table.from_batches(buffered), split.bucket)
+                    buffered, count = [], 0
+            if buffered:
+                yield log_to_lake_rows(pa.Table.from_batches(buffered), split.bucket)
+
+        data_file = ctx.write_stream(lake_batches(), (split.bucket,), f"{task.stem}-{split.bucket:05d}-{split.start}")
+        if data_file is not None:
+            result.rows = data_file.record_count
+            result.added.append(data_file)
+    if result.rows != split.rows:
+        raise LakeStateError(
+            f"{definition.name} bucket {split.bucket}: read {result.rows} records for offsets "
+            f"[{split.start}, {split.end}), expected {split.rows}"
+        )
+
+
+def reduce_changes(data: pa.Table, primary_key: tuple[str, ...]) -> pa.Table:
+    """The last change of every key (by ``_offset``; offsets are unique within a bucket), in offset order."""
+    if data.num_rows == 0:
+        return data
+    last = data.group_by(list(primary_key), use_threads=False).aggregate([("_offset", "max")])
+    return data.filter(pc.is_in(data.column("_offset"), value_set=last.column("_offset_max")))
+
+
+def key_hits(rows: pa.Table, keys: pa.Table, primary_key: tuple[str, ...]) -> pa.BooleanArray:
+    """For every row, whether its key is among ``keys``."""
+    if len(primary_key) == 1:
+        col = primary_key[0]
+        return pc.fill_null(pc.is_in(rows.column(col), value_set=keys.column(col).combine_chunks()), False)
+    indexed = rows.select(list(primary_key)).append_column("__row", pa.array(range(rows.num_rows), pa.int64()))
+    found = indexed.join(keys.select(list(primary_key)), keys=list(primary_key), join_type="left semi")
+    mask = pa.array([False] * rows.num_rows)
+    if found.num_rows:
+        mask = pc.is_in(pa.array(range(rows.num_rows), pa.int64()), value_set=found.column("__row"))
+    return mask
+
+
+def _rewrite_bucket(task: _Task, definition: TableDefinition, log_: Log, result: _TaskResult) -> None:
+    split, ctx, pk = task.split, task.ctx, task.primary_key
+    data = log_.read(split.bucket, split.start, split.end)
+    if data.num_rows != split.rows:
+        raise LakeStateError(
+            f"{definition.name} bucket {split.bucket}: read {data.num_rows} records for offsets "
+            f"[{split.start}, {split.end}), expected {split.rows}"
+        )
+    result.rows = data.num_rows
+    changes = reduce_changes(data, pk)
+    keys = changes.select(list(pk))
+    stem = f"{task.stem}-{split.bucket:05d}-{split.start}"
+    for data_file in task.candidates:  # copy-on-write: only files that hold a changed key
+        hits = key_hits(ctx.read(data_file.file_path, columns=list(pk)), keys, pk)
+        if not pc.any(hits).as_py():
+            continue
+        full = ctx.read(data_file.file_path)
+        keep = full.filter(pc.invert(key_hits(full, keys, pk)))
+        result.removed.append(data_file.file_path)
+        if keep.num_rows:
+            partition = tuple(data_file.partition[i] for i in range(len(data_file.partition)))
+            result.added.append(ctx.write(keep, partition, stem))
+    upserts = changes.filter(pc.not_equal(changes.column("_op").cast(pa.string()), "delete"))
+    if upserts.num_rows:
+        parts = parse_partition_by(definition, definition.schema)
+        for partition, rows in partition_groups(definition, log_to_lake_rows(upserts, split.bucket), split.bucket, parts):
+            result.added.append(ctx.write(rows, partition, stem))
+
+
+# ---- driver --------------------------------------------------------------------------------------------
+
+
+def load_lake_table(catalog: Any, definition: TableDefinition) -> Table:
+    """The lake table of ``definition``; `LakeStateError` if it is missing or belongs to another table."""
+    ident = (definition.name.namespace, definition.name.table)
+    try:
+        table = catalog.load_table(ident)
+    except NoSuchTableError:
+        raise LakeStateError(
+            f"log table {definition.name} has no lake table in the catalog (dropped, or a crash during create?). "
+            f"Recreate it with lh.ensure_lake_table(lh.table({str(definition.name)!r})), then tier again"
+        ) from None
+    if table.properties.get(TABLE_UUID_PROPERTY) != definition.table_uuid:
+        raise LakeStateError(
+            f"the Iceberg table {definition.name} does not belong to this lakestream table (its "
+            f"{TABLE_UUID_PROPERTY} is {table.properties.get(TABLE_UUID_PROPERTY)!r}, the log's is "
+            f"{definition.table_uuid!r}); drop or rename it, then recreate the lake table"
+        )
+    return table
+
+
+def check_offsets(name: str, lake: dict[int, int], log_end: dict[int, int]) -> None:
+    ahead = {b: (lake[b], log_end.get(b, 0)) for b in lake if lake[b] > log_end.get(b, 0)}
+    if ahead:
+        detail = ", ".join(f"bucket {b}: lake {lo} > log {le}" for b, (lo, le) in sorted(ahead.items()))
+        raise LakeStateError(
+            f"the lake of {name} holds offsets the log does not have ({detail}): the log was recreated or "
+            "lost segments. Tiering stops here; restore the log or re-create the table"
+        )
+
+
+def bucket_files(table: Table, buckets: set[int] | None = None) -> dict[int, list[DataFile]]:
+    """Live data files of the current snapshot, by bucket (the last partition field is the bucket)."""
+    out: dict[int, list[DataFile]] = defaultdict(list)
+    if table.current_snapshot() is None:
+        return out
+    for task in table.scan().plan_files():
+        partition = task.file.partition
+        bucket = partition[len(partition) - 1]
+        if buckets is None or bucket in buckets:
+            out[bucket].append(task.file)
+    return out
+
+
+def tier(
+    store: Any,
+    catalog: Any,
+    log_: Log,
+    *,
+    executor: TaskExecutor | None = None,
+    max_split_rows: int | None = None,
+) -> TieringResult:
+    """One tiering round of ``log_``'s table. See the module docstring.
+
+    Raises:
+        LakeStateError: the lake table is missing or foreign, its offsets are unreadable or ahead of the log.
+        TieringConflict: another tiering run committed first; this round's files were deleted.
+        TieringError: a task failed; this round's files were deleted, nothing was committed.
+        CommitStateUnknownException: the store never confirmed the commit; files were kept (they may be
+            referenced). Reload and compare `lake_offsets` before tiering again.
+    """
+    started = time.perf_counter()
+    executor = executor or LocalExecutor()
+    definition = log_.definition
+    name = str(definition.name)
+    table = load_lake_table(catalog, definition)
+    base = tiering_snapshot(table.metadata)
+    lake = lake_offsets(table.metadata, definition.buckets, name=name)
+    log_end = log_.end_offsets()
+    check_offsets(name, lake, log_end)
+    splits = plan_splits(
+        lake,
+        log_end,
+        max_split_rows=max_split_rows or DEFAULT_MAX_SPLIT_ROWS,
+        whole_buckets=definition.has_primary_key,
+    )
+    result = TieringResult(
+        table=name,
+        snapshot_id=None,
+        previous_offsets=lake,
+        offsets=dict(lake),
+        splits=len(splits),
+        executor=executor.name,
+        parallelism=executor.parallelism,
+    )
+    if not splits:
+        result.seconds = time.perf_counter() - started
+        return result
+    ctx = LakeContext.of(store, table)
+    candidates = bucket_files(table, {s.bucket for s in splits}) if definition.has_primary_key else {}
+    stem = f"tier-{uuid.uuid4().hex[:12]}"
+    tasks = [
+        _Task(ctx, definition.to_json(), s, stem, definition.primary_key, tuple(candidates.get(s.bucket, ())))
+        for s in splits
+    ]
+    planned = time.perf_counter()
+    outcomes = executor.map(_run_task, tasks)
+    written = time.perf_counter()
+    added = [f for o in outcomes for f in o.added]
+    errors = [o.error for o in outcomes if o.error]
+    if errors:
+        ctx.delete(locations(added))
+        raise TieringError(
+            f"{name}: {len(errors)} of {len(tasks)} tiering tasks failed; nothing was committed and the round's "
+            f"files were deleted. First failure:\n{errors[0]}"
+        )
+    new_offsets = dict(lake)
+    for s in splits:
+        new_offsets[s.bucket] = max(new_offsets[s.bucket], s.end)
+    removed_paths = {p for o in outcomes for p in o.removed}
+    removed = [f for files in candidates.values() for f in files if f.file_path in removed_paths]
+    summary = tiering_summary(new_offsets, base)
+    try:
+        with table.transaction() as txn:
+            update = txn.update_snapshot(snapshot_properties=summary)
+            with update.overwrite() if removed else update.fast_append() as producer:
+                for f in removed:
+                    producer.delete_data_file(f)
+                for f in added:
+                    producer.append_data_file(f)
+    except CommitStateUnknownException:
+        log.warning("%s: commit outcome unknown; keeping %d data files (they may be referenced)", name, len(added))
+        raise
+    except (TieringConflict, CommitFailedException, ValidationException):
+        # certainly not committed: nothing can ever reference these files
+        ctx.delete(locations(added))
+        raise
+    snapshot = tiering_snapshot(table.metadata)
+    result.snapshot_id = snapshot.snapshot_id if snapshot is not None else None
+    result.offsets = new_offsets
+    result.rows = sum(o.rows for o in outcomes)
+    result.files_added = len(added)
+    result.files_removed = len(removed)
+    result.bytes_written = sum(f.file_size_in_bytes for f in added)
+    done = time.perf_counter()
+    result.phases = {"plan": planned - started, "write": written - planned, "commit": done - written}
+    result.seconds = done - started
+    return result

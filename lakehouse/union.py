@@ -1,0 +1,128 @@
+"""Union read: the lake snapshot plus, per bucket, the log tail after that snapshot's offsets.
+
+Log tables: the lake's rows, then the tails (a concatenation). Primary-key tables: the tails are reduced
+per key (the last change wins); lake rows whose key changed in a tail are dropped, and the tails'
+surviving upserts are added (deletes remove the row). Buckets without a tail are not merged.
+
+The offsets come from the same table metadata as the scanned snapshot, so a tiering commit that lands
+while we read neither hides nor doubles records. Projection and filters go into the lake scan; the
+tail gets the same filter, applied after the merge (a key updated so that it no longer matches still
+hides its old lake version).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression, parser
+from pyiceberg.expressions.visitors import bind
+from pyiceberg.io.pyarrow import expression_to_pyarrow
+from pyiceberg.table import Table
+
+from lakehouse.lake import lake_offsets, log_to_lake_rows
+from lakehouse.log import Log
+from lakehouse.tiering import key_hits, reduce_changes
+
+RowFilter = str | BooleanExpression | None
+
+
+def parse_filter(row_filter: RowFilter) -> BooleanExpression:
+    if row_filter is None:
+        return AlwaysTrue()
+    return parser.parse(row_filter) if isinstance(row_filter, str) else row_filter
+
+
+def output_columns(table: Table, columns: Sequence[str] | None) -> list[str]:
+    names = [f.name for f in table.schema().fields]
+    if columns is None:
+        return names
+    unknown = [c for c in columns if c not in names]
+    if unknown:
+        raise ValueError(f"unknown column(s) {unknown}; the table has {names}")
+    return list(columns)
+
+
+def read_tail(log_: Log, offsets: dict[int, int], *, primary_key: Sequence[str] = ()) -> pa.Table:
+    """Every bucket's log records from ``offsets`` on, as lake rows with ``_op`` (reduced per key for
+    primary-key tables)."""
+    parts = []
+    for bucket, start in sorted(offsets.items()):
+        data = log_.read(bucket, start)
+        if data.num_rows == 0:
+            continue
+        if primary_key:
+            data = reduce_changes(data, tuple(primary_key))
+        parts.append(log_to_lake_rows(data, bucket, keep_op=True))
+    if not parts:
+        return log_to_lake_rows(log_.read_schema.empty_table(), 0, keep_op=True)
+    return pa.concat_tables(parts)
+
+
+def merge_batches(
+    lake: Iterator[pa.RecordBatch],
+    tail: pa.Table,
+    *,
+    primary_key: Sequence[str],
+    columns: list[str],
+    tail_filter: BooleanExpression,
+    schema: pa.Schema,
+) -> Iterator[pa.RecordBatch]:
+    """Lake batches minus keys changed in ``tail``, then the tail's rows (see the module docstring)."""
+    pk = tuple(primary_key)
+    keys = tail.select(list(pk)) if pk and tail.num_rows else None
+    target = pa.schema([schema.field(c) for c in columns])
+    for batch in lake:
+        if keys is not None:
+            batch = pa.Table.from_batches([batch])
+            batch = batch.filter(pc.invert(key_hits(batch, keys, pk)))
+            yield from batch.select(columns).cast(target).to_batches()
+        else:
+            yield batch.select(columns).cast(target) if batch.schema != target else batch
+    if tail.num_rows == 0:
+        return
+    if pk:
+        tail = tail.filter(pc.not_equal(tail.column("_op").cast(pa.string()), "delete"))
+    if not isinstance(tail_filter, AlwaysTrue) and tail.num_rows:
+        tail = tail.filter(tail_filter)
+    yield from tail.select(columns).cast(target).to_batches()
+
+
+def union_batches(
+    table: Table, log_: Log, *, columns: Sequence[str] | None = None, row_filter: RowFilter = None
+) -> Iterator[pa.RecordBatch]:
+    """Union read as a stream of record batches (memory: one lake batch plus the log tail)."""
+    definition = log_.definition
+    pk = definition.primary_key
+    out = output_columns(table, columns)
+    scan_cols = out + [c for c in pk if c not in out]
+    expr = parse_filter(row_filter)
+    offsets = lake_offsets(table.metadata, definition.buckets, name=str(definition.name))
+    tail = read_tail(log_, offsets, primary_key=pk)
+    tail_filter = expression_to_pyarrow(bind(table.schema(), expr, case_sensitive=True))
+    scan = table.scan(row_filter=expr, selected_fields=tuple(scan_cols))
+    if table.current_snapshot() is not None:
+        reader = scan.to_arrow_batch_reader()
+        lake, schema = iter(reader), reader.schema
+    else:
+        lake, schema = iter(()), scan.projection().as_arrow()
+    return merge_batches(lake, tail, primary_key=pk, columns=out, tail_filter=tail_filter, schema=schema)
+
+
+def union_read(
+    table: Table, log_: Log, *, columns: Sequence[str] | None = None, row_filter: RowFilter = None
+) -> pa.Table:
+    batches = union_batches(table, log_, columns=columns, row_filter=row_filter)
+    first = next(batches, None)
+    if first is None:
+        out = output_columns(table, columns)
+        schema = table.scan(selected_fields=tuple(out)).projection().as_arrow()
+        return schema.empty_table()
+    return pa.Table.from_batches([first, *batches])
+
+
+def lake_read(table: Table, *, columns: Sequence[str] | None = None, row_filter: RowFilter = None) -> pa.Table:
+    """The lake only: what any Iceberg reader sees."""
+    out = output_columns(table, columns)
+    return table.scan(row_filter=parse_filter(row_filter), selected_fields=tuple(out)).to_arrow()
