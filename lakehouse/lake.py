@@ -180,16 +180,13 @@ def partition_groups(
         uniques = pc.unique(keys[0])
         if len(uniques) == 1:
             return [((uniques[0].as_py(), bucket), table)]
-    struct = pa.StructArray.from_arrays(keys, names=[f"k{i}" for i in range(len(keys))])
-    codes = pc.dictionary_encode(struct)
-    dictionary = codes.dictionary
-    indices = codes.indices.to_numpy(zero_copy_only=False)
-    order = np.argsort(indices, kind="stable")
-    bounds = np.flatnonzero(np.diff(indices[order])) + 1
+    names = [f"k{i}" for i in range(len(keys))]
+    index = pa.table([*keys, pa.array(np.arange(table.num_rows, dtype=np.int64))], names=[*names, "row"])
+    grouped = index.group_by(names, use_threads=False).aggregate([("row", "list")])
     groups = []
-    for rows in np.split(order, bounds):
-        values = dictionary[int(indices[rows[0]])].values()
-        groups.append(((*values, bucket), table.take(pa.array(rows))))
+    for i in range(grouped.num_rows):
+        values = tuple(grouped.column(n)[i].as_py() for n in names)
+        groups.append(((*values, bucket), table.take(grouped.column("row_list")[i].values)))
     return groups
 
 

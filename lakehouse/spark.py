@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from pyiceberg.io import load_file_io
 
 from lakehouse.union import RowFilter, merge_batches, output_columns, parse_filter, read_tail
@@ -66,8 +67,8 @@ def read_table(
 ) -> DataFrame:
     """A DataFrame over the table: the lake snapshot (plus the log tail, if ``union``), one Spark task per
     bucket. The snapshot and its offsets are fixed when this is called (the driver plans)."""
-    from pyiceberg.io.pyarrow import ArrowScan, expression_to_pyarrow
     from pyiceberg.expressions.visitors import bind
+    from pyiceberg.io.pyarrow import ArrowScan, expression_to_pyarrow
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from lakehouse.lake import lake_offsets
@@ -81,7 +82,7 @@ def read_table(
     scan = table.scan(row_filter=expr, selected_fields=tuple(scan_cols))
     projected = scan.projection()
     arrow_out = projected.as_arrow()
-    target = arrow_out.__class__([arrow_out.field(c) for c in out])
+    target = pa.schema([arrow_out.field(c) for c in out])
     by_bucket: dict[int, list] = {b: [] for b in range(definition.buckets)}
     if table.current_snapshot() is not None:
         for task in scan.plan_files():
@@ -103,7 +104,8 @@ def read_table(
             for i in batch.column(0).to_pylist():
                 item = items[i]
                 io = load_file_io(io_props, metadata.location)
-                lake = ArrowScan(metadata, io, projected, expr).to_record_batches(item.tasks) if item.tasks else iter(())
+                scan_ = ArrowScan(metadata, io, projected, expr)
+                lake = scan_.to_record_batches(item.tasks) if item.tasks else iter(())
                 tail_filter = expression_to_pyarrow(bind(metadata.schema(), expr, case_sensitive=True))
                 if union:
                     store = open_store(store_url, probe=False, **store_options)

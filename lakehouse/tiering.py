@@ -42,7 +42,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from lakehouse.datafiles import LakeContext, locations
-from lakehouse.errors import LakestreamError, LakeStateError, TieringConflict
+from lakehouse.errors import LakeStateError, LakestreamError, TieringConflict
 from lakehouse.executor import LocalExecutor, TaskExecutor
 from lakehouse.lake import (
     TABLE_UUID_PROPERTY,
@@ -93,9 +93,8 @@ def plan_splits(
         if end <= start:
             continue
         pieces = 1 if whole_buckets else math.ceil((end - start) / max_split_rows)
-        step = math.ceil((end - start) / pieces)
-        for lo in range(start, end, step):
-            splits.append(Split(bucket, lo, min(end, lo + step)))
+        bounds = [start + (i * (end - start)) // pieces for i in range(pieces + 1)]
+        splits += [Split(bucket, lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)]
     # biggest first: better packing of tasks onto cores
     return sorted(splits, key=lambda s: -s.rows)
 
@@ -248,7 +247,8 @@ def _rewrite_bucket(task: _Task, definition: TableDefinition, log_: Log, result:
     upserts = changes.filter(pc.not_equal(changes.column("_op").cast(pa.string()), "delete"))
     if upserts.num_rows:
         parts = parse_partition_by(definition, definition.schema)
-        for partition, rows in partition_groups(definition, log_to_lake_rows(upserts, split.bucket), split.bucket, parts):
+        new_rows = log_to_lake_rows(upserts, split.bucket)
+        for partition, rows in partition_groups(definition, new_rows, split.bucket, parts):
             result.added.append(ctx.write(rows, partition, stem))
 
 

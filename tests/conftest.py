@@ -84,3 +84,31 @@ def catalog(catalog_props):
     from pyiceberg.catalog import load_catalog
 
     return load_catalog("lake", **catalog_props)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One Spark `local[2]` session for the whole run (starting one takes ~15 s)."""
+    from lakehouse.spark import spark_session
+
+    session = spark_session(master="local[2]", app_name="lakestream-tests")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def duckdb_connection():
+    """DuckDB with the iceberg and avro extensions loaded from their PyPI wheels (no network)."""
+    import glob
+
+    duckdb = pytest.importorskip("duckdb")
+    import duckdb_extension_avro
+    import duckdb_extension_iceberg
+
+    con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    for module in (duckdb_extension_avro, duckdb_extension_iceberg):
+        folder = os.path.dirname(module.__file__)
+        for ext in glob.glob(os.path.join(folder, "**", "*.duckdb_extension"), recursive=True):
+            con.execute(f"LOAD '{ext}'")
+    return con

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import json
 import multiprocessing
 import os
@@ -28,6 +27,7 @@ from pyiceberg.table import StaticTable
 
 from lakehouse.catalog import ObjectStoreCatalog
 from lakehouse.errors import CorruptCatalogError, LakestreamError
+from tests.conftest import duckdb_connection
 from tests.lakehouse._catalog_workers import append_rows
 
 SCHEMA = pa.schema([("worker", pa.int32()), ("seq", pa.int32())])
@@ -285,10 +285,6 @@ def test_views_are_not_supported(catalog) -> None:
 
 
 def test_duckdb_reads_what_pyiceberg_reads(tmp_path) -> None:
-    duckdb = pytest.importorskip("duckdb")
-    import duckdb_extension_avro
-    import duckdb_extension_iceberg
-
     catalog = load_catalog(
         "lake", **{"py-catalog-impl": "lakehouse.catalog.ObjectStoreCatalog", "warehouse": tmp_path.as_uri()}
     )
@@ -297,12 +293,7 @@ def test_duckdb_reads_what_pyiceberg_reads(tmp_path) -> None:
     for i in range(4):
         t.append(pa.table({"id": [i * 10 + j for j in range(3)], "name": [f"n{i}"] * 3}))
     t.delete("id < 10")
-    con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-    for module in (duckdb_extension_avro, duckdb_extension_iceberg):
-        for ext in glob.glob(
-            os.path.join(os.path.dirname(module.__file__), "**", "*.duckdb_extension"), recursive=True
-        ):
-            con.execute(f"LOAD '{ext}'")
+    con = duckdb_connection()
     location = catalog.table_location("ods.t")
     theirs = con.execute(
         f"SELECT id, name FROM iceberg_scan('{location.removeprefix('file://')}') ORDER BY id"

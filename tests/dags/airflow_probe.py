@@ -1,0 +1,75 @@
+"""Run Airflow in a subprocess for tests/dags, so the pytest process never imports (and configures) Airflow.
+
+    python airflow_probe.py dagbag DAGS_FOLDER [CONN...]  parse the folder, print what the tests assert on,
+                                  with the spark-submit command line (built, not run) for each connection value
+    python airflow_probe.py test DAGS_FOLDER DAG_ID       run `dag.test()` (needs `airflow db migrate`)
+
+The environment (AIRFLOW_HOME, AIRFLOW__*, LAKESTREAM_*, ...) comes from the caller. The result is the
+last stdout line, prefixed with RESULT_PREFIX; everything before it is Airflow's own output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+RESULT_PREFIX = "PROBE_RESULT "
+
+
+def dagbag(dags_folder: str, *connections: str) -> dict:
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=dags_folder)
+    dags = {}
+    for dag_id, dag in bag.dags.items():
+        tasks = {}
+        for task in dag.tasks:
+            info = {
+                "operator": type(task).__name__,
+                "conn_id": getattr(task, "_conn_id", None),
+                "application": getattr(task, "application", None),
+                "application_args": getattr(task, "application_args", None),
+                "env_vars": getattr(task, "env_vars", None),
+            }
+            if task._pre_execute_hook is not None:  # what the task runner calls just before execute()
+                task._pre_execute_hook({"task": task})
+                info["env_vars_at_run_time"] = task.env_vars
+            if hasattr(task, "_get_hook"):  # SparkSubmitOperator: the command line execute() would run
+                info["spark_submit"] = {}
+                for conn in connections:  # each as the value of the AIRFLOW_CONN_ environment variable
+                    os.environ[f"AIRFLOW_CONN_{task._conn_id.upper()}"] = conn
+                    info["spark_submit"][conn] = task._get_hook()._build_spark_submit_command(task.application)
+            tasks[task.task_id] = info
+        dags[dag_id] = {
+            "schedule": str(dag.schedule),
+            "catchup": dag.catchup,
+            "max_active_runs": dag.max_active_runs,
+            "tasks": tasks,
+        }
+    return {"import_errors": bag.import_errors, "dags": dags}
+
+
+def dag_test(dags_folder: str, dag_id: str) -> dict:
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=dags_folder)
+    if dag_id not in bag.dags:
+        return {"import_errors": bag.import_errors, "state": None}
+    dr = bag.dags[dag_id].test()
+    return {
+        "import_errors": bag.import_errors,
+        "state": str(dr.state),
+        "tasks": {ti.task_id: str(ti.state) for ti in dr.get_task_instances()},
+    }
+
+
+def main(argv: list[str]) -> int:
+    command, *args = argv
+    result = {"dagbag": dagbag, "test": dag_test}[command](*args)
+    print(RESULT_PREFIX + json.dumps(result, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,516 @@
+"""Tiering and union read on both backends: lake == log at every tiered offset, races, crashes, bad state."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import random
+import subprocess
+import sys
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyiceberg.transforms import BucketTransform, IdentityTransform
+
+from lakehouse import Lakehouse
+from lakehouse.errors import LakeStateError, TieringConflict
+from lakehouse.executor import LocalExecutor
+from lakehouse.lake import COMMIT_USER_PROPERTY, OFFSETS_PROPERTY, tiering_snapshot
+from lakehouse.tiering import TieringError, plan_splits
+from tests.conftest import duckdb_connection
+from tests.lakehouse._tiering_workers import tier_once
+
+ORDERS = pa.schema(
+    [
+        ("o_orderkey", pa.int64()),
+        ("o_custkey", pa.int32()),
+        ("o_orderdate", pa.date32()),
+        ("o_comment", pa.string()),
+    ]
+)
+USER_COLS = ORDERS.names
+
+
+def orders(keys, tag: str = "v") -> pa.Table:
+    keys = list(keys)
+    return pa.table(
+        {
+            "o_orderkey": pa.array(keys, pa.int64()),
+            "o_custkey": pa.array([k % 97 for k in keys], pa.int32()),
+            "o_orderdate": pa.array([k % 400 for k in keys], pa.int32()).cast(pa.date32()),
+            "o_comment": pa.array([f"{tag}-{k}" for k in keys]),
+        }
+    )
+
+
+def rows(table: pa.Table, cols=None) -> list[tuple]:
+    cols = cols or table.column_names
+    return sorted(zip(*(table.column(c).to_pylist() for c in cols), strict=True))
+
+
+def log_records(lh: Lakehouse, name: str, offsets: dict[int, int]) -> list[tuple]:
+    """(user columns..., bucket, offset) of every log record below ``offsets``."""
+    log = lh.log(name)
+    out = []
+    for b, end in offsets.items():
+        t = log.read(b, 0, end)
+        out += [(*r, b, o) for r, o in zip(zip(*(t.column(c).to_pylist() for c in USER_COLS), strict=True),
+                                          t.column("_offset").to_pylist(), strict=True)]
+    return sorted(out)
+
+
+def replay(lh: Lakehouse, name: str, offsets: dict[int, int] | None = None) -> dict[int, tuple]:
+    """A primary-key table's state after applying its log in order up to ``offsets`` (default: the end)."""
+    log = lh.log(name)
+    offsets = offsets if offsets is not None else log.end_offsets()
+    state: dict[int, tuple] = {}
+    for b, end in offsets.items():
+        t = log.read(b, 0, end)
+        for rec in t.to_pylist():
+            key = rec["o_orderkey"]
+            if rec["_op"] == "delete":
+                state.pop(key, None)
+            else:
+                state[key] = tuple(rec[c] for c in USER_COLS)
+    return state
+
+
+def lake_state(table: pa.Table) -> dict[int, tuple]:
+    keys = table.column("o_orderkey").to_pylist()
+    assert len(keys) == len(set(keys)), "a key appears twice in the lake"
+    return {r["o_orderkey"]: tuple(r[c] for c in USER_COLS) for r in table.to_pylist()}
+
+
+def referenced_files(table) -> set[str]:
+    """Every data file any snapshot of ``table`` references."""
+    out = set()
+    for snap in table.metadata.snapshots:
+        for manifest in snap.manifests(table.io):
+            out |= {e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io, discard_deleted=False)}
+    return out
+
+
+def data_files_in_store(lh: Lakehouse, name: str) -> set[str]:
+    table = lh.lake_table(name)
+    prefix = table.metadata.location.removeprefix(lh.store.url.rstrip("/") + "/") + "/data/"
+    return {f"{lh.store.url.rstrip('/')}/{i.key}" for i in lh.store.list(prefix)}
+
+
+# ---- layout and the log-table invariant ------------------------------------------------------------------
+
+
+def test_log_table_lake_equals_log_at_every_tiered_offset(lakehouse: Lakehouse) -> None:
+    lh = lakehouse
+    lh.create_table("ods.events", ORDERS, bucket_key="o_orderkey", buckets=4)
+    log = lh.log("ods.events")
+    assert lh.lake_offsets("ods.events") == {0: 0, 1: 0, 2: 0, 3: 0}
+    assert lh.tier("ods.events").snapshot_id is None  # nothing to tier: no snapshot
+    for round_ in range(3):
+        for i in range(3):
+            log.append(orders(range(round_ * 1000 + i * 300, round_ * 1000 + i * 300 + 300)))
+        result = lh.tier("ods.events", max_split_rows=120)  # several splits per bucket
+        assert result.splits > 4 and result.rows == 900
+        offsets = lh.lake_offsets("ods.events")
+        assert offsets == log.end_offsets() == result.offsets
+        lake = lh.lake_read("ods.events")
+        ours = rows(lake, [*USER_COLS, "__bucket", "__offset"])
+        assert ours == log_records(lh, "ods.events", offsets)
+
+    table = lh.lake_table("ods.events")
+    spec = table.spec()
+    assert [type(f.transform) for f in spec.fields] == [BucketTransform]
+    assert spec.fields[0].transform.num_buckets == 4
+    assert [f.name for f in table.schema().fields] == [*USER_COLS, "__bucket", "__offset", "__timestamp"]
+    snap = table.current_snapshot()
+    assert snap.summary[COMMIT_USER_PROPERTY] == "tiering"
+    assert json.loads(snap.summary[OFFSETS_PROPERTY]) == {str(b): o for b, o in log.end_offsets().items()}
+    for task in table.scan().plan_files():  # bucket partition == log bucket, rows ordered by offset
+        f = lh.store.get(task.file.file_path.removeprefix(lh.store.url.rstrip("/") + "/")).data
+        data = pq.read_table(pa.BufferReader(f))
+        assert set(data.column("__bucket").to_pylist()) == {task.file.partition[0]}
+        offs = data.column("__offset").to_pylist()
+        assert offs == sorted(offs)
+
+
+def test_keyless_table_partitions_by_bucket_column(lakehouse: Lakehouse) -> None:
+    lakehouse.create_table("ods.clicks", ORDERS, buckets=3)
+    log = lakehouse.log("ods.clicks")
+    for i in range(6):
+        log.append(orders(range(i * 10, i * 10 + 10)))
+    lakehouse.tier("ods.clicks")
+    table = lakehouse.lake_table("ods.clicks")
+    assert [(f.name, type(f.transform)) for f in table.spec().fields] == [("__bucket", IdentityTransform)]
+    assert rows(lakehouse.lake_read("ods.clicks"), [*USER_COLS, "__bucket", "__offset"]) == log_records(
+        lakehouse, "ods.clicks", log.end_offsets()
+    )
+
+
+def test_user_partitions_come_before_the_bucket(tmp_path) -> None:
+    lh = Lakehouse.open(tmp_path.as_uri())
+    lh.create_table("ods.o", ORDERS, primary_key=["o_orderkey"], buckets=2, partition_by=["month(o_orderdate)"])
+    lh.log("ods.o").append(orders(range(500)), op="upsert")
+    lh.tier("ods.o")
+    lh.log("ods.o").append(orders(range(0, 500, 7), tag="w"), op="upsert")
+    lh.log("ods.o").append(orders(range(1, 500, 11)), op="delete")
+    lh.tier("ods.o")
+    table = lh.lake_table("ods.o")
+    assert [f.name for f in table.spec().fields] == ["o_orderdate_month", "o_orderkey_bucket"]
+    assert lake_state(lh.lake_read("ods.o")) == replay(lh, "ods.o")
+    # month partitions prune: a filter on one month reads only its files
+    pruned = list(table.scan(row_filter="o_orderdate < '1970-02-01'").plan_files())
+    assert {t.file.partition[0] for t in pruned} == {0}  # month 0 = 1970-01
+    assert len(pruned) < len(list(table.scan().plan_files()))
+
+
+def test_bad_partition_by_is_refused_before_anything_is_written(lakehouse: Lakehouse) -> None:
+    from lakehouse.errors import SchemaError
+
+    for bad, words in [("week(o_orderdate)", "not understood"), ("day(o_comment)", "date or timestamp"),
+                       ("day(nope)", "no column")]:
+        with pytest.raises(SchemaError, match=words):
+            lakehouse.create_table("ods.bad", ORDERS, buckets=2, partition_by=[bad])
+    assert lakehouse.list_tables() == [] and list(lakehouse.store.list("")) == []
+
+
+# ---- primary-key tables --------------------------------------------------------------------------------
+
+
+def test_primary_key_tiering_applies_upserts_and_deletes_copy_on_write(lakehouse: Lakehouse) -> None:
+    lh = lakehouse
+    lh.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=4)
+    log = lh.log("ods.orders")
+    log.append(orders(range(2000)), op="upsert")
+    lh.tier("ods.orders")
+    before = {t.file.file_path: t.file.partition[0] for t in lh.lake_table("ods.orders").scan().plan_files()}
+
+    # change only keys of bucket 1: the other buckets' files are neither read nor rewritten
+    keys = pa.array(range(2000), pa.int64())
+    in_b1 = [k for k, b in zip(range(2000), log.bucket_of(keys).to_pylist(), strict=True) if b == 1]
+    log.append(orders(in_b1[:100], tag="new"), op="upsert")
+    log.append(orders(in_b1[50:80]), op="delete")
+    log.append(orders(range(5000, 5010), tag="ins"), op="upsert")  # inserts, all buckets
+    log.append(orders(in_b1[60:70], tag="back"), op="upsert")  # deleted then re-inserted
+    result = lh.tier("ods.orders")
+    assert result.files_removed == 1
+    after = {t.file.file_path: t.file.partition[0] for t in lh.lake_table("ods.orders").scan().plan_files()}
+    assert {p for p, b in before.items() if b != 1} <= set(after)
+    assert not ({p for p, b in before.items() if b == 1} & set(after))
+    assert lake_state(lh.lake_read("ods.orders")) == replay(lh, "ods.orders")
+    assert lh.lake_offsets("ods.orders") == log.end_offsets()
+    snap = lh.lake_table("ods.orders").current_snapshot()
+    assert snap.summary["operation"].value == "overwrite"
+
+
+def test_union_read_merges_the_log_tail_by_key(lakehouse: Lakehouse) -> None:
+    lh = lakehouse
+    lh.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=4)
+    log = lh.log("ods.orders")
+    assert lh.union_read("ods.orders").num_rows == 0
+    log.append(orders(range(100)), op="upsert")
+    assert lake_state(lh.union_read("ods.orders")) == replay(lh, "ods.orders")  # log only
+    lh.tier("ods.orders")
+    log.append(orders(range(50, 150), tag="u"), op="upsert")
+    log.append(orders(range(0, 10)), op="delete")
+    union = lh.union_read("ods.orders")
+    assert lake_state(union) == replay(lh, "ods.orders") and union.num_rows == 140
+    assert lh.lake_read("ods.orders").num_rows == 100  # the lake alone is behind
+    # projection and filter: a key whose new version no longer matches still hides its old version
+    log.append(orders([20], tag="zzz"), op="upsert")
+    got = lh.union_read("ods.orders", columns=["o_orderkey", "o_comment"], row_filter="o_comment < 'v-3'")
+    expected = {k: v for k, v in replay(lh, "ods.orders").items() if v[3] < "v-3"}
+    assert got.column_names == ["o_orderkey", "o_comment"]
+    assert sorted(got.column("o_orderkey").to_pylist()) == sorted(expected)
+    batches = list(lh.union_batches("ods.orders"))
+    assert sum(b.num_rows for b in batches) == len(replay(lh, "ods.orders"))
+
+
+def test_union_read_of_a_log_table_is_lake_plus_tail(lakehouse: Lakehouse) -> None:
+    lakehouse.create_table("ods.ev", ORDERS, bucket_key="o_orderkey", buckets=2)
+    log = lakehouse.log("ods.ev")
+    log.append(orders(range(10)))
+    lakehouse.tier("ods.ev")
+    log.append(orders(range(5)))  # duplicates are separate records in a log table
+    union = lakehouse.union_read("ods.ev")
+    assert union.num_rows == 15
+    assert rows(union, [*USER_COLS, "__bucket", "__offset"]) == log_records(lakehouse, "ods.ev", log.end_offsets())
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("upsert"), st.lists(st.integers(0, 60), min_size=1, max_size=25)),
+            st.tuples(st.just("delete"), st.lists(st.integers(0, 60), min_size=1, max_size=10)),
+            st.tuples(st.just("tier"), st.integers(1, 40)),
+        ),
+        max_size=12,
+    )
+)
+def test_union_read_equals_replaying_the_log(tmp_path_factory, ops) -> None:
+    lh = Lakehouse.open(tmp_path_factory.mktemp("prop").as_uri())
+    lh.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=3)
+    log = lh.log("ods.orders")
+    for i, (op, arg) in enumerate(ops):
+        if op == "tier":
+            lh.tier("ods.orders", max_split_rows=arg)
+            assert lake_state(lh.lake_read("ods.orders")) == replay(lh, "ods.orders", lh.lake_offsets("ods.orders"))
+        else:
+            log.append(orders(arg, tag=f"r{i}"), op=op)
+        assert lake_state(lh.union_read("ods.orders")) == replay(lh, "ods.orders")
+    lh.close()
+
+
+# ---- other engines -------------------------------------------------------------------------------------
+
+
+def test_duckdb_reads_the_tiered_tables(tmp_path) -> None:
+    lh = Lakehouse.open(tmp_path.as_uri())
+    lh.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=4)
+    lh.create_table("ods.events", ORDERS, bucket_key="o_orderkey", buckets=4)
+    for i in range(3):
+        lh.log("ods.orders").append(orders(range(i * 100, i * 100 + 300), tag=f"r{i}"), op="upsert")
+        lh.log("ods.orders").append(orders(range(i * 100, i * 100 + 20)), op="delete")
+        lh.log("ods.events").append(orders(range(i * 100, i * 100 + 300)))
+        lh.tier("ods.orders")
+        lh.tier("ods.events")
+    con = duckdb_connection()
+    for name in ("ods.orders", "ods.events"):
+        location = lh.catalog.table_location(name).removeprefix("file://")
+        theirs = con.execute(
+            f"SELECT o_orderkey, o_custkey, o_orderdate, o_comment, __bucket, __offset FROM iceberg_scan('{location}')"
+        ).fetchall()
+        ours = rows(lh.lake_read(name), [*USER_COLS, "__bucket", "__offset"])
+        assert sorted(theirs) == ours and ours
+    assert lake_state(lh.lake_read("ods.orders")) == replay(lh, "ods.orders")
+
+
+# ---- races and crashes ---------------------------------------------------------------------------------
+
+
+class _RacingExecutor(LocalExecutor):
+    """Runs the real tasks, then lets another tiering run commit before this one does."""
+
+    def __init__(self, other) -> None:
+        super().__init__(workers=1)
+        self.other = other
+
+    def map(self, fn, items):
+        out = super().map(fn, items)
+        self.other()
+        return out
+
+
+def test_a_tiering_run_overtaken_by_another_deletes_its_files_and_commits_nothing(lakehouse: Lakehouse) -> None:
+    lh = lakehouse
+    lh.create_table("ods.events", ORDERS, bucket_key="o_orderkey", buckets=2)
+    lh.log("ods.events").append(orders(range(100)))
+    winner = {}
+    racing = _RacingExecutor(lambda: winner.setdefault("result", lh.tier("ods.events")))
+    from lakehouse.tiering import tier
+
+    with pytest.raises(TieringConflict, match="another tiering run"):
+        tier(lh.store, lh.catalog, lh.log("ods.events"), executor=racing)
+    table = lh.lake_table("ods.events")
+    assert len(table.metadata.snapshots) == 1 and table.current_snapshot().snapshot_id == winner["result"].snapshot_id
+    assert lh.lake_read("ods.events").num_rows == 100
+    assert data_files_in_store(lh, "ods.events") == referenced_files(table)  # the loser's files are gone
+
+
+@pytest.mark.slow
+def test_concurrent_tiering_processes_commit_every_offset_once(store_spec) -> None:
+    url, options = store_spec
+    lh = Lakehouse.open(url, **options)
+    lh.create_table("ods.events", ORDERS, bucket_key="o_orderkey", buckets=3)
+    log = lh.log("ods.events")
+    ctx = multiprocessing.get_context("spawn")
+    for round_ in range(2):
+        for i in range(4):
+            log.append(orders(range(round_ * 1000 + i * 100, round_ * 1000 + i * 100 + 100)))
+        with ctx.Manager() as manager, ProcessPoolExecutor(4, mp_context=ctx) as pool:
+            barrier = manager.Barrier(4)
+            outcomes = list(pool.map(tier_once, *zip(*[(url, options, "ods.events", barrier)] * 4, strict=True)))
+        winners = [o for o in outcomes if "result" in o and o["result"]["snapshot_id"]]
+        assert winners, outcomes
+        assert all(o.get("error") in (None, "TieringConflict") for o in outcomes), outcomes
+        assert lh.lake_offsets("ods.events") == log.end_offsets()
+        lake = lh.lake_read("ods.events")
+        assert rows(lake, [*USER_COLS, "__bucket", "__offset"]) == log_records(lh, "ods.events", log.end_offsets())
+        counts = Counter(zip(lake["__bucket"].to_pylist(), lake["__offset"].to_pylist(), strict=True))
+        assert not [k for k, n in counts.items() if n > 1]
+    lh.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["mid-write", "tasks-done", "metadata-written", "pointer-swapped"])
+@pytest.mark.parametrize("kind", ["log", "pk"])
+def test_kill_9_then_rerun_loses_and_doubles_nothing(store_spec, point: str, kind: str) -> None:
+    url, options = store_spec
+    lh = Lakehouse.open(url, **options)
+    name = "ods.t"
+    pk = {"primary_key": ["o_orderkey"]} if kind == "pk" else {"bucket_key": "o_orderkey"}
+    lh.create_table(name, ORDERS, buckets=3, **pk)
+    log = lh.log(name)
+    log.append(orders(range(300)), op="upsert" if kind == "pk" else "insert")
+    lh.tier(name)
+    log.append(orders(range(200, 500), tag="u"), op="upsert" if kind == "pk" else "insert")
+    if kind == "pk":
+        log.append(orders(range(0, 300, 3)), op="delete")
+    before = lh.lake_offsets(name)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.lakehouse._tiering_workers", url, json.dumps(options), name, point],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == -9, proc.stdout + proc.stderr
+    committed = lh.lake_offsets(name) != before
+    assert committed == (point == "pointer-swapped")
+    result = lh.tier(name)  # the rerun
+    assert result.tiered != committed
+    assert lh.lake_offsets(name) == log.end_offsets()
+    lake = lh.lake_read(name)
+    if kind == "pk":
+        assert lake_state(lake) == replay(lh, name)
+    else:
+        assert rows(lake, [*USER_COLS, "__bucket", "__offset"]) == log_records(lh, name, log.end_offsets())
+    # files of the dead attempt are unreferenced: orphans for maintenance, never part of the table
+    table = lh.lake_table(name)
+    orphans = data_files_in_store(lh, name) - referenced_files(table)
+    assert (len(orphans) > 0) == (point in ("mid-write", "tasks-done", "metadata-written"))
+    lh.close()
+
+
+def test_a_failing_task_commits_nothing_and_leaves_no_files(lakehouse: Lakehouse) -> None:
+    lh = lakehouse
+    lh.create_table("ods.events", ORDERS, bucket_key="o_orderkey", buckets=2)
+    log = lh.log("ods.events")
+    log.append(orders(range(100)))
+    lh.tier("ods.events")
+    log.append(orders(range(100, 200)))
+    key = [i.key for i in lh.store.list("ods/events/log/00001/")][-1]
+    obj = lh.store.get(key)
+    lh.store.put(key, obj.data[:-7], metadata=obj.metadata)  # truncated segment
+    files = data_files_in_store(lh, "ods.events")
+    with pytest.raises(TieringError, match="CorruptSegmentError"):
+        lh.tier("ods.events", workers=2)
+    assert data_files_in_store(lh, "ods.events") == files
+    assert lh.lake_offsets("ods.events")[1] == lh.lake_offsets("ods.events")[1]
+    assert len(lh.lake_table("ods.events").metadata.snapshots) == 1
+
+
+# ---- bad state -----------------------------------------------------------------------------------------
+
+
+def test_bad_lake_state_gets_a_clear_error(lakehouse: Lakehouse) -> None:
+    lh = lakehouse
+    lh.create_table("ods.a", ORDERS, bucket_key="o_orderkey", buckets=2)
+    lh.log("ods.a").append(orders(range(10)))
+    # written by another tool: a snapshot without offsets
+    table = lh.lake_table("ods.a")
+    with table.transaction() as txn:
+        with txn.update_snapshot(snapshot_properties={"written-by": "another tool"}).fast_append():
+            pass
+    with pytest.raises(LakeStateError, match="none records lakestream.offsets"):
+        lh.tier("ods.a")
+    with pytest.raises(LakeStateError, match="another tool"):
+        lh.union_read("ods.a")
+
+    # offsets ahead of the log
+    lh.create_table("ods.b", ORDERS, bucket_key="o_orderkey", buckets=2)
+    lh.log("ods.b").append(orders(range(10)))
+    lh.tier("ods.b")
+    table = lh.lake_table("ods.b")
+    with table.transaction() as txn:
+        with txn.update_snapshot(snapshot_properties={
+            OFFSETS_PROPERTY: json.dumps({"0": 999, "1": 0}), COMMIT_USER_PROPERTY: "tiering",
+        }).fast_append():
+            pass
+    with pytest.raises(LakeStateError, match="bucket 0: lake 999 > log"):
+        lh.tier("ods.b")
+
+    # malformed offsets
+    with table.transaction() as txn:
+        with txn.update_snapshot(snapshot_properties={OFFSETS_PROPERTY: "{oops", COMMIT_USER_PROPERTY: "tiering"}
+                                 ).fast_append():
+            pass
+    with pytest.raises(LakeStateError, match="no valid lakestream.offsets"):
+        lh.lake_offsets("ods.b")
+
+    # a log table without a lake table
+    lh.create_table("ods.c", ORDERS, bucket_key="o_orderkey", buckets=2)
+    lh.catalog.drop_table("ods.c")
+    with pytest.raises(LakeStateError, match="no lake table"):
+        lh.tier("ods.c")
+    lh.ensure_lake_table(lh.table("ods.c"))  # the advice works
+    assert lh.tier("ods.c").snapshot_id is None
+
+    with pytest.raises(ValueError, match="unknown column"):
+        lh.union_read("ods.c", columns=["nope"])
+
+
+def test_other_commits_do_not_confuse_the_offset_lookup(lakehouse: Lakehouse) -> None:
+    lh = lakehouse
+    lh.create_table("ods.a", ORDERS, bucket_key="o_orderkey", buckets=2)
+    lh.log("ods.a").append(orders(range(10)))
+    lh.tier("ods.a")
+    offsets = lh.lake_offsets("ods.a")
+    table = lh.lake_table("ods.a")
+    table.manage_snapshots().create_tag(table.current_snapshot().snapshot_id, "t1").commit()
+    with table.transaction() as txn:  # a non-tiering commit on top (as compaction will make)
+        with txn.update_snapshot(snapshot_properties={"note": "maintenance"}).fast_append():
+            pass
+    assert tiering_snapshot(lh.lake_table("ods.a").metadata).snapshot_id != lh.lake_table(
+        "ods.a").current_snapshot().snapshot_id
+    assert lh.lake_offsets("ods.a") == offsets
+    lh.log("ods.a").append(orders(range(10, 20)))
+    assert lh.tier("ods.a").rows == 10
+
+
+def test_plan_splits_caps_and_evens_out() -> None:
+    splits = plan_splits({0: 5, 1: 0}, {0: 5, 1: 1001}, max_split_rows=300)
+    assert [s.rows for s in splits] == [251, 250, 250, 250]
+    assert sorted((s.start, s.end) for s in splits) == [(0, 250), (250, 500), (500, 750), (750, 1001)]
+    assert plan_splits({0: 0}, {0: 1001}, max_split_rows=10, whole_buckets=True)[0].rows == 1001
+    with pytest.raises(ValueError):
+        plan_splits({}, {0: 1}, max_split_rows=0)
+
+
+# ---- Spark ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_spark_and_local_executors_build_identical_tables(tmp_path, spark) -> None:
+    from lakehouse.spark import read_table
+
+    lh = Lakehouse.open(tmp_path.as_uri())
+    rng = random.Random(7)
+    for name in ("ods.local", "ods.spark"):
+        lh.create_table(name, ORDERS, primary_key=["o_orderkey"], buckets=4)
+    for i in range(4):
+        keys = rng.sample(range(3000), 800)
+        dels = rng.sample(range(3000), 100)
+        for name in ("ods.local", "ods.spark"):
+            lh.log(name).append(orders(keys, tag=f"r{i}"), op="upsert")
+            lh.log(name).append(orders(dels), op="delete")
+        a = lh.tier("ods.local", max_split_rows=500)
+        b = lh.tier("ods.spark", spark=spark, max_split_rows=500)
+        assert (a.rows, a.files_added, a.files_removed) == (b.rows, b.files_added, b.files_removed)
+        assert b.executor == "spark"
+    cols = [*USER_COLS, "__bucket", "__offset"]  # __timestamp differs: the two logs were appended apart
+    assert rows(lh.lake_read("ods.local"), cols) == rows(lh.lake_read("ods.spark"), cols)
+    assert lake_state(lh.lake_read("ods.spark")) == replay(lh, "ods.spark")
+
+    # a distributed union read: lake + tail, one task per bucket
+    lh.log("ods.spark").append(orders(range(100), tag="tail"), op="upsert")
+    df = read_table(spark, lh, "ods.spark", union=True)
+    assert df.rdd.getNumPartitions() == 4
+    got = pa.Table.from_pandas(df.toPandas(), preserve_index=False)
+    assert lake_state(got.cast(pa.schema([got.schema.field(c) for c in got.column_names]))) == replay(lh, "ods.spark")
+    lake_only = read_table(spark, lh, "ods.spark", union=False, columns=["o_orderkey"], row_filter="o_orderkey < 50")
+    assert sorted(r.o_orderkey for r in lake_only.collect()) == sorted(
+        pc.filter(lh.lake_read("ods.spark")["o_orderkey"], pc.less(lh.lake_read("ods.spark")["o_orderkey"], 50))
+        .to_pylist())
