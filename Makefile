@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/object_store.py $(BENCH_ARGS)
 	$(BIN)/python bench/log.py $(BENCH_ARGS)
 	$(BIN)/python bench/catalog.py $(BENCH_ARGS)
+	$(BIN)/python bench/tiering.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info lakestream-demo

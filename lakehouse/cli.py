@@ -249,12 +249,90 @@ def _print_mapping(mapping: dict) -> None:
 
 
 @app.command()
+def tier(
+    table: Annotated[
+        list[str] | None, typer.Option("--table", "-t", help="namespace.table (repeatable; default: all)")
+    ] = None,
+    spark_master: Annotated[
+        str | None, typer.Option(help="run the tasks on Spark, e.g. local[2] or spark://host:7077")
+    ] = None,
+    local: Annotated[
+        bool, typer.Option("--local", help="run the tasks on the local in-process executor (default)")
+    ] = False,
+    workers: Annotated[int | None, typer.Option(help="local executor threads (default: one per core)")] = None,
+    max_split_rows: Annotated[int | None, typer.Option(help="log records per task at most")] = None,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Tier tables' logs into their Iceberg tables, exactly once (one round per table)."""
+    if local and spark_master:
+        _fail(LakestreamError("give either --spark-master or --local, not both"))
+    failed = 0
+    try:
+        lh = _lakehouse(warehouse, config)
+        names = table or [str(t) for t in lh.list_tables()]
+        executor = lh.executor(spark_master=spark_master, workers=workers)
+    except LakestreamError as exc:
+        _fail(exc)
+    out = Table("table", "records", "files +/-", "MB", "seconds", "snapshot", "offsets")
+    for name in names:
+        try:
+            r = lh.tier(name, spark=getattr(executor, "spark", None), workers=workers, max_split_rows=max_split_rows)
+        except LakestreamError as exc:
+            err.print(f"[bold red]error:[/] {name}: {exc}")
+            failed += 1
+            continue
+        out.add_row(
+            name,
+            f"{r.rows:,}",
+            f"+{r.files_added}/-{r.files_removed}",
+            f"{r.bytes_written / 1e6:.1f}",
+            f"{r.seconds:.2f}",
+            str(r.snapshot_id or "- (nothing to tier)"),
+            " ".join(f"{b}:{o}" for b, o in r.offsets.items()),
+        )
+    console.print(out)
+    if failed:
+        raise typer.Exit(1)
+
+
+@table_app.command("read")
+def table_read(
+    name: str,
+    lake_only: Annotated[bool, typer.Option("--lake", help="the lake only (what other engines see)")] = False,
+    columns: Annotated[str | None, typer.Option(help="comma-separated columns")] = None,
+    where: Annotated[str | None, typer.Option(help='row filter, e.g. "o_orderkey < 10"')] = None,
+    limit: Annotated[int, typer.Option(help="rows to print")] = 20,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Read a table: union read (lake + log tail, fresh) or, with --lake, the lake only."""
+    cols = [c.strip() for c in columns.split(",")] if columns else None
+    try:
+        lh = _lakehouse(warehouse, config)
+        data = lh.lake_read(name, cols, where) if lake_only else lh.union_read(name, cols, where)
+    except (LakestreamError, ValueError) as exc:
+        _fail(exc)
+    out = Table(*data.column_names)
+    for row in data.slice(0, limit).to_pylist():
+        out.add_row(*(str(v) for v in row.values()))
+    console.print(out)
+    console.print(
+        f"{data.num_rows:,} rows ({'lake' if lake_only else 'union read'}); showing {min(limit, data.num_rows)}"
+    )
+
+
+@app.command()
 def demo(
     warehouse: Annotated[
         str | None, typer.Option("--warehouse", "-w", help="default: ./lakestream-demo (a file:// warehouse)")
     ] = None,
-    big_mib: Annotated[int, typer.Option(help="size of the multipart write")] = 64,
-    changes: Annotated[int, typer.Option(help="changes to produce into the demo's orders log")] = 1_000_000,
+    changes: Annotated[
+        int, typer.Option(help="order changes to produce (half before, half after round 1)")
+    ] = 4_000_000,
+    spark_master: Annotated[str, typer.Option(help="Spark master for tiering")] = "local[2]",
+    local: Annotated[bool, typer.Option("--local", help="tier on the local executor instead of Spark")] = False,
+    big_mib: Annotated[int, typer.Option(help="size of the multipart write")] = 16,
 ) -> None:
     """Run the demo on embedded defaults; exits non-zero if any of its checks fails."""
     from lakehouse.demo import run_demo
@@ -262,7 +340,7 @@ def demo(
     try:
         settings = load_settings(None, warehouse=warehouse or str(Path("lakestream-demo").resolve()))
         store = settings.open_store()
-        run_demo(store, console, big_mib=big_mib, changes=changes)
+        run_demo(store, console, big_mib=big_mib, changes=changes, spark_master=None if local else spark_master)
     except LakestreamError as exc:
         _fail(exc)
 

@@ -1,7 +1,9 @@
-"""`make demo`: what lakestream guarantees, shown on embedded defaults (a file:// warehouse, no server).
+"""`make demo`: the whole pipeline on embedded defaults (a file:// warehouse, Spark local[2], no server).
 
-Today it exercises the storage layer every later part stands on: create-only races, compare-and-swap,
-streamed multipart writes that appear whole or not at all. Each step checks its own result and the demo
+TPC-H-shaped tables (orders and customers with primary keys, a keyless event log) receive a few million
+changes through Producers, including updates and deletes; Spark tiers them into Iceberg exactly once;
+union read serves the fresh state before the lake catches up; then the storage guarantees everything
+stands on. Every step checks its own result against state the demo tracked independently, and the demo
 exits non-zero if any check fails.
 """
 
@@ -14,10 +16,11 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 from rich.table import Table
@@ -37,82 +40,190 @@ class Step:
     seconds: float
 
 
+@dataclass
+class _Expected:
+    """What the demo sent, tracked without lakestream: the live orders and their last status."""
+
+    keyspace: int
+    alive: np.ndarray = field(init=False)
+    status: np.ndarray = field(init=False)
+    events: int = 0
+    changes: int = 0
+
+    def __post_init__(self) -> None:
+        self.alive = np.zeros(self.keyspace, dtype=bool)
+        self.status = np.zeros(self.keyspace, dtype="<U1")
+
+
 def run_demo(
-    store: ObjectStore, console: Console | None = None, *, big_mib: int = 64, changes: int = 1_000_000
+    store: ObjectStore,
+    console: Console | None = None,
+    *,
+    big_mib: int = 16,
+    changes: int = 4_000_000,
+    spark_master: str | None = "local[2]",
 ) -> list[Step]:
-    """Run every step against ``store`` (under a fresh prefix / namespace) and print a summary."""
+    """Run every step against ``store`` (under a fresh namespace / prefix) and print a summary."""
+    from lakehouse.lakehouse import Lakehouse
+
     console = console or Console()
     stamp = f"{time.strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:6]}"
-    run = f"demo/{stamp}"
-    console.print(f"[bold]lakestream demo[/] on {store.url} (prefix {run}/, namespace demo_{stamp})")
+    ns, run = f"demo_{stamp}", f"demo/{stamp}"
+    where = f"Spark {spark_master}" if spark_master else "the local executor"
+    console.print(f"[bold]lakestream demo[/] on {store.url} (namespace {ns}); tiering on {where}")
+    lh = Lakehouse(store)
+    expected = _Expected(keyspace=max(10, changes // 2))
+    state: dict = {}
     steps = []
+    half = changes // 2
     for name, fn in (
-        (f"log: {changes:,} changes", lambda: _log(store, f"demo_{stamp}", changes, console)),
-        ("capability probe", lambda: _probe(store)),
-        ("create-only race", lambda: _race(store, f"{run}/race")),
-        ("compare-and-swap counter", lambda: _counter(store, f"{run}/counter")),
-        (f"multipart write {big_mib} MiB", lambda: _multipart(store, f"{run}/big.bin", big_mib, console)),
-        ("aborted write leaves nothing", lambda: _aborted(store, f"{run}/aborted.bin")),
+        ("create tables", lambda: _create(lh, ns)),
+        (f"produce {half:,} changes", lambda: _produce(lh, ns, expected, half, 0, console)),
+        ("start Spark", lambda: _spark(state, spark_master)),
+        ("tier round 1", lambda: _tier(lh, ns, state, console)),
+        (f"produce {changes - half:,} more", lambda: _produce(lh, ns, expected, changes - half, 1, console)),
+        ("union read (fresh)", lambda: _union(lh, ns, expected, console, lake_behind=True)),
+        ("tier round 2", lambda: _tier(lh, ns, state, console)),
+        ("lake == log", lambda: _union(lh, ns, expected, console, lake_behind=False)),
+        ("storage guarantees", lambda: _storage(store, run, big_mib, console)),
     ):
         t0 = time.perf_counter()
         with console.status(name):
             result = fn()
         steps.append(Step(name, result, time.perf_counter() - t0))
-        console.print(f"  [green]ok[/] {name}: {result}")
-    table = Table(title="summary")
+        console.print(f"  [green]ok[/] {name} ({steps[-1].seconds:.1f} s): {result}")
+    _offsets_table(lh, f"{ns}.orders", console)
+    table = Table(title=f"lakestream demo: all checks passed ({sum(s.seconds for s in steps):.0f} s)")
     for col in ("step", "result", "seconds"):
         table.add_column(col)
     for s in steps:
-        table.add_row(s.name, s.result, f"{s.seconds:.2f}")
+        table.add_row(s.name, s.result, f"{s.seconds:.1f}")
     console.print(table)
+    console.print(f"Read the lake with any Iceberg engine: {lh.catalog.table_location(f'{ns}.orders')}")
+    if state.get("spark") is not None:
+        state["spark"].stop()
+    lh.close()
     return steps
 
 
-def _log(store: ObjectStore, namespace: str, changes: int, console: Console) -> str:
-    """TPC-H-shaped orders (primary key) and a keyless event log, fed by Producers."""
-    from lakehouse.lakehouse import Lakehouse
+def _create(lh, ns: str) -> str:
+    lh.create_table(f"{ns}.orders", ORDERS_SCHEMA, primary_key=["o_orderkey"], buckets=8)
+    lh.create_table(f"{ns}.customers", CUSTOMER_SCHEMA, primary_key=["c_custkey"], buckets=4)
+    lh.create_table(f"{ns}.events", EVENTS_SCHEMA, buckets=4)
+    return "orders (pk, 8 buckets), customers (pk, 4), events (keyless, 4), each with its Iceberg table"
 
-    lh = Lakehouse(store)
-    orders = lh.create_table(f"{namespace}.orders", ORDERS_SCHEMA, primary_key=["o_orderkey"], buckets=8)
-    events = lh.create_table(f"{namespace}.events", EVENTS_SCHEMA, buckets=4)
-    rng = np.random.default_rng(7)
-    keyspace = max(1, changes // 2)
-    sent = {"upsert": 0, "delete": 0, "insert": 0}
-    chunk = 10_000
+
+def _produce(lh, ns: str, expected: _Expected, changes: int, phase: int, console: Console) -> str:
+    """Phase 0 inserts most orders; phase 1 updates and deletes them (and inserts a few more)."""
+    rng = np.random.default_rng(7 + phase)
+    sent = {"upsert": 0, "delete": 0, "events": 0, "customers": 0}
+    chunk = 50_000
     with Progress(*Progress.get_default_columns(), console=console, transient=True) as bar:
-        task = bar.add_task("producing", total=changes)
-        with lh.log(orders.name).producer(batch_rows=50_000) as p_orders, lh.log(events.name).producer() as p_events:
+        task = bar.add_task(f"producing (phase {phase + 1})", total=changes)
+        with (
+            lh.log(f"{ns}.orders").producer(batch_rows=100_000) as p_orders,
+            lh.log(f"{ns}.events").producer(batch_rows=50_000) as p_events,
+            lh.log(f"{ns}.customers").producer(batch_rows=50_000) as p_customers,
+        ):
             done = 0
             while done < changes:
                 n = min(chunk, changes - done)
-                keys = rng.integers(0, keyspace, n)
-                deleting = rng.random(n) < 0.05
-                p_orders.send(_orders_batch(keys[~deleting], rng), "upsert")
+                keys = rng.integers(0, expected.keyspace, n)
+                deleting = (rng.random(n) < 0.08) if phase else np.zeros(n, dtype=bool)
+                batch = _orders_batch(keys[~deleting], rng)
+                p_orders.send(batch, "upsert")
+                expected.alive[keys[~deleting]] = True
+                expected.status[keys[~deleting]] = batch.column("o_orderstatus").to_numpy(zero_copy_only=False)
                 if deleting.any():
                     p_orders.send(pa.table({"o_orderkey": pa.array(keys[deleting], pa.int64())}), "delete")
+                    expected.alive[keys[deleting]] = False
                 p_events.send(_events_batch(keys[: n // 5], rng))
+                custs = np.unique(keys[: n // 20] % 15_000)
+                p_customers.send(_customers_batch(custs, rng), "upsert")
                 sent["upsert"] += int((~deleting).sum())
                 sent["delete"] += int(deleting.sum())
-                sent["insert"] += n // 5
+                sent["events"] += n // 5
+                sent["customers"] += len(custs)
                 done += n
                 bar.advance(task, n)
-    ends = lh.log(orders.name).end_offsets()
-    _check(sum(ends.values()) == sent["upsert"] + sent["delete"], f"orders log has {sum(ends.values())} records")
-    read_back = sum(lh.log(orders.name).read(b).num_rows for b in ends)
-    _check(read_back == sum(ends.values()), f"read back {read_back} records, log says {sum(ends.values())}")
-    event_ends = lh.log(events.name).end_offsets()
-    _check(sum(event_ends.values()) == sent["insert"], f"events log has {sum(event_ends.values())} records")
-    table = Table(title=f"{orders.name}: end offsets per bucket (bucket = Iceberg bucket[8](o_orderkey))")
-    for b in ends:
-        table.add_column(str(b))
-    table.add_row(*(f"{e:,}" for e in ends.values()))
-    console.print(table)
-    console.print(f"Iceberg table {orders.name} (empty until tiering): {lh.catalog.table_location(str(orders.name))}")
-    lh.close()
-    return (
-        f"{sent['upsert']:,} upserts + {sent['delete']:,} deletes into {orders.name}, {sent['insert']:,} events; "
-        "offsets contiguous, every record read back"
+    expected.events += sent["events"]
+    expected.changes += sent["upsert"] + sent["delete"]
+    ends = lh.log(f"{ns}.orders").end_offsets()
+    _check(
+        sum(ends.values()) == expected.changes, f"orders log has {sum(ends.values())} records, sent {expected.changes}"
     )
+    return f"{sent['upsert']:,} upserts, {sent['delete']:,} deletes, {sent['events'] + sent['customers']:,} other"
+
+
+def _spark(state: dict, master: str | None) -> str:
+    if not master:
+        state["spark"] = None
+        return "skipped (--local): tiering runs on the local in-process executor"
+    from lakehouse.spark import spark_session
+
+    state["spark"] = spark_session(master=master, app_name="lakestream-demo")
+    return f"{master}, no jars (tasks do their IO with pyarrow in mapInArrow)"
+
+
+def _tier(lh, ns: str, state: dict, console: Console) -> str:
+    parts = []
+    rows = 0
+    for table in ("orders", "customers", "events"):
+        result = lh.tier(f"{ns}.{table}", spark=state.get("spark"))
+        _check(result.offsets == lh.log(f"{ns}.{table}").end_offsets(), f"{ns}.{table}: lake offsets != log end")
+        rows += result.rows
+        parts.append(f"{table} {result.rows:,} records, files +{result.files_added}/-{result.files_removed}")
+    console.print("     " + "; ".join(parts))
+    return f"{rows:,} log records, exactly once; lake offsets == log end"
+
+
+def _union(lh, ns: str, expected: _Expected, console: Console, *, lake_behind: bool) -> str:
+    name = f"{ns}.orders"
+    t0 = time.perf_counter()
+    union = lh.union_read(name, columns=["o_orderkey", "o_orderstatus"])
+    seconds = time.perf_counter() - t0
+    lake = lh.lake_read(name, columns=["o_orderkey"])
+    live = np.flatnonzero(expected.alive)
+    keys = union.column("o_orderkey").to_numpy()
+    _check(len(keys) == len(np.unique(keys)), "union read returned a key twice")
+    _check(np.array_equal(np.sort(keys), live), f"union read has {len(keys):,} orders, expected {len(live):,}")
+    status = expected.status[keys]
+    _check(
+        bool(np.all(union.column("o_orderstatus").to_numpy(zero_copy_only=False) == status)),
+        "union read shows a stale version of an order",
+    )
+    events = lh.union_read(f"{ns}.events", columns=["user_id"]).num_rows
+    _check(events == expected.events, f"events: union read {events:,}, sent {expected.events:,}")
+    if lake_behind:
+        _check(lake.num_rows != len(live), "the lake should be behind the log before round 2")
+        return f"{len(keys):,} live orders at their latest version in {seconds:.1f} s (lake alone: {lake.num_rows:,})"
+    _check(lake.num_rows == len(live), f"lake has {lake.num_rows:,} orders, expected {len(live):,}")
+    dup = pc.count_distinct(lake.column("o_orderkey")).as_py()
+    _check(dup == lake.num_rows, "the lake holds a key twice")
+    return f"lake == union read == what was sent: {lake.num_rows:,} orders, {events:,} events"
+
+
+def _offsets_table(lh, name: str, console: Console) -> None:
+    ends, lake = lh.log(name).end_offsets(), lh.lake_offsets(name)
+    table = Table(title=f"{name}: offsets per bucket (bucket[8](o_orderkey))")
+    table.add_column("")
+    for b in ends:
+        table.add_column(str(b), justify="right")
+    table.add_row("log end", *(str(e) for e in ends.values()))
+    table.add_row("lake", *(str(o) for o in lake.values()))
+    console.print(table)
+
+
+def _storage(store: ObjectStore, run: str, big_mib: int, console: Console) -> str:
+    parts = [
+        _probe(store),
+        _race(store, f"{run}/race"),
+        _counter(store, f"{run}/counter"),
+        _multipart(store, f"{run}/big.bin", big_mib, console),
+        _aborted(store, f"{run}/aborted.bin"),
+    ]
+    console.print("     " + "; ".join(parts))
+    return "probe, create-only race, CAS, multipart, abort: all hold"
 
 
 ORDERS_SCHEMA = pa.schema(
@@ -124,6 +235,9 @@ ORDERS_SCHEMA = pa.schema(
         ("o_orderdate", pa.date32()),
         ("o_comment", pa.string()),
     ]
+)
+CUSTOMER_SCHEMA = pa.schema(
+    [("c_custkey", pa.int64()), ("c_name", pa.string()), ("c_mktsegment", pa.string()), ("c_acctbal", pa.float64())]
 )
 EVENTS_SCHEMA = pa.schema([("user_id", pa.int64()), ("event", pa.string()), ("ts", pa.timestamp("us", tz="UTC"))])
 
@@ -139,6 +253,18 @@ def _orders_batch(keys: np.ndarray, rng: np.random.Generator) -> pa.Table:
             "o_totalprice": pa.array(cents // 100, pa.int32()).cast(pa.decimal128(12, 2)),
             "o_orderdate": pa.array(rng.integers(8035, 10591, n).astype("int32")).cast(pa.date32()),
             "o_comment": pa.array(rng.choice(["quick", "slyly", "furious", "pending deposits"], n)),
+        }
+    )
+
+
+def _customers_batch(keys: np.ndarray, rng: np.random.Generator) -> pa.Table:
+    n = len(keys)
+    return pa.table(
+        {
+            "c_custkey": pa.array(keys, pa.int64()),
+            "c_name": pa.array([f"Customer#{k:09d}" for k in keys]),
+            "c_mktsegment": pa.array(rng.choice(["AUTOMOBILE", "BUILDING", "FURNITURE", "MACHINERY"], n)),
+            "c_acctbal": pa.array(rng.uniform(-999, 9999, n).round(2)),
         }
     )
 
@@ -161,7 +287,7 @@ def _check(condition: bool, message: str) -> None:
 
 def _probe(store: ObjectStore) -> str:
     store.ensure_conditional_writes()
-    return "If-None-Match and If-Match are enforced"
+    return "conditional writes enforced"
 
 
 def _race(store: ObjectStore, prefix: str, writers: int = 16, rounds: int = 20) -> str:
@@ -181,7 +307,7 @@ def _race(store: ObjectStore, prefix: str, writers: int = 16, rounds: int = 20) 
 
     _run_threads(writer, writers)
     _check(sorted(wins) == list(range(rounds)), f"expected one winner per round, got {sorted(wins)}")
-    return f"{writers} writers x {rounds} rounds: exactly one winner each round"
+    return f"create-only: 1 winner/round ({writers} writers x {rounds})"
 
 
 def _counter(store: ObjectStore, key: str, writers: int = 8, times: int = 25) -> str:
@@ -201,7 +327,7 @@ def _counter(store: ObjectStore, key: str, writers: int = 8, times: int = 25) ->
     _run_threads(writer, writers)
     value = int(store.get(key).data)
     _check(value == writers * times, f"counter is {value}, expected {writers * times}: an increment was lost")
-    return f"{value} increments by {writers} writers, {sum(conflicts)} lost CAS retried, none lost"
+    return f"CAS: {value} increments, none lost"
 
 
 def _multipart(store: ObjectStore, key: str, mib: int, console: Console) -> str:
@@ -217,7 +343,7 @@ def _multipart(store: ObjectStore, key: str, mib: int, console: Console) -> str:
     info = store.head(key)
     _check(info.size == mib * MiB, f"{key} has {info.size} bytes, expected {mib * MiB}")
     _check(hashlib.sha256(store.get(key).data).digest() == digest.digest(), f"{key} does not read back")
-    return f"{mib} MiB in {mib // 8 or 1} parts, read back byte-identical (ETag {info.etag})"
+    return f"multipart {mib} MiB byte-identical"
 
 
 def _aborted(store: ObjectStore, key: str) -> str:
@@ -230,7 +356,7 @@ def _aborted(store: ObjectStore, key: str) -> str:
     _check(not store.exists(key), f"{key} became visible after an aborted write")
     uploads = getattr(store, "open_uploads", lambda: [])()
     _check(not uploads, f"multipart uploads left open: {uploads}")
-    return "no object, no open multipart upload"
+    return "aborted upload leaves nothing"
 
 
 def _run_threads(fn: Callable[[int], None], n: int) -> None:

@@ -179,6 +179,7 @@ def _write_split(task: _Task, definition: TableDefinition, log_: Log, result: _T
         for partition, rows in partition_groups(definition, data, split.bucket, parts):
             result.added.append(ctx.write(rows, partition, f"{task.stem}-{split.bucket:05d}-{split.start}"))
     else:  # one partition: stream segments into one file, a row group at a time
+
         def lake_batches():
             buffered, count = [], 0
             for batch in batches:

@@ -1,5 +1,11 @@
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+
+import pytest
 from typer.testing import CliRunner
 
 from lakehouse.cli import app
@@ -8,9 +14,62 @@ runner = CliRunner()
 
 
 def test_demo_runs_and_checks_itself(tmp_path) -> None:
-    result = runner.invoke(app, ["demo", "--warehouse", str(tmp_path / "wh"), "--big-mib", "12", "--changes", "20000"])
+    args = ["demo", "--warehouse", str(tmp_path / "wh"), "--big-mib", "12", "--changes", "20000", "--local"]
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "exactly one winner each round" in result.output and "none lost" in result.output
+    assert "all checks passed" in result.output and "exactly once" in result.output
+    assert "1 winner/round" in result.output and "none lost" in result.output
+
+
+@pytest.mark.slow
+def test_demo_with_spark_as_make_demo_runs_it(tmp_path) -> None:
+    """What `make demo` runs, in a fresh process: Spark local[2] tiering included."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    proc = subprocess.run(
+        [
+            os.path.join(os.path.dirname(sys.executable), "lakestream"),
+            "demo",
+            "-w",
+            str(tmp_path / "wh"),
+            "--changes",
+            "60000",
+            "--big-mib",
+            "6",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "all checks passed" in proc.stdout and "local[2]" in proc.stdout
+
+
+def test_tier_and_read_commands(tmp_path) -> None:
+    import pyarrow as pa
+
+    from lakehouse import Lakehouse
+
+    wh = tmp_path.as_uri()
+    lh = Lakehouse.open(wh)
+    lh.create_table("ods.t", pa.schema([("k", pa.int64()), ("v", pa.string())]), primary_key=["k"], buckets=2)
+    lh.log("ods.t").append(pa.table({"k": [1, 2, 3], "v": ["a", "b", "c"]}), op="upsert")
+    result = runner.invoke(app, ["tier", "-w", wh, "--local"])
+    assert result.exit_code == 0, result.output
+    assert "ods.t" in result.output and "+2/-0" in result.output
+    lh.log("ods.t").append(pa.table({"k": [2], "v": ["b2"]}), op="upsert")
+    lh.log("ods.t").append(pa.table({"k": [3], "v": ["c"]}), op="delete")
+    union = runner.invoke(app, ["table", "read", "ods.t", "-w", wh, "--columns", "k,v"])
+    assert union.exit_code == 0 and "b2" in union.output and "2 rows (union read)" in union.output
+    lake = runner.invoke(app, ["table", "read", "ods.t", "-w", wh, "--lake", "--where", "k >= 2"])
+    assert lake.exit_code == 0 and "2 rows (lake)" in lake.output and "b2" not in lake.output
+    again = runner.invoke(app, ["tier", "-w", wh, "-t", "ods.t"])
+    assert again.exit_code == 0 and re.search(r"\+\d+/-[12]", again.output), again.output  # copy-on-write
+    bad = runner.invoke(app, ["tier", "-w", wh, "-t", "ods.nope"])
+    assert bad.exit_code == 1 and "no table ods.nope" in bad.output
+    both = runner.invoke(app, ["tier", "-w", wh, "--local", "--spark-master", "local[1]"])
+    assert both.exit_code == 1 and "not both" in both.output
 
 
 def test_store_probe_and_ls(tmp_path) -> None:

@@ -60,8 +60,14 @@ def log_records(lh: Lakehouse, name: str, offsets: dict[int, int]) -> list[tuple
     out = []
     for b, end in offsets.items():
         t = log.read(b, 0, end)
-        out += [(*r, b, o) for r, o in zip(zip(*(t.column(c).to_pylist() for c in USER_COLS), strict=True),
-                                          t.column("_offset").to_pylist(), strict=True)]
+        out += [
+            (*r, b, o)
+            for r, o in zip(
+                zip(*(t.column(c).to_pylist() for c in USER_COLS), strict=True),
+                t.column("_offset").to_pylist(),
+                strict=True,
+            )
+        ]
     return sorted(out)
 
 
@@ -171,8 +177,11 @@ def test_user_partitions_come_before_the_bucket(tmp_path) -> None:
 def test_bad_partition_by_is_refused_before_anything_is_written(lakehouse: Lakehouse) -> None:
     from lakehouse.errors import SchemaError
 
-    for bad, words in [("week(o_orderdate)", "not understood"), ("day(o_comment)", "date or timestamp"),
-                       ("day(nope)", "no column")]:
+    for bad, words in [
+        ("week(o_orderdate)", "not understood"),
+        ("day(o_comment)", "date or timestamp"),
+        ("day(nope)", "no column"),
+    ]:
         with pytest.raises(SchemaError, match=words):
             lakehouse.create_table("ods.bad", ORDERS, buckets=2, partition_by=[bad])
     assert lakehouse.list_tables() == [] and list(lakehouse.store.list("")) == []
@@ -364,7 +373,9 @@ def test_kill_9_then_rerun_loses_and_doubles_nothing(store_spec, point: str, kin
     before = lh.lake_offsets(name)
     proc = subprocess.run(
         [sys.executable, "-m", "tests.lakehouse._tiering_workers", url, json.dumps(options), name, point],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == -9, proc.stdout + proc.stderr
     committed = lh.lake_offsets(name) != before
@@ -425,17 +436,21 @@ def test_bad_lake_state_gets_a_clear_error(lakehouse: Lakehouse) -> None:
     lh.tier("ods.b")
     table = lh.lake_table("ods.b")
     with table.transaction() as txn:
-        with txn.update_snapshot(snapshot_properties={
-            OFFSETS_PROPERTY: json.dumps({"0": 999, "1": 0}), COMMIT_USER_PROPERTY: "tiering",
-        }).fast_append():
+        with txn.update_snapshot(
+            snapshot_properties={
+                OFFSETS_PROPERTY: json.dumps({"0": 999, "1": 0}),
+                COMMIT_USER_PROPERTY: "tiering",
+            }
+        ).fast_append():
             pass
     with pytest.raises(LakeStateError, match="bucket 0: lake 999 > log"):
         lh.tier("ods.b")
 
     # malformed offsets
     with table.transaction() as txn:
-        with txn.update_snapshot(snapshot_properties={OFFSETS_PROPERTY: "{oops", COMMIT_USER_PROPERTY: "tiering"}
-                                 ).fast_append():
+        with txn.update_snapshot(
+            snapshot_properties={OFFSETS_PROPERTY: "{oops", COMMIT_USER_PROPERTY: "tiering"}
+        ).fast_append():
             pass
     with pytest.raises(LakeStateError, match="no valid lakestream.offsets"):
         lh.lake_offsets("ods.b")
@@ -463,8 +478,10 @@ def test_other_commits_do_not_confuse_the_offset_lookup(lakehouse: Lakehouse) ->
     with table.transaction() as txn:  # a non-tiering commit on top (as compaction will make)
         with txn.update_snapshot(snapshot_properties={"note": "maintenance"}).fast_append():
             pass
-    assert tiering_snapshot(lh.lake_table("ods.a").metadata).snapshot_id != lh.lake_table(
-        "ods.a").current_snapshot().snapshot_id
+    assert (
+        tiering_snapshot(lh.lake_table("ods.a").metadata).snapshot_id
+        != lh.lake_table("ods.a").current_snapshot().snapshot_id
+    )
     assert lh.lake_offsets("ods.a") == offsets
     lh.log("ods.a").append(orders(range(10, 20)))
     assert lh.tier("ods.a").rows == 10
@@ -512,5 +529,7 @@ def test_spark_and_local_executors_build_identical_tables(tmp_path, spark) -> No
     assert lake_state(got.cast(pa.schema([got.schema.field(c) for c in got.column_names]))) == replay(lh, "ods.spark")
     lake_only = read_table(spark, lh, "ods.spark", union=False, columns=["o_orderkey"], row_filter="o_orderkey < 50")
     assert sorted(r.o_orderkey for r in lake_only.collect()) == sorted(
-        pc.filter(lh.lake_read("ods.spark")["o_orderkey"], pc.less(lh.lake_read("ods.spark")["o_orderkey"], 50))
-        .to_pylist())
+        pc.filter(
+            lh.lake_read("ods.spark")["o_orderkey"], pc.less(lh.lake_read("ods.spark")["o_orderkey"], 50)
+        ).to_pylist()
+    )
