@@ -237,7 +237,7 @@ def lake_offsets(metadata: TableMetadata, buckets: int, *, name: str = "") -> di
             raise LakeStateError(
                 f"lake table {name} has snapshots but none records {OFFSETS_PROPERTY}: it was written by another "
                 "tool, so lakestream cannot tell which log offsets it holds. Tier into a fresh table, or register "
-                "the offsets by hand (see docs/tiering.md)"
+                "the offsets by hand (README, 'Tiering and union read')"
             )
         return dict.fromkeys(range(buckets), 0)
     raw = snap.summary[OFFSETS_PROPERTY]

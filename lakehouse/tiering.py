@@ -30,6 +30,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.exceptions import (
@@ -210,17 +211,43 @@ def reduce_changes(data: pa.Table, primary_key: tuple[str, ...]) -> pa.Table:
     return data.filter(pc.is_in(data.column("_offset"), value_set=last.column("_offset_max")))
 
 
-def key_hits(rows: pa.Table, keys: pa.Table, primary_key: tuple[str, ...]) -> pa.BooleanArray:
-    """For every row, whether its key is among ``keys``."""
-    if len(primary_key) == 1:
-        col = primary_key[0]
-        return pc.fill_null(pc.is_in(rows.column(col), value_set=keys.column(col).combine_chunks()), False)
-    indexed = rows.select(list(primary_key)).append_column("__row", pa.array(range(rows.num_rows), pa.int64()))
-    found = indexed.join(keys.select(list(primary_key)), keys=list(primary_key), join_type="left semi")
-    mask = pa.array([False] * rows.num_rows)
-    if found.num_rows:
-        mask = pc.is_in(pa.array(range(rows.num_rows), pa.int64()), value_set=found.column("__row"))
-    return mask
+class KeySet:
+    """A set of primary keys, built once and probed many times. A single integer key column uses a sorted
+    numpy array (binary search: no hash table rebuilt per probe, as ``pc.is_in`` would); other keys fall
+    back to ``pc.is_in`` / a semi join."""
+
+    def __init__(self, keys: pa.Table, primary_key: tuple[str, ...]) -> None:
+        self.primary_key = primary_key
+        self.keys = keys.select(list(primary_key))
+        self._sorted = None
+        if len(primary_key) == 1 and pa.types.is_integer(self.keys.schema.field(0).type):
+            self._sorted = np.unique(self.keys.column(0).to_numpy())
+
+    def __len__(self) -> int:
+        return self.keys.num_rows
+
+    def hits(self, rows: pa.Table | pa.RecordBatch) -> pa.BooleanArray:
+        """For every row, whether its key is in the set."""
+        pk = self.primary_key
+        if self._sorted is not None:
+            values = rows.column(pk[0])
+            if isinstance(values, pa.ChunkedArray):
+                values = values.combine_chunks()
+            if not len(self._sorted):
+                return pa.array(np.zeros(len(values), dtype=bool))
+            vals = values.fill_null(0).to_numpy() if values.null_count else values.to_numpy()
+            found = self._sorted[np.minimum(np.searchsorted(self._sorted, vals), len(self._sorted) - 1)] == vals
+            if values.null_count:  # primary keys are never null; be safe for foreign files
+                found &= values.is_valid().to_numpy(zero_copy_only=False)
+            return pa.array(found)
+        if isinstance(rows, pa.RecordBatch):
+            rows = pa.Table.from_batches([rows])
+        keys = self.keys.cast(pa.schema([rows.schema.field(c) for c in pk]))  # string vs large_string
+        if len(pk) == 1:
+            return pc.fill_null(pc.is_in(rows.column(pk[0]), value_set=keys.column(0).combine_chunks()), False)
+        positions = pa.array(np.arange(rows.num_rows, dtype=np.int64))
+        found = rows.select(list(pk)).append_column("__row", positions).join(keys, keys=list(pk), join_type="left semi")
+        return pc.is_in(positions, value_set=found.column("__row").combine_chunks())
 
 
 def _rewrite_bucket(task: _Task, definition: TableDefinition, log_: Log, result: _TaskResult) -> None:
@@ -233,14 +260,14 @@ def _rewrite_bucket(task: _Task, definition: TableDefinition, log_: Log, result:
         )
     result.rows = data.num_rows
     changes = reduce_changes(data, pk)
-    keys = changes.select(list(pk))
+    keys = KeySet(changes, pk)
     stem = f"{task.stem}-{split.bucket:05d}-{split.start}"
     for data_file in task.candidates:  # copy-on-write: only files that hold a changed key
-        hits = key_hits(ctx.read(data_file.file_path, columns=list(pk)), keys, pk)
+        hits = keys.hits(ctx.read(data_file.file_path, columns=list(pk)))
         if not pc.any(hits).as_py():
             continue
         full = ctx.read(data_file.file_path)
-        keep = full.filter(pc.invert(key_hits(full, keys, pk)))
+        keep = full.filter(pc.invert(keys.hits(full)))
         result.removed.append(data_file.file_path)
         if keep.num_rows:
             partition = tuple(data_file.partition[i] for i in range(len(data_file.partition)))

@@ -23,7 +23,7 @@ from pyiceberg.table import Table
 
 from lakehouse.lake import lake_offsets, log_to_lake_rows
 from lakehouse.log import Log
-from lakehouse.tiering import key_hits, reduce_changes
+from lakehouse.tiering import KeySet, reduce_changes
 
 RowFilter = str | BooleanExpression | None
 
@@ -71,15 +71,13 @@ def merge_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Lake batches minus keys changed in ``tail``, then the tail's rows (see the module docstring)."""
     pk = tuple(primary_key)
-    keys = tail.select(list(pk)) if pk and tail.num_rows else None
+    keys = KeySet(tail, pk) if pk and tail.num_rows else None
     target = pa.schema([schema.field(c) for c in columns])
     for batch in lake:
         if keys is not None:
-            batch = pa.Table.from_batches([batch])
-            batch = batch.filter(pc.invert(key_hits(batch, keys, pk)))
-            yield from batch.select(columns).cast(target).to_batches()
-        else:
-            yield batch.select(columns).cast(target) if batch.schema != target else batch
+            batch = batch.filter(pc.invert(keys.hits(batch)))
+        batch = batch.select(columns)
+        yield batch if batch.schema.equals(target) else batch.cast(target)
     if tail.num_rows == 0:
         return
     if pk:
@@ -89,10 +87,9 @@ def merge_batches(
     yield from tail.select(columns).cast(target).to_batches()
 
 
-def union_batches(
-    table: Table, log_: Log, *, columns: Sequence[str] | None = None, row_filter: RowFilter = None
+def _union(
+    table: Table, log_: Log, columns: Sequence[str] | None, row_filter: RowFilter, *, stream: bool
 ) -> Iterator[pa.RecordBatch]:
-    """Union read as a stream of record batches (memory: one lake batch plus the log tail)."""
     definition = log_.definition
     pk = definition.primary_key
     out = output_columns(table, columns)
@@ -102,23 +99,32 @@ def union_batches(
     tail = read_tail(log_, offsets, primary_key=pk)
     tail_filter = expression_to_pyarrow(bind(table.schema(), expr, case_sensitive=True))
     scan = table.scan(row_filter=expr, selected_fields=tuple(scan_cols))
-    if table.current_snapshot() is not None:
+    if table.current_snapshot() is None:
+        lake, schema = iter(()), scan.projection().as_arrow()
+    elif stream:
         reader = scan.to_arrow_batch_reader()
         lake, schema = iter(reader), reader.schema
-    else:
-        lake, schema = iter(()), scan.projection().as_arrow()
+    else:  # pyiceberg reads the files in parallel
+        data = scan.to_arrow()
+        lake, schema = iter(data.to_batches()), data.schema
     return merge_batches(lake, tail, primary_key=pk, columns=out, tail_filter=tail_filter, schema=schema)
+
+
+def union_batches(
+    table: Table, log_: Log, *, columns: Sequence[str] | None = None, row_filter: RowFilter = None
+) -> Iterator[pa.RecordBatch]:
+    """Union read as a stream of record batches (memory: one lake batch plus the log tail)."""
+    return _union(table, log_, columns, row_filter, stream=True)
 
 
 def union_read(
     table: Table, log_: Log, *, columns: Sequence[str] | None = None, row_filter: RowFilter = None
 ) -> pa.Table:
-    batches = union_batches(table, log_, columns=columns, row_filter=row_filter)
+    batches = _union(table, log_, columns, row_filter, stream=False)
     first = next(batches, None)
     if first is None:
         out = output_columns(table, columns)
-        schema = table.scan(selected_fields=tuple(out)).projection().as_arrow()
-        return schema.empty_table()
+        return table.scan(selected_fields=tuple(out)).projection().as_arrow().empty_table()
     return pa.Table.from_batches([first, *batches])
 
 

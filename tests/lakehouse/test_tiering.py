@@ -533,3 +533,48 @@ def test_spark_and_local_executors_build_identical_tables(tmp_path, spark) -> No
             lh.lake_read("ods.spark")["o_orderkey"], pc.less(lh.lake_read("ods.spark")["o_orderkey"], 50)
         ).to_pylist()
     )
+
+
+def test_composite_primary_key(tmp_path) -> None:
+    lh = Lakehouse.open(tmp_path.as_uri())
+    schema = pa.schema([("region", pa.string()), ("id", pa.int64()), ("v", pa.int64())])
+    lh.create_table("ods.c", schema, primary_key=["region", "id"], bucket_key="id", buckets=2)
+    log = lh.log("ods.c")
+
+    def batch(region, ids, v):
+        return pa.table({"region": [region] * len(ids), "id": pa.array(ids, pa.int64()), "v": [v] * len(ids)})
+
+    log.append(batch("eu", range(20), 1), op="upsert")
+    log.append(batch("us", range(20), 1), op="upsert")
+    lh.tier("ods.c")
+    log.append(batch("eu", range(5), 2), op="upsert")  # same ids, other region: untouched
+    log.append(batch("us", range(3), 0), op="delete")
+    expected = {("eu", i): (2 if i < 5 else 1) for i in range(20)} | {("us", i): 1 for i in range(3, 20)}
+    for read in (lh.union_read, lambda n: (lh.tier(n), lh.lake_read(n))[1]):
+        got = read("ods.c")
+        assert {(r["region"], r["id"]): r["v"] for r in got.to_pylist()} == expected and got.num_rows == 37
+
+
+@pytest.mark.parametrize(
+    "keys, rows, expected",
+    [
+        (
+            {"k": pa.array([5, -3, 9], pa.int64())},
+            {"k": pa.array([9, 4, -3, 10, -9], pa.int64())},
+            [True, False, True, False, False],
+        ),
+        ({"k": pa.array([], pa.int64())}, {"k": pa.array([1], pa.int64())}, [False]),
+        ({"k": pa.array(["a", "b"])}, {"k": pa.array(["b", "c", None], pa.large_string())}, [True, False, False]),
+        (
+            {"k": pa.array(["a", "b"]), "j": pa.array([1, 2])},
+            {"k": pa.array(["a", "a", "b"]), "j": pa.array([1, 2, 2])},
+            [True, False, True],
+        ),
+    ],
+)
+def test_key_set_membership(keys, rows, expected) -> None:
+    from lakehouse.tiering import KeySet
+
+    pk = tuple(keys)
+    assert KeySet(pa.table(keys), pk).hits(pa.table(rows)).to_pylist() == expected
+    assert KeySet(pa.table(keys), pk).hits(pa.table(rows).to_batches()[0]).to_pylist() == expected
