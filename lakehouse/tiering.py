@@ -266,8 +266,7 @@ def _rewrite_bucket(task: _Task, definition: TableDefinition, log_: Log, result:
         hits = keys.hits(ctx.read(data_file.file_path, columns=list(pk)))
         if not pc.any(hits).as_py():
             continue
-        full = ctx.read(data_file.file_path)
-        keep = full.filter(pc.invert(keys.hits(full)))
+        keep = ctx.read(data_file.file_path).filter(pc.invert(hits))  # same file, same row order
         result.removed.append(data_file.file_path)
         if keep.num_rows:
             partition = tuple(data_file.partition[i] for i in range(len(data_file.partition)))

@@ -578,3 +578,18 @@ def test_key_set_membership(keys, rows, expected) -> None:
     pk = tuple(keys)
     assert KeySet(pa.table(keys), pk).hits(pa.table(rows)).to_pylist() == expected
     assert KeySet(pa.table(keys), pk).hits(pa.table(rows).to_batches()[0]).to_pylist() == expected
+
+
+def test_large_data_files_go_up_in_multipart_parts_on_s3(seaweedfs) -> None:
+    lh = Lakehouse.open(f"s3://{seaweedfs.bucket}/big-{random.randrange(1 << 30)}", **seaweedfs.store_options())
+    lh.create_table("ods.big", pa.schema([("id", pa.int64()), ("blob", pa.binary())]), bucket_key="id", buckets=1)
+    rng = random.Random(3)
+    blobs = [rng.randbytes(2048) for _ in range(8000)]  # ~16 MiB, incompressible
+    lh.log("ods.big").append(pa.table({"id": pa.array(range(8000), pa.int64()), "blob": blobs}))
+    result = lh.tier("ods.big")
+    assert result.files_added == 1 and result.bytes_written > 15 * 2**20
+    data_file = next(iter(lh.lake_table("ods.big").scan().plan_files())).file
+    etag = lh.store.head(data_file.file_path.removeprefix(lh.store.url.rstrip("/") + "/")).etag
+    assert "-" in etag.strip('"'), f"{etag}: expected a multipart ETag (<md5>-<parts>)"
+    assert lh.lake_read("ods.big").column("blob").to_pylist() == blobs
+    lh.close()
