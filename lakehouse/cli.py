@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -292,6 +294,121 @@ def tier(
             " ".join(f"{b}:{o}" for b, o in r.offsets.items()),
         )
     console.print(out)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _duration(text: str) -> timedelta:
+    """'90s', '15m', '12h', '7d' or a number of seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not m:
+        raise LakestreamError(f"bad duration {text!r}: use e.g. 90s, 15m, 12h or 7d")
+    return timedelta(seconds=float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)])
+
+
+def _size(text: str) -> int:
+    """'128MiB', '64M', '1G' or a number of bytes."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kKmMgG]?)(?:i?[bB])?\s*", text)
+    if not m:
+        raise LakestreamError(f"bad size {text!r}: use e.g. 128MiB, 512M or 1G")
+    return int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
+
+
+TablesOpt = Annotated[
+    list[str] | None, typer.Option("--table", "-t", help="namespace.table (repeatable; default: all)")
+]
+
+
+@app.command()
+def compact(
+    table: TablesOpt = None,
+    target_file_size: Annotated[str, typer.Option(help="target data file size")] = "128MiB",
+    min_input_files: Annotated[int, typer.Option(help="rewrite a group only if it has this many files")] = 5,
+    spark_master: Annotated[str | None, typer.Option(help="run the tasks on Spark")] = None,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Rewrite small data files into target-sized ones (one replace snapshot per table)."""
+    try:
+        lh = _lakehouse(warehouse, config)
+        size = _size(target_file_size)
+        spark = getattr(lh.executor(spark_master=spark_master), "spark", None)
+        names = table or [str(t) for t in lh.list_tables()]
+    except LakestreamError as exc:
+        _fail(exc)
+    out = Table("table", "files before", "files after", "rewritten", "MB read", "MB written", "seconds")
+    failed = 0
+    for name in names:
+        try:
+            r = lh.compact(name, target_file_size=size, min_input_files=min_input_files, spark=spark)
+        except (LakestreamError, ValueError) as exc:
+            err.print(f"[bold red]error:[/] {name}: {exc}")
+            failed += 1
+            continue
+        out.add_row(
+            name,
+            str(r.files_before),
+            str(r.files_after),
+            str(r.files_rewritten),
+            f"{r.bytes_read / 1e6:.1f}",
+            f"{r.bytes_written / 1e6:.1f}",
+            f"{r.seconds:.2f}",
+        )
+    console.print(out)
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def maintain(
+    table: TablesOpt = None,
+    snapshot_age: Annotated[str, typer.Option(help="expire snapshots older than this")] = "5d",
+    retain_last: Annotated[int, typer.Option(help="always keep this many newest snapshots")] = 1,
+    orphan_age: Annotated[str, typer.Option(help="grace period before an unreferenced file is deleted")] = "3d",
+    retention: Annotated[str, typer.Option(help="delete tiered log segments older than this")] = "7d",
+    target_file_size: Annotated[str, typer.Option(help="compaction target file size")] = "128MiB",
+    spark_master: Annotated[str | None, typer.Option(help="run compaction tasks on Spark")] = None,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Compaction, snapshot expiry, orphan removal and log retention, in that order, per table."""
+    try:
+        lh = _lakehouse(warehouse, config)
+        args = {
+            "snapshot_age": _duration(snapshot_age),
+            "retain_last": retain_last,
+            "orphan_age": _duration(orphan_age),
+            "retention": _duration(retention),
+            "target_file_size": _size(target_file_size),
+        }
+        spark = getattr(lh.executor(spark_master=spark_master), "spark", None)
+        names = table or [str(t) for t in lh.list_tables()]
+    except LakestreamError as exc:
+        _fail(exc)
+    failed = 0
+    for name in names:
+        try:
+            r = lh.maintain(name, spark=spark, **args)
+        except (LakestreamError, ValueError) as exc:
+            err.print(f"[bold red]error:[/] {name}: {exc}")
+            failed += 1
+            continue
+        c, e, o, t = r.compaction, r.expiry, r.orphans, r.retention
+        console.print(f"[bold]{name}[/]")
+        console.print(f"  compaction  files {c.files_before} -> {c.files_after} ({c.files_rewritten} rewritten)")
+        console.print(
+            f"  expiry      {len(e.expired)} snapshots expired, {e.files_deleted} files, "
+            f"{e.bytes_freed / 1e6:.1f} MB freed; {e.snapshots_left} left"
+        )
+        console.print(f"  orphans     {len(o.files)} files, {o.bytes / 1e6:.1f} MB deleted")
+        style = "bold yellow" if t.overdue else ""
+        console.print(
+            f"  retention   {t.segments_deleted} segments, {t.records_deleted:,} records, "
+            f"{t.bytes_freed / 1e6:.1f} MB deleted",
+            style=style or None,
+        )
+        if t.overdue:
+            console.print(f"  [bold yellow]warning:[/] {t.message}")
     if failed:
         raise typer.Exit(1)
 

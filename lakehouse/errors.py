@@ -14,6 +14,7 @@ __all__ = [
     "InvalidTableName",
     "LakeStateError",
     "LakestreamError",
+    "MaintenanceError",
     "OffsetOutOfRange",
     "ProducerError",
     "SchemaError",
@@ -80,3 +81,8 @@ class TieringConflict(LakestreamError, ValidationException):
     """Another tiering run committed first: this run's offsets were overtaken. Its files were deleted and
     nothing of it was committed; rerun tiering to tier what is left. (A pyiceberg `ValidationException`
     too, so pyiceberg's commit retry stops and cleans its manifests instead of re-applying the files.)"""
+
+
+class MaintenanceError(LakestreamError):
+    """A maintenance run (compaction) could not commit: a task failed or another writer replaced its input
+    files first. The table is unchanged and the run's own files were deleted; run it again."""

@@ -49,6 +49,14 @@ TIERING_BASE_PROPERTY = "lakestream.tiering-base"
 TIERING_USER = "tiering"
 TABLE_UUID_PROPERTY = "lakestream.table-uuid"
 
+#: Properties of every lake table. Snapshot isolation for overwrites: a compaction must not fail because
+#: tiering appended new files meanwhile (pyiceberg's default, serializable, refuses any concurrent append).
+#: Tiering rounds are ordered by the tiering fence, and replaced files must still be live (pyiceberg checks).
+LAKE_TABLE_PROPERTIES = {
+    "write.update.isolation-level": "snapshot",
+    "write.delete.isolation-level": "snapshot",
+}
+
 BUCKET_COLUMN, OFFSET_COLUMN, TIMESTAMP_COLUMN = "__bucket", "__offset", "__timestamp"
 LAKE_SYSTEM_FIELDS = [
     pa.field(BUCKET_COLUMN, pa.int32(), False),

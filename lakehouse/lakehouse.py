@@ -5,16 +5,19 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
 from pyiceberg.table import Table
 
+from lakehouse import maintenance
 from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog
 from lakehouse.errors import TableAlreadyExists, TableNotFound
 from lakehouse.executor import LocalExecutor, SparkExecutor, TaskExecutor
 from lakehouse.lake import (
+    LAKE_TABLE_PROPERTIES,
     TABLE_UUID_PROPERTY,
     lake_offsets,
     lake_partition_spec,
@@ -125,7 +128,7 @@ class Lakehouse:
                 schema,
                 partition_spec=lake_partition_spec(definition, schema),
                 sort_order=lake_sort_order(schema),
-                properties={TABLE_UUID_PROPERTY: definition.table_uuid},
+                properties={TABLE_UUID_PROPERTY: definition.table_uuid, **LAKE_TABLE_PROPERTIES},
             )
         except TableAlreadyExistsError:
             table = catalog.load_table(ident)
@@ -215,6 +218,82 @@ class Lakehouse:
             if table_name not in self._logs:
                 self._logs[table_name] = Log(self.store, self.table(table_name))
             return self._logs[table_name]
+
+    # ---- maintenance ---------------------------------------------------------------------------------
+
+    def compact(
+        self,
+        name: str | TableName,
+        *,
+        target_file_size: int = maintenance.compaction.DEFAULT_TARGET_FILE_SIZE,
+        min_input_files: int = maintenance.compaction.DEFAULT_MIN_INPUT_FILES,
+        partitions: set[tuple] | None = None,
+        spark: Any = None,
+        spark_master: str | None = None,
+        workers: int | None = None,
+    ) -> maintenance.CompactionResult:
+        """Bin-pack small data files into files of ``target_file_size`` (see `lakehouse.maintenance`)."""
+        definition = self.table(name)
+        return maintenance.compact(
+            self.store,
+            load_lake_table(self.catalog, definition),
+            definition,
+            executor=self.executor(spark=spark, spark_master=spark_master, workers=workers),
+            target_file_size=target_file_size,
+            min_input_files=min_input_files,
+            partitions=partitions,
+        )
+
+    def expire_snapshots(
+        self,
+        name: str | TableName,
+        *,
+        older_than: timedelta | datetime = maintenance.expiry.DEFAULT_SNAPSHOT_AGE,
+        retain_last: int = maintenance.expiry.DEFAULT_RETAIN_LAST,
+    ) -> maintenance.ExpiryResult:
+        """Expire old snapshots (never the current or the newest tiering one) and delete files only they used."""
+        table = self.lake_table(name)
+        return maintenance.expire_snapshots(self.store, table, older_than=older_than, retain_last=retain_last)
+
+    def remove_orphans(
+        self,
+        name: str | TableName,
+        *,
+        older_than: timedelta = maintenance.orphans.DEFAULT_ORPHAN_AGE,
+        dry_run: bool = False,
+    ) -> maintenance.OrphanResult:
+        """Delete unreferenced files older than ``older_than`` under the table's data/ and metadata/."""
+        return maintenance.remove_orphans(self.store, self.lake_table(name), older_than=older_than, dry_run=dry_run)
+
+    def apply_log_retention(
+        self, name: str | TableName, *, retention: timedelta = maintenance.retention.DEFAULT_RETENTION
+    ) -> maintenance.RetentionResult:
+        """Delete log segments that are tiered and older than ``retention``; never an un-tiered one."""
+        return maintenance.apply_log_retention(self.log(name), self.lake_offsets(name), retention=retention)
+
+    def maintain(
+        self,
+        name: str | TableName,
+        *,
+        spark: Any = None,
+        workers: int | None = None,
+        target_file_size: int = maintenance.compaction.DEFAULT_TARGET_FILE_SIZE,
+        min_input_files: int = maintenance.compaction.DEFAULT_MIN_INPUT_FILES,
+        snapshot_age: timedelta = maintenance.expiry.DEFAULT_SNAPSHOT_AGE,
+        retain_last: int = maintenance.expiry.DEFAULT_RETAIN_LAST,
+        orphan_age: timedelta = maintenance.orphans.DEFAULT_ORPHAN_AGE,
+        retention: timedelta = maintenance.retention.DEFAULT_RETENTION,
+    ) -> maintenance.MaintenanceReport:
+        """Compaction, snapshot expiry, orphan removal and log retention, in that order."""
+        return maintenance.MaintenanceReport(
+            table=str(TableName.parse(name)),
+            compaction=self.compact(
+                name, target_file_size=target_file_size, min_input_files=min_input_files, spark=spark, workers=workers
+            ),
+            expiry=self.expire_snapshots(name, older_than=snapshot_age, retain_last=retain_last),
+            orphans=self.remove_orphans(name, older_than=orphan_age),
+            retention=self.apply_log_retention(name, retention=retention),
+        )
 
     def close(self) -> None:
         for log in self._logs.values():

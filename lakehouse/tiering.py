@@ -204,11 +204,35 @@ def _write_split(task: _Task, definition: TableDefinition, log_: Log, result: _T
 
 
 def reduce_changes(data: pa.Table, primary_key: tuple[str, ...]) -> pa.Table:
-    """The last change of every key (by ``_offset``; offsets are unique within a bucket), in offset order."""
+    """The last change of every key, in offset order. ``data`` holds one bucket's records in offset order
+    (offsets are unique within a bucket)."""
     if data.num_rows == 0:
         return data
+    if len(primary_key) == 1 and pa.types.is_integer(data.schema.field(primary_key[0]).type):
+        keys = data.column(primary_key[0]).to_numpy()
+        order = np.argsort(keys, kind="stable")  # equal keys keep offset order: the last one is the newest
+        sorted_keys = keys[order]
+        last = np.ones(len(keys), dtype=bool)
+        last[:-1] = sorted_keys[1:] != sorted_keys[:-1]
+        if last.all():
+            return data  # every key once (an initial load): nothing to reduce
+        keep = np.zeros(len(keys), dtype=bool)
+        keep[order[last]] = True
+        return data.filter(pa.array(keep))
     last = data.group_by(list(primary_key), use_threads=False).aggregate([("_offset", "max")])
     return data.filter(pc.is_in(data.column("_offset"), value_set=last.column("_offset_max")))
+
+
+def upserts_of(changes: pa.Table) -> pa.Table:
+    """The changes that leave a row (not deletes), compared on the ``_op`` dictionary's codes."""
+    ops = changes.column("_op")
+    masks = []
+    for chunk in ops.chunks:
+        codes = chunk.indices.to_numpy(zero_copy_only=False)
+        is_delete = np.asarray(chunk.dictionary.to_pylist(), dtype=object) == "delete"
+        masks.append(~is_delete[codes] if len(is_delete) else np.ones(len(codes), dtype=bool))
+    mask = np.concatenate(masks) if masks else np.zeros(0, dtype=bool)
+    return changes if mask.all() else changes.filter(pa.array(mask))
 
 
 class KeySet:
@@ -271,7 +295,7 @@ def _rewrite_bucket(task: _Task, definition: TableDefinition, log_: Log, result:
         if keep.num_rows:
             partition = tuple(data_file.partition[i] for i in range(len(data_file.partition)))
             result.added.append(ctx.write(keep, partition, stem))
-    upserts = changes.filter(pc.not_equal(changes.column("_op").cast(pa.string()), "delete"))
+    upserts = upserts_of(changes)
     if upserts.num_rows:
         parts = parse_partition_by(definition, definition.schema)
         new_rows = log_to_lake_rows(upserts, split.bucket)

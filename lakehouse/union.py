@@ -23,7 +23,7 @@ from pyiceberg.table import Table
 
 from lakehouse.lake import lake_offsets, log_to_lake_rows
 from lakehouse.log import Log
-from lakehouse.tiering import KeySet, reduce_changes
+from lakehouse.tiering import KeySet, reduce_changes, upserts_of
 
 RowFilter = str | BooleanExpression | None
 
@@ -81,7 +81,7 @@ def merge_batches(
     if tail.num_rows == 0:
         return
     if pk:
-        tail = tail.filter(pc.not_equal(tail.column("_op").cast(pa.string()), "delete"))
+        tail = upserts_of(tail)
     if not isinstance(tail_filter, AlwaysTrue) and tail.num_rows:
         tail = tail.filter(tail_filter)
     yield from tail.select(columns).cast(target).to_batches()

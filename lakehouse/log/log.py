@@ -286,9 +286,12 @@ class Log:
         try:
             obj = self.store.get(key)
         except NotFound:
+            prefix = self.name.bucket_prefix(bucket)
+            first = next(iter(self.store.list(prefix)), None)
+            earliest = int(first.key[len(prefix) :].removesuffix(".arrow")) if first else self._indexes[bucket].end
             raise OffsetOutOfRange(
-                f"{self.name} bucket {bucket}: segment at offset {base} was removed (log retention); "
-                "read these offsets from the lake"
+                f"{self.name} bucket {bucket}: offsets from {base} were removed by log retention; the earliest "
+                f"available offset is {earliest} (older records live in the lake: use union_read)"
             ) from None
         header = SegmentHeader.from_metadata(obj.metadata, key=key)
         return segment.decode(obj.data, header, key=key, base_offset=base), header

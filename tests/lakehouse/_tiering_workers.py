@@ -1,8 +1,8 @@
 """Subprocess entry points for tiering races and crashes (importable by multiprocessing's spawn).
 
-    python -m tests.lakehouse._tiering_workers <url> <options-json> <table> <kill-point>
+    python -m tests.lakehouse._tiering_workers <url> <options-json> <table> <kill-point> [tier|compact]
 
-runs one tiering round that kills its own process with SIGKILL at ``kill-point``:
+runs one tiering round (or compaction) that kills its own process with SIGKILL at ``kill-point``:
 
     mid-write         after the first task wrote its files, while others have not run
     tasks-done        every task wrote its files, nothing committed
@@ -74,11 +74,18 @@ def tier_once(url: str, options: dict, table: str, barrier=None) -> dict:
 
 def main() -> None:
     url, options, table, point = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+    job = sys.argv[5] if len(sys.argv) > 5 else "tier"
     lh = Lakehouse.open(url, **options)
     lh.store = KillingStore(lh.store, point)
-    from lakehouse.tiering import tier
+    if job == "compact":
+        from lakehouse.maintenance import compact
 
-    tier(lh.store, lh.catalog, lh.log(table), executor=KillingExecutor(point), max_split_rows=50)
+        definition = lh.table(table)
+        compact(lh.store, lh.lake_table(table), definition, executor=KillingExecutor(point), min_input_files=2)
+    else:
+        from lakehouse.tiering import tier
+
+        tier(lh.store, lh.catalog, lh.log(table), executor=KillingExecutor(point), max_split_rows=50)
     print("survived", flush=True)
 
 

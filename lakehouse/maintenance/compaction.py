@@ -1,0 +1,198 @@
+"""Compaction (rewrite data files): bin-pack a partition's small files into files of the target size.
+
+Plan (driver): the current snapshot's live files, grouped by partition; in each partition, files below
+the target size are packed first-fit-decreasing into groups of at most the target size; groups of at
+least ``min_input_files`` files are rewritten. Write (tasks, local or Spark): each group becomes one
+Parquet file, rows ordered by ``__offset`` (primary-key tables: by key). Commit (driver): one
+``replace``-like overwrite snapshot that deletes exactly the input files and adds the outputs; pyiceberg
+checks the inputs are still live on the base it commits to. A concurrent tiering append does not
+conflict (snapshot isolation); a concurrent compaction that replaced an input makes this one fail and
+delete its outputs. ``lakestream.offsets`` are untouched: a compaction snapshot carries none, and the
+offset lookup uses the newest tiering snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+import uuid
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, ValidationException
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+
+from lakehouse.datafiles import LakeContext, locations
+from lakehouse.errors import LakestreamError, MaintenanceError
+from lakehouse.executor import LocalExecutor, TaskExecutor
+from lakehouse.lake import COMMIT_USER_PROPERTY, OFFSET_COLUMN
+from lakehouse.tables import TableDefinition
+
+log = logging.getLogger(__name__)
+
+MiB = 1 << 20
+DEFAULT_TARGET_FILE_SIZE = 128 * MiB
+DEFAULT_MIN_INPUT_FILES = 5
+COMPACTION_USER = "compaction"
+
+
+@dataclass
+class CompactionResult:
+    table: str
+    snapshot_id: int | None
+    files_before: int
+    files_after: int
+    groups: int = 0
+    files_rewritten: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    seconds: float = 0.0
+    executor: str = "local"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Group:
+    partition: tuple
+    files: tuple[DataFile, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(f.file_size_in_bytes for f in self.files)
+
+
+@dataclass
+class _Outcome:
+    added: list[DataFile] = field(default_factory=list)
+    error: str | None = None
+
+
+def plan_groups(
+    files: list[DataFile], *, target_file_size: int, min_input_files: int, partitions: set[tuple] | None = None
+) -> list[_Group]:
+    """Bin-pack files per partition (first fit, largest first); keep groups worth rewriting."""
+    by_partition: dict[tuple, list[DataFile]] = defaultdict(list)
+    for f in files:
+        key = tuple(f.partition[i] for i in range(len(f.partition)))
+        if partitions is not None and key not in partitions:
+            continue
+        if f.file_size_in_bytes < target_file_size:
+            by_partition[key].append(f)
+    groups = []
+    for key, candidates in sorted(by_partition.items(), key=lambda kv: repr(kv[0])):
+        bins: list[list[DataFile]] = []
+        sizes: list[int] = []
+        for f in sorted(candidates, key=lambda f: -f.file_size_in_bytes):
+            for i, used in enumerate(sizes):
+                if used + f.file_size_in_bytes <= target_file_size:
+                    bins[i].append(f)
+                    sizes[i] += f.file_size_in_bytes
+                    break
+            else:
+                bins.append([f])
+                sizes.append(f.file_size_in_bytes)
+        groups += [_Group(key, tuple(b)) for b in bins if len(b) >= min_input_files]
+    return groups
+
+
+@dataclass(frozen=True)
+class _Task:
+    ctx: LakeContext
+    group: _Group
+    sort_by: tuple[str, ...]
+    stem: str
+
+
+def _run(task: _Task) -> _Outcome:
+    out = _Outcome()
+    try:
+        data = pa.concat_tables([task.ctx.read(f.file_path) for f in task.group.files], promote_options="permissive")
+        data = data.sort_by([(c, "ascending") for c in task.sort_by])
+        out.added.append(task.ctx.write(data, task.group.partition, task.stem))
+    except BaseException:  # noqa: BLE001 - returned, the driver cleans up and raises
+        task.ctx.delete(locations(out.added))
+        return _Outcome(error=traceback.format_exc())
+    return out
+
+
+def check_arguments(target_file_size: int, min_input_files: int) -> None:
+    if not isinstance(target_file_size, int) or target_file_size <= 0:
+        raise ValueError(f"target_file_size must be a positive number of bytes, got {target_file_size!r}")
+    if not isinstance(min_input_files, int) or min_input_files < 2:
+        raise ValueError(
+            f"min_input_files must be an integer >= 2 (rewriting one file gains nothing), got {min_input_files!r}"
+        )
+
+
+def compact(
+    store: Any,
+    table: Table,
+    definition: TableDefinition,
+    *,
+    executor: TaskExecutor | None = None,
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    min_input_files: int = DEFAULT_MIN_INPUT_FILES,
+    partitions: set[tuple] | None = None,
+) -> CompactionResult:
+    """Rewrite small files of ``table`` (see the module docstring). Nothing to do: ``snapshot_id`` None.
+
+    Raises:
+        ValueError: a bad argument (nothing was planned).
+        MaintenanceError: a task failed, or another compaction replaced an input first; this run's files
+            were deleted and the table is unchanged.
+    """
+    check_arguments(target_file_size, min_input_files)
+    started = time.perf_counter()
+    executor = executor or LocalExecutor()
+    live = [t.file for t in table.scan().plan_files()] if table.current_snapshot() is not None else []
+    groups = plan_groups(
+        live, target_file_size=target_file_size, min_input_files=min_input_files, partitions=partitions
+    )
+    result = CompactionResult(str(definition.name), None, len(live), len(live), len(groups), executor=executor.name)
+    if not groups:
+        result.seconds = time.perf_counter() - started
+        return result
+    ctx = LakeContext.of(store, table)
+    sort_by = definition.primary_key or (OFFSET_COLUMN,)
+    stem = f"compact-{uuid.uuid4().hex[:12]}"
+    outcomes = executor.map(_run, [_Task(ctx, g, sort_by, stem) for g in groups])
+    added = [f for o in outcomes for f in o.added]
+    errors = [o.error for o in outcomes if o.error]
+    if errors:
+        ctx.delete(locations(added))
+        raise MaintenanceError(
+            f"{definition.name}: {len(errors)} of {len(groups)} compaction tasks failed; the table is unchanged "
+            f"and this run's files were deleted. First failure:\n{errors[0]}"
+        )
+    removed = [f for g in groups for f in g.files]
+    try:
+        with table.transaction() as txn:
+            with txn.update_snapshot(snapshot_properties={COMMIT_USER_PROPERTY: COMPACTION_USER}).overwrite() as ow:
+                for f in removed:
+                    ow.delete_data_file(f)
+                for f in added:
+                    ow.append_data_file(f)
+    except CommitStateUnknownException:
+        raise
+    except (CommitFailedException, ValidationException) as exc:
+        ctx.delete(locations(added))
+        raise MaintenanceError(
+            f"{definition.name}: compaction not committed ({exc}); another writer replaced its input files. "
+            "The table is unchanged and this run's files were deleted; run compaction again"
+        ) from exc
+    result.snapshot_id = table.current_snapshot().snapshot_id
+    result.files_rewritten = len(removed)
+    result.files_after = len(live) - len(removed) + len(added)
+    result.bytes_read = sum(f.file_size_in_bytes for f in removed)
+    result.bytes_written = sum(f.file_size_in_bytes for f in added)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+__all__ = ["CompactionResult", "LakestreamError", "compact", "plan_groups"]

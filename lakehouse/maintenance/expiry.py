@@ -1,0 +1,95 @@
+"""Snapshot expiry: drop old snapshots from the metadata and delete the files only they referenced.
+
+Never expired: the current snapshot, the newest tiering snapshot (its ``lakestream.offsets`` are the
+lake's offsets), the newest ``retain_last`` snapshots, and branch or tag heads. Files are deleted only if
+no remaining snapshot references them, computed from the metadata after the expiry commit, so files of a
+commit that lands meanwhile are never touched.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pyiceberg.table import Table
+
+from lakehouse.lake import tiering_snapshot
+from lakehouse.maintenance.references import referenced_files
+from object_store import ObjectStore
+
+DEFAULT_SNAPSHOT_AGE = timedelta(days=5)
+DEFAULT_RETAIN_LAST = 1
+
+
+@dataclass
+class ExpiryResult:
+    table: str
+    expired: list[int] = field(default_factory=list)
+    snapshots_left: int = 0
+    files_deleted: int = 0
+    bytes_freed: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def cutoff_of(older_than: timedelta | datetime, what: str = "older_than") -> datetime:
+    if isinstance(older_than, timedelta):
+        if older_than < timedelta(0):
+            raise ValueError(f"{what} must not be negative, got {older_than}")
+        return datetime.now(UTC) - older_than
+    if isinstance(older_than, datetime):
+        return older_than if older_than.tzinfo else older_than.replace(tzinfo=UTC)
+    raise ValueError(f"{what} must be a timedelta or a datetime, got {older_than!r}")
+
+
+def expire_snapshots(
+    store: ObjectStore,
+    table: Table,
+    *,
+    older_than: timedelta | datetime = DEFAULT_SNAPSHOT_AGE,
+    retain_last: int = DEFAULT_RETAIN_LAST,
+) -> ExpiryResult:
+    """Expire snapshots older than ``older_than`` (an age or a point in time), keeping the protected ones."""
+    if not isinstance(retain_last, int) or retain_last < 1:
+        raise ValueError(f"retain_last must be an integer >= 1, got {retain_last!r}")
+    cutoff_ms = int(cutoff_of(older_than).timestamp() * 1000)
+    started = time.perf_counter()
+    name = ".".join(table.name())
+    metadata = table.metadata
+    newest = sorted(metadata.snapshots, key=lambda s: (s.sequence_number or 0, s.timestamp_ms), reverse=True)
+    keep = {s.snapshot_id for s in newest[:retain_last]}
+    keep |= {ref.snapshot_id for ref in metadata.refs.values()}
+    if metadata.current_snapshot_id is not None:
+        keep.add(metadata.current_snapshot_id)
+    if (tiering := tiering_snapshot(metadata)) is not None:
+        keep.add(tiering.snapshot_id)
+    expire = [s.snapshot_id for s in metadata.snapshots if s.timestamp_ms < cutoff_ms and s.snapshot_id not in keep]
+    result = ExpiryResult(name, snapshots_left=len(metadata.snapshots))
+    if not expire:
+        result.seconds = time.perf_counter() - started
+        return result
+    before = referenced_files(table, include_metadata=False)
+    table.maintenance.expire_snapshots().by_ids(expire).commit()
+    table.refresh()
+    after = referenced_files(table, include_metadata=False)
+    prefix = store.url.rstrip("/") + "/"
+    location = table.metadata.location.rstrip("/") + "/"
+    for path in sorted(before - after):
+        if not path.startswith(location) or not path.startswith(prefix):
+            continue  # never delete outside the table (a registered table may point elsewhere)
+        key = path[len(prefix) :]
+        try:
+            size = store.head(key).size
+        except Exception:  # noqa: BLE001 - already gone
+            continue
+        store.delete(key)
+        result.files_deleted += 1
+        result.bytes_freed += size
+    result.expired = expire
+    result.snapshots_left = len(table.metadata.snapshots)
+    result.seconds = time.perf_counter() - started
+    return result

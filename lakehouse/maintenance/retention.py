@@ -1,0 +1,101 @@
+"""Log retention: delete segments whose records are all in the lake and older than the retention period.
+
+A segment is deletable only if its last offset is below the lake's tiered offset of its bucket **and**
+it was appended more than ``retention`` ago. Segments are deleted oldest first and the scan stops at
+the first one that must stay, so a bucket's log is always one contiguous range of offsets. A segment
+holding an un-tiered record is never deleted, whatever its age: if retention is overdue because
+tiering lags, the result says so (``overdue``) and a warning is logged.
+
+Readers below the earliest retained offset are served by the lake: union read starts each bucket's
+tail at the lake's offset, which is never below it; a log read of a deleted range raises
+`OffsetOutOfRange` naming the earliest available offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from lakehouse.log import Log
+from lakehouse.log.segment import SegmentHeader
+from lakehouse.maintenance.expiry import cutoff_of
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RETENTION = timedelta(days=7)
+
+
+@dataclass
+class RetentionResult:
+    table: str
+    segments_deleted: int = 0
+    records_deleted: int = 0
+    bytes_freed: int = 0
+    start_offsets: dict[int, int] = field(default_factory=dict)
+    overdue: dict[int, int] = field(default_factory=dict)  # bucket -> expired but un-tiered records
+    message: str = ""
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["start_offsets"] = {str(k): v for k, v in self.start_offsets.items()}
+        doc["overdue"] = {str(k): v for k, v in self.overdue.items()}
+        return doc
+
+
+def apply_log_retention(
+    log_: Log, lake_offsets: dict[int, int], *, retention: timedelta = DEFAULT_RETENTION
+) -> RetentionResult:
+    """Delete tiered segments older than ``retention`` (see the module docstring)."""
+    if not isinstance(retention, timedelta):
+        raise ValueError(f"retention must be a timedelta, got {retention!r}")
+    cutoff = cutoff_of(retention, "retention")
+    started = time.perf_counter()
+    store, name = log_.store, log_.name
+    result = RetentionResult(str(name))
+    for bucket in range(log_.definition.buckets):
+        prefix = name.bucket_prefix(bucket)
+        segments = []
+        for info in store.list(prefix):
+            stem = info.key[len(prefix) :]
+            if stem.endswith(".arrow") and stem[:-6].isdigit():
+                segments.append((int(stem[:-6]), info))
+        segments.sort(key=lambda s: s[0])
+        tiered = lake_offsets.get(bucket, 0)
+        start = segments[0][0] if segments else 0
+
+        def end_of(j: int, segments: list = segments) -> int:
+            if j + 1 < len(segments):
+                return segments[j + 1][0]
+            key = segments[j][1].key
+            return segments[j][0] + SegmentHeader.from_metadata(store.head(key).metadata, key=key).count
+
+        for i, (base, info) in enumerate(segments):
+            if info.last_modified >= cutoff:
+                break  # too young (and so is everything appended after it)
+            end = end_of(i)
+            if end > tiered:
+                # expired, but holds records the lake does not have: kept, whatever its age
+                last_expired = max(j for j, (_, inf) in enumerate(segments) if inf.last_modified < cutoff)
+                result.overdue[bucket] = end_of(last_expired) - max(base, tiered)
+                break
+            store.delete(info.key)
+            result.segments_deleted += 1
+            result.records_deleted += end - base
+            result.bytes_freed += info.size
+            start = end
+        result.start_offsets[bucket] = start
+    if result.overdue:
+        result.message = (
+            f"{name}: retention is overdue: {sum(result.overdue.values()):,} records older than {retention} are not "
+            f"tiered yet (buckets {sorted(result.overdue)}) and were kept. Tiering lags: run `lakestream tier` / "
+            "check the lake_tiering DAG"
+        )
+        log.warning(result.message)
+    else:
+        result.message = f"{name}: {result.segments_deleted} segments ({result.records_deleted:,} records) deleted"
+    result.seconds = time.perf_counter() - started
+    return result

@@ -1,0 +1,311 @@
+"""Maintenance on both backends: compaction, snapshot expiry, orphan files, log retention; races and crashes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import timedelta
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from lakehouse import Lakehouse
+from lakehouse.cli import app
+from lakehouse.errors import MaintenanceError, OffsetOutOfRange, TableNotFound
+from lakehouse.executor import LocalExecutor
+from lakehouse.lake import COMMIT_USER_PROPERTY, tiering_snapshot
+from tests.lakehouse.test_tiering import (
+    ORDERS,
+    USER_COLS,
+    data_files_in_store,
+    lake_state,
+    log_records,
+    orders,
+    referenced_files,
+    replay,
+    rows,
+)
+
+LAKE_COLS = [*USER_COLS, "__bucket", "__offset"]
+
+
+def many_rounds(lh: Lakehouse, name: str, rounds: int = 6, *, pk: bool) -> None:
+    log = lh.log(name)
+    for i in range(rounds):
+        log.append(orders(range(i * 50, i * 50 + 120), tag=f"r{i}"), op="upsert" if pk else "insert")
+        if pk:
+            log.append(orders(range(i * 50, i * 50 + 10)), op="delete")
+        lh.tier(name)
+
+
+def file_count(lh: Lakehouse, name: str) -> int:
+    return len(list(lh.lake_table(name).scan().plan_files()))
+
+
+def read_file(lh: Lakehouse, path: str) -> pa.Table:
+    return pq.read_table(pa.BufferReader(lh.store.get(path.removeprefix(lh.store.url.rstrip("/") + "/")).data))
+
+
+# ---- compaction ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["log", "pk"])
+def test_compaction_keeps_data_and_offsets_with_fewer_files(lakehouse: Lakehouse, kind: str) -> None:
+    lh, name = lakehouse, "ods.t"
+    pk = kind == "pk"
+    lh.create_table(
+        name, ORDERS, buckets=2, **({"primary_key": ["o_orderkey"]} if pk else {"bucket_key": "o_orderkey"})
+    )
+    many_rounds(lh, name, pk=pk)
+    before_rows = rows(lh.lake_read(name), LAKE_COLS)
+    before_files, offsets = file_count(lh, name), lh.lake_offsets(name)
+    snapshots = len(lh.lake_table(name).metadata.snapshots)
+
+    result = lh.compact(name, min_input_files=2)
+    table = lh.lake_table(name)
+    assert result.snapshot_id == table.current_snapshot().snapshot_id and result.files_rewritten > 2
+    assert len(table.metadata.snapshots) == snapshots + 1
+    assert table.current_snapshot().summary[COMMIT_USER_PROPERTY] == "compaction"
+    assert file_count(lh, name) == result.files_after < before_files
+    assert file_count(lh, name) == 2  # one file per bucket partition
+    assert rows(lh.lake_read(name), LAKE_COLS) == before_rows
+    assert lh.lake_offsets(name) == offsets
+    order = "o_orderkey" if pk else "__offset"
+    for task in table.scan().plan_files():
+        values = read_file(lh, task.file.file_path).column(order).to_pylist()
+        assert values == sorted(values)
+    # nothing left to do: no new snapshot
+    assert lh.compact(name, min_input_files=2).snapshot_id is None
+    # tiering keeps working on top of the compaction snapshot
+    lh.log(name).append(orders(range(900, 950)), op="upsert" if pk else "insert")
+    assert lh.tier(name).rows == 50
+    if pk:
+        assert lake_state(lh.lake_read(name)) == replay(lh, name)
+    else:
+        assert rows(lh.lake_read(name), LAKE_COLS) == log_records(lh, name, lh.log(name).end_offsets())
+
+
+def test_target_size_and_min_files_are_respected(tmp_path) -> None:
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    from lakehouse.maintenance.compaction import plan_groups
+
+    def f(path, size, part=0):
+        return DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=path,
+            file_format=FileFormat.PARQUET,
+            partition=Record(part),
+            file_size_in_bytes=size,
+            record_count=1,
+        )
+
+    files = [f("a", 60), f("b", 50), f("c", 40), f("d", 30), f("e", 200), f("x", 10, part=1)]
+    groups = plan_groups(files, target_file_size=100, min_input_files=2)
+    assert sorted(sorted(x.file_path for x in g.files) for g in groups) == [["a", "c"], ["b", "d"]]
+    assert plan_groups(files, target_file_size=100, min_input_files=3) == []
+
+
+class _ThenRun(LocalExecutor):
+    """Runs the real tasks, then something else, before the caller commits."""
+
+    def __init__(self, then) -> None:
+        super().__init__(workers=1)
+        self.then = then
+
+    def map(self, fn, items):
+        out = super().map(fn, items)
+        self.then()
+        return out
+
+
+def test_compaction_racing_tiering_loses_nothing(lakehouse: Lakehouse) -> None:
+    from lakehouse.maintenance import compact
+
+    lh, name = lakehouse, "ods.t"
+    lh.create_table(name, ORDERS, bucket_key="o_orderkey", buckets=2)
+    many_rounds(lh, name, pk=False)
+
+    def tiering_meanwhile():
+        lh.log(name).append(orders(range(5000, 5100)))
+        assert lh.tier(name).rows == 100
+
+    result = compact(
+        lh.store, lh.lake_table(name), lh.table(name), executor=_ThenRun(tiering_meanwhile), min_input_files=2
+    )
+    assert result.snapshot_id is not None
+    table = lh.lake_table(name)
+    assert table.current_snapshot().summary[COMMIT_USER_PROPERTY] == "compaction"
+    assert lh.lake_offsets(name) == lh.log(name).end_offsets()
+    assert rows(lh.lake_read(name), LAKE_COLS) == log_records(lh, name, lh.log(name).end_offsets())
+
+
+def test_two_compactions_racing_one_commits_the_other_cleans_up(lakehouse: Lakehouse) -> None:
+    from lakehouse.maintenance import compact
+
+    lh, name = lakehouse, "ods.t"
+    lh.create_table(name, ORDERS, primary_key=["o_orderkey"], buckets=2)
+    many_rounds(lh, name, pk=True)
+    before = rows(lh.lake_read(name), LAKE_COLS)
+    other = {}
+    loser = _ThenRun(lambda: other.setdefault("result", lh.compact(name, min_input_files=2)))
+    with pytest.raises(MaintenanceError, match="replaced its input files"):
+        compact(lh.store, lh.lake_table(name), lh.table(name), executor=loser, min_input_files=2)
+    table = lh.lake_table(name)
+    assert table.current_snapshot().snapshot_id == other["result"].snapshot_id
+    assert rows(lh.lake_read(name), LAKE_COLS) == before
+    assert data_files_in_store(lh, name) == referenced_files(table) & data_files_in_store(lh, name)
+    assert not (data_files_in_store(lh, name) - referenced_files(table))  # the loser's outputs are gone
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["mid-write", "tasks-done", "metadata-written"])
+def test_kill_9_mid_compaction_leaves_the_table_unchanged(store_spec, point: str) -> None:
+    url, options = store_spec
+    lh = Lakehouse.open(url, **options)
+    name = "ods.t"
+    lh.create_table(name, ORDERS, primary_key=["o_orderkey"], buckets=2)
+    many_rounds(lh, name, pk=True)
+    before_rows, before_snapshot = rows(lh.lake_read(name), LAKE_COLS), lh.lake_table(name).current_snapshot()
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.lakehouse._tiering_workers", url, json.dumps(options), name, point, "compact"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == -9, proc.stdout + proc.stderr
+    assert lh.lake_table(name).current_snapshot().snapshot_id == before_snapshot.snapshot_id
+    assert lh.compact(name, min_input_files=2).snapshot_id is not None  # the rerun
+    assert rows(lh.lake_read(name), LAKE_COLS) == before_rows
+    orphans = lh.remove_orphans(name, older_than=timedelta(0), dry_run=True).files
+    assert orphans, "the dead run's files are orphans for remove_orphans"
+    lh.close()
+
+
+# ---- expiry and orphans --------------------------------------------------------------------------------
+
+
+def test_expiry_keeps_the_newest_tiering_snapshot_and_deletes_unreferenced_files(lakehouse: Lakehouse) -> None:
+    lh, name = lakehouse, "ods.t"
+    lh.create_table(name, ORDERS, primary_key=["o_orderkey"], buckets=2)
+    many_rounds(lh, name, pk=True)
+    lh.compact(name, min_input_files=2)
+    table = lh.lake_table(name)
+    newest_tiering = tiering_snapshot(table.metadata).snapshot_id
+    offsets, before = lh.lake_offsets(name), rows(lh.lake_read(name), LAKE_COLS)
+    assert len(table.metadata.snapshots) == 7
+    assert lh.expire_snapshots(name).expired == []  # default age: nothing is 5 days old
+
+    result = lh.expire_snapshots(name, older_than=timedelta(0), retain_last=1)
+    table = lh.lake_table(name)
+    kept = {s.snapshot_id for s in table.metadata.snapshots}
+    assert kept == {table.current_snapshot().snapshot_id, newest_tiering} and len(result.expired) == 5
+    assert result.files_deleted > 0 and result.bytes_freed > 0
+    assert lh.lake_offsets(name) == offsets and rows(lh.lake_read(name), LAKE_COLS) == before
+    assert data_files_in_store(lh, name) == referenced_files(table) & data_files_in_store(lh, name)
+    lh.log(name).append(orders(range(3)), op="delete")
+    assert lh.tier(name).rows == 3
+
+
+def test_orphans_respect_the_grace_period_and_spare_referenced_files_and_the_log(lakehouse: Lakehouse) -> None:
+    lh, name = lakehouse, "ods.t"
+    lh.create_table(name, ORDERS, bucket_key="o_orderkey", buckets=2)
+    many_rounds(lh, name, rounds=2, pk=False)
+    location = lh.lake_table(name).metadata.location.removeprefix(lh.store.url.rstrip("/") + "/")
+    lh.store.put(f"{location}/data/o_orderkey_bucket=0/dead-run.parquet", b"x" * 100)
+    lh.store.put(f"{location}/metadata/dead-run.avro", b"y" * 10)
+    segments = sorted(i.key for i in lh.store.list(f"{location}/log/"))
+    assert segments
+
+    assert lh.remove_orphans(name).files == []  # younger than the default grace period (3 days)
+    listed = lh.remove_orphans(name, older_than=timedelta(0), dry_run=True)
+    assert sorted((p.rsplit("/", 1)[1], s) for p, s in listed.files) == [
+        ("dead-run.avro", 10),
+        ("dead-run.parquet", 100),
+    ]
+    assert lh.store.exists(f"{location}/metadata/dead-run.avro")  # dry run
+    removed = lh.remove_orphans(name, older_than=timedelta(0))
+    assert removed.bytes == 110 and not lh.store.exists(f"{location}/metadata/dead-run.avro")
+    assert sorted(i.key for i in lh.store.list(f"{location}/log/")) == segments
+    assert rows(lh.lake_read(name), LAKE_COLS) == log_records(lh, name, lh.log(name).end_offsets())
+
+
+# ---- log retention -------------------------------------------------------------------------------------
+
+
+def test_retention_never_deletes_untiered_records(lakehouse: Lakehouse, caplog) -> None:
+    lh, name = lakehouse, "ods.t"
+    lh.create_table(name, ORDERS, primary_key=["o_orderkey"], buckets=2)
+    log = lh.log(name)
+    for i in range(4):
+        log.append(orders(range(i * 10, i * 10 + 30), tag=f"r{i}"), op="upsert")
+    ends = log.end_offsets()
+
+    # tiering stopped, retention elapsed: nothing deleted, and it says why
+    result = lh.apply_log_retention(name, retention=timedelta(0))
+    assert result.segments_deleted == 0 and sum(result.overdue.values()) == sum(ends.values())
+    assert "overdue" in result.message and "not tiered" in result.message
+    assert "overdue" in caplog.text
+
+    lh.tier(name)
+    log.append(orders(range(100, 110)), op="upsert")  # an un-tiered tail
+    assert lh.apply_log_retention(name).segments_deleted == 0  # default retention: 7 days
+    result = lh.apply_log_retention(name, retention=timedelta(0))
+    assert result.segments_deleted == 8 and result.records_deleted == sum(ends.values())
+    assert result.start_offsets == ends and sum(result.overdue.values()) == 10
+    assert Lakehouse(lh.store).log(name).start_offsets() == ends
+    # union read stays correct (lake + the un-tiered tail); the log says where it starts now
+    union = lake_state(lh.union_read(name))
+    assert union == {
+        **lake_state(lh.lake_read(name)),
+        **{k: (k, k % 97, orders([k]).column("o_orderdate")[0].as_py(), f"v-{k}") for k in range(100, 110)},
+    }
+    assert len(union) == 70
+    with pytest.raises(OffsetOutOfRange, match="earliest available offset is"):
+        log.read(0, 0)
+    with pytest.raises(OffsetOutOfRange, match=f"earliest available offset is {ends[1]}"):
+        Lakehouse(lh.store).log(name).read(1, 0)
+
+
+def test_bad_arguments_get_clear_errors(lakehouse: Lakehouse) -> None:
+    lh = lakehouse
+    lh.create_table("ods.t", ORDERS, bucket_key="o_orderkey", buckets=2)
+    with pytest.raises(ValueError, match="target_file_size must be a positive"):
+        lh.compact("ods.t", target_file_size=0)
+    with pytest.raises(ValueError, match="min_input_files must be an integer >= 2"):
+        lh.compact("ods.t", min_input_files=1)
+    with pytest.raises(ValueError, match="older_than must not be negative"):
+        lh.expire_snapshots("ods.t", older_than=timedelta(days=-1))
+    with pytest.raises(ValueError, match="retain_last must be an integer >= 1"):
+        lh.expire_snapshots("ods.t", retain_last=0)
+    with pytest.raises(ValueError, match="older_than must not be negative"):
+        lh.remove_orphans("ods.t", older_than=timedelta(seconds=-5))
+    with pytest.raises(ValueError, match="retention must not be negative"):
+        lh.apply_log_retention("ods.t", retention=timedelta(hours=-1))
+    with pytest.raises(TableNotFound, match="no table ods.nope"):
+        lh.compact("ods.nope")
+
+
+def test_maintain_command_runs_everything_in_order(tmp_path) -> None:
+    wh = tmp_path.as_uri()
+    lh = Lakehouse.open(wh)
+    lh.create_table("ods.t", ORDERS, bucket_key="o_orderkey", buckets=2)
+    many_rounds(lh, "ods.t", pk=False)
+    expected = log_records(lh, "ods.t", lh.log("ods.t").end_offsets())
+    runner = CliRunner()
+    result = runner.invoke(
+        app, ["maintain", "-w", wh, "--snapshot-age", "0s", "--orphan-age", "0s", "--retention", "0s"]
+    )
+    assert result.exit_code == 0, result.output
+    for word in ("compaction  files", "expiry", "orphans", "retention   12 segments"):
+        assert word in result.output
+    assert file_count(lh, "ods.t") == 2
+    assert rows(lh.union_read("ods.t"), LAKE_COLS) == expected
+    bad = runner.invoke(app, ["maintain", "-w", wh, "--retention", "soon"])
+    assert bad.exit_code == 1 and "bad duration" in bad.output
+    compacted = runner.invoke(app, ["compact", "-w", wh, "--target-file-size", "0"])
+    assert compacted.exit_code == 1 and "target_file_size must be a positive" in compacted.output
