@@ -14,7 +14,7 @@ from pyiceberg.table import Table
 
 from lakehouse import maintenance
 from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog
-from lakehouse.errors import TableAlreadyExists, TableNotFound
+from lakehouse.errors import OffsetOutOfRange, TableAlreadyExists, TableNotFound
 from lakehouse.executor import LocalExecutor, SparkExecutor, TaskExecutor
 from lakehouse.lake import (
     LAKE_TABLE_PROPERTIES,
@@ -179,13 +179,28 @@ class Lakehouse:
     ) -> pa.Table:
         """The lake snapshot plus the log tail after its offsets, merged by key (see `lakehouse.union`):
         every record whose append has returned is visible."""
-        return union_read(self.lake_table(name), self.log(name), columns=columns, row_filter=row_filter)
+        return self._reading(
+            name, lambda table: union_read(table, self.log(name), columns=columns, row_filter=row_filter)
+        )
 
     def union_batches(
         self, name: str | TableName, columns: Sequence[str] | None = None, row_filter: RowFilter = None
     ) -> Iterator[pa.RecordBatch]:
         """`union_read` as a stream of record batches, for large results."""
-        return union_batches(self.lake_table(name), self.log(name), columns=columns, row_filter=row_filter)
+        return self._reading(
+            name, lambda table: union_batches(table, self.log(name), columns=columns, row_filter=row_filter)
+        )
+
+    def _reading(self, name: str | TableName, read: Any, attempts: int = 3) -> Any:
+        """Run a union read; if log retention removed the tail's start meanwhile (a newer tiering commit made
+        those records part of the lake), reload the lake and read again."""
+        for attempt in range(attempts):
+            try:
+                return read(self.lake_table(name))
+            except OffsetOutOfRange:
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def lake_read(
         self, name: str | TableName, columns: Sequence[str] | None = None, row_filter: RowFilter = None

@@ -309,3 +309,21 @@ def test_maintain_command_runs_everything_in_order(tmp_path) -> None:
     assert bad.exit_code == 1 and "bad duration" in bad.output
     compacted = runner.invoke(app, ["compact", "-w", wh, "--target-file-size", "0"])
     assert compacted.exit_code == 1 and "target_file_size must be a positive" in compacted.output
+
+
+def test_union_read_survives_retention_racing_it(tmp_path, monkeypatch) -> None:
+    """A union read that loaded the lake just before a tiering commit + retention retries on the new lake."""
+    from lakehouse.union import union_read
+
+    lh = Lakehouse.open(tmp_path.as_uri())
+    lh.create_table("ods.t", ORDERS, primary_key=["o_orderkey"], buckets=1)
+    lh.log("ods.t").append(orders(range(10)), op="upsert")
+    stale = lh.lake_table("ods.t")  # offsets 0: its tail starts at the first segment
+    lh.tier("ods.t")
+    lh.apply_log_retention("ods.t", retention=timedelta(0))
+    with pytest.raises(OffsetOutOfRange):
+        union_read(stale, lh.log("ods.t"))
+    fresh = lh.lake_table
+    tables = iter([stale])
+    monkeypatch.setattr(lh, "lake_table", lambda name: next(tables, None) or fresh(name))
+    assert lh.union_read("ods.t").num_rows == 10
