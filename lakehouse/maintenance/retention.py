@@ -2,7 +2,9 @@
 
 A segment is deletable only if its last offset is below the lake's tiered offset of its bucket **and**
 it was appended more than ``retention`` ago. Segments are deleted oldest first and the scan stops at
-the first one that must stay, so a bucket's log is always one contiguous range of offsets. A segment
+the first one that must stay, so a bucket's log is always one contiguous range of offsets. The newest
+segment of a bucket is always kept: the log learns a bucket's end offset from its newest segment, so an
+emptied bucket would restart at offset 0 (offsets must never be reused). A segment
 holding an un-tiered record is never deleted, whatever its age: if retention is overdue because
 tiering lags, the result says so (``overdue``) and a warning is logged.
 
@@ -82,6 +84,8 @@ def apply_log_retention(
                 last_expired = max(j for j, (_, inf) in enumerate(segments) if inf.last_modified < cutoff)
                 result.overdue[bucket] = end_of(last_expired) - max(base, tiered)
                 break
+            if i == len(segments) - 1:
+                break  # the newest segment stays: its key and header are where the bucket's end offset lives
             store.delete(info.key)
             result.segments_deleted += 1
             result.records_deleted += end - base
