@@ -1,13 +1,16 @@
 """Snapshot expiry: drop old snapshots from the metadata and delete the files only they referenced.
 
 Never expired: the current snapshot, the newest tiering snapshot (its ``lakestream.offsets`` are the
-lake's offsets), the newest ``retain_last`` snapshots, and branch or tag heads. Files are deleted only if
-no remaining snapshot references them, computed from the metadata after the expiry commit, so files of a
-commit that lands meanwhile are never touched.
+lake's offsets), the newest ``retain_last`` snapshots, and branch or tag heads. When compactions followed
+the newest tiering snapshot, its offsets are first carried forward by an empty tiering commit (see
+`_checkpoint_offsets`), so the files a compaction replaced can be freed without waiting for new data.
+Files are deleted only if no remaining snapshot references them, computed from the metadata after the
+expiry commit, so files of a commit that lands meanwhile are never touched.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -15,7 +18,8 @@ from typing import Any
 
 from pyiceberg.table import Table
 
-from lakehouse.lake import tiering_snapshot
+from lakehouse.errors import TieringConflict
+from lakehouse.lake import OFFSETS_PROPERTY, tiering_snapshot, tiering_summary
 from lakehouse.maintenance.references import referenced_files
 from object_store import ObjectStore
 
@@ -46,6 +50,31 @@ def cutoff_of(older_than: timedelta | datetime, what: str = "older_than") -> dat
     raise ValueError(f"{what} must be a timedelta or a datetime, got {older_than!r}")
 
 
+def _checkpoint_offsets(table: Table, cutoff_ms: int) -> None:
+    """Carry the lake's offsets forward to the current snapshot when only non-tiering commits (compaction)
+    followed the newest tiering snapshot and it is old enough to expire.
+
+    Otherwise that snapshot, which must be kept for its offsets, would pin every file a compaction
+    replaced until the next tiering round with data. The checkpoint is an empty tiering commit with the
+    same offsets, planned on that tiering snapshot: the tiering fence refuses it if a real tiering round
+    committed meanwhile (whose snapshot is then the newer one anyway).
+    """
+    metadata = table.metadata
+    newest = tiering_snapshot(metadata)
+    if newest is None or newest.snapshot_id == metadata.current_snapshot_id or newest.timestamp_ms >= cutoff_ms:
+        return
+    try:
+        offsets = {int(b): int(o) for b, o in json.loads(newest.summary[OFFSETS_PROPERTY]).items()}
+    except (TypeError, ValueError, AttributeError):
+        return  # unreadable offsets: keep the snapshot, lake_offsets reports the problem
+    try:
+        with table.transaction() as txn:
+            with txn.update_snapshot(snapshot_properties=tiering_summary(offsets, newest)).fast_append():
+                pass
+    except TieringConflict:
+        table.refresh()
+
+
 def expire_snapshots(
     store: ObjectStore,
     table: Table,
@@ -59,6 +88,7 @@ def expire_snapshots(
     cutoff_ms = int(cutoff_of(older_than).timestamp() * 1000)
     started = time.perf_counter()
     name = ".".join(table.name())
+    _checkpoint_offsets(table, cutoff_ms)
     metadata = table.metadata
     newest = sorted(metadata.snapshots, key=lambda s: (s.sequence_number or 0, s.timestamp_ms), reverse=True)
     keep = {s.snapshot_id for s in newest[:retain_last]}
@@ -72,7 +102,7 @@ def expire_snapshots(
     if not expire:
         result.seconds = time.perf_counter() - started
         return result
-    before = referenced_files(table, include_metadata=False)
+    before = referenced_files(table, include_metadata=False, live_only=False)
     table.maintenance.expire_snapshots().by_ids(expire).commit()
     table.refresh()
     after = referenced_files(table, include_metadata=False)

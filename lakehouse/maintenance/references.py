@@ -8,8 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pyiceberg.table import Table
 
 
-def referenced_files(table: Table, *, include_metadata: bool = True) -> set[str]:
-    """Locations of every file any snapshot of ``table`` references (plus its metadata files)."""
+def referenced_files(table: Table, *, include_metadata: bool = True, live_only: bool = True) -> set[str]:
+    """Locations of every file any snapshot of ``table`` references (plus its metadata files).
+
+    ``live_only``: data files count only where a manifest lists them as added or existing; an entry with
+    status DELETED records that a snapshot removed the file, which the snapshots still present do not
+    need unless another manifest lists it as live (the snapshot before the delete, if it is kept)."""
     out: set[str] = set()
     manifests = {}
     for snap in table.metadata.snapshots:
@@ -19,7 +23,7 @@ def referenced_files(table: Table, *, include_metadata: bool = True) -> set[str]
     out |= set(manifests)
 
     def files_of(manifest) -> list[str]:
-        return [e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io, discard_deleted=False)]
+        return [e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io, discard_deleted=live_only)]
 
     with ThreadPoolExecutor(8) as pool:
         for paths in pool.map(files_of, manifests.values()):

@@ -4,8 +4,10 @@
                                   with the spark-submit command line (built, not run) for each connection value
     python airflow_probe.py test DAGS_FOLDER DAG_ID       run `dag.test()` (needs `airflow db migrate`)
 
-The environment (AIRFLOW_HOME, AIRFLOW__*, LAKESTREAM_*, ...) comes from the caller. The result is the
-last stdout line, prefixed with RESULT_PREFIX; everything before it is Airflow's own output.
+The folder is parsed the way Airflow's DAG processor and task runner parse it: with a `BundleDagBag`, which
+first puts the folder on sys.path (the DAGs import `_lakestream_common` from it; a plain `DagBag` does not).
+The environment (AIRFLOW_HOME, AIRFLOW__*, LAKESTREAM_*, ...) comes from the caller. The result is the last
+stdout line, prefixed with RESULT_PREFIX; everything before it is Airflow's own output.
 """
 
 from __future__ import annotations
@@ -13,14 +15,19 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 RESULT_PREFIX = "PROBE_RESULT "
 
 
-def dagbag(dags_folder: str, *connections: str) -> dict:
-    from airflow.dag_processing.dagbag import DagBag
+def load(dags_folder: str):
+    from airflow.dag_processing.dagbag import BundleDagBag
 
-    bag = DagBag(dag_folder=dags_folder)
+    return BundleDagBag(dag_folder=dags_folder, bundle_path=Path(dags_folder))
+
+
+def dagbag(dags_folder: str, *connections: str) -> dict:
+    bag = load(dags_folder)
     dags = {}
     for dag_id, dag in bag.dags.items():
         tasks = {}
@@ -47,13 +54,12 @@ def dagbag(dags_folder: str, *connections: str) -> dict:
             "max_active_runs": dag.max_active_runs,
             "tasks": tasks,
         }
-    return {"import_errors": bag.import_errors, "dags": dags}
+    files = {stat.file: stat.dag_num for stat in bag.dagbag_stats}  # every file parsed: DAGs found in it
+    return {"import_errors": bag.import_errors, "files": files, "dags": dags}
 
 
 def dag_test(dags_folder: str, dag_id: str) -> dict:
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=dags_folder)
+    bag = load(dags_folder)
     if dag_id not in bag.dags:
         return {"import_errors": bag.import_errors, "state": None}
     dr = bag.dags[dag_id].test()

@@ -17,7 +17,16 @@ SCHEMA = pa.schema([("o_orderkey", pa.int64()), ("o_totalprice", pa.decimal128(1
 def test_create_table_creates_the_iceberg_table_too(lakehouse: Lakehouse) -> None:
     d = lakehouse.create_table("ods.orders", SCHEMA, primary_key=["o_orderkey"], buckets=4)
     lake = lakehouse.catalog.load_table("ods.orders")
-    assert lake.schema().column_names == ["o_orderkey", "o_totalprice", "o_orderdate"]
+    assert lake.schema().column_names == [
+        "o_orderkey",
+        "o_totalprice",
+        "o_orderdate",
+        "__bucket",
+        "__offset",
+        "__timestamp",
+    ]  # the lake layout: the log's columns plus the system columns (lakehouse.lake)
+    assert [f.name for f in lake.spec().fields] == ["o_orderkey_bucket"]
+    assert lake.properties["write.update.isolation-level"] == "snapshot"
     assert lake.properties["lakestream.table-uuid"] == d.table_uuid
     assert lakehouse.ensure_lake_table(d).metadata_location == lake.metadata_location  # idempotent
     # the same catalog, loaded by any pyiceberg user from the properties alone

@@ -193,21 +193,42 @@ def test_expiry_keeps_the_newest_tiering_snapshot_and_deletes_unreferenced_files
     lh, name = lakehouse, "ods.t"
     lh.create_table(name, ORDERS, primary_key=["o_orderkey"], buckets=2)
     many_rounds(lh, name, pk=True)
-    lh.compact(name, min_input_files=2)
     table = lh.lake_table(name)
     newest_tiering = tiering_snapshot(table.metadata).snapshot_id
     offsets, before = lh.lake_offsets(name), rows(lh.lake_read(name), LAKE_COLS)
-    assert len(table.metadata.snapshots) == 7
+    assert len(table.metadata.snapshots) == 6
     assert lh.expire_snapshots(name).expired == []  # default age: nothing is 5 days old
 
     result = lh.expire_snapshots(name, older_than=timedelta(0), retain_last=1)
     table = lh.lake_table(name)
-    kept = {s.snapshot_id for s in table.metadata.snapshots}
-    assert kept == {table.current_snapshot().snapshot_id, newest_tiering} and len(result.expired) == 5
+    assert [s.snapshot_id for s in table.metadata.snapshots] == [newest_tiering] and len(result.expired) == 5
     assert result.files_deleted > 0 and result.bytes_freed > 0
     assert lh.lake_offsets(name) == offsets and rows(lh.lake_read(name), LAKE_COLS) == before
-    assert data_files_in_store(lh, name) == referenced_files(table) & data_files_in_store(lh, name)
+    assert data_files_in_store(lh, name) == {t.file.file_path for t in table.scan().plan_files()}
     lh.log(name).append(orders(range(3)), op="delete")
+    assert lh.tier(name).rows == 3
+
+
+def test_expiry_after_compaction_frees_the_replaced_files(lakehouse: Lakehouse) -> None:
+    """The newest tiering snapshot pins the files a compaction replaced; expiry carries its offsets forward
+    (an empty tiering commit fenced on it) so they can go without waiting for new data."""
+    lh, name = lakehouse, "ods.t"
+    lh.create_table(name, ORDERS, bucket_key="o_orderkey", buckets=2)
+    many_rounds(lh, name, pk=False)
+    offsets, before = lh.lake_offsets(name), rows(lh.lake_read(name), LAKE_COLS)
+    lh.compact(name, min_input_files=2)
+    assert lh.expire_snapshots(name, older_than=timedelta(days=1)).expired == []  # too young: no checkpoint
+    assert lh.lake_table(name).current_snapshot().summary[COMMIT_USER_PROPERTY] == "compaction"
+
+    result = lh.expire_snapshots(name, older_than=timedelta(0))
+    table = lh.lake_table(name)
+    current = table.current_snapshot()
+    assert [s.snapshot_id for s in table.metadata.snapshots] == [current.snapshot_id]
+    assert current.summary[COMMIT_USER_PROPERTY] == "tiering" and len(result.expired) == 7
+    assert lh.lake_offsets(name) == offsets and rows(lh.lake_read(name), LAKE_COLS) == before
+    assert data_files_in_store(lh, name) == {t.file.file_path for t in table.scan().plan_files()}
+    assert len(data_files_in_store(lh, name)) == 2
+    lh.log(name).append(orders(range(3)))
     assert lh.tier(name).rows == 3
 
 
@@ -343,3 +364,16 @@ def test_retention_keeps_each_buckets_newest_segment_so_offsets_are_never_reused
     assert fresh.end_offsets() == ends  # learned from the kept newest segments
     appended = fresh.append(orders(range(1000, 1004)))
     assert all(first == ends[b] for b, (first, _) in appended.ranges.items())
+
+
+@pytest.mark.slow
+def test_compaction_on_spark_equals_compaction_on_the_local_executor(tmp_path, spark) -> None:
+    lh = Lakehouse.open(tmp_path.as_uri())
+    for name in ("ods.a", "ods.b"):
+        lh.create_table(name, ORDERS, primary_key=["o_orderkey"], buckets=2)
+        many_rounds(lh, name, pk=True)
+    a = lh.compact("ods.a", min_input_files=2)
+    b = lh.compact("ods.b", min_input_files=2, spark=spark)
+    assert b.executor == "spark" and (a.files_before, a.files_after) == (b.files_before, b.files_after)
+    cols = USER_COLS  # offsets and timestamps differ: the two logs were appended apart
+    assert rows(lh.lake_read("ods.a"), cols) == rows(lh.lake_read("ods.b"), cols)
