@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -208,6 +208,18 @@ def dictionary_columns(sample: pa.Table, rows: int = 10_000) -> list[str]:
         if pc.count_distinct(column).as_py() <= 0.5 * len(column):
             out.append(f.name)
     return out
+
+
+def added_or_raise(ctx: LakeContext, outcomes: list[Any], error: Callable[[int, str], Exception]) -> list[DataFile]:
+    """The files a round's tasks added (each outcome has ``added`` and ``error``). If any task failed,
+    delete every added file and raise ``error(number of failed tasks, the first failure)``: nothing of the
+    round may stay behind, whatever the executor (a task never raises; see the tiering module)."""
+    added = [f for o in outcomes for f in o.added]
+    errors = [o.error for o in outcomes if o.error]
+    if errors:
+        ctx.delete(locations(added))
+        raise error(len(errors), errors[0])
+    return added
 
 
 def locations(files: list[DataFile]) -> list[str]:

@@ -42,7 +42,7 @@ from pyiceberg.exceptions import (
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from lakehouse.datafiles import LakeContext, locations
+from lakehouse.datafiles import LakeContext, added_or_raise, locations
 from lakehouse.errors import LakeStateError, LakestreamError, TieringConflict
 from lakehouse.executor import LocalExecutor, TaskExecutor
 from lakehouse.lake import (
@@ -402,14 +402,14 @@ def tier(
     planned = time.perf_counter()
     outcomes = executor.map(_run_task, tasks)
     written = time.perf_counter()
-    added = [f for o in outcomes for f in o.added]
-    errors = [o.error for o in outcomes if o.error]
-    if errors:
-        ctx.delete(locations(added))
-        raise TieringError(
-            f"{name}: {len(errors)} of {len(tasks)} tiering tasks failed; nothing was committed and the round's "
-            f"files were deleted. First failure:\n{errors[0]}"
-        )
+    added = added_or_raise(
+        ctx,
+        outcomes,
+        lambda failed, first: TieringError(
+            f"{name}: {failed} of {len(tasks)} tiering tasks failed; nothing was committed and the round's "
+            f"files were deleted. First failure:\n{first}"
+        ),
+    )
     new_offsets = dict(lake)
     for s in splits:
         new_offsets[s.bucket] = max(new_offsets[s.bucket], s.end)

@@ -27,7 +27,7 @@ from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownExcept
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from lakehouse.datafiles import LakeContext, locations
+from lakehouse.datafiles import LakeContext, added_or_raise, locations
 from lakehouse.errors import LakestreamError, MaintenanceError
 from lakehouse.executor import LocalExecutor, TaskExecutor
 from lakehouse.lake import COMMIT_USER_PROPERTY, OFFSET_COLUMN
@@ -177,14 +177,14 @@ def compact(
     sort_by = definition.primary_key or (OFFSET_COLUMN,)
     stem = f"compact-{uuid.uuid4().hex[:12]}"
     outcomes = executor.map(_run, [_Task(ctx, g, sort_by, stem) for g in groups])
-    added = [f for o in outcomes for f in o.added]
-    errors = [o.error for o in outcomes if o.error]
-    if errors:
-        ctx.delete(locations(added))
-        raise MaintenanceError(
-            f"{definition.name}: {len(errors)} of {len(groups)} compaction tasks failed; the table is unchanged "
-            f"and this run's files were deleted. First failure:\n{errors[0]}"
-        )
+    added = added_or_raise(
+        ctx,
+        outcomes,
+        lambda failed, first: MaintenanceError(
+            f"{definition.name}: {failed} of {len(groups)} compaction tasks failed; the table is unchanged "
+            f"and this run's files were deleted. First failure:\n{first}"
+        ),
+    )
     removed = [f for g in groups for f in g.files]
     try:
         with table.transaction() as txn:

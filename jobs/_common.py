@@ -1,0 +1,34 @@
+"""What every spark-submit entry point shares: the common options, one Spark session, one JSON line per
+table, a non-zero exit if any table failed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any
+
+
+def parser(prog: str, doc: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    p.add_argument("--table", action="append", default=[], help="namespace.table (repeatable; default: all)")
+    p.add_argument("--warehouse", help="file:///path or s3://bucket/prefix (default: settings)")
+    p.add_argument("--config", help="YAML settings file (default: LAKESTREAM_CONFIG)")
+    return p
+
+
+def run_per_table(args: argparse.Namespace, app_name: str, work: Callable[[Any, str, Any], Any]) -> int:
+    """``work(lakehouse, table, spark)`` for each table (``--table`` or all); returns the exit code."""
+    from lakehouse import Lakehouse
+    from lakehouse.spark import spark_session
+
+    spark = spark_session(app_name=app_name)
+    failed = 0
+    with Lakehouse.from_env(args.config, warehouse=args.warehouse) as lh:
+        for name in args.table or [str(t) for t in lh.list_tables()]:
+            try:
+                print(json.dumps(work(lh, name, spark).to_dict(), default=str), flush=True)
+            except Exception as exc:  # noqa: BLE001 - report per table, fail the job at the end
+                failed += 1
+                print(json.dumps({"table": name, "error": f"{type(exc).__name__}: {exc}"}), flush=True)
+    return 1 if failed else 0
