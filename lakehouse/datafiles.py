@@ -12,6 +12,7 @@ multipart parts while they are written.
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -35,7 +36,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 
-from object_store import NotFound, ObjectStore, open_store
+from object_store import ObjectStore, open_store
+
+log = logging.getLogger(__name__)
 
 ROW_GROUP_ROWS = 1 << 20
 _stores: dict[tuple, ObjectStore] = {}
@@ -191,8 +194,8 @@ class LakeContext:
         for location in locations:
             try:
                 self.store.delete(self.key_of(location))
-            except NotFound:
-                pass
+            except Exception:  # noqa: BLE001 - cleanup must not hide the original error; orphans are swept
+                log.warning("could not delete %s; it stays an orphan for remove_orphans", location, exc_info=True)
 
 
 def dictionary_columns(sample: pa.Table, rows: int = 10_000) -> list[str]:

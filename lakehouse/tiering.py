@@ -60,8 +60,8 @@ from lakehouse.tables import TableDefinition
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_SPLIT_ROWS = 2_000_000
-#: Rows buffered before a Parquet row group is written (bounds a streaming task's memory).
-ROW_GROUP_ROWS = 262_144
+#: Rows a streaming task buffers before handing them to the Parquet writer (bounds its memory).
+WRITE_BUFFER_ROWS = 262_144
 
 
 class TieringError(LakestreamError):
@@ -186,7 +186,7 @@ def _write_split(task: _Task, definition: TableDefinition, log_: Log, result: _T
             for batch in batches:
                 buffered.append(batch)
                 count += batch.num_rows
-                if count >= ROW_GROUP_ROWS:
+                if count >= WRITE_BUFFER_ROWS:
                     yield log_to_lake_rows(pa.Table.from_batches(buffered), split.bucket)
                     buffered, count = [], 0
             if buffered:
