@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -49,7 +48,6 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import numpy as np
-import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -57,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _common import parser  # noqa: E402
-from tiering import SCHEMA, Results, Timed, check, order_key, orders, say, timed  # noqa: E402
+from tiering import SCHEMA, Results, Timed, check, machine, order_key, orders, say, timed  # noqa: E402
 
 from lakehouse import Lakehouse  # noqa: E402
 
@@ -240,27 +238,6 @@ def cleanup(lh: Lakehouse, pool: pa.Table, res: Results) -> None:
 # ---- report ----------------------------------------------------------------------------------------------
 
 
-def machine() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        model = platform.processor() or platform.machine()
-    versions = []
-    for package in ("pyarrow", "pyiceberg", "duckdb"):
-        try:
-            versions.append(f"{package} {version(package)}")
-        except PackageNotFoundError:
-            versions.append(f"{package} not installed")
-    return (
-        f"Machine: {model}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, "
-        f"{platform.system()} {platform.release()}, Python {platform.python_version()}; {', '.join(versions)}. "
-        f"Load average at start: {', '.join(f'{x:.2f}' for x in os.getloadavg())}."
-    )
-
-
 def _met(ok: bool) -> str:
     return "**met**" if ok else "**not met**"
 
@@ -431,7 +408,7 @@ def main() -> None:
 
     started = time.strftime("%Y-%m-%d %H:%M")
     res = Results()
-    res.values["machine"] = machine()
+    res.values["machine"] = machine(("pyarrow", "pyiceberg", "duckdb"))
     batch_rows = args.rows_per_file * args.buckets
     pool_rows = min(args.files // args.buckets, max(1, POOL_ROWS // batch_rows)) * batch_rows
     gen = timed(lambda: make_pool(pool_rows, args.seed))

@@ -526,7 +526,8 @@ def ours_spark(lh: Lakehouse, ds: Dataset, res: Results) -> None:
 # ---- report ----------------------------------------------------------------------------------------------
 
 
-def machine() -> str:
+def machine(packages: tuple[str, ...] = ("pyarrow", "deltalake", "pyiceberg", "pyspark")) -> str:
+    """One line describing this machine, its load and the versions of ``packages``."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -535,7 +536,7 @@ def machine() -> str:
     except (OSError, StopIteration):
         model = platform.processor() or platform.machine()
     versions = []
-    for package in ("pyarrow", "deltalake", "pyiceberg", "pyspark"):
+    for package in packages:
         try:
             versions.append(f"{package} {version(package)}")
         except PackageNotFoundError:
