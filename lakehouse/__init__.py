@@ -1,4 +1,4 @@
-"""lakestream's core: settings, tables, the log (the catalog, tiering and union read follow).
+"""lakestream's core: settings, tables, the log, the catalog, tiering, union read and maintenance.
 
 Configuration enters only through `lakehouse.settings.load_settings` (or `Lakehouse.from_env`);
 everything else receives its store as an argument.

@@ -227,7 +227,3 @@ def added_or_raise(ctx: LakeContext, outcomes: list[Any], error: Callable[[int, 
 
 def locations(files: list[DataFile]) -> list[str]:
     return [f.file_path for f in files]
-
-
-def describe_file(f: DataFile) -> dict[str, Any]:
-    return {"path": f.file_path, "records": f.record_count, "bytes": f.file_size_in_bytes}
