@@ -45,6 +45,17 @@ _stores: dict[tuple, ObjectStore] = {}
 _stores_lock = threading.Lock()
 
 
+def shared_store(url: str, options: tuple[tuple[str, str], ...] | dict[str, str]) -> ObjectStore:
+    """This process' store for (url, options): opened once (tasks on an executor reuse it; no probe, the
+    driver probed)."""
+    key = (url, tuple(sorted(dict(options).items())))
+    with _stores_lock:
+        store = _stores.get(key)
+        if store is None:
+            store = _stores[key] = open_store(url, probe=False, **dict(key[1]))
+        return store
+
+
 @dataclass(frozen=True)
 class LakeContext:
     """How a task reaches one lake table's files (picklable; no open connections inside)."""
@@ -71,12 +82,7 @@ class LakeContext:
 
     @property
     def store(self) -> ObjectStore:
-        key = (self.store_url, self.store_options)
-        with _stores_lock:
-            store = _stores.get(key)
-            if store is None:
-                store = _stores[key] = open_store(self.store_url, probe=False, **dict(self.store_options))
-            return store
+        return shared_store(self.store_url, self.store_options)
 
     @cached_property
     def fs(self) -> pafs.FileSystem:

@@ -96,9 +96,9 @@ def read_table(
     items = [_BucketRead(b, tuple(tasks)) for b, tasks in sorted(by_bucket.items())]
 
     def run(batches):  # on the Python workers
+        from lakehouse.datafiles import shared_store
         from lakehouse.log import Log
         from lakehouse.tables import TableDefinition
-        from object_store import open_store
 
         for batch in batches:
             for i in batch.column(0).to_pylist():
@@ -108,7 +108,7 @@ def read_table(
                 lake = scan_.to_record_batches(item.tasks) if item.tasks else iter(())
                 tail_filter = expression_to_pyarrow(bind(metadata.schema(), expr, case_sensitive=True))
                 if union:
-                    store = open_store(store_url, probe=False, **store_options)
+                    store = shared_store(store_url, store_options)
                     log_ = Log(store, TableDefinition.from_json(definition_json), max_workers=4)
                     try:
                         tail = read_tail(log_, {item.bucket: offsets[item.bucket]}, primary_key=pk)
