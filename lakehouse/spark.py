@@ -42,6 +42,7 @@ def spark_session(master: str | None = None, *, app_name: str = "lakestream", **
         "spark.sql.shuffle.partitions": "8",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.python.worker.reuse": "true",
+        "spark.python.daemon.module": "lakehouse.executor.spark_daemon",  # workers fork with imports done
     }
     for key, value in {**defaults, **conf}.items():
         builder = builder.config(key, value)
