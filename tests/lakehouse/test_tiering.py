@@ -535,6 +535,19 @@ def test_spark_and_local_executors_build_identical_tables(tmp_path, spark) -> No
     )
 
 
+def _worker_origin(_: int) -> str | None:
+    """The module the Spark Python worker's process started as (its daemon's, which it forked from)."""
+    return getattr(getattr(sys.modules["__main__"], "__spec__", None), "name", None)
+
+
+@pytest.mark.slow
+def test_spark_workers_fork_from_the_preloading_daemon(spark) -> None:
+    from lakehouse.executor import SparkExecutor
+
+    origins = SparkExecutor(spark).map(_worker_origin, list(range(4)))
+    assert origins == ["lakehouse.executor.spark_daemon"] * 4
+
+
 def test_composite_primary_key(tmp_path) -> None:
     lh = Lakehouse.open(tmp_path.as_uri())
     schema = pa.schema([("region", pa.string()), ("id", pa.int64()), ("v", pa.int64())])
