@@ -11,8 +11,11 @@ TPC-H-like words, ...), generated with numpy from a fixed seed. Changes: ``--cha
 
 Measured, each against a baseline run in the same process on the same rows:
 
-* Physical baseline: pyarrow reads the rows from an uncompressed Arrow IPC stream file and writes one
-  zstd Parquet file (pyarrow's writer is single-threaded), nothing else. Rows/s and MB/s of Arrow data.
+* Physical baselines (median of 3 each): pyarrow reads the rows from an uncompressed Arrow IPC stream file
+  and writes one zstd Parquet file (pyarrow's writer is single-threaded), nothing else: (a) with pyarrow's
+  default writer options, (b) "same bytes": the rows with the lake's three system columns already in the
+  IPC file, written with our writer options (`lakehouse.datafiles.parquet_writer_options`), i.e. the
+  Parquet we write. The goal is judged against the faster of the two. Rows/s and MB/s of Arrow data.
 * Anchors for primary-key changes: delta-rs ``DeltaTable.merge`` (update all / insert all) of all changes
   into a Delta table of ``--rows`` rows; pyiceberg ``Table.upsert`` of ``--upsert-changes`` of them into an
   Iceberg table (SqlCatalog on sqlite), extrapolated linearly to ``--changes``.
@@ -269,21 +272,40 @@ def say(message: str) -> None:
 # ---- baseline and anchors ----------------------------------------------------------------------------------
 
 
-def physical_baseline(data: pa.Table, tmp: Path) -> Timed:
-    """pyarrow: read the rows from an Arrow IPC stream file, write zstd Parquet; nothing else."""
+def lake_shaped(data: pa.Table) -> pa.Table:
+    """``data`` with the lake's system columns, as one bucket's file holds them."""
+    n = data.num_rows
+    stamps = 1_700_000_000_000_000 + (np.arange(n) // APPEND_ROWS) * 1_000
+    return (
+        data.append_column("__bucket", pa.array(np.zeros(n, np.int32)))
+        .append_column("__offset", pa.array(np.arange(n, dtype=np.int64)))
+        .append_column("__timestamp", pa.array(stamps).cast(pa.timestamp("us", "UTC")))
+    )
+
+
+def physical_baseline(data: pa.Table, tmp: Path, same_bytes: bool = False, repeats: int = 3) -> Timed:
+    """pyarrow: read the rows from an Arrow IPC stream file, write zstd Parquet; nothing else. Median of
+    ``repeats``. ``same_bytes``: the lake's columns and our writer options (the files we write)."""
+    from lakehouse.datafiles import ROW_GROUP_ROWS, parquet_writer_options
+
     ipc, out = tmp / "orders.arrows", tmp / "orders.parquet"
+    if same_bytes:
+        data = lake_shaped(data)
+        options = {**parquet_writer_options(data, data.schema, {}), "row_group_size": ROW_GROUP_ROWS}
+    else:
+        options = {"compression": "zstd"}
     with pa.OSFile(str(ipc), "wb") as f, pa.ipc.new_stream(f, data.schema) as writer:
         writer.write_table(data, max_chunksize=APPEND_ROWS)
-
-    pq.write_table(data.slice(0, 10_000), out, compression="zstd")  # warm-up (first-use costs), untimed
+    pq.write_table(data.slice(0, 10_000), out, **options)  # warm-up (first-use costs), untimed
 
     def run() -> int:
         with pa.OSFile(str(ipc), "rb") as f:
             table = pa.ipc.open_stream(f).read_all()
-        pq.write_table(table, out, compression="zstd")
+        pq.write_table(table, out, **options)
         return table.num_rows
 
-    result = timed(run)
+    runs = sorted((timed(run) for _ in range(repeats)), key=lambda t: t.seconds)
+    result = runs[len(runs) // 2]
     check(result.value == data.num_rows, f"baseline wrote {result.value} rows")
     result.value = out.stat().st_size
     ipc.unlink()
@@ -607,12 +629,13 @@ def report(args: argparse.Namespace, ds: Dataset, res: Results, started: str, ou
     ]
     base = v.get("baseline")
     out += [
-        "| rows -> Parquet | seconds | rows/s | MB/s (Arrow) | threads | CPU cores busy | ratio to baseline "
+        "| rows -> Parquet | seconds | rows/s | MB/s (Arrow) | threads | CPU cores busy | ratio to the faster baseline "
         "| ratio per thread |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     throughput = [
-        ("baseline: pyarrow, IPC stream file -> one zstd Parquet file", "baseline"),
+        ("baseline (a): pyarrow defaults, IPC stream file -> one zstd Parquet file", "baseline_default"),
+        ("baseline (b): same bytes (lake columns, our writer options)", "baseline_same"),
         ("**ours, `lh.tier`, log table, local executor** (goal per core >= 0.6)", "local"),
         ("**ours, `lh.tier`, log table, Spark local[2]** (goal per core >= 0.6)", "spark"),
         ("ours, `lh.tier` of the same rows as upserts into an empty primary-key table", "pk_base"),
@@ -624,7 +647,8 @@ def report(args: argparse.Namespace, ds: Dataset, res: Results, started: str, ou
         if t is None:
             continue
         ratio = base.seconds / t.seconds if base else float("nan")
-        threads = 1 if key == "baseline" else cores_used(t.value) if key in ("local", "spark", "pk_base") else None
+        ours_key = key in ("local", "spark", "pk_base")
+        threads = 1 if key.startswith("baseline") else cores_used(t.value) if ours_key else None
         out.append(
             f"| {label} | {t.seconds:.2f} | {n / t.seconds:,.0f} | {arrow_mb / t.seconds:,.1f} | {threads or ''} "
             f"| {t.cores:.2f} | {ratio:.2f} | {f'{ratio / threads:.2f}' if threads else ''} |"
@@ -702,7 +726,8 @@ def report(args: argparse.Namespace, ds: Dataset, res: Results, started: str, ou
         if key in v and base:
             per_core = base.seconds / v[key].seconds / cores_used(v[key].value)
             goals.append(
-                f"tiering throughput per core >= 0.6x the baseline, {name}: {_met(per_core >= 0.6)} ({per_core:.2f})"
+                f"tiering throughput per core >= 0.6x the faster baseline, {name}: {_met(per_core >= 0.6)} "
+                f"({per_core:.2f})"
             )
     for name, how in (
         ("delta", "each with its default codec"),
@@ -841,13 +866,17 @@ def main() -> None:
     ours = tiering_available()
     with tempfile.TemporaryDirectory(prefix="lakestream-bench-tiering-") as tmp_dir:
         tmp = Path(tmp_dir)
-        baseline = res.attempt("physical baseline", lambda: physical_baseline(ds.base, tmp))
-        if baseline:
-            res.values["baseline"] = baseline
-            say(
-                f"baseline: IPC -> zstd Parquet of {args.rows:,} rows in {baseline.seconds:.2f} s "
-                f"({baseline.value / 1e6:,.0f} MB of Parquet)"
-            )
+        for key, same in (("baseline_default", False), ("baseline_same", True)):
+            measured = res.attempt(key, lambda same=same: physical_baseline(ds.base, tmp, same_bytes=same))
+            if measured:
+                res.values[key] = measured
+                say(
+                    f"{key}: IPC -> zstd Parquet of {args.rows:,} rows, median {measured.seconds:.2f} s "
+                    f"({measured.value / 1e6:,.0f} MB of Parquet)"
+                )
+        baselines = [res.values[k] for k in ("baseline_default", "baseline_same") if k in res.values]
+        if baselines:
+            res.values["baseline"] = min(baselines, key=lambda t: t.seconds)
         if not args.skip_anchors:
             res.attempt("delta-rs merge", lambda: delta_anchor(ds, tmp, res))
             res.attempt("delta-rs merge, zstd", lambda: delta_anchor(ds, tmp, res, "ZSTD"))

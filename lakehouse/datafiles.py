@@ -154,22 +154,7 @@ class LakeContext:
         return self._data_file(location, writer.writer.metadata, partition, size)
 
     def writer_options(self, sample: pa.Table) -> dict[str, Any]:
-        """Parquet writer options: the table's ``write.parquet.*`` properties (zstd by default), pages of
-        20,000 values (pyarrow's default of 1,024 costs ~15% of write time), dictionary encoding only for
-        columns whose values repeat (see `dictionary_columns`) and delta encoding for the other integer
-        columns (see `delta_columns`)."""
-        props = dict(self.properties)
-        codec = props.get("write.parquet.compression-codec", "zstd")
-        level = props.get("write.parquet.compression-level")
-        dictionary = dictionary_columns(sample)
-        return {
-            "compression": "none" if codec == "uncompressed" else codec,
-            "compression_level": int(level) if level else None,
-            "write_statistics": True,
-            "write_batch_size": 20_000,
-            "use_dictionary": dictionary,
-            "column_encoding": {name: "DELTA_BINARY_PACKED" for name in delta_columns(self.arrow_schema, dictionary)},
-        }
+        return parquet_writer_options(sample, self.arrow_schema, dict(self.properties))
 
     def _open_output(self, key: str) -> pa.NativeFile:
         try:
@@ -205,6 +190,24 @@ class LakeContext:
                 self.store.delete(self.key_of(location))
             except Exception:  # noqa: BLE001 - cleanup must not hide the original error; orphans are swept
                 log.warning("could not delete %s; it stays an orphan for remove_orphans", location, exc_info=True)
+
+
+def parquet_writer_options(sample: pa.Table, schema: pa.Schema, properties: dict[str, str]) -> dict[str, Any]:
+    """Parquet writer options of our data files: the table's ``write.parquet.*`` properties (zstd by
+    default), pages of 20,000 values (pyarrow's default of 1,024 costs ~15% of write time), dictionary
+    encoding only for columns whose values repeat (see `dictionary_columns`) and delta encoding for the
+    other integer columns (see `delta_columns`). ``sample`` is the first table written."""
+    codec = properties.get("write.parquet.compression-codec", "zstd")
+    level = properties.get("write.parquet.compression-level")
+    dictionary = dictionary_columns(sample)
+    return {
+        "compression": "none" if codec == "uncompressed" else codec,
+        "compression_level": int(level) if level else None,
+        "write_statistics": True,
+        "write_batch_size": 20_000,
+        "use_dictionary": dictionary,
+        "column_encoding": {name: "DELTA_BINARY_PACKED" for name in delta_columns(schema, dictionary)},
+    }
 
 
 def dictionary_columns(sample: pa.Table, rows: int = 10_000) -> list[str]:
