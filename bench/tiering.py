@@ -888,10 +888,6 @@ def main() -> None:
         baselines = [res.values[k] for k in ("baseline_default", "baseline_same") if k in res.values]
         if baselines:
             res.values["baseline"] = min(baselines, key=lambda t: t.seconds)
-        if not args.skip_anchors:
-            res.attempt("delta-rs merge", lambda: delta_anchor(ds, tmp, res))
-            res.attempt("delta-rs merge, zstd", lambda: delta_anchor(ds, tmp, res, "ZSTD"))
-            res.attempt("pyiceberg upsert", lambda: iceberg_anchor(ds, tmp, args.upsert_changes, res))
         if not ours:
             print("lakestream tiering API not available yet", flush=True)
         else:
@@ -901,8 +897,13 @@ def main() -> None:
             res.attempt(
                 "ours: log table, local executor", lambda: ours_log_throughput(lh, ds, res, "local", args.repeats)
             )
-            if not args.skip_spark:  # right after the local executor: same machine state
+            if not args.skip_spark:  # right after the baselines and the local executor: same machine state
                 res.attempt("ours: Spark local[2]", lambda: ours_spark(lh, ds, res, args.repeats))
+        if not args.skip_anchors:
+            res.attempt("delta-rs merge", lambda: delta_anchor(ds, tmp, res))
+            res.attempt("delta-rs merge, zstd", lambda: delta_anchor(ds, tmp, res, "ZSTD"))
+            res.attempt("pyiceberg upsert", lambda: iceberg_anchor(ds, tmp, args.upsert_changes, res))
+        if ours:
             res.attempt(
                 "ours: primary-key changes and union read", lambda: ours_primary_key(lh, ds, res, args.read_repeats)
             )

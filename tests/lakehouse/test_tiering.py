@@ -535,6 +535,41 @@ def test_spark_and_local_executors_build_identical_tables(tmp_path, spark) -> No
     )
 
 
+def _column_chunks(lh: Lakehouse, name: str) -> dict[str, set]:
+    """Column name -> {(compression, encodings)} over the lake table's current data files."""
+    out: dict[str, set] = {}
+    for task in lh.lake_table(name).scan().plan_files():
+        meta = pq.ParquetFile(task.file.file_path.removeprefix("file://")).metadata
+        for g in range(meta.num_row_groups):
+            for c in range(meta.num_columns):
+                col = meta.row_group(g).column(c)
+                out.setdefault(col.path_in_schema, set()).add((col.compression, col.encodings))
+    return out
+
+
+def test_data_files_encodings_and_the_codec_property(tmp_path) -> None:
+    lh = Lakehouse.open(tmp_path.as_uri())
+    lh.create_table("ods.o", ORDERS, primary_key=["o_orderkey"], buckets=2)
+    lh.log("ods.o").append(orders(range(5000)), op="upsert")
+    lh.tier("ods.o")
+    chunks = _column_chunks(lh, "ods.o")
+    # distinct integers: delta encoding; repeating values: a dictionary; zstd (Iceberg's default) everywhere
+    assert {e for _, encodings in chunks["o_orderkey"] for e in encodings} >= {"DELTA_BINARY_PACKED"}
+    assert {e for _, encodings in chunks["__offset"] for e in encodings} >= {"DELTA_BINARY_PACKED"}
+    assert all("RLE_DICTIONARY" in encodings for _, encodings in chunks["o_custkey"])
+    assert {codec for col in chunks.values() for codec, _ in col} == {"ZSTD"}
+
+    with lh.lake_table("ods.o").transaction() as tx:
+        tx.set_properties({"write.parquet.compression-codec": "snappy"})
+    lh.log("ods.o").append(orders(range(0, 5000, 2), tag="new"), op="upsert")  # every file holds a changed key
+    lh.tier("ods.o")
+    assert {codec for col in _column_chunks(lh, "ods.o").values() for codec, _ in col} == {"SNAPPY"}
+    assert lake_state(lh.lake_read("ods.o")) == replay(lh, "ods.o")
+    location = lh.catalog.table_location("ods.o").removeprefix("file://")
+    got = duckdb_connection().execute(f"SELECT sum(o_orderkey), count(*) FROM iceberg_scan('{location}')")
+    assert got.fetchone() == (sum(range(5000)), 5000)  # another engine reads the delta-encoded columns
+
+
 def _worker_origin(_: int) -> str | None:
     """The module the Spark Python worker's process started as (its daemon's, which it forked from)."""
     return getattr(getattr(sys.modules["__main__"], "__spec__", None), "name", None)
