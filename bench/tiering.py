@@ -11,11 +11,12 @@ TPC-H-like words, ...), generated with numpy from a fixed seed. Changes: ``--cha
 
 Measured, each against a baseline run in the same process on the same rows:
 
-* Physical baselines (median of 3 each): pyarrow reads the rows from an uncompressed Arrow IPC stream file
+* Physical baselines: pyarrow reads the rows from an uncompressed Arrow IPC stream file
   and writes one zstd Parquet file (pyarrow's writer is single-threaded), nothing else: (a) with pyarrow's
   default writer options, (b) "same bytes": the rows with the lake's three system columns already in the
   IPC file, written with our writer options (`lakehouse.datafiles.parquet_writer_options`), i.e. the
   Parquet we write. The goal is judged against the faster of the two. Rows/s and MB/s of Arrow data.
+  Baselines and our log-table rounds (local, Spark) run interleaved, ``--repeats`` times; medians.
 * Anchors for primary-key changes: delta-rs ``DeltaTable.merge`` (update all / insert all) of all changes
   into a Delta table of ``--rows`` rows; pyiceberg ``Table.upsert`` of ``--upsert-changes`` of them into an
   Iceberg table (SqlCatalog on sqlite), extrapolated linearly to ``--changes``.
@@ -235,7 +236,10 @@ class Timed:
 
 
 def timed(fn: Callable[[], Any]) -> Timed:
+    """Time ``fn``, starting clean: garbage collected and no dirty pages left by earlier steps (the kernel's
+    writeback of earlier gigabytes would otherwise run during, and slow, whatever is measured next)."""
     gc.collect()
+    os.sync()
     c0, t0 = cpu_seconds(), time.perf_counter()
     value = fn()
     seconds = time.perf_counter() - t0
@@ -283,7 +287,7 @@ def lake_shaped(data: pa.Table) -> pa.Table:
     )
 
 
-def physical_baseline(data: pa.Table, tmp: Path, same_bytes: bool = False, repeats: int = 3) -> Timed:
+def physical_baseline(data: pa.Table, tmp: Path, same_bytes: bool = False, repeats: int = 1) -> Timed:
     """pyarrow: read the rows from an Arrow IPC stream file, write zstd Parquet; nothing else. Median of
     ``repeats``. ``same_bytes``: the lake's columns and our writer options (the files we write)."""
     from lakehouse.datafiles import ROW_GROUP_ROWS, parquet_writer_options
@@ -426,17 +430,62 @@ def cores_used(tiered: Any) -> int:
     return max(1, min(getattr(tiered, "parallelism", 1), os.cpu_count() or 1))
 
 
-def ours_log_throughput(lh: Lakehouse, ds: Dataset, res: Results, key: str, repeats: int, **kwargs: Any) -> None:
-    """(i) tier a keyless log table holding every row of the data set; ``repeats`` fresh tables, the
-    median round is reported (as for the baselines)."""
-    rounds = []
-    for i in range(repeats):
-        name = f"bench.orders_log_{key}_{i}"
-        lh.create_table(name, SCHEMA, bucket_key=KEY, buckets=BUCKETS)
-        res.values[f"{key}_append_s"] = append_all(lh, name, ds.base, "insert")
-        rounds.append(tier(lh, name, ds.base.num_rows, **kwargs))
-    res.values[f"{key}_rounds"] = [t.seconds for t in rounds]
-    res.values[key] = sorted(rounds, key=lambda t: t.seconds)[len(rounds) // 2]
+def ours_log_round(lh: Lakehouse, ds: Dataset, res: Results, key: str, i: int, **kwargs: Any) -> Timed:
+    """(i) one round: tier a fresh keyless log table holding every row of the data set."""
+    name = f"bench.orders_log_{key}_{i}"
+    lh.create_table(name, SCHEMA, bucket_key=KEY, buckets=BUCKETS)
+    res.values[f"{key}_append_s"] = append_all(lh, name, ds.base, "insert")
+    return tier(lh, name, ds.base.num_rows, **kwargs)
+
+
+def start_spark(lh: Lakehouse, ds: Dataset, res: Results) -> Any:
+    """A Spark local[2] session, warmed up by a 1,000-row round (neither is in the Spark row)."""
+    from lakehouse.spark import spark_session
+
+    started = timed(lambda: spark_session(master="local[2]"))
+    spark = started.value
+    res.values["spark_start_s"] = started.seconds
+    say(f"Spark local[2] session: {started.seconds:.1f} s")
+    lh.create_table("bench.spark_warmup", SCHEMA, bucket_key=KEY, buckets=2)
+    lh.log("bench.spark_warmup").append(ds.fresh(1_000, seed=3), "insert")
+    res.values["spark_warmup_s"] = tier(lh, "bench.spark_warmup", 1_000, spark=spark).seconds
+    return spark
+
+
+def throughput_rounds(lh: Lakehouse | None, ds: Dataset, tmp: Path, res: Results, args: argparse.Namespace) -> None:
+    """Baselines and our log-table rounds, interleaved (baseline a, baseline b, local, Spark; ``--repeats``
+    times) so that all of them meet the same machine state (this machine drifts within a run: measured one
+    after the other, whichever came later was slower); the median of each is reported."""
+    spark = None
+    if lh is not None and not args.skip_spark:
+        spark = res.attempt("ours: Spark local[2] session", lambda: start_spark(lh, ds, res))
+    steps: list[tuple[str, Callable[[int], Any]]] = [
+        ("baseline_default", lambda i: physical_baseline(ds.base, tmp)),
+        ("baseline_same", lambda i: physical_baseline(ds.base, tmp, same_bytes=True)),
+    ]
+    if lh is not None:
+        steps.append(("local", lambda i: ours_log_round(lh, ds, res, "local", i)))
+        if spark is not None:
+            steps.append(("spark", lambda i: ours_log_round(lh, ds, res, "spark", i, spark=spark)))
+    rounds: dict[str, list[Timed]] = {key: [] for key, _ in steps}
+    try:
+        for i in range(args.repeats):
+            for key, step in steps:
+                measured = res.attempt(f"{key} round {i}", lambda step=step, i=i: step(i))
+                if measured:
+                    rounds[key].append(measured)
+                    if key.startswith("baseline"):
+                        say(f"{key}: IPC -> zstd Parquet of {args.rows:,} rows in {measured.seconds:.2f} s")
+    finally:
+        if spark is not None:
+            spark.stop()
+    for key, timings in rounds.items():
+        if timings:
+            res.values[f"{key}_rounds"] = [t.seconds for t in timings]
+            res.values[key] = sorted(timings, key=lambda t: t.seconds)[len(timings) // 2]
+    baselines = [res.values[k] for k in ("baseline_default", "baseline_same") if k in res.values]
+    if baselines:
+        res.values["baseline"] = min(baselines, key=lambda t: t.seconds)
 
 
 def ours_primary_key(lh: Lakehouse, ds: Dataset, res: Results, read_repeats: int) -> None:
@@ -562,22 +611,6 @@ def ours_memory(lh: Lakehouse, ds: Dataset, res: Results, mem_rows: int, split_r
         )
     res.values["memory"] = out
     res.values["split_rows"] = split_rows
-
-
-def ours_spark(lh: Lakehouse, ds: Dataset, res: Results, repeats: int) -> None:
-    from lakehouse.spark import spark_session
-
-    started = timed(lambda: spark_session(master="local[2]"))
-    spark = started.value
-    res.values["spark_start_s"] = started.seconds
-    say(f"Spark local[2] session: {started.seconds:.1f} s")
-    try:
-        lh.create_table("bench.spark_warmup", SCHEMA, bucket_key=KEY, buckets=2)
-        lh.log("bench.spark_warmup").append(ds.fresh(1_000, seed=3), "insert")
-        res.values["spark_warmup_s"] = tier(lh, "bench.spark_warmup", 1_000, spark=spark).seconds
-        ours_log_throughput(lh, ds, res, "spark", repeats, spark=spark)
-    finally:
-        spark.stop()
 
 
 # ---- report ----------------------------------------------------------------------------------------------
@@ -812,11 +845,18 @@ def report(args: argparse.Namespace, ds: Dataset, res: Results, started: str, ou
             f"took {v['local_append_s']:.1f} s (log table) and {v.get('pk_base_append_s', 0):.1f} s "
             "(primary-key table)."
         )
-    for key, name in (("local", "local executor"), ("spark", "Spark local[2]")):
-        if f"{key}_rounds" in v and len(v[f"{key}_rounds"]) > 1:
-            context.append(
-                f"Log-table rounds, {name}: {', '.join(f'{x:.2f}' for x in v[f'{key}_rounds'])} s (median above)."
-            )
+    rounds = [
+        f"{name} {', '.join(f'{x:.2f}' for x in v[f'{key}_rounds'])} s"
+        for key, name in (
+            ("baseline_default", "baseline (a)"),
+            ("baseline_same", "baseline (b)"),
+            ("local", "local executor"),
+            ("spark", "Spark local[2]"),
+        )
+        if len(v.get(f"{key}_rounds", ())) > 1
+    ]
+    if rounds:
+        context.append(f"Interleaved rounds (median in the table): {'; '.join(rounds)}.")
     if "spark_start_s" in v:
         context.append(
             f"Spark: session start {v['spark_start_s']:.1f} s and a warm-up `lh.tier` of 1,000 rows "
@@ -877,33 +917,19 @@ def main() -> None:
     ours = tiering_available()
     with tempfile.TemporaryDirectory(prefix="lakestream-bench-tiering-") as tmp_dir:
         tmp = Path(tmp_dir)
-        for key, same in (("baseline_default", False), ("baseline_same", True)):
-            measured = res.attempt(key, lambda same=same: physical_baseline(ds.base, tmp, same_bytes=same))
-            if measured:
-                res.values[key] = measured
-                say(
-                    f"{key}: IPC -> zstd Parquet of {args.rows:,} rows, median {measured.seconds:.2f} s "
-                    f"({measured.value / 1e6:,.0f} MB of Parquet)"
-                )
-        baselines = [res.values[k] for k in ("baseline_default", "baseline_same") if k in res.values]
-        if baselines:
-            res.values["baseline"] = min(baselines, key=lambda t: t.seconds)
-        if not ours:
-            print("lakestream tiering API not available yet", flush=True)
-        else:
+        lh = None
+        if ours:
             warehouse = tmp / "warehouse"
             warehouse.mkdir()
             lh = Lakehouse.open(warehouse.as_uri())
-            res.attempt(
-                "ours: log table, local executor", lambda: ours_log_throughput(lh, ds, res, "local", args.repeats)
-            )
-            if not args.skip_spark:  # right after the baselines and the local executor: same machine state
-                res.attempt("ours: Spark local[2]", lambda: ours_spark(lh, ds, res, args.repeats))
+        else:
+            print("lakestream tiering API not available yet", flush=True)
+        throughput_rounds(lh, ds, tmp, res, args)
         if not args.skip_anchors:
             res.attempt("delta-rs merge", lambda: delta_anchor(ds, tmp, res))
             res.attempt("delta-rs merge, zstd", lambda: delta_anchor(ds, tmp, res, "ZSTD"))
             res.attempt("pyiceberg upsert", lambda: iceberg_anchor(ds, tmp, args.upsert_changes, res))
-        if ours:
+        if lh is not None:
             res.attempt(
                 "ours: primary-key changes and union read", lambda: ours_primary_key(lh, ds, res, args.read_repeats)
             )
