@@ -66,6 +66,15 @@ def on_both_backends(
     print("\n" + "\n".join(out))
 
 
+def finish(markdown: str, out: Path | None, failures: list[str]) -> None:
+    """Print the report, also write it to ``out`` if given; exit 1 if a measurement failed."""
+    print("\n" + markdown)
+    if out:
+        out.write_text(markdown + "\n")
+    if failures:
+        sys.exit(1)
+
+
 def parser(doc: str | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run")

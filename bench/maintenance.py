@@ -54,7 +54,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import parser  # noqa: E402
+from _common import finish, parser  # noqa: E402
 from tiering import SCHEMA, Results, Timed, check, machine, order_key, orders, say, timed  # noqa: E402
 
 from lakehouse import Lakehouse  # noqa: E402
@@ -447,12 +447,7 @@ def main() -> None:
                 if c1:
                     res.values["compact_1"] = c1
         lh.close()
-    markdown = report(args, res, started)
-    print("\n" + markdown)
-    if args.out:
-        args.out.write_text(markdown + "\n")
-    if res.failures:
-        sys.exit(1)
+    finish(report(args, res, started), args.out, res.failures)
 
 
 if __name__ == "__main__":

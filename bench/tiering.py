@@ -70,7 +70,7 @@ import pyarrow.parquet as pq  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import parser, pct  # noqa: E402
+from _common import finish, parser, pct  # noqa: E402
 
 from lakehouse import Lakehouse  # noqa: E402
 
@@ -287,9 +287,9 @@ def lake_shaped(data: pa.Table) -> pa.Table:
     )
 
 
-def physical_baseline(data: pa.Table, tmp: Path, same_bytes: bool = False, repeats: int = 1) -> Timed:
-    """pyarrow: read the rows from an Arrow IPC stream file, write zstd Parquet; nothing else. Median of
-    ``repeats``. ``same_bytes``: the lake's columns and our writer options (the files we write)."""
+def physical_baseline(data: pa.Table, tmp: Path, same_bytes: bool = False) -> Timed:
+    """pyarrow: read the rows from an Arrow IPC stream file, write zstd Parquet; nothing else (one timed
+    run). ``same_bytes``: the lake's columns and our writer options (the files we write)."""
     from lakehouse.datafiles import ROW_GROUP_ROWS, parquet_writer_options
 
     ipc, out = tmp / "orders.arrows", tmp / "orders.parquet"
@@ -308,8 +308,7 @@ def physical_baseline(data: pa.Table, tmp: Path, same_bytes: bool = False, repea
         pq.write_table(table, out, **options)
         return table.num_rows
 
-    runs = sorted((timed(run) for _ in range(repeats)), key=lambda t: t.seconds)
-    result = runs[len(runs) // 2]
+    result = timed(run)
     check(result.value == data.num_rows, f"baseline wrote {result.value} rows")
     result.value = out.stat().st_size
     ipc.unlink()
@@ -937,12 +936,7 @@ def main() -> None:
             res.attempt("ours: latency", lambda: ours_latency(lh, ds, res, args.latency_samples, args.latency_rows))
             res.attempt("ours: memory", lambda: ours_memory(lh, ds, res, args.mem_rows, args.split_rows))
             lh.close()
-    markdown = report(args, ds, res, started, ours)
-    print("\n" + markdown)
-    if args.out:
-        args.out.write_text(markdown + "\n")
-    if res.failures:
-        sys.exit(1)
+    finish(report(args, ds, res, started, ours), args.out, res.failures)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,64 @@ DAGS_FOLDER = REPO / "dags"
 PROBE = Path(__file__).with_name("airflow_probe.py")
 VENV_BIN = Path(sys.executable).parent  # airflow, spark-submit
 
+LOCAL_2 = "spark://local%5B2%5D"  # AIRFLOW_CONN_LAKESTREAM_SPARK as dags/README.md documents it
+# Connection values (as AIRFLOW_CONN_LAKESTREAM_SPARK) and the --master each one gives.
+MASTERS = {
+    LOCAL_2: "local[2]",
+    '{"conn_type": "spark", "host": "local[2]"}': "local[2]",
+    "spark://spark-master:7077": "spark://spark-master:7077",
+    # Unencoded, the brackets read as an IPv6 host: the connection fails to parse and the provider
+    # silently falls back to YARN. This is why the README insists on %5B / %5D.
+    "spark://local[2]": "yarn",
+}
+# The environment the per-table DAG tests parse with: a worker's credentials must not reach the DAG.
+PER_TABLE_ENV = {
+    "LAKESTREAM_TIERED_TABLES": " ods.orders, ods.clicks,,ods.orders ",
+    "PYSPARK_PYTHON": "/opt/python/bin/python3",
+    "LAKESTREAM_WAREHOUSE": "s3://lake/wh",
+    "AWS_SECRET_ACCESS_KEY": "not-in-the-dag",
+}
+
+
+def assert_per_table_tasks(dag: dict, job: str, options: list[str]) -> None:
+    """``dag`` (parsed with PER_TABLE_ENV) has one SparkSubmitOperator per table running ``jobs/<job>``
+    with ``--table T`` plus ``options``, under every connection in MASTERS."""
+    application = str(REPO / "jobs" / job)
+    for table, task in zip(["ods.orders", "ods.clicks"], dag["tasks"].values(), strict=True):
+        assert task["operator"] == "SparkSubmitOperator"
+        assert task["conn_id"] == "lakestream_spark"
+        assert task["application"] == application
+        assert task["application_args"] == ["--table", table, *options]
+        for conn, master in MASTERS.items():
+            command = task["spark_submit"][conn]
+            assert command[:3] == ["spark-submit", "--master", master], conn
+            assert command[-(len(options) + 3) :] == [application, "--table", table, *options], conn
+        # Parsed (and serialized): no credentials, only what the DAG sets itself.
+        assert task["env_vars"] == {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": "/opt/python/bin/python3"}
+        # Just before execute(): plus the worker's LAKESTREAM_* / AWS_* variables.
+        forwarded = {k: PER_TABLE_ENV[k] for k in ("LAKESTREAM_WAREHOUSE", "AWS_SECRET_ACCESS_KEY")}
+        assert task["env_vars_at_run_time"].items() >= {**task["env_vars"], **forwarded}.items()
+
+
+def assert_one_task_for_all_tables(result: dict, dag_id: str, task_id: str, jobs_dir: Path, job: str) -> dict:
+    """Without a table list, ``dag_id`` has the single task ``task_id`` running ``<jobs_dir>/<job>`` with no
+    arguments (under LOCAL_2); returns the task."""
+    assert result["import_errors"] == {}, result["output"]
+    tasks = result["dags"][dag_id]["tasks"]
+    assert list(tasks) == [task_id]
+    task = tasks[task_id]
+    assert task["application"] == str(jobs_dir / job)
+    assert task["application_args"] == []
+    assert task["spark_submit"][LOCAL_2] == [
+        "spark-submit",
+        "--master",
+        "local[2]",
+        "--name",
+        f"lakestream-{task_id}",
+        str(jobs_dir / job),
+    ]
+    return task
+
 
 @pytest.fixture(scope="session")
 def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:

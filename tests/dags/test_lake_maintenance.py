@@ -8,8 +8,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tests.dags.conftest import REPO
-from tests.dags.test_lake_tiering import LOCAL_2, MASTERS
+from tests.dags.conftest import (
+    LOCAL_2,
+    MASTERS,
+    PER_TABLE_ENV,
+    assert_one_task_for_all_tables,
+    assert_per_table_tasks,
+)
 
 MAINTENANCE_ARGS = ["--min-input-files", "2", "--snapshot-age-hours", "0", "--orphan-age-hours", "0"]
 
@@ -18,13 +23,7 @@ def test_both_dags_load_with_the_shared_module(run_probe) -> None:
     result = run_probe(
         "dagbag",
         *MASTERS,
-        env={
-            "LAKESTREAM_TIERED_TABLES": " ods.orders, ods.clicks,,ods.orders ",
-            "LAKESTREAM_MAINTENANCE_ARGS": " ".join(MAINTENANCE_ARGS) + " --retention-hours '48'",
-            "PYSPARK_PYTHON": "/opt/python/bin/python3",
-            "LAKESTREAM_WAREHOUSE": "s3://lake/wh",
-            "AWS_SECRET_ACCESS_KEY": "not-in-the-dag",
-        },
+        env={**PER_TABLE_ENV, "LAKESTREAM_MAINTENANCE_ARGS": " ".join(MAINTENANCE_ARGS) + " --retention-hours '48'"},
     )
     assert result["import_errors"] == {}, result["output"]
     # The helper is parsed like any file that mentions Airflow and DAGs, and holds none: not an error.
@@ -38,38 +37,12 @@ def test_both_dags_load_with_the_shared_module(run_probe) -> None:
     assert dag["catchup"] is False
     assert list(dag["tasks"]) == ["maintain__ods__orders", "maintain__ods__clicks"]
 
-    application = str(REPO / "jobs" / "maintenance.py")
-    options = [*MAINTENANCE_ARGS, "--retention-hours", "48"]  # shlex: quotes removed
-    for table, task in zip(["ods.orders", "ods.clicks"], dag["tasks"].values(), strict=True):
-        assert task["operator"] == "SparkSubmitOperator"
-        assert task["conn_id"] == "lakestream_spark"
-        assert task["application"] == application
-        assert task["application_args"] == ["--table", table, *options]
-        for conn, master in MASTERS.items():
-            command = task["spark_submit"][conn]
-            assert command[:3] == ["spark-submit", "--master", master], conn
-            assert command[-(len(options) + 3) :] == [application, "--table", table, *options], conn
-        assert task["env_vars"] == {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": "/opt/python/bin/python3"}
-        forwarded = {"LAKESTREAM_WAREHOUSE": "s3://lake/wh", "AWS_SECRET_ACCESS_KEY": "not-in-the-dag"}
-        assert task["env_vars_at_run_time"].items() >= {**task["env_vars"], **forwarded}.items()
+    assert_per_table_tasks(dag, "maintenance.py", [*MAINTENANCE_ARGS, "--retention-hours", "48"])  # shlex
 
 
 def test_without_a_table_list_one_task_maintains_every_table(run_probe, tmp_path: Path) -> None:
     result = run_probe("dagbag", LOCAL_2, env={"LAKESTREAM_JOBS_DIR": str(tmp_path)})
-    assert result["import_errors"] == {}, result["output"]
-    tasks = result["dags"]["lake_maintenance"]["tasks"]
-    assert list(tasks) == ["maintain_all_tables"]
-    task = tasks["maintain_all_tables"]
-    assert task["application"] == str(tmp_path / "maintenance.py")
-    assert task["application_args"] == []
-    assert task["spark_submit"][LOCAL_2] == [
-        "spark-submit",
-        "--master",
-        "local[2]",
-        "--name",
-        "lakestream-maintain_all_tables",
-        str(tmp_path / "maintenance.py"),
-    ]
+    assert_one_task_for_all_tables(result, "lake_maintenance", "maintain_all_tables", tmp_path, "maintenance.py")
     assert list(result["dags"]["lake_tiering"]["tasks"]) == ["tier_all_tables"]
 
 

@@ -8,31 +8,17 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tests.dags.conftest import REPO
-
-LOCAL_2 = "spark://local%5B2%5D"  # AIRFLOW_CONN_LAKESTREAM_SPARK as dags/README.md documents it
-# Connection values (as AIRFLOW_CONN_LAKESTREAM_SPARK) and the --master each one gives.
-MASTERS = {
-    LOCAL_2: "local[2]",
-    '{"conn_type": "spark", "host": "local[2]"}': "local[2]",
-    "spark://spark-master:7077": "spark://spark-master:7077",
-    # Unencoded, the brackets read as an IPv6 host: the connection fails to parse and the provider
-    # silently falls back to YARN. This is why the README insists on %5B / %5D.
-    "spark://local[2]": "yarn",
-}
+from tests.dags.conftest import (
+    LOCAL_2,
+    MASTERS,
+    PER_TABLE_ENV,
+    assert_one_task_for_all_tables,
+    assert_per_table_tasks,
+)
 
 
 def test_one_spark_submit_per_table(run_probe) -> None:
-    result = run_probe(
-        "dagbag",
-        *MASTERS,
-        env={
-            "LAKESTREAM_TIERED_TABLES": " ods.orders, ods.clicks,,ods.orders ",
-            "PYSPARK_PYTHON": "/opt/python/bin/python3",
-            "LAKESTREAM_WAREHOUSE": "s3://lake/wh",
-            "AWS_SECRET_ACCESS_KEY": "not-in-the-dag",
-        },
-    )
+    result = run_probe("dagbag", *MASTERS, env=PER_TABLE_ENV)
     assert result["import_errors"] == {}, result["output"]
     dag = result["dags"]["lake_tiering"]
     assert dag["schedule"] == "* * * * *"
@@ -40,39 +26,12 @@ def test_one_spark_submit_per_table(run_probe) -> None:
     assert dag["catchup"] is False
     assert list(dag["tasks"]) == ["tier__ods__orders", "tier__ods__clicks"]
 
-    application = str(REPO / "jobs" / "tiering.py")
-    for table, task in zip(["ods.orders", "ods.clicks"], dag["tasks"].values(), strict=True):
-        assert task["operator"] == "SparkSubmitOperator"
-        assert task["conn_id"] == "lakestream_spark"
-        assert task["application"] == application
-        assert task["application_args"] == ["--table", table]
-        for conn, master in MASTERS.items():
-            command = task["spark_submit"][conn]
-            assert command[:3] == ["spark-submit", "--master", master], conn
-            assert command[-3:] == [application, "--table", table], conn
-        # Parsed (and serialized): no credentials, only what the DAG sets itself.
-        assert task["env_vars"] == {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": "/opt/python/bin/python3"}
-        # Just before execute(): plus the worker's LAKESTREAM_* / AWS_* variables.
-        forwarded = {"LAKESTREAM_WAREHOUSE": "s3://lake/wh", "AWS_SECRET_ACCESS_KEY": "not-in-the-dag"}
-        assert task["env_vars_at_run_time"].items() >= {**task["env_vars"], **forwarded}.items()
+    assert_per_table_tasks(dag, "tiering.py", [])
 
 
 def test_without_a_table_list_one_task_tiers_every_table(run_probe, tmp_path: Path) -> None:
     result = run_probe("dagbag", LOCAL_2, env={"LAKESTREAM_JOBS_DIR": str(tmp_path)})
-    assert result["import_errors"] == {}, result["output"]
-    tasks = result["dags"]["lake_tiering"]["tasks"]
-    assert list(tasks) == ["tier_all_tables"]
-    task = tasks["tier_all_tables"]
-    assert task["application"] == str(tmp_path / "tiering.py")
-    assert task["application_args"] == []
-    assert task["spark_submit"][LOCAL_2] == [
-        "spark-submit",
-        "--master",
-        "local[2]",
-        "--name",
-        "lakestream-tier_all_tables",
-        str(tmp_path / "tiering.py"),
-    ]
+    task = assert_one_task_for_all_tables(result, "lake_tiering", "tier_all_tables", tmp_path, "tiering.py")
     assert "PYSPARK_PYTHON" not in task["env_vars"]
 
 
