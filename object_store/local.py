@@ -146,7 +146,11 @@ class LocalStore(ObjectStore):
     def _put(
         self, key: str, data: bytes, *, if_match: str | None, if_none_match: bool, metadata: dict[str, str]
     ) -> str:
-        self._path(key)
+        path = self._path(key)
+        if if_none_match and path.is_file():
+            # taken already: refuse before writing the body (the check under the lock below decides races)
+            with self._locked(key, exclusive=False):
+                self._check(key, if_match=None, if_none_match=True)
         tmp = self._tmp_path()
         tmp.write_bytes(data)
         etag = hashlib.md5(data, usedforsecurity=False).hexdigest()

@@ -17,6 +17,7 @@ has succeeded (the `Producer` class guarantees both).
 
 from __future__ import annotations
 
+import collections
 import itertools
 import random
 import threading
@@ -42,6 +43,12 @@ if TYPE_CHECKING:
     from lakehouse.log.producer import Producer
 
 DEFAULT_DEDUP_WINDOW = 256
+#: Lost races retried at once (the next free offset is known); later ones back off with jitter.
+_RETRIES_WITHOUT_WAIT = 3
+#: Segments walked with HEADs after a lost race before listing the bucket instead.
+_MAX_CHAIN_WALK = 8
+#: Segments a read fetches, verifies and decodes ahead of the consumer (on the pool's threads).
+_READ_AHEAD = 4
 
 
 @dataclass(frozen=True)
@@ -182,7 +189,12 @@ class Log:
             index.refresh()
         part = table if rows is None else table.take(rows)
         body = segment.encode(part, self.compression)
-        header = SegmentHeader(count=part.num_rows, crc32=segment.checksum(body), **header_fields)
+        header = SegmentHeader(
+            count=part.num_rows,
+            checksum=segment.checksum(body),
+            algorithm=segment.WRITE_ALGORITHM,
+            **header_fields,
+        )
         metadata = header.to_metadata()
         offset = index.end
         for lost in itertools.count():
@@ -197,20 +209,39 @@ class Log:
                     if isinstance(current, ObjectInfo)
                     else self._header_or_none(key)
                 )
-                if theirs is not None and (theirs.producer, theirs.sequence) == (
-                    header.producer,
-                    header.sequence,
-                ):
-                    index.refresh()
-                    return (offset, offset + theirs.count - 1), True
-                offset = max(index.refresh(), offset + 1 if theirs is None else offset + theirs.count)
-                # Lost a race: back off a little (jittered, growing) so racing producers spread out
-                # instead of colliding again on the next offset with a full body each.
-                time.sleep(random.uniform(0, min(0.05, 0.002 * 2**lost)))
+                found = self._next_free(index, offset, theirs, header)
+                if isinstance(found, tuple):
+                    return found, True
+                offset = found
+                if lost >= _RETRIES_WITHOUT_WAIT:
+                    # Still losing: back off a little (jittered, growing) so racing producers spread out.
+                    time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** (lost - _RETRIES_WITHOUT_WAIT))))
                 continue
             index.record(offset, header.count, key)
             return (offset, offset + header.count - 1), False
         raise AssertionError("unreachable")
+
+    def _next_free(
+        self, index: BucketIndex, offset: int, theirs: SegmentHeader | None, ours: SegmentHeader
+    ) -> int | tuple[int, int]:
+        """After losing ``offset`` to a segment with header ``theirs``: the next offset that looked free, or
+        ``(first, last)`` if the segment found is our own earlier attempt.
+
+        Segments are contiguous, so the winner's header says where the next one starts. The chain is
+        walked with HEADs (a few at most: one per producer that won meanwhile), so no body is uploaded to
+        an offset already taken; a long chain, or a segment gone (retention), falls back to a listing.
+        """
+        for _ in range(_MAX_CHAIN_WALK):
+            if theirs is None:
+                break
+            if (theirs.producer, theirs.sequence) == (ours.producer, ours.sequence):
+                index.refresh()
+                return offset, offset + theirs.count - 1
+            offset += theirs.count
+            theirs = self._header_or_none(self.name.segment_key(index.bucket, offset))
+            if theirs is None:
+                return offset
+        return max(index.refresh(), offset + 1)
 
     def _header_or_none(self, key: str) -> SegmentHeader | None:
         try:
@@ -272,14 +303,17 @@ class Log:
                 f"offset is {index.first_offset} (older records live in the lake)"
             )
         segs = index.segments(start, end)
-        fetches = [self._pool.submit(self._fetch, bucket, base) for base, _ in segs[:4]]
-        for i, (base, _next_base) in enumerate(segs):
-            if i + 4 < len(segs):
-                fetches.append(self._pool.submit(self._fetch, bucket, segs[i + 4][0]))
-            table, header = fetches[i].result()
+
+        def load(base: int) -> pa.Table:  # on a pool thread: fetch, verify, decode, add system columns
+            table, header = self._fetch(bucket, base)
             lo, hi = max(start, base) - base, min(end, base + header.count) - base
-            part = table.slice(lo, hi - lo)
-            yield from segment.with_system_columns(part, header, base + lo).to_batches()
+            return segment.with_system_columns(table.slice(lo, hi - lo), header, base + lo)
+
+        ahead = collections.deque(self._pool.submit(load, base) for base, _ in segs[:_READ_AHEAD])
+        for i in range(len(segs)):
+            if i + _READ_AHEAD < len(segs):
+                ahead.append(self._pool.submit(load, segs[i + _READ_AHEAD][0]))
+            yield from ahead.popleft().result().to_batches()
 
     def _fetch(self, bucket: int, base: int) -> tuple[pa.Table, SegmentHeader]:
         key = self.name.segment_key(bucket, base)

@@ -8,17 +8,21 @@ metadata, so a reader learns it from the same GET (and an index from one HEAD):
     lakestream-ts         append time, microseconds since the epoch (UTC)
     lakestream-producer   producer id
     lakestream-seq        the producer's sequence number of the append
-    lakestream-crc32      CRC-32 of the body (hex)
+    lakestream-crc32c     CRC-32C (Castagnoli) of the body, hex; hardware-accelerated, ~10x faster than
+                          zlib's CRC-32. Segments written before carry ``lakestream-crc32`` (zlib's
+                          CRC-32) instead, and are still verified with it.
 
 Offsets are not stored: the segment's key names its base offset and records are contiguous.
 """
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import google_crc32c
 import numpy as np
 import pyarrow as pa
 
@@ -42,7 +46,9 @@ class SegmentHeader:
     timestamp_us: int
     producer: str
     sequence: int
-    crc32: str
+    checksum: str
+    #: "crc32c" or "crc32" (zlib's: segments of earlier versions, or no CRC-32C C extension here).
+    algorithm: str = "crc32c"
 
     def to_metadata(self) -> dict[str, str]:
         return {
@@ -51,11 +57,12 @@ class SegmentHeader:
             "lakestream-ts": str(self.timestamp_us),
             "lakestream-producer": self.producer,
             "lakestream-seq": str(self.sequence),
-            "lakestream-crc32": self.crc32,
+            f"lakestream-{self.algorithm}": self.checksum,
         }
 
     @classmethod
     def from_metadata(cls, meta: Mapping[str, str], *, key: str) -> SegmentHeader:
+        algorithm = "crc32c" if "lakestream-crc32c" in meta else "crc32"
         try:
             header = cls(
                 count=int(meta["lakestream-count"]),
@@ -63,7 +70,8 @@ class SegmentHeader:
                 timestamp_us=int(meta["lakestream-ts"]),
                 producer=meta["lakestream-producer"],
                 sequence=int(meta["lakestream-seq"]),
-                crc32=meta["lakestream-crc32"],
+                checksum=meta[f"lakestream-{algorithm}"],
+                algorithm=algorithm,
             )
         except (KeyError, ValueError):
             raise CorruptSegmentError(
@@ -83,14 +91,20 @@ def encode(table: pa.Table, compression: str | None = None) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def checksum(body: bytes) -> str:
+#: New segments use CRC-32C where its C extension is installed (pure Python it would be far slower than zlib).
+WRITE_ALGORITHM = "crc32c" if google_crc32c.implementation == "c" else "crc32"
+
+
+def checksum(body: bytes, algorithm: str = WRITE_ALGORITHM) -> str:
+    if algorithm == "crc32c":
+        return f"{google_crc32c.value(body):08x}"
     return f"{zlib.crc32(body):08x}"
 
 
 def decode(body: bytes, header: SegmentHeader, *, key: str, base_offset: int) -> pa.Table:
     """Verify and decode a segment body; raise `CorruptSegmentError` naming the object and offsets."""
     where = f"segment {key} (offsets {base_offset}..{base_offset + header.count - 1})"
-    if checksum(body) != header.crc32:
+    if checksum(body, header.algorithm) != header.checksum:
         raise CorruptSegmentError(
             f"{where} fails its checksum ({len(body)} bytes; truncated or overwritten). It is not skipped: "
             "restore the object or re-create the log from its source"
@@ -105,10 +119,37 @@ def decode(body: bytes, header: SegmentHeader, *, key: str, base_offset: int) ->
 
 
 def with_system_columns(table: pa.Table, header: SegmentHeader, first_offset: int) -> pa.Table:
-    """Append ``_op``, ``_offset`` and ``_timestamp`` to (a slice of) a decoded segment."""
+    """Append ``_op``, ``_offset`` and ``_timestamp`` to (a slice of) a decoded segment.
+
+    This runs once per segment read, so it is built for speed: the columns are filled into buffers from
+    pyarrow's memory pool (which reuses freed memory; fresh numpy arrays paid a page fault per 4 KiB, as
+    much time as the GET of the segment on a local disk), without pyarrow's validating constructors."""
     n = table.num_rows
-    op = pa.DictionaryArray.from_arrays(pa.array(np.full(n, OPS.index(header.op), dtype=np.int8)), _OP_DICTIONARY)
-    offsets = pa.array(np.arange(first_offset, first_offset + n, dtype=np.int64))
-    ts = pa.array(np.full(n, header.timestamp_us, dtype=np.int64)).view(TIMESTAMP_TYPE)
-    schema = pa.schema([*table.schema, *SYSTEM_FIELDS])
-    return pa.Table.from_arrays([*table.columns, op, offsets, ts], schema=schema)
+    offsets, view = _int64_buffer(n)
+    view[:] = np.arange(first_offset, first_offset + n)
+    timestamps, view = _int64_buffer(n)
+    view.fill(header.timestamp_us)
+    columns = [
+        *table.columns,
+        _op_column(OPS.index(header.op), n),
+        pa.Array.from_buffers(pa.int64(), n, [None, offsets]),
+        pa.Array.from_buffers(TIMESTAMP_TYPE, n, [None, timestamps]),
+    ]
+    return pa.Table.from_arrays(columns, schema=_read_schema(table.schema))
+
+
+def _int64_buffer(n: int) -> tuple[pa.Buffer, np.ndarray]:
+    """An Arrow buffer for ``n`` int64 values from pyarrow's memory pool, and a writable numpy view of it."""
+    buffer = pa.allocate_buffer(n * 8)
+    return buffer, np.frombuffer(buffer, dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=64)
+def _op_column(op_index: int, n: int) -> pa.Array:
+    indices = pa.py_buffer(np.full(n, op_index, dtype=np.int8))
+    return pa.DictionaryArray.from_buffers(OP_TYPE, n, [None, indices], _OP_DICTIONARY)
+
+
+@functools.lru_cache(maxsize=16)
+def _read_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([*schema, *SYSTEM_FIELDS])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import uuid
+import zlib
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -23,7 +24,7 @@ from lakehouse.errors import (
     SchemaError,
     TableNotFound,
 )
-from lakehouse.log import AppendIncomplete, Limits, Log
+from lakehouse.log import AppendIncomplete, Limits, Log, segment
 from object_store import ObjectStore, StoreUnavailable
 from tests.lakehouse._workers import append_batches
 
@@ -190,11 +191,26 @@ def test_corrupt_segment_is_reported_not_skipped(orders_log: Log, store: ObjectS
     store.put(key, obj.data[: len(obj.data) // 2], metadata=dict(obj.metadata))  # truncated in place
     with pytest.raises(CorruptSegmentError, match=rf"{key}.*offsets 0\.\.\d+.*checksum"):
         orders_log.read(0)
-    store.put(key, b"not arrow at all", metadata={**obj.metadata, "lakestream-crc32": "6c1d4e3a"})
+    garbage = b"not arrow at all"
+    store.put(key, garbage, metadata={**obj.metadata, "lakestream-crc32c": segment.checksum(garbage, "crc32c")})
     with pytest.raises(CorruptSegmentError):
         orders_log.read(0)
     store.put(key, obj.data)  # a foreign tool's write: no header
     with pytest.raises(CorruptSegmentError, match="no valid lakestream header"):
+        orders_log.read(0)
+
+
+def test_segments_of_earlier_versions_verify_with_zlib_crc32(orders_log: Log, store: ObjectStore) -> None:
+    """Segments written before CRC-32C carry ``lakestream-crc32`` (zlib's CRC-32): still read and verified."""
+    orders_log.append(orders(range(50)), "upsert")
+    key = segments(store)[0]
+    obj = store.get(key)
+    legacy = {k: v for k, v in obj.metadata.items() if k != "lakestream-crc32c"}
+    store.put(key, obj.data, metadata={**legacy, "lakestream-crc32": f"{zlib.crc32(obj.data):08x}"})
+    before = orders_log.read(0)
+    assert before.num_rows == sum(1 for k in range(50) if orders_log.bucket_of([k])[0].as_py() == 0)
+    store.put(key, obj.data[:-10], metadata={**legacy, "lakestream-crc32": f"{zlib.crc32(obj.data):08x}"})
+    with pytest.raises(CorruptSegmentError, match="checksum"):
         orders_log.read(0)
 
 
@@ -286,6 +302,39 @@ def test_lost_response_on_segment_create_is_not_a_duplicate(seaweedfs) -> None:
     assert sent and result.ranges == {0: (0, 9)}
     assert log.end_offsets() == {0: 10} and log.read(0).num_rows == 10
     lh.close()
+
+
+class CountingPuts:
+    """Observer wrapper: the real store, recording the key of every PUT."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.real_put, self.keys = store.put, []
+        store.put = self.put  # type: ignore[method-assign]
+
+    def put(self, key: str, data: bytes, **kw: Any) -> str:
+        self.keys.append(key)
+        return self.real_put(key, data, **kw)
+
+
+@pytest.mark.parametrize("ahead", [3, 12], ids=["walks-the-winners", "lists-a-long-chain"])
+def test_a_stale_producer_lands_at_the_end_without_uploading_to_taken_offsets(
+    lakehouse: Lakehouse, store: ObjectStore, ahead: int
+) -> None:
+    """A producer whose view of the bucket is ``ahead`` segments old loses one race, then finds the end from
+    the winners' headers (or a listing when the chain is long) instead of trying each taken offset."""
+    lakehouse.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=1)
+    stale, other = lakehouse.log("ods.orders"), Log(store, lakehouse.table("ods.orders"))
+    stale.end_offsets()  # knows offset 0
+    for i in range(ahead):
+        other.append(orders(range(i * 10, i * 10 + 1 + i)), "upsert")  # segments of 1, 2, 3, ... records
+    end = sum(range(1, ahead + 1))
+    puts = CountingPuts(store)
+    result = stale.append(orders([999, 998]), "upsert")
+    assert result.ranges == {0: (end, end + 1)}
+    assert len(puts.keys) == 2, puts.keys  # the lost race at offset 0, then the end
+    got = Log(store, lakehouse.table("ods.orders")).read(0)
+    assert got.column("_offset").to_pylist() == list(range(end + 2))
+    assert got.column("o_orderkey").to_pylist()[-2:] == [999, 998]
 
 
 # ---- properties and races -----------------------------------------------------------------------------
