@@ -8,7 +8,10 @@ one listing give every segment's size except the last one's, which one HEAD give
 from __future__ import annotations
 
 import bisect
+import math
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lakehouse.log.segment import SegmentHeader
@@ -27,14 +30,16 @@ class BucketIndex:
     end: int = 0
     _last_key: str | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    refreshed: bool = False
+    clock: Callable[[], float] = time.time
+    #: When ``end`` was last known to be the bucket's end (a refresh, or a segment we created there).
+    confirmed_at: float = -math.inf
 
     def refresh(self) -> int:
         """Learn segments appended since the last refresh; return the end offset."""
         with self._lock:
             prefix = self.table.bucket_prefix(self.bucket)
             new = []
-            self.refreshed = True
+            self.confirmed_at = self.clock()
             for info in self.store.list(prefix, start_after=self._last_key):
                 name = info.key[len(prefix) :]
                 if name.endswith(".arrow") and name[:-6].isdigit():
@@ -57,6 +62,12 @@ class BucketIndex:
                 self.bases.append(base)
                 self.end = base + count
                 self._last_key = key
+                self.confirmed_at = self.clock()
+
+    @property
+    def age(self) -> float:
+        """Seconds since ``end`` was last confirmed (infinite before the first refresh)."""
+        return self.clock() - self.confirmed_at
 
     def _header(self, key: str) -> SegmentHeader:
         try:

@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from lakehouse.log.producer import Producer
 
 DEFAULT_DEDUP_WINDOW = 256
+#: Seconds a bucket's known end is trusted before an append lists the bucket again. Log retention must be
+#: longer than this (plus clock skew between producers); it warns below 10 minutes.
+MAX_INDEX_AGE = 60.0
 #: Lost races retried at once (the next free offset is known); later ones back off with jitter.
 _RETRIES_WITHOUT_WAIT = 3
 #: Segments walked with HEADs after a lost race before listing the bucket instead.
@@ -106,7 +109,7 @@ class Log:
         self.dedup_window = dedup_window
         self.compression = compression
         self._clock = clock
-        self._indexes = [BucketIndex(store, definition.name, b) for b in range(definition.buckets)]
+        self._indexes = [BucketIndex(store, definition.name, b, clock=clock) for b in range(definition.buckets)]
         self._pool = ThreadPoolExecutor(max(1, max_workers), thread_name_prefix="log")
         self._sticky = itertools.count(random.randrange(definition.buckets))
         self._producers: dict[str, _ProducerState] = {}
@@ -185,7 +188,10 @@ class Log:
             found = self._find_earlier_attempt(index, header_fields["producer"], header_fields["sequence"])
             if found is not None:
                 return found, True
-        if not index.refreshed:  # learn the end before uploading a body to a taken offset
+        if index.age > MAX_INDEX_AGE:
+            # Learn the end before uploading a body: a fresh index, or one that others may have passed
+            # long ago. The create-only PUT catches a race, but not an offset that others appended and
+            # log retention has since deleted: that create would succeed and reuse offsets.
             index.refresh()
         part = table if rows is None else table.take(rows)
         body = segment.encode(part, self.compression)

@@ -22,12 +22,16 @@ from datetime import timedelta
 from typing import Any
 
 from lakehouse.log import Log
+from lakehouse.log.log import MAX_INDEX_AGE
 from lakehouse.log.segment import SegmentHeader
 from lakehouse.maintenance.expiry import cutoff_of
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RETENTION = timedelta(days=7)
+#: Below this, a producer idle for longer than the retention could hold a bucket end whose segments were
+#: appended by others and deleted since (it re-lists a bucket only after `MAX_INDEX_AGE` seconds).
+SAFE_RETENTION = timedelta(minutes=10)
 
 
 @dataclass
@@ -55,6 +59,16 @@ def apply_log_retention(
     if not isinstance(retention, timedelta):
         raise ValueError(f"retention must be a timedelta, got {retention!r}")
     cutoff = cutoff_of(retention, "retention")
+    if retention < SAFE_RETENTION:
+        log.warning(
+            "log retention of %s for %s is below %s: a producer that appended more than %s s ago and not since "
+            "may still take a deleted offset as the end of its bucket; keep retention >= %s in production",
+            retention,
+            log_.name,
+            SAFE_RETENTION,
+            int(MAX_INDEX_AGE),
+            SAFE_RETENTION,
+        )
     started = time.perf_counter()
     store, name = log_.store, log_.name
     result = RetentionResult(str(name))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from datetime import timedelta
 
 import pyarrow as pa
@@ -17,6 +18,8 @@ from lakehouse.cli import app
 from lakehouse.errors import MaintenanceError, OffsetOutOfRange, TableNotFound
 from lakehouse.executor import LocalExecutor
 from lakehouse.lake import COMMIT_USER_PROPERTY, tiering_snapshot
+from lakehouse.log import Log
+from lakehouse.log.log import MAX_INDEX_AGE
 from tests.lakehouse.test_tiering import (
     ORDERS,
     USER_COLS,
@@ -364,6 +367,28 @@ def test_retention_keeps_each_buckets_newest_segment_so_offsets_are_never_reused
     assert fresh.end_offsets() == ends  # learned from the kept newest segments
     appended = fresh.append(orders(range(1000, 1004)))
     assert all(first == ends[b] for b, (first, _) in appended.ranges.items())
+
+
+def test_a_producer_idle_past_retention_does_not_reuse_deleted_offsets(lakehouse: Lakehouse, caplog) -> None:
+    """An idle producer's known end can be an offset that others appended and retention has deleted since;
+    a create-only PUT there would succeed. A bucket end older than MAX_INDEX_AGE is listed again first."""
+    lh, name = lakehouse, "ods.t"
+    lh.create_table(name, ORDERS, primary_key=["o_orderkey"], buckets=1)
+    now = [time.time()]
+    idle = Log(lh.store, lh.table(name), clock=lambda: now[0])  # another process, with its own clock
+    idle.append(orders(range(0, 10)), op="upsert")  # knows: end 10
+    busy = Lakehouse(lh.store).log(name)
+    for i in range(1, 5):
+        busy.append(orders(range(i * 10, i * 10 + 10)), op="upsert")  # offsets 10..49
+    lh.tier(name)
+    assert lh.apply_log_retention(name, retention=timedelta(0)).segments_deleted == 4  # keeps 40..49
+    assert "below 0:10:00" in caplog.text  # a retention this short is warned about
+    now[0] += MAX_INDEX_AGE + 1  # idle for longer than its bucket end is trusted
+    assert idle.append(orders(range(100, 110)), op="upsert").ranges == {0: (50, 59)}
+    lh.tier(name)
+    assert lh.lake_offsets(name) == {0: 60}
+    keys = sorted(lh.lake_read(name).column("o_orderkey").to_pylist())
+    assert keys == sorted([*range(50), *range(100, 110)])  # nothing lost, no offset reused
 
 
 @pytest.mark.slow
