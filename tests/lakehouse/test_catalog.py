@@ -23,10 +23,11 @@ from pyiceberg.exceptions import (
     NoSuchTableError,
     TableAlreadyExistsError,
 )
-from pyiceberg.table import StaticTable
+from pyiceberg.table import StaticTable, Transaction
 
 from lakehouse.catalog import ObjectStoreCatalog
 from lakehouse.errors import CorruptCatalogError, LakestreamError
+from lakehouse.iceberg_table import CachingTransaction, LakeTable
 from tests.conftest import duckdb_connection
 from tests.lakehouse._catalog_workers import append_rows
 
@@ -122,6 +123,33 @@ def test_create_table_transaction(catalog) -> None:
     with catalog.create_table_transaction("ods.tx", SCHEMA) as tx:
         tx.append(rows(7, 7))
     assert catalog.load_table("ods.tx").scan().to_arrow().to_pylist() == [{"worker": 7, "seq": 7}]
+
+
+def test_transactions_compute_their_staged_metadata_once_per_state(catalog) -> None:
+    """pyiceberg's Transaction.table_metadata deep-copies the whole metadata on every read; ours caches it
+    per (table metadata, staged updates) and recomputes when either changes."""
+    catalog.create_namespace("ns")
+    table = catalog.create_table("ns.t", SCHEMA)
+    assert isinstance(table, LakeTable)
+    table.append(rows(0, 0))
+    tx = table.transaction()
+    assert isinstance(tx, CachingTransaction)
+    first = tx.table_metadata
+    assert tx.table_metadata is first  # same state: not recomputed
+    tx.set_properties(owner="etl")
+    staged = tx.table_metadata
+    assert staged is not first and staged.properties["owner"] == "etl"
+    plain = Transaction(table)  # pyiceberg's own computation of the same state
+    plain.set_properties(owner="etl")
+    assert staged.model_dump(exclude={"last_updated_ms"}) == plain.table_metadata.model_dump(
+        exclude={"last_updated_ms"}
+    )
+    other = catalog.load_table("ns.t")
+    other.append(rows(1, 0))  # another writer commits: our base is refreshed on the retry
+    tx.commit_transaction()
+    table.refresh()
+    assert table.metadata.properties["owner"] == "etl" and len(table.metadata.snapshots) == 2
+    assert tx.table_metadata.properties["owner"] == "etl"  # after the commit: recomputed on the new base
 
 
 def test_concurrent_creators_one_table(catalog_props) -> None:
