@@ -53,8 +53,7 @@ def bench_append(
 ) -> dict[str, float]:
     lh = Lakehouse(store)
     names = [f"bench.orders_{uuid.uuid4().hex[:8]}" for _ in range(1 if same_table else producers)]
-    definitions = [lh.create_table(n, ORDERS_SCHEMA, primary_key=["o_orderkey"], buckets=BUCKETS) for n in names]
-    definition = definitions[0]
+    definition = [lh.create_table(n, ORDERS_SCHEMA, primary_key=["o_orderkey"], buckets=BUCKETS) for n in names][0]
     data = make_batches(batches * producers, rows, seed=producers)
     shares = [data[i::producers] for i in range(producers)]
     logs = [Lakehouse(store).log(names[i % len(names)]) for i in range(producers)]
