@@ -51,14 +51,15 @@ from pyiceberg.exceptions import (
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.serializers import FromByteStream
-from pyiceberg.table import CommitTableResponse, Table
+from pyiceberg.table import CommitTableResponse, StagedTable, Table
+from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.utils.config import Config
 
 from lakehouse.errors import CorruptCatalogError, LakestreamError
-from lakehouse.iceberg_table import LakeTable
+from lakehouse.iceberg_table import LakeTable, apply_updates
 from lakehouse.lake import check_tiering_fence
 from object_store import NotFound, ObjectStore, PreconditionFailed, StoreError, StoreUnavailable, open_store
 
@@ -402,12 +403,18 @@ class ObjectStoreCatalog(MetastoreCatalog):
         target = f"{to_ns}.{to_table}"
         if self.table_exists(target):
             raise TableAlreadyExistsError(f"Table {target} already exists")
-        pointer = self._current_pointer(from_ns, from_table)
         old_key, new_key = self._pointer_key(from_ns, from_table), self._pointer_key(to_ns, to_table)
-        try:  # step 1: mark the old pointer (fences commits that read it before)
-            marked_etag = self.store.put(old_key, pointer.to_json(renaming_to=target), if_match=pointer.etag)
-        except PreconditionFailed:
-            raise CommitFailedException(f"{from_ns}.{from_table} changed during the rename; retry") from None
+        for _ in range(50):  # step 1: mark the old pointer (fences commits that read it before)
+            pointer = self._current_pointer(from_ns, from_table)
+            if pointer.renaming_to is not None:
+                raise CommitFailedException(f"{from_ns}.{from_table} is being renamed to {pointer.renaming_to}")
+            try:
+                marked_etag = self.store.put(old_key, pointer.to_json(renaming_to=target), if_match=pointer.etag)
+                break
+            except PreconditionFailed:  # a commit moved the pointer: nothing done yet, read it again
+                time.sleep(0.01)
+        else:
+            raise CommitFailedException(f"could not rename {from_ns}.{from_table}: it kept changing; retry")
         marked = Pointer(pointer.metadata_location, pointer.previous_metadata_location, marked_etag, target)
         new_body = pointer_json(
             pointer.metadata_location, pointer.previous_metadata_location, renamed_from=f"{from_ns}.{from_table}"
@@ -473,6 +480,30 @@ class ObjectStoreCatalog(MetastoreCatalog):
                 "was kept. Reload the table to see whether it is current before retrying."
             ) from exc
         return CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)
+
+    def _update_and_stage_table(
+        self,
+        current_table: Table | None,
+        table_identifier: Identifier,
+        requirements: tuple[TableRequirement, ...],
+        updates: tuple[TableUpdate, ...],
+    ) -> StagedTable:
+        """pyiceberg's staging, applying the updates with `apply_updates` (no deep copy of the history)."""
+        if current_table is None:  # a create: pyiceberg's path, which also validates the whole result
+            return super()._update_and_stage_table(current_table, table_identifier, requirements, updates)
+        for requirement in requirements:
+            requirement.validate(current_table.metadata)
+        metadata = apply_updates(current_table.metadata, updates, current_table.metadata_location)
+        version = self._parse_metadata_version(current_table.metadata_location) + 1
+        provider = load_location_provider(metadata.location, metadata.properties)
+        location = provider.new_table_metadata_file_location(version)
+        return StagedTable(
+            identifier=table_identifier,
+            metadata=metadata,
+            metadata_location=location,
+            io=self._load_file_io(properties=metadata.properties, location=location),
+            catalog=self,
+        )
 
     def _pointer_moved(self, namespace: str, name: str, etag: str) -> bool:
         try:

@@ -1,24 +1,64 @@
-"""The pyiceberg `Table` our catalog returns: pyiceberg's own, with one cost of its transactions removed.
+"""The pyiceberg `Table` our catalog returns: pyiceberg's own, with the deep copies of its metadata removed.
 
-pyiceberg 0.12's ``Transaction.table_metadata`` replays the staged updates onto the table's metadata and
-deep-copies the whole result, snapshot history included, on every read; one append reads it about a
-dozen times and a retried commit as often again (apache/iceberg-python#2673). Measured with 8 writers
-appending to one table through our catalog, those deep copies took ~60% of the writers' CPU, and the
-share grows with the table's history. `CachingTransaction` computes it once per state: the result is
-cached on the identity of its two inputs (the table's metadata and the tuple of staged updates), both
-rebound, never mutated, whenever they change (a staged update, a refresh, a commit), so a stale value
-cannot be served. This is the change the pyiceberg maintainers approved upstream
-(apache/iceberg-python#3302, closed unmerged by the stale bot); the only visible difference is that
-``last_updated_ms`` of the staged metadata stays the same across reads of one state.
+pyiceberg 0.12's ``update_table_metadata`` applies updates to a table's metadata and then deep-copies
+the whole result, snapshot history included. ``Transaction.table_metadata`` calls it on every read
+(about a dozen per append, as many again per retried commit; apache/iceberg-python#2673) and the
+catalog once more to stage each commit, so the cost of an append grows with the table's history:
+measured with one writer at ~175 snapshots, the deep copies were half of an append's time.
+
+- `apply_updates` is ``update_table_metadata`` without that final copy. Every pyiceberg update builds
+  new containers (``base.snapshots + [snapshot]``, ``{**base.refs, ...}``) inside frozen models and
+  never mutates its base, so the result can share the untouched parts with it. The catalog stages
+  commits with it (`lakehouse.catalog.ObjectStoreCatalog._update_and_stage_table`).
+- `CachingTransaction` computes ``table_metadata`` once per state: the result is cached on the
+  identity of its two inputs (the table's metadata and the tuple of staged updates), both rebound,
+  never mutated, whenever they change (a staged update, a refresh, a commit), so a stale value cannot
+  be served. The pyiceberg maintainers approved this cache upstream (apache/iceberg-python#3302,
+  closed unmerged by the stale bot); the only visible difference is that ``last_updated_ms`` of the
+  staged metadata stays the same across reads of one state.
 
 Everything else is pyiceberg's: tables loaded through `lakehouse.catalog.ObjectStoreCatalog` are
-`LakeTable` instances, which any pyiceberg code uses as a `Table`.
+`LakeTable` instances, which any pyiceberg code uses as a `Table`. A test checks `apply_updates`
+against pyiceberg's own function, so a pyiceberg upgrade that changes the semantics fails loudly.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.update import (
+    TableUpdate,
+    _apply_table_update,
+    _TableMetadataUpdateContext,
+    _update_table_metadata_log,
+)
+from pyiceberg.utils.datetime import datetime_to_millis
+
+
+def apply_updates(
+    base: TableMetadata, updates: tuple[TableUpdate, ...], metadata_location: str | None = None
+) -> TableMetadata:
+    """pyiceberg's ``update_table_metadata`` without its closing deep copy of the result.
+
+    Every update pyiceberg applies builds new containers (``base.snapshots + [snapshot]``,
+    ``{**base.refs, ...}``) inside frozen models, never mutating the base, so the result can share the
+    untouched parts (the snapshot history) with its base. pyiceberg deep-copies the whole result instead,
+    which costs time in proportion to the table's history on every staged read and every commit.
+    """
+    context = _TableMetadataUpdateContext()
+    metadata = base
+    for update in updates:
+        metadata = _apply_table_update(update, metadata, context)
+    if context.has_changes():
+        if metadata_location:
+            metadata = _update_table_metadata_log(metadata, metadata_location, base.last_updated_ms)
+        if base.last_updated_ms == metadata.last_updated_ms:
+            metadata = metadata.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
+    metadata.spec().check_compatible(metadata.schema())
+    metadata.sort_order().check_compatible(metadata.schema())
+    return metadata
 
 
 class CachingTransaction(Transaction):
@@ -32,7 +72,7 @@ class CachingTransaction(Transaction):
         cached = self._cached
         if cached is not None and cached[0] is base and cached[1] is updates:
             return cached[2]
-        metadata = super().table_metadata
+        metadata = apply_updates(base, updates)
         self._cached = (base, updates, metadata)
         return metadata
 

@@ -14,6 +14,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import pyarrow as pa
 import pytest
+from pydantic import ValidationError
 from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
@@ -27,7 +28,7 @@ from pyiceberg.table import StaticTable, Transaction
 
 from lakehouse.catalog import ObjectStoreCatalog
 from lakehouse.errors import CorruptCatalogError, LakestreamError
-from lakehouse.iceberg_table import CachingTransaction, LakeTable
+from lakehouse.iceberg_table import CachingTransaction, LakeTable, apply_updates
 from tests.conftest import duckdb_connection
 from tests.lakehouse._catalog_workers import append_rows
 
@@ -152,6 +153,31 @@ def test_transactions_compute_their_staged_metadata_once_per_state(catalog) -> N
     assert tx.table_metadata.properties["owner"] == "etl"  # after the commit: recomputed on the new base
 
 
+def test_staged_metadata_shares_the_history_and_equals_pyicebergs(catalog) -> None:
+    """apply_updates is pyiceberg's update_table_metadata without its deep copy of the whole history."""
+    from pyiceberg.table.update import update_table_metadata
+
+    catalog.create_namespace("ns")
+    table = catalog.create_table("ns.t", SCHEMA)
+    for i in range(3):
+        table.append(rows(i, 0))
+    base = table.metadata
+    before = base.model_dump()
+    tx = table.transaction()
+    tx.append(rows(9, 9))
+    tx.set_properties(owner="etl")
+    ours = apply_updates(base, tx._updates, table.metadata_location)
+    theirs = update_table_metadata(base, tx._updates, metadata_location=table.metadata_location)
+    assert ours.model_dump(exclude={"last_updated_ms"}) == theirs.model_dump(exclude={"last_updated_ms"})
+    assert len(ours.snapshots) == 4 and ours.metadata_log[-1].metadata_file == table.metadata_location
+    assert ours.snapshots[0] is base.snapshots[0]  # shared, not copied
+    assert base.model_dump() == before  # the base is untouched
+    with pytest.raises(ValidationError):  # and what is shared cannot be changed through the result
+        ours.snapshots[0].snapshot_id = 1
+    tx.commit_transaction()
+    assert catalog.load_table("ns.t").metadata.properties["owner"] == "etl"
+
+
 def test_concurrent_creators_one_table(catalog_props) -> None:
     catalogs = [load_catalog("lake", **catalog_props) for _ in range(8)]
     catalogs[0].create_namespace("ods")
@@ -234,6 +260,24 @@ def test_rename_racing_a_commit_loses_nothing(catalog_props, catalog) -> None:
     assert catalog.list_tables("ods") == [("ods", "s")]
     catalog.load_table("ods.s").append(rows(3, 3))
     assert catalog.load_table("ods.s").scan().to_arrow().to_pylist() == [{"worker": 3, "seq": 3}]
+
+
+def test_rename_that_loses_its_first_cas_to_a_commit_reads_the_pointer_again(catalog_props, catalog) -> None:
+    catalog.create_namespace("ods")
+    catalog.create_table("ods.busy", SCHEMA)
+    other = load_catalog("lake", **catalog_props)
+    real_put, moved = catalog.store.put, []
+
+    def put(key: str, data: bytes, **kw):
+        if kw.get("if_match") and b"renaming-to" in data and not moved:
+            other.load_table("ods.busy").append(rows(2, 0))  # a commit lands between our read and our CAS
+            moved.append(key)
+        return real_put(key, data, **kw)
+
+    catalog.store.put = put
+    catalog.rename_table("ods.busy", "ods.calm")
+    assert moved and catalog.list_tables("ods") == [("ods", "calm")]
+    assert catalog.load_table("ods.calm").scan().to_arrow().to_pylist() == [{"worker": 2, "seq": 0}]
 
 
 def test_rename_concurrent_with_an_appender_loses_no_acknowledged_append(catalog_props, catalog) -> None:
