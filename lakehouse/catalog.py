@@ -48,7 +48,7 @@ from pyiceberg.exceptions import (
     NoSuchTableError,
     TableAlreadyExistsError,
 )
-from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.io import PY_IO_IMPL, FileIO, load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.serializers import FromByteStream
 from pyiceberg.table import CommitTableResponse, StagedTable, Table
@@ -59,6 +59,7 @@ from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.utils.config import Config
 
 from lakehouse.errors import CorruptCatalogError, LakestreamError
+from lakehouse.fileio import STORE_OPTION_PROPERTIES
 from lakehouse.iceberg_table import LakeTable, apply_updates
 from lakehouse.lake import check_tiering_fence
 from object_store import NotFound, ObjectStore, PreconditionFailed, StoreError, StoreUnavailable, open_store
@@ -91,14 +92,8 @@ DEFAULT_TABLE_PROPERTIES = {
     "commit.retry.max-wait-ms": "1000",
 }
 
-#: Our store's options and the pyiceberg FileIO properties that carry the same values.
-STORE_OPTION_PROPERTIES = {
-    "endpoint_url": "s3.endpoint",
-    "region": "s3.region",
-    "access_key_id": "s3.access-key-id",
-    "secret_access_key": "s3.secret-access-key",
-    "session_token": "s3.session-token",
-}
+#: The FileIO of our tables unless the catalog's properties name another (``py-io-impl``).
+DEFAULT_FILE_IO = "lakehouse.fileio.LakeFileIO"
 
 
 @dataclass(frozen=True)
@@ -282,7 +277,7 @@ class ObjectStoreCatalog(MetastoreCatalog):
 
     def _load_file_io(self, properties: Properties = EMPTY_DICT, location: str | None = None) -> FileIO:
         """pyiceberg's FileIO, one per set of properties and scheme (each holds its own connections)."""
-        merged = {**self.properties, **properties}
+        merged = {PY_IO_IMPL: DEFAULT_FILE_IO, **self.properties, **properties}
         key = (tuple(sorted(merged.items())), location.split("://", 1)[0] if location and "://" in location else "")
         with self._io_lock:
             io = self._io_cache.get(key)

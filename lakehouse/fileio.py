@@ -1,0 +1,150 @@
+"""`LakeFileIO`: pyiceberg's `PyArrowFileIO`, whose writes to S3 go through lakestream's object store.
+
+An Iceberg append writes three small files before its commit (data file, manifest, manifest list), and a
+retried commit writes the last two again, all inside the window between reading the table's state and
+the pointer CAS. pyarrow's S3 output stream took ~19 ms per small file on SeaweedFS where one boto3
+PutObject takes ~7.5 ms (measured; BENCHMARKS.md, catalog). `LakeFileIO` writes ``s3://`` locations
+with `object_store.ObjectStore.open_writer`: one PUT up to 8 MiB, a multipart upload above (memory
+stays bounded), nothing visible if the writer fails. ``create(overwrite=False)`` is atomic
+(``If-None-Match: *``) where pyarrow checks and then writes. Reads, deletes and other schemes are
+pyarrow's, unchanged, so scans and everything else keep working as with `PyArrowFileIO`.
+
+Any pyiceberg user can choose it by configuration::
+
+    load_catalog("x", **{"py-io-impl": "lakehouse.fileio.LakeFileIO", "s3.endpoint": ..., ...})
+
+`lakehouse.catalog.ObjectStoreCatalog` uses it for its tables unless ``py-io-impl`` is set.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlparse
+
+from pyiceberg.io import InputFile, OutputFile, OutputStream
+from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.typedef import EMPTY_DICT, Properties
+
+from object_store import NotFound, ObjectStore, PreconditionFailed, open_store
+from object_store.multipart import ObjectWriter
+
+#: Our store's options and the pyiceberg FileIO properties that carry the same values.
+STORE_OPTION_PROPERTIES = {
+    "endpoint_url": "s3.endpoint",
+    "region": "s3.region",
+    "access_key_id": "s3.access-key-id",
+    "secret_access_key": "s3.secret-access-key",
+    "session_token": "s3.session-token",
+}
+
+S3_SCHEMES = ("s3", "s3a", "s3n")
+
+
+class LakeFileIO(PyArrowFileIO):
+    """`PyArrowFileIO` whose ``new_output`` for ``s3://`` locations writes through an `ObjectStore`."""
+
+    def __init__(self, properties: Properties = EMPTY_DICT) -> None:
+        super().__init__(properties)
+        self._stores: dict[str, ObjectStore] = {}
+        self._stores_lock = threading.Lock()
+
+    def new_output(self, location: str) -> OutputFile:
+        parsed = urlparse(location)
+        if parsed.scheme not in S3_SCHEMES:
+            return super().new_output(location)
+        return StoreOutputFile(location, self._store(parsed.netloc), parsed.path.lstrip("/"), self)
+
+    def _store(self, bucket: str) -> ObjectStore:
+        with self._stores_lock:
+            store = self._stores.get(bucket)
+            if store is None:
+                options = {ours: self.properties.get(theirs) for ours, theirs in STORE_OPTION_PROPERTIES.items()}
+                store = self._stores[bucket] = open_store(f"s3://{bucket}", **options)
+            return store
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.pop("_stores", None)
+        state.pop("_stores_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._stores = {}
+        self._stores_lock = threading.Lock()
+
+
+class StoreOutputFile(OutputFile):
+    """An ``s3://`` location written through an `ObjectStore`; read back through the FileIO (pyarrow)."""
+
+    def __init__(self, location: str, store: ObjectStore, key: str, io: LakeFileIO) -> None:
+        super().__init__(location)
+        self._store, self._key, self._io = store, key, io
+
+    def __len__(self) -> int:
+        return self._store.head(self._key).size
+
+    def exists(self) -> bool:
+        return self._store.exists(self._key)
+
+    def to_input_file(self) -> InputFile:
+        return self._io.new_input(self.location)
+
+    def create(self, overwrite: bool = False) -> OutputStream:
+        """A stream whose object appears when it is closed: replacing one, or only if none exists.
+
+        With ``overwrite=False`` the check is atomic and happens at close: `FileExistsError` then, and the
+        existing object is left as it was.
+        """
+        writer = self._store.open_writer(self._key, if_none_match=not overwrite)
+        return StoreOutputStream(writer, self.location)
+
+
+class StoreOutputStream:
+    """pyiceberg's `OutputStream` (and a file object pyarrow can write Parquet into) over an `ObjectWriter`."""
+
+    def __init__(self, writer: ObjectWriter, location: str) -> None:
+        self._writer, self._location = writer, location
+
+    def write(self, b: bytes) -> int:
+        return self._writer.write(b)
+
+    def tell(self) -> int:
+        return self._writer.tell()
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    def seekable(self) -> bool:
+        return False
+
+    @property
+    def closed(self) -> bool:
+        return self._writer.closed
+
+    def close(self) -> None:
+        try:
+            self._writer.close()
+        except PreconditionFailed:
+            raise FileExistsError(f"Cannot create file, already exists: {self._location}") from None
+        except NotFound as exc:  # the bucket is gone
+            raise FileNotFoundError(f"Cannot write {self._location}: {exc}") from exc
+
+    def __enter__(self) -> StoreOutputStream:
+        return self
+
+    def __exit__(
+        self, exctype: type[BaseException] | None, excinst: BaseException | None, exctb: TracebackType | None
+    ) -> None:
+        if exctype is not None:
+            self._writer.abort()  # nothing becomes visible
+            return
+        self.close()
