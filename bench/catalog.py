@@ -5,8 +5,9 @@
 
 W writer processes each append 25 one-row batches to one table through pyiceberg, all at once. Each
 catalog runs with its shipped defaults (SqlCatalog: pyiceberg's 4 commit retries; ours: the table
-defaults our catalog sets, see lakehouse.catalog.DEFAULT_TABLE_PROPERTIES). Both keep data and
-metadata files on the same SeaweedFS server, so only the catalog differs. PostgreSQL (Debian's
+defaults our catalog sets, see lakehouse.catalog.DEFAULT_TABLE_PROPERTIES, and the FileIO it ships,
+lakehouse.fileio.LakeFileIO; SqlCatalog: pyiceberg's PyArrowFileIO). Both keep data and metadata files
+on the same SeaweedFS server. PostgreSQL (Debian's
 package) is started on loopback by the benchmark in a temporary directory and stopped at the end.
 
 Reported per W: successful commits/s (wall clock), appends that failed to the caller, p50/p99 latency

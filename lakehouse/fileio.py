@@ -19,7 +19,6 @@ Any pyiceberg user can choose it by configuration::
 from __future__ import annotations
 
 import threading
-from types import TracebackType
 from typing import Any
 from urllib.parse import urlparse
 
@@ -27,7 +26,7 @@ from pyiceberg.io import InputFile, OutputFile, OutputStream
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT, Properties
 
-from object_store import NotFound, ObjectStore, PreconditionFailed, open_store
+from object_store import MiB, ObjectStore, PreconditionFailed, open_store, validate_key
 from object_store.multipart import ObjectWriter
 
 #: Our store's options and the pyiceberg FileIO properties that carry the same values.
@@ -40,6 +39,8 @@ STORE_OPTION_PROPERTIES = {
 }
 
 S3_SCHEMES = ("s3", "s3a", "s3n")
+#: Files up to one part are one PUT; larger ones a multipart upload of parts this size.
+PART_SIZE = 8 * MiB
 
 
 class LakeFileIO(PyArrowFileIO):
@@ -98,53 +99,20 @@ class StoreOutputFile(OutputFile):
         With ``overwrite=False`` the check is atomic and happens at close: `FileExistsError` then, and the
         existing object is left as it was.
         """
-        writer = self._store.open_writer(self._key, if_none_match=not overwrite)
-        return StoreOutputStream(writer, self.location)
+        return StoreOutputStream(self._store, self._key, self.location, if_none_match=not overwrite)
 
 
-class StoreOutputStream:
-    """pyiceberg's `OutputStream` (and a file object pyarrow can write Parquet into) over an `ObjectWriter`."""
+class StoreOutputStream(ObjectWriter):
+    """pyiceberg's `OutputStream` (and a file object pyarrow writes Parquet into): an `ObjectWriter` whose
+    lost create-only race is pyiceberg's `FileExistsError`."""
 
-    def __init__(self, writer: ObjectWriter, location: str) -> None:
-        self._writer, self._location = writer, location
-
-    def write(self, b: bytes) -> int:
-        return self._writer.write(b)
-
-    def tell(self) -> int:
-        return self._writer.tell()
-
-    def flush(self) -> None:
-        self._writer.flush()
-
-    def writable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return False
-
-    def seekable(self) -> bool:
-        return False
-
-    @property
-    def closed(self) -> bool:
-        return self._writer.closed
+    def __init__(self, store: ObjectStore, key: str, location: str, *, if_none_match: bool) -> None:
+        validate_key(key)
+        super().__init__(store, key, if_none_match=if_none_match, metadata={}, part_size=PART_SIZE, max_concurrency=4)
+        self.location = location
 
     def close(self) -> None:
         try:
-            self._writer.close()
+            super().close()
         except PreconditionFailed:
-            raise FileExistsError(f"Cannot create file, already exists: {self._location}") from None
-        except NotFound as exc:  # the bucket is gone
-            raise FileNotFoundError(f"Cannot write {self._location}: {exc}") from exc
-
-    def __enter__(self) -> StoreOutputStream:
-        return self
-
-    def __exit__(
-        self, exctype: type[BaseException] | None, excinst: BaseException | None, exctb: TracebackType | None
-    ) -> None:
-        if exctype is not None:
-            self._writer.abort()  # nothing becomes visible
-            return
-        self.close()
+            raise FileExistsError(f"Cannot create file, already exists: {self.location}") from None
