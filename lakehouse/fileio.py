@@ -13,7 +13,10 @@ Any pyiceberg user can choose it by configuration::
 
     load_catalog("x", **{"py-io-impl": "lakehouse.fileio.LakeFileIO", "s3.endpoint": ..., ...})
 
-`lakehouse.catalog.ObjectStoreCatalog` uses it for its tables unless ``py-io-impl`` is set.
+`lakehouse.catalog.ObjectStoreCatalog` uses it for its tables unless ``py-io-impl`` is set. Writes
+use the properties in `STORE_OPTION_PROPERTIES` (endpoint, region, static credentials; else boto3's
+credential chain); pyiceberg's other S3 properties (``s3.role-arn``, ``s3.proxy-uri``, ...) reach only
+the pyarrow reads, so set ``py-io-impl`` to ``pyiceberg.io.pyarrow.PyArrowFileIO`` if writes need them.
 """
 
 from __future__ import annotations
@@ -83,8 +86,12 @@ class StoreOutputFile(OutputFile):
     def __init__(self, location: str, store: ObjectStore, key: str, io: LakeFileIO) -> None:
         super().__init__(location)
         self._store, self._key, self._io = store, key, io
+        self._written: int | None = None
 
     def __len__(self) -> int:
+        """The size of what this file wrote (pyiceberg asks after each data file and manifest), else a HEAD."""
+        if self._written is not None:
+            return self._written
         return self._store.head(self._key).size
 
     def exists(self) -> bool:
@@ -99,20 +106,25 @@ class StoreOutputFile(OutputFile):
         With ``overwrite=False`` the check is atomic and happens at close: `FileExistsError` then, and the
         existing object is left as it was.
         """
-        return StoreOutputStream(self._store, self._key, self.location, if_none_match=not overwrite)
+        return StoreOutputStream(self, if_none_match=not overwrite)
 
 
 class StoreOutputStream(ObjectWriter):
     """pyiceberg's `OutputStream` (and a file object pyarrow writes Parquet into): an `ObjectWriter` whose
     lost create-only race is pyiceberg's `FileExistsError`."""
 
-    def __init__(self, store: ObjectStore, key: str, location: str, *, if_none_match: bool) -> None:
-        validate_key(key)
-        super().__init__(store, key, if_none_match=if_none_match, metadata={}, part_size=PART_SIZE, max_concurrency=4)
-        self.location = location
+    def __init__(self, file: StoreOutputFile, *, if_none_match: bool) -> None:
+        validate_key(file._key)
+        super().__init__(
+            file._store, file._key, if_none_match=if_none_match, metadata={}, part_size=PART_SIZE, max_concurrency=4
+        )
+        self._file = file
 
     def close(self) -> None:
+        if self.closed:
+            return
         try:
             super().close()
         except PreconditionFailed:
-            raise FileExistsError(f"Cannot create file, already exists: {self.location}") from None
+            raise FileExistsError(f"Cannot create file, already exists: {self._file.location}") from None
+        self._file._written = self.tell()

@@ -40,7 +40,12 @@ def test_loaded_by_configuration_and_writes_through_the_store(s3, seaweedfs) -> 
         stream.write(b"hello ")
         stream.write(b"lake")
         assert stream.tell() == 10
-    assert store.get(f"{prefix}/a.bin").data == b"hello lake" and len(out) == 10
+    heads = []
+    real_head = io._store(seaweedfs.bucket).head
+    io._store(seaweedfs.bucket).head = lambda key: heads.append(key) or real_head(key)
+    assert store.get(f"{prefix}/a.bin").data == b"hello lake"
+    assert len(out) == 10 and heads == []  # the size pyiceberg asks for after writing costs no request
+    assert len(io.new_output(location)) == 10 and len(heads) == 1  # a file it did not write: a HEAD
     assert isinstance(io.new_input(location), PyArrowFile)  # reads stay pyarrow's
     assert out.to_input_file().open().read() == b"hello lake"
 
