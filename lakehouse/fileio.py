@@ -29,7 +29,7 @@ from pyiceberg.io import InputFile, OutputFile, OutputStream
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT, Properties
 
-from object_store import MiB, ObjectStore, PreconditionFailed, open_store, validate_key
+from object_store import MiB, NotFound, ObjectStore, PreconditionFailed, open_store, validate_key
 from object_store.multipart import ObjectWriter
 
 #: Our store's options and the pyiceberg FileIO properties that carry the same values.
@@ -92,7 +92,10 @@ class StoreOutputFile(OutputFile):
         """The size of what this file wrote (pyiceberg asks after each data file and manifest), else a HEAD."""
         if self._written is not None:
             return self._written
-        return self._store.head(self._key).size
+        try:
+            return self._store.head(self._key).size
+        except NotFound:  # pyiceberg's contract, as PyArrowFile keeps it
+            raise FileNotFoundError(f"Cannot get file info, file not found: {self.location}") from None
 
     def exists(self) -> bool:
         return self._store.exists(self._key)

@@ -36,6 +36,8 @@ def test_loaded_by_configuration_and_writes_through_the_store(s3, seaweedfs) -> 
     location = f"s3://{seaweedfs.bucket}/{prefix}/a.bin"
     out = io.new_output(location)
     assert isinstance(out, StoreOutputFile) and not out.exists()
+    with pytest.raises(FileNotFoundError, match="a.bin"):  # pyiceberg's contract for a missing file
+        len(out)
     with out.create() as stream:
         stream.write(b"hello ")
         stream.write(b"lake")
