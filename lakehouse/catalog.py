@@ -58,6 +58,14 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.utils.config import Config
 
+from lakehouse.contention import (
+    DEFAULT_QUIET_MAX_MS,
+    DEFAULT_QUIET_MS,
+    QUIET_MAX_MS,
+    QUIET_MS,
+    quiet_settings,
+    wait_until_quiet,
+)
 from lakehouse.errors import CorruptCatalogError, LakestreamError
 from lakehouse.fileio import STORE_OPTION_PROPERTIES
 from lakehouse.iceberg_table import LakeTable, apply_updates
@@ -78,18 +86,20 @@ TABLES_PREFIX = CATALOG_PREFIX + "tables/"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 #: Defaults for tables this catalog creates. pyiceberg 0.12 retries a commit that lost its CAS
-#: (``commit.retry.num-retries``, default 4) with waits of min-wait * 2^attempt (jitter 10%). With W
-#: writers racing, one wins per round, but pyiceberg's retries are not fair: a writer whose rebuild is
-#: slow keeps losing. Measured on 2 cores, 16 writers x 25 appends lost 5 appends with 32 retries (one
-#: attempt took 2.5 s there); 100 retries leave none, and pyiceberg's total timeout (30 min) still
-#: bounds a commit. Waits of 100 ms doubling up to 1 s measured best at 8 writers once commits got
-#: cheap (`lakehouse.iceberg_table`): 6.9-7.3 commits/s against 5.9-6.5 with 20 ms to 2 s, 6.5 with
-#: 200 ms to 1 s, 5.2-5.7 with a 500 ms cap (more collisions), 5.3 with 10 ms to 4 s; p99 11-12 s
-#: instead of 17-19 s (pyiceberg's default, 100 ms to 60 s, reaches a minute by the tenth retry).
+#: (``commit.retry.num-retries``, default 4) after min-wait * 2^attempt (capped at max-wait, jitter 10%).
+#: One writer wins each round and pyiceberg's retries are not fair: a writer whose rebuild is slow keeps
+#: losing. Measured on 2 cores, 16 writers x 25 appends lost 5 appends with 32 retries (one attempt
+#: took 2.5 s there); 100 retries leave none, and pyiceberg's total timeout (30 min) still bounds a
+#: commit. The pacing between rounds is our tables' wait for a quiet pointer (`lakehouse.contention`:
+#: the pointer unchanged for 100 ms, at most 2 s), so pyiceberg's own waits are short (10 ms doubling
+#: to 100 ms): with its earlier defaults here (100 ms to 1 s) waiters could still be asleep when the
+#: pointer went idle.
 DEFAULT_TABLE_PROPERTIES = {
     "commit.retry.num-retries": "100",
-    "commit.retry.min-wait-ms": "100",
-    "commit.retry.max-wait-ms": "1000",
+    "commit.retry.min-wait-ms": "10",
+    "commit.retry.max-wait-ms": "100",
+    QUIET_MS: str(DEFAULT_QUIET_MS),
+    QUIET_MAX_MS: str(DEFAULT_QUIET_MAX_MS),
 }
 
 #: The FileIO of our tables unless the catalog's properties name another (``py-io-impl``).
@@ -438,6 +448,22 @@ class ObjectStoreCatalog(MetastoreCatalog):
             pointer: Pointer | None = self._current_pointer(namespace, name)
         except NoSuchTableError:
             pointer = None
+        try:
+            return self._commit_on(pointer, table, namespace, name, requirements, updates)
+        except CommitFailedException:
+            if pointer is not None and isinstance(table, LakeTable):
+                table.lost_commit(pointer.etag)  # its retry waits for the pointer to go quiet first
+            raise
+
+    def _commit_on(
+        self,
+        pointer: Pointer | None,
+        table: Table,
+        namespace: str,
+        name: str,
+        requirements: tuple[TableRequirement, ...],
+        updates: tuple[TableUpdate, ...],
+    ) -> CommitTableResponse:
         if pointer is not None and pointer.renaming_to is not None:
             raise CommitFailedException(f"{namespace}.{name} is being renamed to {pointer.renaming_to}")
         current: Table | None = None
@@ -499,6 +525,22 @@ class ObjectStoreCatalog(MetastoreCatalog):
             io=self._load_file_io(properties=metadata.properties, location=location),
             catalog=self,
         )
+
+    def wait_for_quiet_pointer(self, table: Table, etag: str, lost_at: float) -> None:
+        """After a commit of ``table`` lost (the pointer had ``etag`` at ``lost_at``, monotonic), wait until
+        the pointer stops changing (`lakehouse.contention`); a note older than the longest wait is ignored."""
+        quiet, limit = quiet_settings(table.metadata.properties)
+        if quiet <= 0 or time.monotonic() - lost_at > limit:
+            return
+        key = self._pointer_key(*self._split(table.name()))
+
+        def etag_now() -> str | None:
+            try:
+                return self.store.head(key).etag
+            except StoreError:  # NotFound included: the reload that follows reports what happened
+                return None
+
+        wait_until_quiet(etag_now, etag, quiet, limit)
 
     def _pointer_moved(self, namespace: str, name: str, etag: str) -> bool:
         try:

@@ -17,6 +17,9 @@ measured with one writer at ~175 snapshots, the deep copies were half of an appe
   closed unmerged by the stale bot); the only visible difference is that ``last_updated_ms`` of the
   staged metadata stays the same across reads of one state.
 
+- After a commit lost to another writer, `LakeTable.refresh` (the reload pyiceberg's retry starts with)
+  first waits for the table's pointer to go quiet (`lakehouse.contention`).
+
 Everything else is pyiceberg's: tables loaded through `lakehouse.catalog.ObjectStoreCatalog` are
 `LakeTable` instances, which any pyiceberg code uses as a `Table`. A test checks `apply_updates`
 against pyiceberg's own function, so a pyiceberg upgrade that changes the semantics fails loudly.
@@ -24,6 +27,7 @@ against pyiceberg's own function, so a pyiceberg upgrade that changes the semant
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 
 from pyiceberg.table import Table, Transaction
@@ -78,7 +82,21 @@ class CachingTransaction(Transaction):
 
 
 class LakeTable(Table):
-    """pyiceberg's `Table`; its transactions (and so ``append``, ``overwrite``, ...) are `CachingTransaction`s."""
+    """pyiceberg's `Table`; its transactions (and so ``append``, ``overwrite``, ...) are `CachingTransaction`s,
+    and a refresh after a lost commit waits for the pointer to go quiet first."""
+
+    #: (pointer ETag seen, monotonic time) of this table's last commit that lost to another writer.
+    _lost_commit: tuple[str, float] | None = None
 
     def transaction(self) -> Transaction:
         return CachingTransaction(self)
+
+    def lost_commit(self, etag: str) -> None:
+        """The catalog's note that a commit of this table lost to another writer; the pointer had ``etag``."""
+        self._lost_commit = (etag, time.monotonic())
+
+    def refresh(self) -> Table:
+        lost, self._lost_commit = self._lost_commit, None
+        if lost is not None:
+            self.catalog.wait_for_quiet_pointer(self, *lost)  # type: ignore[attr-defined]
+        return super().refresh()
