@@ -110,6 +110,12 @@ class S3Store(ObjectStore):
             # newer default CRC trailers on conditional and multipart requests.
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
+            # botocore's client-side check of every request against the API model is pure Python on the
+            # caller's thread, under the GIL. Our calls are built here from keys and metadata the store
+            # has validated already (`validate_key`, `validate_metadata`). Measured without it: four
+            # parallel PUTs of 134 kB finished 1.5-3 ms sooner (of 17-20 ms), a 4-segment log append
+            # 3-5 ms sooner (of 20-27 ms; its PUTs carry seven metadata headers).
+            parameter_validation=False,
         )
         self.client = self._session.client("s3", endpoint_url=endpoint_url, config=self._config)
         if create_bucket:
