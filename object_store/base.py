@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import re
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
@@ -55,6 +56,12 @@ class Object:
     metadata: Mapping[str, str] = field(default_factory=dict)
 
 
+#: Checked on every call, so regular expressions rather than loops over characters.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL_BELOW_SPACE = re.compile(r"[\x00-\x1f]")
+_METADATA_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
 def validate_key(key: str) -> str:
     """Return ``key`` if it is a safe object key, else raise `InvalidKey`.
 
@@ -66,7 +73,7 @@ def validate_key(key: str) -> str:
         raise InvalidKey(f"invalid object key {key!r}: keys must be non-empty strings")
     if key.startswith("/"):
         raise InvalidKey(f"invalid object key {key!r}: keys are relative to the store's root; drop the '/'")
-    if any(ord(c) < 32 or ord(c) == 127 for c in key):
+    if _CONTROL.search(key):
         raise InvalidKey(f"invalid object key {key!r}: control characters are not allowed")
     for segment in key.split("/"):
         if segment == "":
@@ -82,11 +89,11 @@ def validate_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
     """Return user metadata as a plain dict of lowercase ASCII keys (S3's rules), or raise `InvalidKey`."""
     out: dict[str, str] = {}
     for k, v in (metadata or {}).items():
-        if not k or not k.isascii() or not all(c.isalnum() or c in "-_" for c in k):
+        if not isinstance(k, str) or not _METADATA_KEY.fullmatch(k):
             raise InvalidKey(f"invalid metadata key {k!r}: use ASCII letters, digits, '-' and '_'")
         if k.lower() == WRITE_TOKEN_KEY:
             raise InvalidKey(f"metadata key {k!r} is reserved by lakestream")
-        if not isinstance(v, str) or not v.isascii() or any(ord(c) < 32 for c in v):
+        if not isinstance(v, str) or not v.isascii() or _CONTROL_BELOW_SPACE.search(v):
             raise InvalidKey(f"invalid metadata value for {k!r}: use printable ASCII strings")
         out[k.lower()] = v
     return out

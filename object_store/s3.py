@@ -13,6 +13,7 @@ works for its internal retries as well as ours.
 
 from __future__ import annotations
 
+import importlib.metadata
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import boto3
+import botocore
 import botocore.exceptions as bexc
 import pyarrow.fs as pafs
 from botocore.config import Config
@@ -36,6 +38,15 @@ from object_store.errors import (
 
 T = TypeVar("T")
 
+
+def _lakestream_version() -> str:
+    try:
+        return importlib.metadata.version("lakestream")
+    except importlib.metadata.PackageNotFoundError:
+        return "dev"
+
+
+_USER_AGENT = f"lakestream/{_lakestream_version()} botocore/{botocore.__version__}"
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchUpload"}
 _DENIED = {
     "403",
@@ -110,12 +121,15 @@ class S3Store(ObjectStore):
             # newer default CRC trailers on conditional and multipart requests.
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
-            # botocore's client-side check of every request against the API model is pure Python on the
-            # caller's thread, under the GIL. Our calls are built here from keys and metadata the store
-            # has validated already (`validate_key`, `validate_metadata`). Measured without it: four
-            # parallel PUTs of 134 kB finished 1.5-3 ms sooner (of 17-20 ms), a 4-segment log append
-            # 3-5 ms sooner (of 20-27 ms; its PUTs carry seven metadata headers).
+            # botocore's client-side check of every request against the API model, and its default
+            # User-Agent (~30 parts, rebuilt and sanitized twice per request), are Python run under the
+            # GIL on the caller's thread. Our calls are built here from keys and metadata the store has
+            # validated already (`validate_key`, `validate_metadata`), so validation is off and the
+            # User-Agent fixed. Client CPU of a 4 KiB PUT with 6 metadata keys, six alternating rounds:
+            # 3.08 ms with both, 2.96 without validation, 2.77 without either (a slow hour of this VM).
+            # One log producer on SeaweedFS, same-session A/B: 0.77-0.79 -> 0.81-0.84 of raw PUTs.
             parameter_validation=False,
+            user_agent=_USER_AGENT,
         )
         self.client = self._session.client("s3", endpoint_url=endpoint_url, config=self._config)
         if create_bucket:

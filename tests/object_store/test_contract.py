@@ -150,7 +150,15 @@ def test_invalid_keys_are_rejected_and_nothing_is_written(store: ObjectStore, ke
 
 
 def test_invalid_metadata_is_rejected(store: ObjectStore) -> None:
-    for meta in ({"bad key": "v"}, {"k": "caf\u00e9"}, {"lakestream-write-token": "x"}):
+    for meta in (
+        {"bad key": "v"},
+        {"": "v"},
+        {"caf\u00e9": "v"},
+        {"a.b": "v"},
+        {"k": "caf\u00e9"},
+        {"k": "line\nbreak"},
+        {"lakestream-write-token": "x"},
+    ):
         with pytest.raises(InvalidKey):
             store.put("m", b"x", metadata=meta)
     assert not store.exists("m")
