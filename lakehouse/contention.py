@@ -31,7 +31,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 
-#: Seconds (as milliseconds) the pointer must stay unchanged before a retry after a lost commit; 0 = off.
+#: Milliseconds the pointer must stay unchanged before a retry after a lost commit; 0 turns the wait off.
 QUIET_MS = "lakestream.commit.quiet-ms"
 #: The longest a retry waits for quiet, in milliseconds.
 QUIET_MAX_MS = "lakestream.commit.quiet-max-ms"
