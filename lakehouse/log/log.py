@@ -141,8 +141,9 @@ class Log:
         assert sequence is not None
         parts = split_by_bucket(self.definition, table, next(self._sticky) % self.definition.buckets)
         # Encode every segment here, on the caller's thread, before any PUT starts: the pool threads then only
-        # wait on the store (as raw PUTs of ready bodies would). Encoding on the pool threads cost 1.3-2x the
-        # CPU per append once four producers shared the machine (threads woken per bucket, caches cold).
+        # wait on the store, as raw PUTs of ready bodies do. Encoding on the pool threads instead cost more CPU
+        # per 10,000-row append on SeaweedFS: 16.7 ms against 13.7 with one producer, 20.5-22.5 against
+        # 15.9-17.3 with four (client CPU, same-session A/B).
         bodies = {b: segment.encode(part, self.compression) for b, part in parts.items()}
         state = self._producer(producer_id)
         with state.lock:
