@@ -9,7 +9,8 @@ offset bookkeeping). Baseline = the already-encoded segment bodies of the same b
 with the same parallelism (one thread per bucket), no conditions. With 4 producers, 4 threads append at
 once, each through its own `Log` (as separate processes would): to the same table (ours race for the same
 next offsets; the baseline's keys never collide), and to a table each (no races: what 4 producers cost
-the client and the store).
+the client and the store). A third case has the 4 threads share one `Log` on one table, as threads of
+one process should: they take turns per bucket instead of racing.
 
 Read: one bucket, ours = `Log.read` (checksums, headers, system columns, 4 segments prefetched) against
 raw GETs of the same segments with the same prefetch depth plus Arrow IPC decoding.
@@ -55,14 +56,17 @@ def make_batches(n: int, rows: int, seed: int) -> list[pa.Table]:
 
 
 def bench_append(
-    store: ObjectStore, producers: int, batches: int, rows: int, *, same_table: bool = True
+    store: ObjectStore, producers: int, batches: int, rows: int, *, same_table: bool = True, shared_log: bool = False
 ) -> dict[str, float]:
     lh = Lakehouse(store)
     names = [f"bench.orders_{uuid.uuid4().hex[:8]}" for _ in range(1 if same_table else producers)]
     definition = [lh.create_table(n, ORDERS_SCHEMA, primary_key=["o_orderkey"], buckets=BUCKETS) for n in names][0]
     data = make_batches(batches * producers, rows, seed=producers)
     shares = [data[i::producers] for i in range(producers)]
-    logs = [Lakehouse(store).log(names[i % len(names)]) for i in range(producers)]
+    if shared_log:  # threads of one process sharing its Log: they take turns per bucket
+        logs = [Lakehouse(store).log(names[0])] * producers
+    else:
+        logs = [Lakehouse(store).log(names[i % len(names)]) for i in range(producers)]
     for log in logs:
         log.end_offsets()
     # baseline input: the same segment bodies, encoded ahead of time (not timed)
@@ -167,8 +171,14 @@ def run(name: str, store: ObjectStore, args: argparse.Namespace) -> list[str]:
         "| producers | rows/s | MB/s | p50 | p99 | raw PUT rows/s | raw p50 | ratio, median of rounds (goal >= 0.8) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for producers, same, label in ((1, True, "1"), (4, True, "4, one table (racing)"), (4, False, "4, a table each")):
-        r = bench_append(store, producers, args.batches, args.rows, same_table=same)
+    cases = (
+        (1, True, False, "1"),
+        (4, True, False, "4, one table (racing)"),
+        (4, True, True, "4 threads, one table, one shared `Log`"),
+        (4, False, False, "4, a table each"),
+    )
+    for producers, same, shared, label in cases:
+        r = bench_append(store, producers, args.batches, args.rows, same_table=same, shared_log=shared)
         rows.append(
             f"| {label} | {r['rows_s']:,.0f} | {r['mb_s']:.1f} | {r['p50'] * 1e3:.1f} ms | {r['p99'] * 1e3:.1f} ms "
             f"| {r['base_rows_s']:,.0f} | {r['base_p50'] * 1e3:.1f} ms | {r['ratio']:.2f} |"

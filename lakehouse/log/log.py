@@ -83,7 +83,9 @@ class _ProducerState:
 
 
 class Log:
-    """One table's log. Thread-safe; share one instance per process and table.
+    """One table's log. Thread-safe; share one instance per process and table: its threads take turns per
+    bucket instead of racing each other on the store (other processes still race; the create-only PUT
+    decides).
 
     Options: ``limits`` (rows and bytes per append), ``dedup_window`` (segments a retry looks back
     through), ``max_workers`` (parallel bucket writes and read prefetch), ``compression`` of segment
@@ -114,6 +116,8 @@ class Log:
         self._sticky = itertools.count(random.randrange(definition.buckets))
         self._producers: dict[str, _ProducerState] = {}
         self._producers_lock = threading.Lock()
+        # Appends of this Log's threads to one bucket take turns (see `_append_bucket`).
+        self._bucket_locks = [threading.Lock() for _ in range(definition.buckets)]
 
     # ---- append --------------------------------------------------------------------------------------
 
@@ -205,29 +209,35 @@ class Log:
             # log retention has since deleted: that create would succeed and reuse offsets.
             index.refresh()
         metadata = header.to_metadata()
-        offset = index.end
-        for lost in itertools.count():
-            key = self.name.segment_key(bucket, offset)
-            try:
-                self.store.put(key, body, if_none_match=True, metadata=metadata)
-            except PreconditionFailed as exc:
-                # the store read the winner back (to rule out our own lost response): reuse it
-                current = exc.current
-                theirs = (
-                    SegmentHeader.from_metadata(current.metadata, key=key)
-                    if isinstance(current, ObjectInfo)
-                    else self._header_or_none(key)
-                )
-                found = self._next_free(index, offset, theirs, header)
-                if isinstance(found, tuple):
-                    return found, True
-                offset = found
-                if lost >= _RETRIES_WITHOUT_WAIT:
-                    # Still losing: back off a little (jittered, growing) so racing producers spread out.
-                    time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** (lost - _RETRIES_WITHOUT_WAIT))))
-                continue
-            index.record(offset, header.count, key)
-            return (offset, offset + header.count - 1), False
+        # Threads sharing this Log take turns per bucket instead of racing each other on the store: a lost
+        # race costs a whole PUT and more requests (and on SeaweedFS a third of the losers of a 4-way race
+        # wait 1-2 s for their 412). Four threads appending to every bucket of one table: 0.15-0.17 of raw
+        # PUTs with a Log each, 0.20-0.26 sharing one without turns, 0.66-0.68 with them. Other processes
+        # still race, and the create-only PUT decides.
+        with self._bucket_locks[bucket]:
+            offset = index.end
+            for lost in itertools.count():
+                key = self.name.segment_key(bucket, offset)
+                try:
+                    self.store.put(key, body, if_none_match=True, metadata=metadata)
+                except PreconditionFailed as exc:
+                    # the store read the winner back (to rule out our own lost response): reuse it
+                    current = exc.current
+                    theirs = (
+                        SegmentHeader.from_metadata(current.metadata, key=key)
+                        if isinstance(current, ObjectInfo)
+                        else self._header_or_none(key)
+                    )
+                    found = self._next_free(index, offset, theirs, header)
+                    if isinstance(found, tuple):
+                        return found, True
+                    offset = found
+                    if lost >= _RETRIES_WITHOUT_WAIT:
+                        # Still losing: back off a little (jittered, growing) so racing producers spread out.
+                        time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** (lost - _RETRIES_WITHOUT_WAIT))))
+                    continue
+                index.record(offset, header.count, key)
+                return (offset, offset + header.count - 1), False
         raise AssertionError("unreachable")
 
     def _next_free(
