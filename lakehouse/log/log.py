@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from lakehouse.bucketing import bucket_ids
-from lakehouse.errors import BatchError, LakestreamError, OffsetOutOfRange
+from lakehouse.errors import BatchError, CorruptSegmentError, LakestreamError, OffsetOutOfRange
 from lakehouse.log import segment
 from lakehouse.log.batch import Limits, conform, split_by_bucket
 from lakehouse.log.index import BucketIndex
@@ -300,13 +300,26 @@ class Log:
         ``_timestamp``. ``end`` defaults to the bucket's end offset.
 
         Raises:
-            CorruptSegmentError: a segment fails its checksum; nothing is skipped.
+            CorruptSegmentError: a segment fails its checksum, or the bucket's segments are not contiguous;
+                nothing is skipped.
             OffsetOutOfRange: ``start`` is below the earliest retained offset.
         """
-        return pa.Table.from_batches(list(self.read_batches(bucket, start, end)), schema=self.read_schema)
+        parts = list(self._slices(bucket, start, end))
+        if not parts:
+            return self.read_schema.empty_table()
+        # The system columns of the whole read at once, not per segment (as `read_batches` must): reading 100
+        # segments of 10,000 rows went from 0.63-0.65 to 0.79-0.82 of raw GETs + IPC decoding on a local disk,
+        # and from 0.87-0.89 to 0.90-0.91 on SeaweedFS (same-session A/B).
+        return segment.with_system_columns_of_many(parts, self.definition.schema, max(start, parts[0][2]))
 
     def read_batches(self, bucket: int, start: int = 0, end: int | None = None) -> Iterator[pa.RecordBatch]:
         """Like `read`, one segment at a time (segments are fetched a few ahead, in parallel)."""
+        for table, header, first in self._slices(bucket, start, end):
+            yield from segment.with_system_columns(table, header, first).to_batches()
+
+    def _slices(self, bucket: int, start: int, end: int | None) -> Iterator[tuple[pa.Table, SegmentHeader, int]]:
+        """``(records, header, first offset)`` of each segment overlapping [start, end), oldest first, sliced
+        to the range; fetched, verified and decoded ``_READ_AHEAD`` ahead on the pool's threads."""
         if not 0 <= bucket < self.definition.buckets:
             raise ValueError(f"{self.name} has buckets 0..{self.definition.buckets - 1}, not {bucket}")
         if start < 0:
@@ -323,16 +336,23 @@ class Log:
             )
         segs = index.segments(start, end)
 
-        def load(base: int) -> pa.Table:  # on a pool thread: fetch, verify, decode, add system columns
+        def load(base: int, next_base: int) -> tuple[pa.Table, SegmentHeader, int]:  # on a pool thread
             table, header = self._fetch(bucket, base)
-            lo, hi = max(start, base) - base, min(end, base + header.count) - base
-            return segment.with_system_columns(table.slice(lo, hi - lo), header, base + lo)
+            if base + header.count != next_base:
+                first, last = base, base + header.count - 1
+                raise CorruptSegmentError(
+                    f"{self.name.segment_key(bucket, base)} holds offsets {first}..{last}, but the bucket's next "
+                    f"segment starts at {next_base}: the log has a gap or an overlap there. It is not skipped: "
+                    "restore the bucket's objects or re-create the log from its source"
+                )
+            lo, hi = max(start, base) - base, min(end, next_base) - base
+            return table.slice(lo, hi - lo), header, base + lo
 
-        ahead = collections.deque(self._pool.submit(load, base) for base, _ in segs[:_READ_AHEAD])
+        ahead = collections.deque(self._pool.submit(load, *seg) for seg in segs[:_READ_AHEAD])
         for i in range(len(segs)):
             if i + _READ_AHEAD < len(segs):
-                ahead.append(self._pool.submit(load, segs[i + _READ_AHEAD][0]))
-            yield from ahead.popleft().result().to_batches()
+                ahead.append(self._pool.submit(load, *segs[i + _READ_AHEAD]))
+            yield ahead.popleft().result()
 
     def _fetch(self, bucket: int, base: int) -> tuple[pa.Table, SegmentHeader]:
         key = self.name.segment_key(bucket, base)

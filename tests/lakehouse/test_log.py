@@ -105,10 +105,11 @@ def test_keyless_log_table_rotates_whole_appends_over_buckets(lakehouse: Lakehou
 
 
 def test_deletes_may_carry_only_the_key(orders_log: Log) -> None:
+    orders_log.append(orders([5]), "upsert")
     orders_log.append(pa.table({"o_orderkey": pa.array([5], pa.int64())}), "delete")
     b = orders_log.bucket_of([5]).to_pylist()[0]
-    row = orders_log.read(b).to_pylist()[0]
-    assert (row["o_orderkey"], row["o_custkey"], row["_op"]) == (5, None, "delete")
+    rows = orders_log.read(b).to_pylist()  # a full segment and a key-only one in one read
+    assert [(r["o_orderkey"], r["o_custkey"], r["_op"]) for r in rows] == [(5, 5, "upsert"), (5, None, "delete")]
 
 
 def test_safe_casts_are_applied(orders_log: Log) -> None:
@@ -213,6 +214,22 @@ def test_segments_of_earlier_versions_verify_with_zlib_crc32(orders_log: Log, st
     store.put(key, obj.data[:-10], metadata={**legacy, "lakestream-crc32": f"{zlib.crc32(obj.data):08x}"})
     with pytest.raises(CorruptSegmentError, match="checksum"):
         orders_log.read(0)
+
+
+def test_a_gap_or_overlap_between_segments_is_reported_not_skipped(orders_log: Log, store: ObjectStore) -> None:
+    """Offsets are contiguous: a segment that does not start where the previous one ends (a foreign or
+    damaged write) fails the read, naming the segment, instead of yielding repeated or missing offsets."""
+    orders_log.append(orders([7] * 5), "upsert")
+    b = orders_log.bucket_of([7]).to_pylist()[0]
+    first = segments(store)[0]
+    obj = store.get(first)
+    stray = first.replace(f"{0:020d}", f"{3:020d}")  # a second segment starting inside the first (0..4)
+    store.put(stray, obj.data, metadata=dict(obj.metadata))
+    fresh = Log(store, orders_log.definition)
+    for read in (lambda: fresh.read(b), lambda: list(fresh.read_batches(b))):
+        with pytest.raises(CorruptSegmentError, match=rf"{first} holds offsets 0\.\.4.*next segment starts at 3"):
+            read()
+    fresh.close()
 
 
 def test_read_below_retained_offsets(orders_log: Log, store: ObjectStore, lakehouse: Lakehouse) -> None:
@@ -379,18 +396,28 @@ def test_threads_sharing_a_log_take_turns_per_bucket_instead_of_racing(lakehouse
 def test_any_sequence_of_appends_reads_back_as_its_concatenation(tmp_path_factory, appends) -> None:
     lh = Lakehouse.open(tmp_path_factory.mktemp("prop").as_uri())
     lh.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=3)
-    log = lh.log("ods.orders")
-    expected: dict[int, list[tuple[int, str]]] = {0: [], 1: [], 2: []}
-    for keys, op in appends:
+    now = [0.0]
+    log = Log(lh.store, lh.table("ods.orders"), clock=lambda: now[0])
+    expected: dict[int, list[tuple[int, str, int]]] = {0: [], 1: [], 2: []}
+    for i, (keys, op) in enumerate(appends):
+        now[0] = 1000.0 + i  # append i is stamped 1000 + i seconds
         log.append(orders(keys), op)
         for k, b in zip(keys, bucket_ids(pa.array(keys, pa.int64()), 3).to_pylist(), strict=True):
-            expected[b].append((k, op))
+            expected[b].append((k, op, (1000 + i) * 1_000_000))
     for b in range(3):
         got = log.read(b)
-        assert (
-            list(zip(got.column("o_orderkey").to_pylist(), got.column("_op").to_pylist(), strict=True)) == expected[b]
-        )
+        columns = [got.column(c).to_pylist() for c in ("o_orderkey", "_op")]
+        stamps = got.column("_timestamp").cast(pa.int64()).to_pylist()
+        assert list(zip(*columns, stamps, strict=True)) == expected[b]
         assert got.column("_offset").to_pylist() == list(range(len(expected[b])))
+        # any range, whole or streamed, is the same slice of it
+        n = len(expected[b])
+        for start, end in ((n // 3, 2 * n // 3 + 1), (1, n), (max(0, n - 1), n + 5)):
+            part = log.read(b, start, end)
+            assert part.equals(got.slice(start, max(0, min(end, n) - start)))
+            streamed = pa.Table.from_batches(list(log.read_batches(b, start, end)), schema=log.read_schema)
+            assert streamed.equals(part)
+    log.close()
     lh.close()
 
 
