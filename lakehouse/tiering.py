@@ -174,9 +174,8 @@ def _run_task(task: _Task) -> _TaskResult:
 def _write_split(task: _Task, definition: TableDefinition, log_: Log, result: _TaskResult) -> None:
     split, ctx = task.split, task.ctx
     parts = parse_partition_by(definition, definition.schema)
-    batches = log_.read_batches(split.bucket, split.start, split.end)
     if parts:  # several partitions per split: group the whole split (bounded by the split cap)
-        data = log_to_lake_rows(pa.Table.from_batches(list(batches), schema=log_.read_schema), split.bucket)
+        data = log_to_lake_rows(log_.read(split.bucket, split.start, split.end), split.bucket)
         result.rows = data.num_rows
         for partition, rows in partition_groups(definition, data, split.bucket, parts):
             result.added.append(ctx.write(rows, partition, f"{task.stem}-{split.bucket:05d}-{split.start}"))
@@ -184,7 +183,7 @@ def _write_split(task: _Task, definition: TableDefinition, log_: Log, result: _T
 
         def lake_batches():
             buffered, count = [], 0
-            for batch in batches:
+            for batch in log_.read_batches(split.bucket, split.start, split.end):
                 buffered.append(batch)
                 count += batch.num_rows
                 if count >= WRITE_BUFFER_ROWS:
