@@ -10,7 +10,9 @@ with the same parallelism (one thread per bucket), no conditions. With 4 produce
 once, each through its own `Log` (as separate processes would): to the same table (ours race for the same
 next offsets; the baseline's keys never collide), and to a table each (no races: what 4 producers cost
 the client and the store). A third case has the 4 threads share one `Log` on one table, as threads of
-one process should: they take turns per bucket instead of racing.
+one process should: they take turns per bucket instead of racing. A last case appends to a keyless log
+table (each append is one segment in one bucket); its baseline PUTs the
+one body on the caller's thread, as the log does.
 
 Read: one bucket, ours = `Log.read` (checksums, headers, system columns, 4 segments prefetched) against
 raw GETs of the same segments with the same prefetch depth plus Arrow IPC decoding.
@@ -56,11 +58,20 @@ def make_batches(n: int, rows: int, seed: int) -> list[pa.Table]:
 
 
 def bench_append(
-    store: ObjectStore, producers: int, batches: int, rows: int, *, same_table: bool = True, shared_log: bool = False
+    store: ObjectStore,
+    producers: int,
+    batches: int,
+    rows: int,
+    *,
+    same_table: bool = True,
+    shared_log: bool = False,
+    keyless: bool = False,
 ) -> dict[str, float]:
     lh = Lakehouse(store)
     names = [f"bench.orders_{uuid.uuid4().hex[:8]}" for _ in range(1 if same_table else producers)]
-    definition = [lh.create_table(n, ORDERS_SCHEMA, primary_key=["o_orderkey"], buckets=BUCKETS) for n in names][0]
+    key = {} if keyless else {"primary_key": ["o_orderkey"]}  # keyless: a log table, one segment per append
+    op = "insert" if keyless else "upsert"
+    definition = [lh.create_table(n, ORDERS_SCHEMA, buckets=BUCKETS, **key) for n in names][0]
     data = make_batches(batches * producers, rows, seed=producers)
     shares = [data[i::producers] for i in range(producers)]
     if shared_log:  # threads of one process sharing its Log: they take turns per bucket
@@ -76,6 +87,9 @@ def bench_append(
     tag = uuid.uuid4().hex[:8]
 
     def raw_append(segment_bodies: list[bytes]) -> None:
+        if len(segment_bodies) == 1:  # one segment: PUT it here, as the log does
+            store.put(f"raw/{tag}/{uuid.uuid4().hex}", segment_bodies[0])
+            return
         list(pool.map(lambda b: store.put(f"raw/{tag}/{uuid.uuid4().hex}", b), segment_bodies))
 
     ours_wall, base_wall, ours_lat, base_lat = [], [], [], []
@@ -86,9 +100,7 @@ def bench_append(
         return run_threads(lambda i: timed_each(raw_append, body_shares[i][lo : lo + step]), producers)
 
     def ours_round(lo: int) -> tuple[float, list[float]]:  # a Log per thread, as separate processes would have
-        return run_threads(
-            lambda i: timed_each(lambda t: logs[i].append(t, "upsert"), shares[i][lo : lo + step]), producers
-        )
+        return run_threads(lambda i: timed_each(lambda t: logs[i].append(t, op), shares[i][lo : lo + step]), producers)
 
     # Short rounds of each side alternate (the machine's speed drifts within seconds); who goes first swaps.
     for n, lo in enumerate(starts):
@@ -174,13 +186,14 @@ def run(name: str, store: ObjectStore, args: argparse.Namespace) -> list[str]:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     cases = (
-        (1, True, False, "1"),
-        (4, True, False, "4, one table (racing)"),
-        (4, True, True, "4 threads, one table, one shared `Log`"),
-        (4, False, False, "4, a table each"),
+        (1, True, False, False, "1"),
+        (4, True, False, False, "4, one table (racing)"),
+        (4, True, True, False, "4 threads, one table, one shared `Log`"),
+        (4, False, False, False, "4, a table each"),
+        (1, True, False, True, "1, keyless log table (one segment per append)"),
     )
-    for producers, same, shared, label in cases:
-        r = bench_append(store, producers, args.batches, args.rows, same_table=same, shared_log=shared)
+    for producers, same, shared, keyless, label in cases:
+        r = bench_append(store, producers, args.batches, args.rows, same_table=same, shared_log=shared, keyless=keyless)
         rows.append(
             f"| {label} | {r['rows_s']:,.0f} | {r['mb_s']:.1f} | {r['p50'] * 1e3:.1f} ms | {r['p99'] * 1e3:.1f} ms "
             f"| {r['base_rows_s']:,.0f} | {r['base_p50'] * 1e3:.1f} ms | {r['base_p99'] * 1e3:.1f} ms "

@@ -18,6 +18,7 @@ has succeeded (the `Producer` class guarantees both).
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import random
 import threading
@@ -168,13 +169,16 @@ class Log:
                 )
                 for b, body in bodies.items()
             }
-            futures = {
-                b: self._pool.submit(self._append_bucket, b, bodies[b], headers[b], may_be_retry) for b in bodies
-            }
+            calls = {b: functools.partial(self._append_bucket, b, bodies[b], headers[b], may_be_retry) for b in bodies}
+            # Buckets are written in parallel on the pool. An append to one bucket (every append to a keyless
+            # table, or rows that share a bucket) runs its PUT here instead: nothing to overlap, and the handoff
+            # cost 0.3-0.4 ms of CPU per 10,000-row append on both backends (same-session A/B).
+            if len(calls) > 1:
+                calls = {b: self._pool.submit(call).result for b, call in calls.items()}
             ranges, already, failed = {}, set(), {}
-            for b, f in futures.items():
+            for b, call in calls.items():
                 try:
-                    ranges[b], was_there = f.result()
+                    ranges[b], was_there = call()
                     if was_there:
                         already.add(b)
                 except Exception as exc:  # noqa: BLE001 - reported per bucket below

@@ -301,6 +301,25 @@ def test_partial_append_retried_completes_exactly_once(
     fresh.close()
 
 
+@pytest.mark.parametrize("applied", [False, True], ids=["not-applied", "applied-then-lost"])
+def test_one_bucket_append_fails_and_retries_like_any_other(
+    orders_log: Log, store: ObjectStore, lakehouse: Lakehouse, applied: bool
+) -> None:
+    """An append to one bucket runs its PUT on the caller's thread, not the pool: its failure is reported
+    and retried the same way."""
+    keys = [k for k in range(1000) if orders_log.bucket_of([k])[0].as_py() == 2][:40]
+    FailingPuts(store, "/log/00002/", apply=applied)
+    with pytest.raises(AppendIncomplete) as info:
+        orders_log.append(orders(keys), "upsert", producer_id="p", sequence=0)
+    assert set(info.value.failed) == {2} and info.value.result.ranges == {}
+    assert isinstance(info.value.__cause__, StoreUnavailable)
+    retry = orders_log.append(orders(keys), "upsert", producer_id="p", sequence=0)
+    assert retry.ranges == {2: (0, 39)} and retry.already_appended == (frozenset({2}) if applied else frozenset())
+    fresh = Log(store, lakehouse.table("ods.orders"))
+    assert Counter(fresh.read(2).column("o_orderkey").to_pylist()) == Counter(keys)  # exactly once
+    fresh.close()
+
+
 def test_lost_response_on_segment_create_is_not_a_duplicate(seaweedfs) -> None:
     """The real botocore retry path: the create applies, its response is lost, botocore re-sends."""
     from botocore.exceptions import ReadTimeoutError
