@@ -320,6 +320,24 @@ def test_one_bucket_append_fails_and_retries_like_any_other(
     fresh.close()
 
 
+def test_a_retried_keyless_append_goes_to_the_bucket_of_its_first_attempt(
+    lakehouse: Lakehouse, store: ObjectStore
+) -> None:
+    """Keyless tables rotate appends over buckets; a retry (same producer id and sequence) must not rotate,
+    or its look-back searches the wrong bucket and the rows land twice."""
+    lakehouse.create_table("ods.events", EVENTS, buckets=3)
+    log = lakehouse.log("ods.events")
+    FailingPuts(store, "/log/", apply=True)  # the first attempt lands, its answer is lost
+    data = pa.table({"id": [1, 2], "worker": [0, 0], "batch": [0, 0]})
+    with pytest.raises(AppendIncomplete):
+        log.append(data, producer_id="p", sequence=0)
+    retry = log.append(data, producer_id="p", sequence=0)
+    assert retry.already_appended == frozenset(retry.ranges)
+    assert sum(log.end_offsets().values()) == 2  # once, not twice
+    later = [next(iter(log.append(data, producer_id="p", sequence=n).ranges)) for n in range(1, 7)]
+    assert sorted(Counter(later).values()) == [2, 2, 2]  # one producer's appends still rotate
+
+
 def test_lost_response_on_segment_create_is_not_a_duplicate(seaweedfs) -> None:
     """The real botocore retry path: the create applies, its response is lost, botocore re-sends."""
     from botocore.exceptions import ReadTimeoutError
