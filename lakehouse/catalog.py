@@ -427,11 +427,22 @@ class ObjectStoreCatalog(MetastoreCatalog):
         try:  # step 2: the new name, create-only
             self.store.put(new_key, new_body, if_none_match=True)
         except PreconditionFailed:
-            self._resolve_rename(from_ns, from_table, marked)  # roll back our marker
-            raise TableAlreadyExistsError(f"Table {target} already exists") from None
+            if not self._finished_by_another(from_ns, from_table, to_ns, to_table):
+                self._resolve_rename(from_ns, from_table, marked)  # roll back our marker
+                raise TableAlreadyExistsError(f"Table {target} already exists") from None
         self._delete_if_match(old_key, marked_etag)  # step 3
         self._current_pointer(to_ns, to_table)  # clears the renamed-from marker
         return self.load_table(to_identifier)
+
+    def _finished_by_another(self, from_ns: str, from_table: str, to_ns: str, to_table: str) -> bool:
+        """After step 2 of our rename found the new name taken: did a reader that met our marker finish the
+        rename for us (`_resolve_rename` rolls a marked rename forward)? Yes if the new name says it was
+        renamed from ours, or if the old name is gone: only finishing a rename deletes a marked pointer (a
+        drop resolves the rename first). Otherwise the name belongs to another table."""
+        target = self._pointer_or_none(to_ns, to_table)
+        if target is None:
+            return False
+        return target.renamed_from == f"{from_ns}.{from_table}" or self._pointer_or_none(from_ns, from_table) is None
 
     def commit_table(
         self, table: Table, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]

@@ -280,6 +280,32 @@ def test_rename_that_loses_its_first_cas_to_a_commit_reads_the_pointer_again(cat
     assert catalog.load_table("ods.calm").scan().to_arrow().to_pylist() == [{"worker": 2, "seq": 0}]
 
 
+@pytest.mark.parametrize("readers", [("ods.live",), ("ods.live", "ods.moved")], ids=["old-name", "both-names"])
+def test_rename_finished_by_another_reader_between_its_steps_succeeds(catalog_props, catalog, readers) -> None:
+    """Between step 1 (the marker) and step 2 (the new name), a reader of the old name that meets the marker
+    finishes the rename itself (and a reader of the new name may clear its marker too). The renamer's own
+    create-only of the new name then fails; the rename happened all the same and must say so, not
+    "already exists". (Seen once in CI, racing an appender's commit.)"""
+    catalog.create_namespace("ods")
+    catalog.create_table("ods.live", SCHEMA).append(rows(1, 1))
+    other = load_catalog("lake", **catalog_props)
+    real_put, helped = catalog.store.put, []
+
+    def put(key: str, data: bytes, **kw):
+        if kw.get("if_none_match") and b"renamed-from" in data and not helped:
+            helped.append(key)
+            with pytest.raises(NoSuchTableError):
+                other.load_table(readers[0])  # meets the marker, creates the new name, drops the old one
+            for name in readers[1:]:
+                other.load_table(name)  # clears the new name's marker
+        return real_put(key, data, **kw)
+
+    catalog.store.put = put
+    moved = catalog.rename_table("ods.live", "ods.moved")
+    assert helped and catalog.list_tables("ods") == [("ods", "moved")]
+    assert moved.scan().to_arrow().to_pylist() == [{"worker": 1, "seq": 1}]
+
+
 def test_rename_concurrent_with_an_appender_loses_no_acknowledged_append(catalog_props, catalog) -> None:
     catalog.create_namespace("ods")
     catalog.create_table("ods.live", SCHEMA)
