@@ -1,20 +1,16 @@
-"""`Producer`: streaming appends with per-bucket batching, a bounded buffer and no silent loss.
+"""`Producer`: streaming appends with batching, a bounded buffer and no silent loss.
 
-``send`` validates rows at once (a bad batch raises there, nothing is buffered), splits them by bucket and
-queues each bucket's rows. A background thread turns the queues into appends. A bucket is ready when
-``batch_rows`` of its rows are queued or its oldest queued row has waited ``linger`` seconds; an append
-takes every ready bucket's longest run of queued rows that share one operation (the operation of the
-oldest ready row), up to about ``batch_rows`` per bucket, so each segment holds up to ``batch_rows`` rows
-however many buckets the table has. Order within a bucket is kept across operations, so an upsert
-followed by a delete of the same key stays in that order; order across buckets is not a thing offsets
-have. A keyless table has one queue, and each append goes to the next bucket in turn.
+``send`` validates rows at once (a bad batch raises there, nothing is buffered) and queues them. A
+background thread turns the queue into appends: it waits until ``batch_rows`` rows are queued or the
+oldest queued row has waited ``linger`` seconds, then appends the longest run of queued sends that share
+one operation (order across operations is kept, so an upsert followed by a delete of the same key stays
+in that order). Each append is split by bucket, one segment per bucket.
 
 The buffer is bounded: ``send`` blocks while ``max_buffer_rows`` rows wait (back-pressure), so a slow
-store slows the caller instead of filling memory; a full buffer makes every queued bucket ready. Transient
-failures are retried with the same producer id, sequence and buckets, which the log recognises, so a
-retry never duplicates. A failure that outlasts the retries is kept and raised, as `ProducerError`, from
-the next ``send``, ``flush`` or ``close``; the error says how many rows were not delivered. Nothing is
-dropped without the caller being told.
+store slows the caller instead of filling memory. Transient failures are retried with the same producer
+id and sequence, which the log recognises, so a retry never duplicates. A failure that outlasts the
+retries is kept and raised, as `ProducerError`, from the next ``send``, ``flush`` or ``close``; the error
+says how many rows were not delivered. Nothing is dropped without the caller being told.
 """
 
 from __future__ import annotations
@@ -30,24 +26,12 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from lakehouse.errors import LakestreamError, ProducerError
-from lakehouse.log.batch import conform, split_by_bucket
+from lakehouse.log.batch import conform
 
 if TYPE_CHECKING:
     from lakehouse.log.log import AppendResult, Log
 
 log = logging.getLogger(__name__)
-
-#: The queue of a keyless table's rows (it has no bucket until an append picks one).
-_KEYLESS = -1
-
-
-@dataclass
-class _Send:
-    """One `send`'s rows. Its bucket parts share the send's buffers (zero-copy slices), so its memory is
-    free only when every part has been appended: the buffer counts whole sends."""
-
-    rows: int
-    parts_left: int
 
 
 @dataclass
@@ -55,14 +39,10 @@ class _Pending:
     table: pa.Table
     op: str
     queued_at: float
-    send: _Send
 
 
 class Producer:
-    """Batches rows into appends to one `Log`. Use as a context manager, or call `close`.
-
-    ``batch_rows`` is per bucket: an append writes up to about that many rows to each bucket it touches.
-    """
+    """Batches rows into appends to one `Log`. Use as a context manager, or call `close`."""
 
     def __init__(
         self,
@@ -86,9 +66,8 @@ class Producer:
         self.max_buffer_rows = max_buffer_rows
         self.max_retries = max_retries
         self.retry_backoff = retry_backoff
-        self._queues: dict[int, deque[_Pending]] = {}  # per bucket (`_KEYLESS` for a keyless table)
-        self._queued: dict[int, int] = {}  # rows per queue
-        self._buffered = 0  # rows of sends not yet wholly appended
+        self._queue: deque[_Pending] = deque()
+        self._buffered = 0  # rows queued or being appended
         self._cond = threading.Condition()
         self._flush_requested = False
         self._closing = False
@@ -104,7 +83,6 @@ class Producer:
         """Queue rows. Blocks while the buffer is full. Raises `SchemaError`/`BatchError` for bad rows (nothing
         queued) and `ProducerError` if an earlier append failed for good."""
         table = conform(self.log.definition, data, op, self.log.limits)
-        parts = split_by_bucket(self.log.definition, table, _KEYLESS)
         with self._cond:
             self._raise_if_failed()
             if self._closing:
@@ -112,10 +90,7 @@ class Producer:
             while self._buffered + table.num_rows > self.max_buffer_rows and self._buffered > 0:
                 self._cond.wait()
                 self._raise_if_failed()
-            now, whole = time.monotonic(), _Send(table.num_rows, len(parts))
-            for bucket, part in parts.items():
-                self._queues.setdefault(bucket, deque()).append(_Pending(part, op, now, whole))
-                self._queued[bucket] = self._queued.get(bucket, 0) + part.num_rows
+            self._queue.append(_Pending(table, op, time.monotonic()))
             self._buffered += table.num_rows
             self._cond.notify_all()
 
@@ -168,108 +143,65 @@ class Producer:
         while True:
             with self._cond:
                 while not self._ready():
-                    if self._closing and not self._buffered_in_queues():
+                    if self._closing and not self._queue:
                         return
                     self._cond.wait(self._wait_time())
-                if self._closing and not self._buffered_in_queues():
+                if self._closing and not self._queue:
                     return
-                parts, op, taken = self._take_append()
-            if _KEYLESS in parts:  # every attempt of this append goes to one bucket (the retry looks there)
-                parts = {self.log.keyless_bucket(self.producer_id, self._sequence): parts[_KEYLESS]}
+                batch, op, rows = self._take_run()
             try:
-                result = self._append_with_retries(parts, op)
+                result = self._append_with_retries(batch, op)
             except LakestreamError as exc:
                 with self._cond:
-                    undelivered = sum(self._queued.values()) + sum(p.table.num_rows for p in taken)
+                    undelivered = self._buffered
                     self._error = ProducerError(
                         f"producer {self.producer_id}: append {self._sequence} failed after "
                         f"{self.max_retries + 1} attempts; {undelivered} rows were not delivered: {exc}"
                     )
                     self._error.__cause__ = exc
-                    self._queues.clear()
-                    self._queued.clear()
+                    self._queue.clear()
                     self._cond.notify_all()
                 return
             with self._cond:
                 self._sequence += 1
-                for pending in taken:
-                    pending.send.parts_left -= 1
-                    if pending.send.parts_left == 0:
-                        self._buffered -= pending.send.rows
-                self.rows_appended += result.rows
+                self._buffered -= rows
+                self.rows_appended += rows
                 self.results.append(result)
                 self._cond.notify_all()
 
-    def _buffered_in_queues(self) -> bool:
-        return any(self._queues.values())
-
-    def _urgent(self) -> bool:
-        """Append every queued bucket now: on flush and close, and when the buffer is full (a `send` waits)."""
-        return self._flush_requested or self._closing or self._buffered >= self.max_buffer_rows
-
-    def _bucket_ready(self, bucket: int, now: float) -> bool:
-        queue = self._queues[bucket]
-        return bool(queue) and (self._queued[bucket] >= self.batch_rows or now - queue[0].queued_at >= self.linger)
-
     def _ready(self) -> bool:
-        if self._error is not None or not self._buffered_in_queues():
+        if self._error is not None:
             return False
-        if self._urgent():
+        if not self._queue:
+            return False
+        if self._flush_requested or self._closing:
             return True
-        now = time.monotonic()
-        return any(self._bucket_ready(b, now) for b in self._queues)
+        queued = sum(p.table.num_rows for p in self._queue)
+        return queued >= self.batch_rows or time.monotonic() - self._queue[0].queued_at >= self.linger
 
     def _wait_time(self) -> float | None:
-        heads = [q[0].queued_at for q in self._queues.values() if q]
-        if not heads:
+        if not self._queue:
             return None
-        return max(0.001, self.linger - (time.monotonic() - min(heads)))
+        return max(0.001, self.linger - (time.monotonic() - self._queue[0].queued_at))
 
-    def _take_append(self) -> tuple[dict[int, pa.Table], str, list[_Pending]]:
-        """Pop the next append: for every ready bucket whose oldest queued rows have the operation of the
-        oldest ready rows, its longest run of queued sends with that operation, up to about ``batch_rows``
-        rows, within the log's per-append limits."""
-        now, urgent = time.monotonic(), self._urgent()
-        ready = sorted(
-            (b for b, q in self._queues.items() if q and (urgent or self._bucket_ready(b, now))),
-            key=lambda b: self._queues[b][0].queued_at,
-        )
-        op = self._queues[ready[0]][0].op
-        limits = self.log.limits
-        parts: dict[int, pa.Table] = {}
-        taken: list[_Pending] = []
-        rows = nbytes = 0
-        for bucket in ready:
-            queue = self._queues[bucket]
-            if queue[0].op != op:
-                continue
-            run: list[_Pending] = []
-            run_rows = run_bytes = 0
-            while queue and queue[0].op == op and (not run or run_rows + queue[0].table.num_rows <= self.batch_rows):
-                size, weight = queue[0].table.num_rows, queue[0].table.nbytes
-                if parts or run:  # the first send always fits: `send` checked it against the limits
-                    if rows + run_rows + size > limits.max_rows or nbytes + run_bytes + weight > limits.max_bytes:
-                        break
-                run.append(queue.popleft())
-                run_rows, run_bytes = run_rows + size, run_bytes + weight
-            if not run:
-                break  # the append is full
-            # one contiguous record batch per segment, as `Log.append` writes (its take copies too)
-            tables = [p.table for p in run]
-            parts[bucket] = (
-                tables[0]
-                if len(tables) == 1
-                else pa.concat_tables(tables, promote_options="permissive").combine_chunks()
-            )
-            self._queued[bucket] -= run_rows
-            taken += run
-            rows, nbytes = rows + run_rows, nbytes + run_bytes
-        return parts, op, taken
+    def _take_run(self) -> tuple[pa.Table, str, int]:
+        """Pop the longest prefix of queued sends with one operation, up to about ``batch_rows`` rows."""
+        op = self._queue[0].op
+        tables, rows = [], 0
+        while (
+            self._queue
+            and self._queue[0].op == op
+            and (rows == 0 or rows + self._queue[0].table.num_rows <= self.batch_rows)
+        ):
+            pending = self._queue.popleft()
+            tables.append(pending.table)
+            rows += pending.table.num_rows
+        return pa.concat_tables(tables, promote_options="permissive"), op, rows
 
-    def _append_with_retries(self, parts: dict[int, pa.Table], op: str) -> AppendResult:
+    def _append_with_retries(self, batch: pa.Table, op: str) -> AppendResult:
         for attempt in range(self.max_retries + 1):
             try:
-                return self.log._append_parts(parts, op, self.producer_id, self._sequence, explicit_id=True)
+                return self.log.append(batch, op, producer_id=self.producer_id, sequence=self._sequence)
             except LakestreamError as exc:
                 if attempt == self.max_retries or not _retryable(exc):
                     raise
