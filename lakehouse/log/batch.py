@@ -98,12 +98,16 @@ def _nullable(schema: pa.Schema, names: list[str]) -> pa.Schema:
     return pa.schema([f.with_nullable(True) if f.name in names else f for f in schema], metadata=schema.metadata)
 
 
-def split_by_bucket(definition: TableDefinition, table: pa.Table, sticky_bucket: int) -> dict[int, pa.Table]:
+def split_by_bucket(
+    definition: TableDefinition, table: pa.Table, sticky_bucket: int, *, own_buffers: bool = False
+) -> dict[int, pa.Table]:
     """Rows per bucket, in input order within each bucket. Keyless tables put the whole batch in
     ``sticky_bucket`` (the caller rotates it per append).
 
     One ``take`` sorts the batch by bucket and each bucket's rows are a zero-copy slice of it (a take per
-    bucket cost 25-30% more for four buckets of a 10,000-row batch); the slices encode to the same records."""
+    bucket cost 25-30% more for four buckets of a 10,000-row batch); the slices encode to the same records.
+    With ``own_buffers`` each bucket gets its own take instead, so a part kept after the others are gone
+    holds only its rows' memory (the `Producer` queues parts per bucket)."""
     if definition.bucket_key is None:
         return {sticky_bucket: table}
     ids = bucket_ids(table.column(definition.bucket_key), definition.buckets).to_numpy(zero_copy_only=False)
@@ -113,6 +117,9 @@ def split_by_bucket(definition: TableDefinition, table: pa.Table, sticky_bucket:
         return {int(present[0]): table}
     # a stable sort of 16-bit ids is a radix sort (5x faster than sorting the int32 ids)
     narrow = ids.astype(np.int16) if definition.buckets <= np.iinfo(np.int16).max else ids
-    ordered = table.take(np.argsort(narrow, kind="stable"))
+    order = np.argsort(narrow, kind="stable")
     starts = np.cumsum(counts) - counts
+    if own_buffers:
+        return {int(b): table.take(order[starts[b] : starts[b] + counts[b]]) for b in present}
+    ordered = table.take(order)
     return {int(b): ordered.slice(int(starts[b]), int(counts[b])) for b in present}

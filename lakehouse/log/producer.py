@@ -1,16 +1,23 @@
-"""`Producer`: streaming appends with batching, a bounded buffer and no silent loss.
+"""`Producer`: streaming appends with per-bucket batching, a bounded buffer and no silent loss.
 
 ``send`` validates rows at once (a bad batch raises there, nothing is buffered) and queues them. A
-background thread turns the queue into appends: it waits until ``batch_rows`` rows are queued or the
-oldest queued row has waited ``linger`` seconds, then appends the longest run of queued sends that share
-one operation (order across operations is kept, so an upsert followed by a delete of the same key stays
-in that order). Each append is split by bucket, one segment per bucket.
+background thread splits queued sends by bucket into one queue per bucket, and turns the queues into
+appends. A bucket is ready when ``batch_rows`` of its rows are queued or its oldest queued row has waited
+``linger`` seconds; an append takes every ready bucket's longest run of queued rows that share one
+operation (the operation of the oldest ready row), up to about ``batch_rows`` per bucket, so a segment
+holds up to ``batch_rows`` rows however many buckets the table has. Order within a bucket is kept across
+operations, so an upsert followed by a delete of the same key stays in that order (offsets are per
+bucket, so there is no order across buckets to keep). A keyless table has one queue; its appends rotate
+over the buckets.
 
 The buffer is bounded: ``send`` blocks while ``max_buffer_rows`` rows wait (back-pressure), so a slow
-store slows the caller instead of filling memory. Transient failures are retried with the same producer
-id and sequence, which the log recognises, so a retry never duplicates. A failure that outlasts the
-retries is kept and raised, as `ProducerError`, from the next ``send``, ``flush`` or ``close``; the error
-says how many rows were not delivered. Nothing is dropped without the caller being told.
+store slows the caller instead of filling memory. A full buffer makes every queued bucket ready, and an
+append then takes about half of it, so sends refill the rest meanwhile. Each bucket's part of a send owns
+its buffers, so the buffer's row count bounds memory even when one bucket's rows wait longer. Transient
+failures are retried with the same producer id, sequence and buckets, which the log recognises, so a
+retry never duplicates. A failure that outlasts the retries is kept and raised, as `ProducerError`, from
+the next ``send``, ``flush`` or ``close``; the error says how many rows were not delivered. Nothing is
+dropped without the caller being told.
 """
 
 from __future__ import annotations
@@ -26,12 +33,15 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from lakehouse.errors import LakestreamError, ProducerError
-from lakehouse.log.batch import conform
+from lakehouse.log.batch import conform, split_by_bucket
 
 if TYPE_CHECKING:
     from lakehouse.log.log import AppendResult, Log
 
 log = logging.getLogger(__name__)
+
+#: The queue of a keyless table's rows (it has no bucket until an append picks one).
+_KEYLESS = -1
 
 
 @dataclass
@@ -42,7 +52,10 @@ class _Pending:
 
 
 class Producer:
-    """Batches rows into appends to one `Log`. Use as a context manager, or call `close`."""
+    """Batches rows into appends to one `Log`. Use as a context manager, or call `close`.
+
+    ``batch_rows`` is per bucket: an append writes up to about that many rows to each bucket it touches.
+    """
 
     def __init__(
         self,
@@ -66,8 +79,10 @@ class Producer:
         self.max_buffer_rows = max_buffer_rows
         self.max_retries = max_retries
         self.retry_backoff = retry_backoff
-        self._queue: deque[_Pending] = deque()
-        self._buffered = 0  # rows queued or being appended
+        self._incoming: deque[_Pending] = deque()  # whole sends, not yet split by bucket
+        self._queues: dict[int, deque[_Pending]] = {}  # per bucket (`_KEYLESS` for a keyless table)
+        self._queued: dict[int, int] = {}  # rows per bucket queue
+        self._buffered = 0  # rows sent and not yet appended
         self._cond = threading.Condition()
         self._flush_requested = False
         self._closing = False
@@ -90,7 +105,7 @@ class Producer:
             while self._buffered + table.num_rows > self.max_buffer_rows and self._buffered > 0:
                 self._cond.wait()
                 self._raise_if_failed()
-            self._queue.append(_Pending(table, op, time.monotonic()))
+            self._incoming.append(_Pending(table, op, time.monotonic()))
             self._buffered += table.num_rows
             self._cond.notify_all()
 
@@ -142,66 +157,134 @@ class Producer:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._ready():
-                    if self._closing and not self._queue:
+                while not (self._incoming or self._ready()):
+                    if self._closing and not self._buffered_in_queues():
                         return
                     self._cond.wait(self._wait_time())
-                if self._closing and not self._queue:
+                if self._incoming:
+                    incoming, self._incoming = self._incoming, deque()
+                else:
+                    incoming = None
+                    parts, op = self._take_append()
+            if incoming is not None:
+                try:
+                    self._split(incoming)
+                except Exception as exc:  # noqa: BLE001 - not expected (`send` validated the rows); never silent
+                    self._fail(exc, "splitting sends by bucket failed")
                     return
-                batch, op, rows = self._take_run()
+                continue
+            if _KEYLESS in parts:  # every attempt of this append goes to one bucket (the retry looks there)
+                parts = {self.log.keyless_bucket(self.producer_id, self._sequence): parts[_KEYLESS]}
             try:
-                result = self._append_with_retries(batch, op)
+                result = self._append_with_retries(parts, op)
             except LakestreamError as exc:
-                with self._cond:
-                    undelivered = self._buffered
-                    self._error = ProducerError(
-                        f"producer {self.producer_id}: append {self._sequence} failed after "
-                        f"{self.max_retries + 1} attempts; {undelivered} rows were not delivered: {exc}"
-                    )
-                    self._error.__cause__ = exc
-                    self._queue.clear()
-                    self._cond.notify_all()
+                self._fail(exc, f"append {self._sequence} failed after {self.max_retries + 1} attempts")
                 return
             with self._cond:
                 self._sequence += 1
-                self._buffered -= rows
-                self.rows_appended += rows
+                self._buffered -= result.rows
+                self.rows_appended += result.rows
                 self.results.append(result)
                 self._cond.notify_all()
 
+    def _fail(self, exc: BaseException, what: str) -> None:
+        """Keep the failure for the caller's next `send`, `flush` or `close`; drop the queues."""
+        with self._cond:
+            self._error = ProducerError(
+                f"producer {self.producer_id}: {what}; {self._buffered} rows were not delivered: {exc}"
+            )
+            self._error.__cause__ = exc
+            self._incoming.clear()
+            self._queues.clear()
+            self._queued.clear()
+            self._cond.notify_all()
+
+    def _split(self, sends: deque[_Pending]) -> None:
+        """Split sends by bucket into the bucket queues, in order (here, off the caller's thread: splitting
+        in `send` slowed sends enough that the linger fired on small queues). Each part owns its buffers."""
+        split = [(send, split_by_bucket(self.log.definition, send.table, _KEYLESS, own_buffers=True)) for send in sends]
+        with self._cond:
+            for send, parts in split:
+                for bucket, part in parts.items():
+                    self._queues.setdefault(bucket, deque()).append(_Pending(part, send.op, send.queued_at))
+                    self._queued[bucket] = self._queued.get(bucket, 0) + part.num_rows
+
+    def _buffered_in_queues(self) -> bool:
+        return any(self._queues.values())
+
+    def _urgent(self) -> bool:
+        """Append every queued bucket now: on flush and close, and when the buffer is full (a `send` waits)."""
+        return self._flush_requested or self._closing or self._full()
+
+    def _full(self) -> bool:
+        return self._buffered >= self.max_buffer_rows
+
+    def _bucket_ready(self, bucket: int, now: float) -> bool:
+        queue = self._queues[bucket]
+        return bool(queue) and (self._queued[bucket] >= self.batch_rows or now - queue[0].queued_at >= self.linger)
+
     def _ready(self) -> bool:
-        if self._error is not None:
+        if self._error is not None or not self._buffered_in_queues():
             return False
-        if not self._queue:
-            return False
-        if self._flush_requested or self._closing:
+        if self._urgent():
             return True
-        queued = sum(p.table.num_rows for p in self._queue)
-        return queued >= self.batch_rows or time.monotonic() - self._queue[0].queued_at >= self.linger
+        now = time.monotonic()
+        return any(self._bucket_ready(b, now) for b in self._queues)
 
     def _wait_time(self) -> float | None:
-        if not self._queue:
+        heads = [q[0].queued_at for q in self._queues.values() if q]
+        if not heads:
             return None
-        return max(0.001, self.linger - (time.monotonic() - self._queue[0].queued_at))
+        return max(0.001, self.linger - (time.monotonic() - min(heads)))
 
-    def _take_run(self) -> tuple[pa.Table, str, int]:
-        """Pop the longest prefix of queued sends with one operation, up to about ``batch_rows`` rows."""
-        op = self._queue[0].op
-        tables, rows = [], 0
-        while (
-            self._queue
-            and self._queue[0].op == op
-            and (rows == 0 or rows + self._queue[0].table.num_rows <= self.batch_rows)
-        ):
-            pending = self._queue.popleft()
-            tables.append(pending.table)
-            rows += pending.table.num_rows
-        return pa.concat_tables(tables, promote_options="permissive"), op, rows
+    def _take_append(self) -> tuple[dict[int, pa.Table], str]:
+        """Pop the next append: for every ready bucket whose oldest queued rows have the operation of the
+        oldest ready rows, its longest run of queued sends with that operation, up to about ``batch_rows``
+        rows (less when the buffer is full), within the log's per-append limits."""
+        now, urgent = time.monotonic(), self._urgent()
+        ready = sorted(
+            (b for b, q in self._queues.items() if q and (urgent or self._bucket_ready(b, now))),
+            key=lambda b: self._queues[b][0].queued_at,
+        )
+        op = self._queues[ready[0]][0].op
+        limits = self.log.limits
+        cap = self.batch_rows
+        if self._full() and not (self._flush_requested or self._closing):
+            # Take about half the buffer, spread over the buckets, so sends refill the other half while these
+            # rows are appended (taking it all would stall every send until the append is done).
+            cap = min(cap, max(1, self.max_buffer_rows // (2 * len(ready))))
+        parts: dict[int, pa.Table] = {}
+        rows = nbytes = 0
+        for bucket in ready:
+            queue = self._queues[bucket]
+            if queue[0].op != op:
+                continue
+            run: list[_Pending] = []
+            run_rows = run_bytes = 0
+            while queue and queue[0].op == op and (not run or run_rows + queue[0].table.num_rows <= cap):
+                size, weight = queue[0].table.num_rows, queue[0].table.nbytes
+                if parts or run:  # the first send always fits: `send` checked it against the limits
+                    if rows + run_rows + size > limits.max_rows or nbytes + run_bytes + weight > limits.max_bytes:
+                        break
+                run.append(queue.popleft())
+                run_rows, run_bytes = run_rows + size, run_bytes + weight
+            if not run:
+                break  # the append is full
+            # one contiguous record batch per segment, as `Log.append` writes (its take copies too)
+            tables = [p.table for p in run]
+            parts[bucket] = (
+                tables[0]
+                if len(tables) == 1
+                else pa.concat_tables(tables, promote_options="permissive").combine_chunks()
+            )
+            self._queued[bucket] -= run_rows
+            rows, nbytes = rows + run_rows, nbytes + run_bytes
+        return parts, op
 
-    def _append_with_retries(self, batch: pa.Table, op: str) -> AppendResult:
+    def _append_with_retries(self, parts: dict[int, pa.Table], op: str) -> AppendResult:
         for attempt in range(self.max_retries + 1):
             try:
-                return self.log.append(batch, op, producer_id=self.producer_id, sequence=self._sequence)
+                return self.log._append_parts(parts, op, self.producer_id, self._sequence, explicit_id=True)
             except LakestreamError as exc:
                 if attempt == self.max_retries or not _retryable(exc):
                     raise

@@ -32,13 +32,19 @@ def all_rows(log: Log) -> list[dict]:
     return [r for b in range(2) for r in log.read(b).to_pylist()]
 
 
-def test_batches_many_sends_into_few_appends(log: Log) -> None:
+def test_batches_per_bucket_into_few_full_segments(log: Log) -> None:
+    """``batch_rows`` is per bucket: 50 sends of 10 rows over 2 buckets make segments of 91-100 rows (a
+    send puts about 5 rows in each bucket), not appends of 100 rows split into two segments of ~50."""
     with log.producer(batch_rows=100, linger=10) as p:
         for i in range(50):
             p.send(rows(range(i * 10, i * 10 + 10)), "upsert")
-    assert p.rows_appended == 500 and len(p.results) == 5  # 50 sends -> 5 appends of 100 rows
+    assert p.rows_appended == 500 and len(p.results) < 10
     assert Counter(r["k"] for r in all_rows(log)) == Counter(range(500))
-    assert [r.sequence for r in p.results] == list(range(5))
+    assert [r.sequence for r in p.results] == list(range(len(p.results)))
+    for b in range(2):
+        sizes = [r.ranges[b][1] - r.ranges[b][0] + 1 for r in p.results if b in r.ranges]
+        assert all(91 <= n <= 100 for n in sizes[:-1]), sizes  # the last one is what close() found
+        assert sum(sizes) == log.end_offsets()[b]
 
 
 def test_linger_flushes_without_more_sends(log: Log) -> None:
@@ -125,8 +131,29 @@ def test_transient_failures_are_retried_without_duplicates(log: Log, store: Obje
     assert Counter(r["k"] for r in all_rows(log)) == Counter(range(100))
 
 
+def test_a_bucket_part_holds_only_its_own_rows(log: Log) -> None:
+    """A send's rows are queued per bucket, and one bucket's part may wait longer than the others. Each part
+    owns its buffers, so a one-row part does not keep its whole send in memory: the buffer, which counts
+    rows, stays an honest bound on memory."""
+    bucket = log.bucket_of(list(range(3000))).to_pylist()
+    zero, one = [k for k in range(3000) if bucket[k] == 0], [k for k in range(3000) if bucket[k] == 1]
+    p = log.producer(batch_rows=1000, linger=60)
+    p.send(rows([*zero[:999], one[0]]), "upsert")  # neither bucket is ready: 999 and 1 rows
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with p._cond:
+            part = p._queues[1][0].table if p._queues.get(1) else None
+        if part is not None:
+            break
+        time.sleep(0.01)
+    assert part is not None and part.num_rows == 1
+    assert part.get_total_buffer_size() < 100  # its own row, not the 1,000-row send's buffers (~16 kB)
+    p.close()
+    assert Counter(r["k"] for r in all_rows(log)) == Counter([*zero[:999], one[0]])
+
+
 def test_keyless_table_rotates_appends_and_a_retry_stays_in_its_bucket(lakehouse: Lakehouse, store) -> None:
-    """A Producer's appends to a keyless table go to the next bucket each. A retried append goes to the
+    """A keyless table has one queue; each append goes to the next bucket. A retried append goes to the
     bucket of its first attempt (here: that attempt landed and its answer was lost), so nothing doubles."""
     lakehouse.create_table("ods.clicks", SCHEMA, buckets=3)
     log = lakehouse.log("ods.clicks")
