@@ -10,7 +10,11 @@ concurrently; appends to several buckets are not atomic together, which `AppendI
 the same pair after any failure (a lost response, `StoreUnavailable`, a crash of the caller) never
 duplicates records: before writing a bucket the retry looks back through that bucket's newest segments
 (at most ``dedup_window`` of them) for a segment of the same producer and sequence. The look-back is
-skipped for a sequence this `Log` has not attempted before, so the normal path costs nothing extra.
+skipped for a sequence this `Log` has not attempted before, so the normal path costs nothing extra;
+it is done for the first append of a producer id the `Log` does not know (it may be resuming after a
+crash), which costs up to ``dedup_window`` HEADs per bucket. Appends without a producer id are never
+retries and leave no state behind; the `Log` remembers at most ``_MAX_PRODUCERS`` producer ids (the
+least recently used one is forgotten, which only makes its next append look back).
 Sequences of one producer must increase, and a producer must not start sequence ``n + 1`` before ``n``
 has succeeded (the `Producer` class guarantees both).
 """
@@ -54,6 +58,8 @@ _RETRIES_WITHOUT_WAIT = 3
 _MAX_CHAIN_WALK = 8
 #: Segments a read fetches, verifies and decodes ahead of the consumer (on the pool's threads).
 _READ_AHEAD = 4
+#: Producer ids a `Log` remembers (their last sequence); beyond it the least recently used is forgotten.
+_MAX_PRODUCERS = 10_000
 
 
 @dataclass(frozen=True)
@@ -150,20 +156,33 @@ class Log:
         return self._append_parts(parts, op, producer_id, sequence, explicit_id=explicit_id)
 
     def _append_parts(
-        self, parts: dict[int, pa.Table], op: str, producer_id: str, sequence: int, *, explicit_id: bool
+        self,
+        parts: dict[int, pa.Table],
+        op: str,
+        producer_id: str,
+        sequence: int,
+        *,
+        explicit_id: bool,
+        retry: bool = False,
     ) -> AppendResult:
         """Append validated rows already split by bucket (`conform`, then `split_by_bucket`): one segment per
-        bucket, under one producer id and sequence. The `Producer` batches per bucket and calls this."""
+        bucket, under one producer id and sequence. The `Producer` batches per bucket and calls this.
+
+        ``explicit_id``: the id came from the caller, so an earlier attempt may exist that this `Log` did
+        not make (another process, before a crash): the first append of an id the `Log` does not know looks
+        back. Without it the id is fresh (generated here or by a `Producer`), and only a ``retry`` (an
+        earlier attempt was made through this `Log`) looks back."""
         # Encode every segment here, on the caller's thread, before any PUT starts: the pool threads then only
         # wait on the store, as raw PUTs of ready bodies do. Encoding on the pool threads instead cost more CPU
         # per 10,000-row append on SeaweedFS: 16.7 ms against 13.7 with one producer, 20.5-22.5 against
         # 15.9-17.3 with four (client CPU, same-session A/B).
         bodies = {b: segment.encode(part, self.compression) for b, part in parts.items()}
-        state = self._producer(producer_id)
+        # A fresh id has no earlier attempts to remember (and one per anonymous append would grow without bound).
+        state = self._producer(producer_id) if explicit_id else _ProducerState()
         with state.lock:
             # A sequence this Log has not attempted yet cannot be a retry, unless the id was given by a
             # caller we have not seen before (it may be resuming after a crash).
-            may_be_retry = explicit_id and (state.last_sequence < 0 or sequence <= state.last_sequence)
+            may_be_retry = retry or (explicit_id and (state.last_sequence < 0 or sequence <= state.last_sequence))
             state.last_sequence = max(state.last_sequence, sequence)
             timestamp_us = int(self._clock() * 1_000_000)
             headers = {
@@ -212,8 +231,17 @@ class Log:
         return (zlib.crc32(producer_id.encode()) + sequence) % self.definition.buckets
 
     def _producer(self, producer_id: str) -> _ProducerState:
+        """The state of a caller-given producer id, most recently used last. Forgetting an id is safe: its
+        next append is then treated as a possible retry and looks back."""
         with self._producers_lock:
-            return self._producers.setdefault(producer_id, _ProducerState())
+            state = self._producers.pop(producer_id, None) or _ProducerState()
+            self._producers[producer_id] = state
+            if len(self._producers) > _MAX_PRODUCERS:
+                for old_id, old in self._producers.items():  # the least recently used one not appending now
+                    if not old.lock.locked():
+                        del self._producers[old_id]
+                        break
+            return state
 
     def _append_bucket(
         self, bucket: int, body: bytes, header: SegmentHeader, may_be_retry: bool

@@ -73,6 +73,10 @@ class Producer:
             raise ValueError("need batch_rows >= 1 and max_buffer_rows >= batch_rows")
         self.log = log
         self.producer_id = producer_id or uuid.uuid4().hex
+        # A caller-given id may be resuming after a crash, so the first append looks back for an earlier
+        # attempt; a generated one cannot have any, so only retries look back (a look-back HEADs up to
+        # `Log.dedup_window` segments per bucket).
+        self._given_id = producer_id is not None
         self._sequence = first_sequence
         self.batch_rows = batch_rows
         self.linger = linger
@@ -284,7 +288,9 @@ class Producer:
     def _append_with_retries(self, parts: dict[int, pa.Table], op: str) -> AppendResult:
         for attempt in range(self.max_retries + 1):
             try:
-                return self.log._append_parts(parts, op, self.producer_id, self._sequence, explicit_id=True)
+                return self.log._append_parts(
+                    parts, op, self.producer_id, self._sequence, explicit_id=self._given_id, retry=attempt > 0
+                )
             except LakestreamError as exc:
                 if attempt == self.max_retries or not _retryable(exc):
                     raise

@@ -265,6 +265,27 @@ def test_retry_with_same_producer_sequence_from_a_new_process_is_recognised(
     restarted.close()
 
 
+def test_a_log_keeps_no_state_for_anonymous_appends_and_a_bounded_number_of_producer_ids(
+    orders_log: Log, store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Appends without a producer id are never retried, so they leave nothing behind (one state per append
+    would grow without bound in a long-lived process). Producer ids are remembered up to a limit; a
+    forgotten id's next append looks back, so a retry of it is still recognised."""
+    import lakehouse.log.log as log_module
+
+    for i in range(5):
+        orders_log.append(orders(range(i * 10, i * 10 + 10)), "upsert")
+    assert orders_log._producers == {}
+    monkeypatch.setattr(log_module, "_MAX_PRODUCERS", 3)
+    first = orders_log.append(orders(range(100, 140)), "upsert", producer_id="p0", sequence=0)
+    for n in range(1, 6):
+        orders_log.append(orders(range(n * 1000, n * 1000 + 4)), "upsert", producer_id=f"p{n}", sequence=0)
+    assert len(orders_log._producers) == 3 and "p0" not in orders_log._producers
+    again = orders_log.append(orders(range(100, 140)), "upsert", producer_id="p0", sequence=0)  # a retry
+    assert again.already_appended == frozenset(first.ranges) and again.ranges == first.ranges
+    assert sum(orders_log.end_offsets().values()) == 50 + 40 + 5 * 4
+
+
 class FailingPuts:
     """Fault wrapper: the real store, but PUTs of selected keys raise StoreUnavailable (after applying,
     if ``apply`` is set: the write landed, the answer was lost for good)."""

@@ -177,6 +177,53 @@ def test_keyless_table_rotates_appends_and_a_retry_stays_in_its_bucket(lakehouse
     assert Counter(keys) == Counter(range(90))  # every row exactly once
 
 
+class CountingReads:
+    """Observer wrapper: the real store, counting HEADs and LISTs."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.heads = self.lists = 0
+        real_head, real_list = store.head, store.list
+
+        def head(key: str) -> Any:
+            self.heads += 1
+            return real_head(key)
+
+        def list_(*args: Any, **kw: Any) -> Any:
+            self.lists += 1
+            return real_list(*args, **kw)
+
+        store.head, store.list = head, list_  # type: ignore[method-assign]
+
+
+def test_a_new_producers_first_append_reads_no_earlier_segments(log: Log, store: ObjectStore) -> None:
+    """A `Producer` with a generated id cannot have an earlier attempt in the log, so its first append does
+    not look back for one (that look-back HEADs up to `dedup_window` segments per bucket)."""
+    for i in range(20):
+        log.append(rows(range(i * 10, i * 10 + 10)), "upsert")
+    reads = CountingReads(store)
+    with log.producer(batch_rows=100, linger=10) as p:
+        p.send(rows(range(1000, 1010)), "upsert")
+    assert p.rows_appended == 10
+    assert (reads.heads, reads.lists) == (0, 0)
+
+
+def test_a_producer_restarted_with_its_id_skips_what_already_landed(
+    lakehouse: Lakehouse, log: Log, store: ObjectStore
+) -> None:
+    """A process appended (producer "p1", sequence 0) and died before it learnt the answer. Restarted with
+    the same id and first sequence, its `Producer` looks back on its first append and finds it there."""
+    first = log.append(rows(range(10)), "upsert", producer_id="p1", sequence=0)
+    log.append(rows(range(100, 110)), "upsert")  # others append after it
+    restarted = Log(store, lakehouse.table("ods.kv"))  # the new process
+    with restarted.producer(producer_id="p1", first_sequence=0, batch_rows=100, linger=10) as p:
+        p.send(rows(range(10)), "upsert")  # the same rows again: what the caller replays after a crash
+        p.flush()
+        p.send(rows(range(10, 20)), "upsert")  # then new ones
+    assert p.results[0].already_appended == frozenset(first.ranges) and p.results[0].ranges == first.ranges
+    assert Counter(r["k"] for r in all_rows(log)) == Counter([*range(20), *range(100, 110)])
+    restarted.close()
+
+
 def test_permanent_failure_is_reported_with_the_undelivered_count(log: Log, store: ObjectStore) -> None:
     FailingSegmentPuts(store, times=10**9)
     p = log.producer(batch_rows=10, linger=0.0, max_retries=2, retry_backoff=0.01)
