@@ -8,7 +8,6 @@ import uuid
 import zlib
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -27,6 +26,7 @@ from lakehouse.errors import (
 )
 from lakehouse.log import AppendIncomplete, Limits, Log, segment
 from object_store import ObjectStore, StoreUnavailable
+from tests.lakehouse._faults import CountingPuts, FailingPuts
 from tests.lakehouse._workers import append_batches
 
 ORDERS = pa.schema([("o_orderkey", pa.int64()), ("o_custkey", pa.int32()), ("o_comment", pa.string())])
@@ -286,24 +286,6 @@ def test_a_log_keeps_no_state_for_anonymous_appends_and_a_bounded_number_of_prod
     assert sum(orders_log.end_offsets().values()) == 50 + 40 + 5 * 4
 
 
-class FailingPuts:
-    """Fault wrapper: the real store, but PUTs of selected keys raise StoreUnavailable (after applying,
-    if ``apply`` is set: the write landed, the answer was lost for good)."""
-
-    def __init__(self, store: ObjectStore, match: str, *, times: int = 1, apply: bool = False) -> None:
-        self.real_put = store.put
-        self.match, self.times, self.apply = match, times, apply
-        store.put = self.put  # type: ignore[method-assign]
-
-    def put(self, key: str, data: bytes, **kw: Any) -> str:
-        if self.match in key and self.times > 0:
-            self.times -= 1
-            if self.apply:
-                self.real_put(key, data, **kw)
-            raise StoreUnavailable(f"injected: PutObject {key} timed out")
-        return self.real_put(key, data, **kw)
-
-
 @pytest.mark.parametrize("applied", [False, True], ids=["not-applied", "applied-then-lost"])
 def test_partial_append_retried_completes_exactly_once(
     orders_log: Log, store: ObjectStore, lakehouse: Lakehouse, applied: bool
@@ -378,18 +360,6 @@ def test_lost_response_on_segment_create_is_not_a_duplicate(seaweedfs) -> None:
     assert sent and result.ranges == {0: (0, 9)}
     assert log.end_offsets() == {0: 10} and log.read(0).num_rows == 10
     lh.close()
-
-
-class CountingPuts:
-    """Observer wrapper: the real store, recording the key of every PUT."""
-
-    def __init__(self, store: ObjectStore) -> None:
-        self.real_put, self.keys = store.put, []
-        store.put = self.put  # type: ignore[method-assign]
-
-    def put(self, key: str, data: bytes, **kw: Any) -> str:
-        self.keys.append(key)
-        return self.real_put(key, data, **kw)
 
 
 @pytest.mark.parametrize("ahead", [3, 12], ids=["walks-the-winners", "lists-a-long-chain"])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -13,7 +12,8 @@ import pytest
 from lakehouse import Lakehouse
 from lakehouse.errors import ProducerError, SchemaError
 from lakehouse.log import Log
-from object_store import ObjectStore, StoreUnavailable
+from object_store import ObjectStore
+from tests.lakehouse._faults import CountingReads, FailingPuts, GatedPuts
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
 
@@ -78,21 +78,6 @@ def test_bad_rows_raise_at_send_and_nothing_is_queued(log: Log) -> None:
     assert p.rows_appended == 1
 
 
-class GatedPuts:
-    """Fault wrapper: PUTs of log segments wait for a gate (a slow store)."""
-
-    def __init__(self, store: ObjectStore) -> None:
-        self.gate = threading.Event()
-        real = store.put
-
-        def put(key: str, data: bytes, **kw: Any) -> str:
-            if "/log/" in key:
-                self.gate.wait(30)
-            return real(key, data, **kw)
-
-        store.put = put  # type: ignore[method-assign]
-
-
 def test_back_pressure_blocks_send_when_the_buffer_is_full(log: Log, store: ObjectStore) -> None:
     gated = GatedPuts(store)
     p = log.producer(batch_rows=10, max_buffer_rows=30, linger=0.0)
@@ -110,22 +95,8 @@ def test_back_pressure_blocks_send_when_the_buffer_is_full(log: Log, store: Obje
     assert p.rows_appended == 40 and len(all_rows(log)) == 40
 
 
-class FailingSegmentPuts:
-    def __init__(self, store: ObjectStore, times: int) -> None:
-        self.times = times
-        real = store.put
-
-        def put(key: str, data: bytes, **kw: Any) -> str:
-            if "/log/" in key and self.times > 0:
-                self.times -= 1
-                raise StoreUnavailable(f"injected: PutObject {key} failed")
-            return real(key, data, **kw)
-
-        store.put = put  # type: ignore[method-assign]
-
-
 def test_transient_failures_are_retried_without_duplicates(log: Log, store: ObjectStore) -> None:
-    FailingSegmentPuts(store, times=3)
+    FailingPuts(store, "/log/", times=3)
     with log.producer(batch_rows=100, retry_backoff=0.01) as p:
         p.send(rows(range(100)), "upsert")
     assert Counter(r["k"] for r in all_rows(log)) == Counter(range(100))
@@ -157,16 +128,7 @@ def test_keyless_table_rotates_appends_and_a_retry_stays_in_its_bucket(lakehouse
     bucket of its first attempt (here: that attempt landed and its answer was lost), so nothing doubles."""
     lakehouse.create_table("ods.clicks", SCHEMA, buckets=3)
     log = lakehouse.log("ods.clicks")
-    real, lost = store.put, []
-
-    def put(key: str, data: bytes, **kw: Any) -> str:
-        if "/log/" in key and not lost:
-            lost.append(key)
-            real(key, data, **kw)  # applied, then the answer is lost
-            raise StoreUnavailable(f"injected: PutObject {key} timed out")
-        return real(key, data, **kw)
-
-    store.put = put  # type: ignore[method-assign]
+    lost = FailingPuts(store, "/log/", apply=True).failed  # applied, then the answer is lost
     with log.producer(batch_rows=10, linger=10, retry_backoff=0.01) as p:
         for i in range(9):
             p.send(rows(range(i * 10, i * 10 + 10)))
@@ -175,24 +137,6 @@ def test_keyless_table_rotates_appends_and_a_retry_stays_in_its_bucket(lakehouse
     assert sorted(Counter(b for r in p.results for b in r.ranges).values()) == [3, 3, 3]  # round-robin
     keys = [k for b in range(3) for k in log.read(b).column("k").to_pylist()]
     assert Counter(keys) == Counter(range(90))  # every row exactly once
-
-
-class CountingReads:
-    """Observer wrapper: the real store, counting HEADs and LISTs."""
-
-    def __init__(self, store: ObjectStore) -> None:
-        self.heads = self.lists = 0
-        real_head, real_list = store.head, store.list
-
-        def head(key: str) -> Any:
-            self.heads += 1
-            return real_head(key)
-
-        def list_(*args: Any, **kw: Any) -> Any:
-            self.lists += 1
-            return real_list(*args, **kw)
-
-        store.head, store.list = head, list_  # type: ignore[method-assign]
 
 
 def test_a_new_producers_first_append_reads_no_earlier_segments(log: Log, store: ObjectStore) -> None:
@@ -225,7 +169,7 @@ def test_a_producer_restarted_with_its_id_skips_what_already_landed(
 
 
 def test_permanent_failure_is_reported_with_the_undelivered_count(log: Log, store: ObjectStore) -> None:
-    FailingSegmentPuts(store, times=10**9)
+    FailingPuts(store, "/log/", times=10**9)
     p = log.producer(batch_rows=10, linger=0.0, max_retries=2, retry_backoff=0.01)
     p.send(rows(range(10)))
     with pytest.raises(ProducerError, match=r"10 rows were not delivered") as info:
