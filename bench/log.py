@@ -176,8 +176,8 @@ def bench_producers(
         stream(scratch, lo, appends)
         bodies.append(
             [
-                [[store.get(logs.name.segment_key(b, first)).data for b, first in append] for append in per_thread]
-                for logs, per_thread in zip(scratch, appends, strict=True)
+                [[store.get(lg.name.segment_key(b, first)).data for b, first in append] for append in per_thread]
+                for lg, per_thread in zip(scratch, appends, strict=True)
             ]
         )
     logs = tables()
