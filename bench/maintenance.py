@@ -37,7 +37,6 @@ Prints a Markdown section (also written to ``--out``); exits non-zero if a measu
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import sys
 import tempfile
@@ -58,6 +57,7 @@ from _common import finish, parser  # noqa: E402
 from tiering import SCHEMA, Results, Timed, check, machine, order_key, orders, say, timed  # noqa: E402
 
 from lakehouse import Lakehouse  # noqa: E402
+from lakehouse.engines import duckdb_connection  # noqa: E402
 
 MB = 1e6
 MiB = 1 << 20
@@ -183,20 +183,6 @@ def lake_scan(lh: Lakehouse, name: str, rows: int, repeats: int) -> Timed:
         run.value = None
         runs.append(run)
     return median_of(runs)
-
-
-def duckdb_connection() -> Any:
-    """DuckDB with the iceberg and avro extensions loaded from their PyPI wheels (no network), as the tests do."""
-    import duckdb
-    import duckdb_extension_avro
-    import duckdb_extension_iceberg
-
-    con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-    for module in (duckdb_extension_avro, duckdb_extension_iceberg):
-        folder = os.path.dirname(module.__file__)
-        for ext in glob.glob(os.path.join(folder, "**", "*.duckdb_extension"), recursive=True):
-            con.execute(f"LOAD '{ext}'")
-    return con
 
 
 def duckdb_scan(con: Any, lh: Lakehouse, name: str, rows: int, repeats: int) -> Timed:

@@ -99,16 +99,8 @@ def spark():
 
 
 def duckdb_connection():
-    """DuckDB with the iceberg and avro extensions loaded from their PyPI wheels (no network)."""
-    import glob
+    """DuckDB with its iceberg and avro extensions, loaded offline (see `lakehouse.engines`)."""
+    pytest.importorskip("duckdb")
+    from lakehouse.engines import duckdb_connection as connect
 
-    duckdb = pytest.importorskip("duckdb")
-    import duckdb_extension_avro
-    import duckdb_extension_iceberg
-
-    con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-    for module in (duckdb_extension_avro, duckdb_extension_iceberg):
-        folder = os.path.dirname(module.__file__)
-        for ext in glob.glob(os.path.join(folder, "**", "*.duckdb_extension"), recursive=True):
-            con.execute(f"LOAD '{ext}'")
-    return con
+    return connect()
