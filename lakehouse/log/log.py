@@ -180,8 +180,8 @@ class Log:
         # A fresh id has no earlier attempts to remember (and one per anonymous append would grow without bound).
         state = self._producer(producer_id) if explicit_id else _ProducerState()
         with state.lock:
-            # A sequence this Log has not attempted yet cannot be a retry, unless the id was given by a
-            # caller we have not seen before (it may be resuming after a crash).
+            # A retry looks back. Otherwise a sequence this Log has not attempted yet cannot be a retry, unless the
+            # id was given by a caller we have not seen before (it may be resuming after a crash).
             may_be_retry = retry or (explicit_id and (state.last_sequence < 0 or sequence <= state.last_sequence))
             state.last_sequence = max(state.last_sequence, sequence)
             timestamp_us = int(self._clock() * 1_000_000)

@@ -55,6 +55,9 @@ class Producer:
     """Batches rows into appends to one `Log`. Use as a context manager, or call `close`.
 
     ``batch_rows`` is per bucket: an append writes up to about that many rows to each bucket it touches.
+    ``producer_id`` is generated unless given. Give the id (and ``first_sequence``) of a producer that
+    crashed to resume it: its first append then looks back for what already landed, so rows the caller
+    sends again are not written twice.
     """
 
     def __init__(
