@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakehouse.errors import SchemaError
+from lakehouse.errors import InvalidArgument, SchemaError
 
 _C1 = np.uint32(0xCC9E2D51)
 _C2 = np.uint32(0x1B873593)
@@ -163,7 +163,7 @@ def murmur3(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
 def bucket_ids(arr: pa.Array | pa.ChunkedArray, num_buckets: int) -> pa.Int32Array:
     """``bucket[num_buckets]`` of every value, as Iceberg computes it; null where the value is null."""
     if num_buckets < 1:
-        raise ValueError(f"num_buckets must be >= 1, got {num_buckets}")
+        raise InvalidArgument(f"num_buckets must be >= 1, got {num_buckets}")
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     ids = ((murmur3(arr) & np.uint32(0x7FFFFFFF)) % np.uint32(num_buckets)).astype(np.int32)

@@ -66,7 +66,7 @@ from lakehouse.contention import (
     quiet_settings,
     wait_until_quiet,
 )
-from lakehouse.errors import CorruptCatalogError, LakestreamError
+from lakehouse.errors import CorruptCatalogError, InvalidTableName, LakestreamError
 from lakehouse.fileio import STORE_OPTION_PROPERTIES
 from lakehouse.iceberg_table import LakeTable, apply_updates
 from lakehouse.lake import check_tiering_fence
@@ -688,7 +688,7 @@ class ObjectStoreCatalog(MetastoreCatalog):
 def _check_parts(ident: tuple[str, ...]) -> None:
     for part in ident:
         if not _NAME.fullmatch(part):
-            raise ValueError(
+            raise InvalidTableName(
                 f"invalid identifier part {part!r} in {'.'.join(ident)!r}: use letters, digits and '_', "
                 "starting with a letter or '_'"
             )

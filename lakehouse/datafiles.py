@@ -36,6 +36,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 
+from lakehouse.errors import InvalidArgument
 from object_store import ObjectStore, open_store
 
 log = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ class LakeContext:
     def key_of(self, location: str) -> str:
         prefix = self.store_url.rstrip("/") + "/"
         if not location.startswith(prefix):
-            raise ValueError(f"{location} is outside the warehouse {self.store_url}")
+            raise InvalidArgument(f"{location} is outside the warehouse {self.store_url}")
         return location[len(prefix) :]
 
     # ---- files ---------------------------------------------------------------------------------------

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyiceberg.exceptions import ValidationException
 
 from object_store.errors import LakestreamError
 
+if TYPE_CHECKING:
+    from lakehouse.log.log import AppendResult
+
 __all__ = [
+    "AppendIncomplete",
     "BatchError",
     "ConfigError",
     "CorruptCatalogError",
     "CorruptSegmentError",
+    "InvalidArgument",
     "InvalidTableName",
     "LakeStateError",
     "LakestreamError",
@@ -26,6 +33,11 @@ __all__ = [
 
 class ConfigError(LakestreamError, ValueError):
     """The configuration (environment, YAML file or arguments) is invalid or incomplete."""
+
+
+class InvalidArgument(LakestreamError, ValueError):
+    """An argument is out of range or inconsistent (a bucket the table does not have, a negative offset or
+    size, a location outside the warehouse). Raised before anything is read or written."""
 
 
 class SchemaError(LakestreamError, ValueError):
@@ -49,6 +61,18 @@ class TableNotFound(LakestreamError, KeyError):
 
 class BatchError(LakestreamError, ValueError):
     """An append was refused before anything was written: empty, too large, null key, wrong operation."""
+
+
+class AppendIncomplete(LakestreamError):
+    """Some buckets of an append were written, others failed. Retry the same append with the same
+    ``producer_id`` and ``sequence``: written buckets are recognised, the rest are written once.
+    ``result`` (an `AppendResult`) says which buckets got which offsets; ``failed`` maps the others to
+    their errors."""
+
+    def __init__(self, message: str, *, result: AppendResult, failed: dict[int, BaseException]) -> None:
+        super().__init__(message)
+        self.result = result
+        self.failed = failed
 
 
 class CorruptSegmentError(LakestreamError):

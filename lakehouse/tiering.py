@@ -44,7 +44,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from lakehouse.datafiles import LakeContext, added_or_raise, locations
-from lakehouse.errors import LakeStateError, LakestreamError, TieringConflict
+from lakehouse.errors import InvalidArgument, LakeStateError, LakestreamError, TieringConflict
 from lakehouse.executor import LocalExecutor, TaskExecutor
 from lakehouse.lake import (
     TABLE_UUID_PROPERTY,
@@ -88,7 +88,7 @@ def plan_splits(
     """Splits covering every bucket's range [lake offset, log end), each at most ``max_split_rows`` records
     (unless ``whole_buckets``), cut evenly so a bucket's splits are about the same size."""
     if max_split_rows < 1:
-        raise ValueError(f"max_split_rows must be >= 1, got {max_split_rows}")
+        raise InvalidArgument(f"max_split_rows must be >= 1, got {max_split_rows}")
     splits = []
     for bucket in sorted(log_end):
         start, end = lake.get(bucket, 0), log_end[bucket]

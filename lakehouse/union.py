@@ -21,6 +21,7 @@ from pyiceberg.expressions.visitors import bind
 from pyiceberg.io.pyarrow import expression_to_pyarrow
 from pyiceberg.table import Table
 
+from lakehouse.errors import SchemaError
 from lakehouse.lake import lake_offsets, log_to_lake_rows
 from lakehouse.log import Log
 from lakehouse.tiering import KeySet, reduce_changes, upserts_of
@@ -40,7 +41,7 @@ def output_columns(table: Table, columns: Sequence[str] | None) -> list[str]:
         return names
     unknown = [c for c in columns if c not in names]
     if unknown:
-        raise ValueError(f"unknown column(s) {unknown}; the table has {names}")
+        raise SchemaError(f"unknown column(s) {unknown}; the table has {names}")
     return list(columns)
 
 

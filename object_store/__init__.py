@@ -17,6 +17,7 @@ from urllib.parse import unquote, urlparse
 from object_store.base import MiB, Object, ObjectInfo, ObjectStore, validate_key
 from object_store.errors import (
     AccessDenied,
+    InvalidArgument,
     InvalidKey,
     LakestreamError,
     NotFound,
@@ -28,6 +29,7 @@ from object_store.errors import (
 
 __all__ = [
     "AccessDenied",
+    "InvalidArgument",
     "InvalidKey",
     "LakestreamError",
     "MiB",

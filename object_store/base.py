@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from object_store.errors import InvalidKey, NotFound, PreconditionFailed, UnsafeStoreError
+from object_store.errors import InvalidArgument, InvalidKey, NotFound, PreconditionFailed, UnsafeStoreError
 
 if TYPE_CHECKING:
     import pyarrow.fs
@@ -184,7 +184,7 @@ class ObjectStore(abc.ABC):
         validate_key(key)
         meta = validate_metadata(metadata)
         if if_match is not None and if_none_match:
-            raise ValueError("put(): if_match and if_none_match exclude each other")
+            raise InvalidArgument("put(): if_match and if_none_match exclude each other")
         if if_match is None and not if_none_match:
             return self._put(key, bytes(data), if_match=None, if_none_match=False, metadata=meta)
         self.ensure_conditional_writes()
@@ -202,7 +202,7 @@ class ObjectStore(abc.ABC):
     def get_range(self, key: str, start: int, length: int) -> bytes:
         """Read ``length`` bytes from ``start`` (fewer at the end of the object). Raises `NotFound`."""
         if start < 0 or length < 0:
-            raise ValueError(f"get_range(): start and length must be >= 0, got {start}, {length}")
+            raise InvalidArgument(f"get_range(): start and length must be >= 0, got {start}, {length}")
         if length == 0:
             self._head(validate_key(key))
             return b""

@@ -25,6 +25,13 @@ class InvalidKey(StoreError, ValueError):
     """
 
 
+class InvalidArgument(StoreError, ValueError):
+    """An argument is out of range or inconsistent (a part size, a retry count, conflicting conditions).
+
+    Raised before anything is sent or written.
+    """
+
+
 class NotFound(StoreError, KeyError):
     """The object (or multipart upload) does not exist."""
 

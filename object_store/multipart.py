@@ -17,7 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 
 from object_store.base import WRITE_TOKEN_KEY, ObjectStore
-from object_store.errors import PreconditionFailed
+from object_store.errors import InvalidArgument, PreconditionFailed
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +40,9 @@ class ObjectWriter:
         max_concurrency: int,
     ) -> None:
         if part_size < MIN_PART_SIZE:
-            raise ValueError(f"part_size must be at least {MIN_PART_SIZE} bytes (S3's minimum), got {part_size}")
+            raise InvalidArgument(f"part_size must be at least {MIN_PART_SIZE} bytes (S3's minimum), got {part_size}")
         if max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+            raise InvalidArgument(f"max_concurrency must be >= 1, got {max_concurrency}")
         self._store = store
         self.key = key
         self._if_none_match = if_none_match
@@ -82,7 +82,7 @@ class ObjectWriter:
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         if self._closed:
-            raise ValueError(f"write to a closed writer for {self.key}")
+            raise InvalidArgument(f"write to a closed writer for {self.key}")
         view = memoryview(data).cast("B")
         self._buffer += view
         self._position += len(view)
@@ -165,7 +165,9 @@ class ObjectWriter:
             self._pool = ThreadPoolExecutor(self._max_concurrency, thread_name_prefix="mpu")
         part_number = len(self._futures) + 1
         if part_number > MAX_PARTS:
-            raise ValueError(f"{self.key}: more than {MAX_PARTS} parts; use a larger part_size (now {self._part_size})")
+            raise InvalidArgument(
+                f"{self.key}: more than {MAX_PARTS} parts; use a larger part_size (now {self._part_size})"
+            )
         for f in self._futures:  # surface a failed part at once instead of at close
             if f.done() and f.exception() is not None:
                 raise f.exception()  # type: ignore[misc]

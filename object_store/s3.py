@@ -30,6 +30,7 @@ from botocore.config import Config
 from object_store.base import WRITE_TOKEN_KEY, Object, ObjectInfo, ObjectStore
 from object_store.errors import (
     AccessDenied,
+    InvalidArgument,
     NotFound,
     PreconditionFailed,
     StoreError,
@@ -97,7 +98,7 @@ class S3Store(ObjectStore):
     ) -> None:
         super().__init__(probe=probe)
         if max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+            raise InvalidArgument(f"max_attempts must be >= 1, got {max_attempts}")
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.endpoint_url = endpoint_url

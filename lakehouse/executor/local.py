@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from lakehouse.errors import InvalidArgument
 from lakehouse.executor.base import TaskExecutor
 
 T = TypeVar("T")
@@ -20,7 +21,7 @@ class LocalExecutor(TaskExecutor):
 
     def __init__(self, workers: int | None = None) -> None:
         if workers is not None and workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
+            raise InvalidArgument(f"workers must be >= 1, got {workers}")
         self.workers = workers or os.cpu_count() or 1
 
     @property

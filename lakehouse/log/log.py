@@ -37,7 +37,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from lakehouse.bucketing import bucket_ids
-from lakehouse.errors import BatchError, CorruptSegmentError, LakestreamError, OffsetOutOfRange
+from lakehouse.errors import (
+    AppendIncomplete,
+    BatchError,
+    CorruptSegmentError,
+    InvalidArgument,
+    OffsetOutOfRange,
+)
 from lakehouse.log import segment
 from lakehouse.log.batch import Limits, conform, split_by_bucket
 from lakehouse.log.index import BucketIndex
@@ -72,16 +78,6 @@ class AppendResult:
     rows: int
     #: Buckets whose segment was found already written by an earlier attempt of this same append.
     already_appended: frozenset[int] = frozenset()
-
-
-class AppendIncomplete(LakestreamError):
-    """Some buckets of an append were written, others failed. Retry the same append with the same
-    ``producer_id`` and ``sequence``: written buckets are recognised, the rest are written once."""
-
-    def __init__(self, message: str, *, result: AppendResult, failed: dict[int, BaseException]) -> None:
-        super().__init__(message)
-        self.result = result
-        self.failed = failed
 
 
 @dataclass
@@ -369,9 +365,9 @@ class Log:
         """``(records, header, first offset)`` of each segment overlapping [start, end), oldest first, sliced
         to the range; fetched, verified and decoded ``_READ_AHEAD`` ahead on the pool's threads."""
         if not 0 <= bucket < self.definition.buckets:
-            raise ValueError(f"{self.name} has buckets 0..{self.definition.buckets - 1}, not {bucket}")
+            raise InvalidArgument(f"{self.name} has buckets 0..{self.definition.buckets - 1}, not {bucket}")
         if start < 0:
-            raise ValueError(f"start offset must be >= 0, got {start}")
+            raise InvalidArgument(f"start offset must be >= 0, got {start}")
         index = self._indexes[bucket]
         log_end = index.refresh()
         end = log_end if end is None else min(end, log_end)

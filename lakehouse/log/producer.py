@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from lakehouse.errors import LakestreamError, ProducerError
+from lakehouse.errors import AppendIncomplete, InvalidArgument, LakestreamError, ProducerError
 from lakehouse.log.batch import conform, split_by_bucket
 
 if TYPE_CHECKING:
@@ -73,7 +73,10 @@ class Producer:
         retry_backoff: float = 0.2,
     ) -> None:
         if batch_rows < 1 or max_buffer_rows < batch_rows:
-            raise ValueError("need batch_rows >= 1 and max_buffer_rows >= batch_rows")
+            raise InvalidArgument(
+                f"need batch_rows >= 1 and max_buffer_rows >= batch_rows, got batch_rows={batch_rows}, "
+                f"max_buffer_rows={max_buffer_rows}"
+            )
         self.log = log
         self.producer_id = producer_id or uuid.uuid4().hex
         # A caller-given id may be resuming after a crash, so the first append looks back for an earlier
@@ -303,7 +306,6 @@ class Producer:
 
 
 def _retryable(exc: BaseException) -> bool:
-    from lakehouse.log.log import AppendIncomplete
     from object_store import StoreUnavailable
 
     return isinstance(exc, StoreUnavailable | AppendIncomplete)

@@ -28,7 +28,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from lakehouse.datafiles import LakeContext, added_or_raise, locations
-from lakehouse.errors import LakestreamError, MaintenanceError
+from lakehouse.errors import InvalidArgument, LakestreamError, MaintenanceError
 from lakehouse.executor import LocalExecutor, TaskExecutor
 from lakehouse.lake import COMMIT_USER_PROPERTY, OFFSET_COLUMN
 from lakehouse.tables import TableDefinition
@@ -138,9 +138,9 @@ def _ordered_concat(tables: list[pa.Table], sort_by: tuple[str, ...]) -> pa.Tabl
 
 def check_arguments(target_file_size: int, min_input_files: int) -> None:
     if not isinstance(target_file_size, int) or target_file_size <= 0:
-        raise ValueError(f"target_file_size must be a positive number of bytes, got {target_file_size!r}")
+        raise InvalidArgument(f"target_file_size must be a positive number of bytes, got {target_file_size!r}")
     if not isinstance(min_input_files, int) or min_input_files < 2:
-        raise ValueError(
+        raise InvalidArgument(
             f"min_input_files must be an integer >= 2 (rewriting one file gains nothing), got {min_input_files!r}"
         )
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from pyiceberg.table import Table
 
-from lakehouse.errors import TieringConflict
+from lakehouse.errors import InvalidArgument, TieringConflict
 from lakehouse.lake import OFFSETS_PROPERTY, tiering_snapshot, tiering_summary
 from lakehouse.maintenance.references import referenced_files
 from object_store import ObjectStore
@@ -43,11 +43,11 @@ class ExpiryResult:
 def cutoff_of(older_than: timedelta | datetime, what: str = "older_than") -> datetime:
     if isinstance(older_than, timedelta):
         if older_than < timedelta(0):
-            raise ValueError(f"{what} must not be negative, got {older_than}")
+            raise InvalidArgument(f"{what} must not be negative, got {older_than}")
         return datetime.now(UTC) - older_than
     if isinstance(older_than, datetime):
         return older_than if older_than.tzinfo else older_than.replace(tzinfo=UTC)
-    raise ValueError(f"{what} must be a timedelta or a datetime, got {older_than!r}")
+    raise InvalidArgument(f"{what} must be a timedelta or a datetime, got {older_than!r}")
 
 
 def _checkpoint_offsets(table: Table, cutoff_ms: int) -> None:
@@ -84,7 +84,7 @@ def expire_snapshots(
 ) -> ExpiryResult:
     """Expire snapshots older than ``older_than`` (an age or a point in time), keeping the protected ones."""
     if not isinstance(retain_last, int) or retain_last < 1:
-        raise ValueError(f"retain_last must be an integer >= 1, got {retain_last!r}")
+        raise InvalidArgument(f"retain_last must be an integer >= 1, got {retain_last!r}")
     cutoff_ms = int(cutoff_of(older_than).timestamp() * 1000)
     started = time.perf_counter()
     name = ".".join(table.name())

@@ -17,6 +17,7 @@ from typing import Any
 
 from pyiceberg.table import Table
 
+from lakehouse.errors import InvalidArgument
 from lakehouse.maintenance.expiry import cutoff_of
 from lakehouse.maintenance.references import referenced_files
 from object_store import ObjectStore
@@ -48,7 +49,7 @@ def remove_orphans(
     prefix = store.url.rstrip("/") + "/"
     location = table.metadata.location.rstrip("/") + "/"
     if not location.startswith(prefix):
-        raise ValueError(f"table location {location} is outside the warehouse {store.url}: not cleaning it")
+        raise InvalidArgument(f"table location {location} is outside the warehouse {store.url}: not cleaning it")
     # Only Iceberg's folders: the table's log lives under the same location (<ns>/<table>/log/).
     listed = [
         info

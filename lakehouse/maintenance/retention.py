@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from lakehouse.errors import InvalidArgument
 from lakehouse.log import Log
 from lakehouse.log.log import MAX_INDEX_AGE
 from lakehouse.log.segment import SegmentHeader
@@ -57,7 +58,7 @@ def apply_log_retention(
 ) -> RetentionResult:
     """Delete tiered segments older than ``retention`` (see the module docstring)."""
     if not isinstance(retention, timedelta):
-        raise ValueError(f"retention must be a timedelta, got {retention!r}")
+        raise InvalidArgument(f"retention must be a timedelta, got {retention!r}")
     cutoff = cutoff_of(retention, "retention")
     if retention < SAFE_RETENTION:
         log.warning(

@@ -19,6 +19,7 @@ from lakehouse.bucketing import bucket_ids
 from lakehouse.errors import (
     BatchError,
     CorruptSegmentError,
+    InvalidArgument,
     InvalidTableName,
     OffsetOutOfRange,
     SchemaError,
@@ -183,6 +184,14 @@ def test_unknown_table_and_invalid_name(lakehouse: Lakehouse) -> None:
         lakehouse.log("ods.nope")
     with pytest.raises(InvalidTableName):
         lakehouse.log("nope")
+
+
+def test_a_read_outside_the_table_says_what_exists(orders_log: Log) -> None:
+    buckets = orders_log.definition.buckets
+    with pytest.raises(InvalidArgument, match=rf"has buckets 0\.\.{buckets - 1}, not {buckets}"):
+        orders_log.read(buckets)
+    with pytest.raises(InvalidArgument, match="start offset must be >= 0, got -1"):
+        list(orders_log.read_batches(0, start=-1))
 
 
 def test_corrupt_segment_is_reported_not_skipped(orders_log: Log, store: ObjectStore) -> None:

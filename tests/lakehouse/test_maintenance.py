@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from lakehouse import Lakehouse
 from lakehouse.cli import app
-from lakehouse.errors import MaintenanceError, OffsetOutOfRange, TableNotFound
+from lakehouse.errors import InvalidArgument, MaintenanceError, OffsetOutOfRange, TableNotFound
 from lakehouse.executor import LocalExecutor
 from lakehouse.lake import COMMIT_USER_PROPERTY, tiering_snapshot
 from lakehouse.log import Log
@@ -298,17 +298,17 @@ def test_retention_never_deletes_untiered_records(lakehouse: Lakehouse, caplog) 
 def test_bad_arguments_get_clear_errors(lakehouse: Lakehouse) -> None:
     lh = lakehouse
     lh.create_table("ods.t", ORDERS, bucket_key="o_orderkey", buckets=2)
-    with pytest.raises(ValueError, match="target_file_size must be a positive"):
+    with pytest.raises(InvalidArgument, match="target_file_size must be a positive"):
         lh.compact("ods.t", target_file_size=0)
-    with pytest.raises(ValueError, match="min_input_files must be an integer >= 2"):
+    with pytest.raises(InvalidArgument, match="min_input_files must be an integer >= 2"):
         lh.compact("ods.t", min_input_files=1)
-    with pytest.raises(ValueError, match="older_than must not be negative"):
+    with pytest.raises(InvalidArgument, match="older_than must not be negative"):
         lh.expire_snapshots("ods.t", older_than=timedelta(days=-1))
-    with pytest.raises(ValueError, match="retain_last must be an integer >= 1"):
+    with pytest.raises(InvalidArgument, match="retain_last must be an integer >= 1"):
         lh.expire_snapshots("ods.t", retain_last=0)
-    with pytest.raises(ValueError, match="older_than must not be negative"):
+    with pytest.raises(InvalidArgument, match="older_than must not be negative"):
         lh.remove_orphans("ods.t", older_than=timedelta(seconds=-5))
-    with pytest.raises(ValueError, match="retention must not be negative"):
+    with pytest.raises(InvalidArgument, match="retention must not be negative"):
         lh.apply_log_retention("ods.t", retention=timedelta(hours=-1))
     with pytest.raises(TableNotFound, match="no table ods.nope"):
         lh.compact("ods.nope")

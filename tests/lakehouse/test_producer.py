@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from lakehouse import Lakehouse
-from lakehouse.errors import ProducerError, SchemaError
+from lakehouse.errors import InvalidArgument, ProducerError, SchemaError
 from lakehouse.log import Log
 from object_store import ObjectStore
 from tests.lakehouse._faults import CountingReads, FailingPuts, GatedPuts
@@ -45,6 +45,14 @@ def test_batches_per_bucket_into_few_full_segments(log: Log) -> None:
         sizes = [r.ranges[b][1] - r.ranges[b][0] + 1 for r in p.results if b in r.ranges]
         assert all(91 <= n <= 100 for n in sizes[:-1]), sizes  # the last one is what close() found
         assert sum(sizes) == log.end_offsets()[b]
+
+
+@pytest.mark.parametrize("options", [{"batch_rows": 0}, {"batch_rows": 100, "max_buffer_rows": 99}])
+def test_bad_settings_are_refused_before_a_thread_starts(log: Log, options: dict) -> None:
+    threads = threading.active_count()
+    with pytest.raises(InvalidArgument, match="need batch_rows >= 1 and max_buffer_rows >= batch_rows, got"):
+        log.producer(**options)
+    assert threading.active_count() == threads
 
 
 def test_linger_flushes_without_more_sends(log: Log) -> None:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from pyiceberg.transforms import BucketTransform, IdentityTransform
 
 from lakehouse import Lakehouse
-from lakehouse.errors import LakeStateError, TieringConflict
+from lakehouse.errors import InvalidArgument, LakeStateError, SchemaError, TieringConflict
 from lakehouse.executor import LocalExecutor
 from lakehouse.lake import COMMIT_USER_PROPERTY, OFFSETS_PROPERTY, tiering_snapshot
 from lakehouse.tiering import TieringError, plan_splits
@@ -463,7 +463,7 @@ def test_bad_lake_state_gets_a_clear_error(lakehouse: Lakehouse) -> None:
     lh.ensure_lake_table(lh.table("ods.c"))  # the advice works
     assert lh.tier("ods.c").snapshot_id is None
 
-    with pytest.raises(ValueError, match="unknown column"):
+    with pytest.raises(SchemaError, match="unknown column"):
         lh.union_read("ods.c", columns=["nope"])
 
 
@@ -492,7 +492,7 @@ def test_plan_splits_caps_and_evens_out() -> None:
     assert [s.rows for s in splits] == [251, 250, 250, 250]
     assert sorted((s.start, s.end) for s in splits) == [(0, 250), (250, 500), (500, 750), (750, 1001)]
     assert plan_splits({0: 0}, {0: 1001}, max_split_rows=10, whole_buckets=True)[0].rows == 1001
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgument, match="max_split_rows"):
         plan_splits({}, {0: 1}, max_split_rows=0)
 
 

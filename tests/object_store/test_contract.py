@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from object_store import (
+    InvalidArgument,
     InvalidKey,
     MiB,
     NotFound,
@@ -63,7 +64,7 @@ def test_get_range(store: ObjectStore) -> None:
     assert store.get_range("r", 1000, 100) == data[1000:]  # short read at the end
     assert store.get_range("r", 5000, 10) == b""
     assert store.get_range("r", 3, 0) == b""
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgument, match="get_range"):
         store.get_range("r", -1, 3)
 
 
@@ -85,7 +86,7 @@ def test_compare_and_swap(store: ObjectStore) -> None:
     with pytest.raises(PreconditionFailed):  # If-Match on a missing key: a lost CAS, not "not found"
         store.put("missing", b"x", if_match=e2)
     assert not store.exists("missing")
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgument, match="exclude each other"):
         store.put("ptr", b"x", if_match=e2, if_none_match=True)
 
 
@@ -193,7 +194,7 @@ def test_exception_inside_writer_leaves_no_object_and_no_upload(store: ObjectSto
             raise RuntimeError("boom")
     assert not store.exists("w/aborted")
     assert store.open_uploads() == []  # type: ignore[attr-defined]
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgument, match="closed writer"):
         w.write(b"more")
 
 
@@ -218,9 +219,9 @@ def test_create_only_multipart_enforced_at_completion(store: ObjectStore) -> Non
 
 
 def test_writer_rejects_bad_arguments(store: ObjectStore) -> None:
-    with pytest.raises(ValueError, match="part_size"):
+    with pytest.raises(InvalidArgument, match="part_size"):
         store.open_writer("x", part_size=1024)
-    with pytest.raises(ValueError, match="max_concurrency"):
+    with pytest.raises(InvalidArgument, match="max_concurrency"):
         store.open_writer("x", max_concurrency=0)
 
 
