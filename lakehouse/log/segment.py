@@ -101,8 +101,18 @@ def checksum(body: bytes, algorithm: str = WRITE_ALGORITHM) -> str:
     return f"{zlib.crc32(body):08x}"
 
 
-def decode(body: bytes, header: SegmentHeader, *, key: str, base_offset: int) -> pa.Table:
-    """Verify and decode a segment body; raise `CorruptSegmentError` naming the object and offsets."""
+def records_schema(schema: pa.Schema, primary_key: tuple[str, ...] | list[str]) -> pa.Schema:
+    """The user columns as a log read returns them: in a primary-key table every column outside the key is
+    nullable, because a delete may carry only the key (its segment's schema says so, and one read can hold
+    such a segment next to full ones)."""
+    if not primary_key:
+        return schema
+    return pa.schema([f if f.name in primary_key else f.with_nullable(True) for f in schema], metadata=schema.metadata)
+
+
+def decode(body: bytes, header: SegmentHeader, *, key: str, base_offset: int, schema: pa.Schema) -> pa.Table:
+    """Verify and decode a segment body into ``schema`` (see `records_schema`); raise `CorruptSegmentError`
+    naming the object and offsets."""
     where = f"segment {key} (offsets {base_offset}..{base_offset + header.count - 1})"
     if checksum(body, header.algorithm) != header.checksum:
         raise CorruptSegmentError(
@@ -115,7 +125,23 @@ def decode(body: bytes, header: SegmentHeader, *, key: str, base_offset: int) ->
         raise CorruptSegmentError(f"{where} cannot be decoded: {exc}") from None
     if table.num_rows != header.count:
         raise CorruptSegmentError(f"{where} holds {table.num_rows} records, its header says {header.count}")
-    return table
+    if table.schema.equals(schema):
+        return table
+    if table.schema.names != schema.names or table.schema.types != schema.types or _nullable_where_not(table, schema):
+        raise CorruptSegmentError(
+            f"{where} has columns {_describe(table.schema)}, the table has {_describe(schema)} (written by "
+            "another tool or another table?). It is not skipped: restore the object or re-create the log"
+        )
+    return pa.Table.from_arrays(table.columns, schema=schema)  # the same arrays, under the read schema
+
+
+def _nullable_where_not(table: pa.Table, schema: pa.Schema) -> bool:
+    """Whether a column the read schema declares NOT NULL holds nulls."""
+    return any(not f.nullable and table.column(i).null_count for i, f in enumerate(schema))
+
+
+def _describe(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name}: {f.type}{'' if f.nullable else ' not null'}" for f in schema)
 
 
 def with_system_columns(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import threading
 import uuid
@@ -111,6 +112,40 @@ def test_deletes_may_carry_only_the_key(orders_log: Log) -> None:
     b = orders_log.bucket_of([5]).to_pylist()[0]
     rows = orders_log.read(b).to_pylist()  # a full segment and a key-only one in one read
     assert [(r["o_orderkey"], r["o_custkey"], r["_op"]) for r in rows] == [(5, 5, "upsert"), (5, None, "delete")]
+
+
+def test_key_only_deletes_read_back_in_a_table_with_required_columns(lakehouse: Lakehouse) -> None:
+    """In a primary-key table whose other columns are NOT NULL, a key-only delete holds nulls there. A read
+    across it and full segments has one schema, with the columns outside the key nullable."""
+    schema = pa.schema([pa.field("k", pa.int64(), False), pa.field("v", pa.string(), False)])
+    lakehouse.create_table("ods.required", schema, primary_key=["k"], buckets=1)
+    log = lakehouse.log("ods.required")
+    log.append(pa.table({"k": [1, 2], "v": ["a", "b"]}), "upsert")
+    log.append(pa.table({"k": [2]}), "delete")
+    log.append(pa.table({"k": [3], "v": ["c"]}), "upsert")
+    got = log.read(0)
+    assert got.schema == log.read_schema
+    assert [f.nullable for f in log.records_schema] == [False, True]
+    assert [(r["k"], r["v"], r["_op"]) for r in got.to_pylist()] == [
+        (1, "a", "upsert"),
+        (2, "b", "upsert"),
+        (2, None, "delete"),
+        (3, "c", "upsert"),
+    ]
+    assert all(batch.schema == log.read_schema for batch in log.read_batches(0))
+
+
+def test_a_segment_with_other_columns_is_reported_not_read(orders_log: Log, store: ObjectStore) -> None:
+    orders_log.append(orders([1]), "upsert")
+    (key,) = segments(store)
+    obj = store.get(key)
+    foreign = segment.encode(pa.table({"o_orderkey": pa.array([1], pa.int64()), "other": ["x"]}))
+    header = segment.SegmentHeader.from_metadata(obj.metadata, key=key)
+    header = dataclasses.replace(header, checksum=segment.checksum(foreign), algorithm=segment.WRITE_ALGORITHM)
+    store.put(key, foreign, metadata=header.to_metadata())  # a valid segment of another table's columns
+    bucket = orders_log.bucket_of([1]).to_pylist()[0]
+    with pytest.raises(CorruptSegmentError, match=rf"{key} .*has columns o_orderkey: int64, other: string"):
+        orders_log.read(bucket)
 
 
 def test_safe_casts_are_applied(orders_log: Log) -> None:

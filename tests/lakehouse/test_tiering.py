@@ -239,6 +239,26 @@ def test_union_read_merges_the_log_tail_by_key(lakehouse: Lakehouse) -> None:
     assert sum(b.num_rows for b in batches) == len(replay(lh, "ods.orders"))
 
 
+def test_key_only_deletes_tier_and_union_read_in_a_table_with_required_columns(lakehouse: Lakehouse) -> None:
+    """A key-only delete holds nulls in the NOT NULL columns outside the key: tiering and union reads must
+    read its segment next to full ones, and the lake keeps its required columns."""
+    lh = lakehouse
+    schema = pa.schema([pa.field("k", pa.int64(), False), pa.field("v", pa.string(), False)])
+    lh.create_table("ods.required", schema, primary_key=["k"], buckets=2)
+    log = lh.log("ods.required")
+    log.append(pa.table({"k": list(range(10)), "v": [f"a{k}" for k in range(10)]}), "upsert")
+    log.append(pa.table({"k": [2, 3]}), "delete")
+    lh.tier("ods.required")
+    log.append(pa.table({"k": [4]}), "delete")  # in the tail, after a tiered key-only delete
+    expected = [(k, f"a{k}") for k in range(10) if k not in (2, 3, 4)]
+    union = lh.union_read("ods.required").sort_by("k")
+    assert list(zip(union.column("k").to_pylist(), union.column("v").to_pylist(), strict=True)) == expected
+    lh.tier("ods.required")
+    lake = lh.lake_read("ods.required").sort_by("k")
+    assert list(zip(lake.column("k").to_pylist(), lake.column("v").to_pylist(), strict=True)) == expected
+    assert lh.lake_table("ods.required").schema().find_field("v").required
+
+
 def test_union_read_of_a_log_table_is_lake_plus_tail(lakehouse: Lakehouse) -> None:
     lakehouse.create_table("ods.ev", ORDERS, bucket_key="o_orderkey", buckets=2)
     log = lakehouse.log("ods.ev")
