@@ -47,6 +47,36 @@ def test_batches_per_bucket_into_few_full_segments(log: Log) -> None:
         assert sum(sizes) == log.end_offsets()[b]
 
 
+def test_a_segment_of_several_sends_reads_back_in_send_order(log: Log, store: ObjectStore) -> None:
+    """Sends gathered into one append become one segment per bucket, holding the sends' parts in order."""
+    sends = [rows(range(i * 10, i * 10 + 10), v=f"s{i}-") for i in range(5)]
+    with log.producer(batch_rows=1000, linger=10) as p:
+        for send in sends:
+            p.send(send, "upsert")
+    assert len(p.results) == 1 and p.rows_appended == 50
+    bucket = log.bucket_of(list(range(50))).to_pylist()
+    for b in range(2):
+        got = log.read(b)
+        expected = [f"s{k // 10}-{k}" for k in range(50) if bucket[k] == b]
+        assert got.column("v").to_pylist() == expected
+        assert got.column("_offset").to_pylist() == list(range(len(expected)))
+        (segment,) = store.list(log.name.segment_key(b, 0).rsplit("/", 1)[0] + "/")
+        assert int(store.head(segment.key).metadata["lakestream-count"]) == len(expected)
+
+
+def test_full_and_key_only_deletes_share_a_segment(lakehouse: Lakehouse) -> None:
+    schema = pa.schema([pa.field("k", pa.int64(), False), pa.field("v", pa.string(), False)])
+    lakehouse.create_table("ods.required", schema, primary_key=["k"], buckets=1)
+    log = lakehouse.log("ods.required")
+    with log.producer(batch_rows=1000, linger=10) as p:
+        p.send(pa.table({"k": [1, 2], "v": ["a", "b"]}), "delete")
+        p.send(pa.table({"k": [3]}), "delete")  # key only: null in a NOT NULL column
+        p.send(pa.table({"k": [4], "v": ["d"]}), "delete")
+    assert len(p.results) == 1
+    got = log.read(0)
+    assert got.column("k").to_pylist() == [1, 2, 3, 4] and got.column("v").to_pylist() == ["a", "b", None, "d"]
+
+
 @pytest.mark.parametrize("options", [{"batch_rows": 0}, {"batch_rows": 100, "max_buffer_rows": 99}])
 def test_bad_settings_are_refused_before_a_thread_starts(log: Log, options: dict) -> None:
     threads = threading.active_count()
