@@ -136,11 +136,11 @@ class LakeContext:
         out = None
         try:
             for table in tables:
+                data = table.select(self.arrow_schema.names).cast(self.arrow_schema)
                 if writer is None:
                     location = self.new_location(partition, stem)
                     out = self._open_output(self.key_of(location))
-                    writer = pq.ParquetWriter(out, self.arrow_schema, **self.writer_options(table))
-                data = table.select(self.arrow_schema.names).cast(self.arrow_schema)
+                    writer = pq.ParquetWriter(out, self.arrow_schema, **self.writer_options(data))
                 writer.write_table(data, row_group_size=ROW_GROUP_ROWS)
             if writer is None:
                 return None

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
+from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.table.metadata import TableMetadata
@@ -149,9 +150,60 @@ def lake_arrow_schema(definition: TableDefinition) -> pa.Schema:
 
 
 def lake_schema(definition: TableDefinition) -> Schema:
-    """The Iceberg schema of the lake table (field ids 1..n in column order)."""
-    converted = Catalog._convert_schema_if_needed(lake_arrow_schema(definition))  # noqa: SLF001 - pyiceberg's converter
+    """The Iceberg schema of the lake table (field ids 1..n in column order).
+
+    Raises:
+        SchemaError: a column's type has no Iceberg type.
+    """
+    try:
+        converted = Catalog._convert_schema_if_needed(lake_arrow_schema(definition))  # noqa: SLF001 - pyiceberg's converter
+    except (UnsupportedPyArrowTypeException, ValueError) as exc:
+        raise SchemaError(f"{definition.name}: the lake (Iceberg) cannot store this schema: {exc}") from None
     return assign_fresh_schema_ids(converted)
+
+
+#: Arrow types Iceberg has no type for, or that pyiceberg would map to a narrower one (uint32 to int and
+#: uint64 to long overflow: the log would accept rows that tiering can never write), and what to use.
+_LAKE_TYPE_ADVICE = {
+    pa.types.is_uint32: "int64",
+    pa.types.is_uint64: "int64 or decimal128(20, 0)",
+    pa.types.is_date64: "date32",
+    pa.types.is_duration: "int64 (a count of its unit)",
+    pa.types.is_null: "a typed, nullable column",
+}
+
+
+def check_lake_types(definition: TableDefinition) -> None:
+    """Raise `SchemaError` naming the column, and what to use instead, if a column's type has no Iceberg type
+    that holds all its values. `Lakehouse.create_table` checks this before anything is written."""
+    for field in definition.schema:
+        _check_lake_type(definition, field.name, field.type)
+    lake_schema(definition)
+
+
+def _check_lake_type(definition: TableDefinition, column: str, t: pa.DataType) -> None:
+    advice = next((use for test, use in _LAKE_TYPE_ADVICE.items() if test(t)), None)
+    if pa.types.is_timestamp(t) and t.unit == "ns":
+        advice = f"timestamp('us'{', tz=' + repr(t.tz) if t.tz else ''}) (Iceberg format v2 stores microseconds)"
+    elif pa.types.is_time32(t) or (pa.types.is_time64(t) and t.unit == "ns"):
+        advice = "time64('us')"
+    elif pa.types.is_decimal(t) and t.precision > 38:
+        advice = "a decimal of precision 38 or less"
+    if advice is not None:
+        raise SchemaError(
+            f"{definition.name}: column {column!r} of type {t} cannot be stored in the lake; use {advice}"
+        )
+    children = (
+        [t.value_type]
+        if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+        else [t.key_type, t.item_type]
+        if pa.types.is_map(t)
+        else [t.field(i).type for i in range(t.num_fields)]
+        if pa.types.is_struct(t)
+        else []
+    )
+    for child in children:
+        _check_lake_type(definition, column, child)
 
 
 def lake_partition_spec(definition: TableDefinition, schema: Schema) -> PartitionSpec:

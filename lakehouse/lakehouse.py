@@ -19,6 +19,7 @@ from lakehouse.executor import LocalExecutor, SparkExecutor, TaskExecutor
 from lakehouse.lake import (
     LAKE_TABLE_PROPERTIES,
     TABLE_UUID_PROPERTY,
+    check_lake_types,
     lake_offsets,
     lake_partition_spec,
     lake_schema,
@@ -100,6 +101,7 @@ class Lakehouse:
             name, schema, buckets=buckets, primary_key=primary_key, bucket_key=bucket_key, partition_by=partition_by
         )
         parse_partition_by(definition, definition.schema)  # checked before anything is written
+        check_lake_types(definition)  # every column has a lake type: a half-created table is never left behind
         if self.catalog.table_exists((definition.name.namespace, definition.name.table)):
             raise TableAlreadyExists(
                 f"an Iceberg table {definition.name} already exists in {self.url}; drop or rename it first "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
 import multiprocessing
 import random
@@ -257,6 +259,67 @@ def test_key_only_deletes_tier_and_union_read_in_a_table_with_required_columns(l
     lake = lh.lake_read("ods.required").sort_by("k")
     assert list(zip(lake.column("k").to_pylist(), lake.column("v").to_pylist(), strict=True)) == expected
     assert lh.lake_table("ods.required").schema().find_field("v").required
+
+
+# a value and a null of every column type a table accepts
+ALL_TYPES = {
+    "i8": (pa.int8(), -5),
+    "u8": (pa.uint8(), 255),
+    "u16": (pa.uint16(), 65535),
+    "i32": (pa.int32(), 2**31 - 1),
+    "f16": (pa.float16(), None),
+    "f32": (pa.float32(), 1.5),
+    "b": (pa.bool_(), True),
+    "s": (pa.string(), "x"),
+    "ls": (pa.large_string(), "y"),
+    "bin": (pa.binary(), b"\x00"),
+    "lbin": (pa.large_binary(), b"\x01"),
+    "fixed": (pa.binary(3), b"abc"),
+    "d": (pa.date32(), datetime.date(2026, 1, 2)),
+    "ts_s": (pa.timestamp("s"), datetime.datetime(2026, 1, 2, 3, 4, 5)),
+    "ts_ms": (pa.timestamp("ms", tz="UTC"), datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)),
+    "ts_us": (pa.timestamp("us"), datetime.datetime(2026, 1, 2, 3, 4, 5, 6)),
+    "t": (pa.time64("us"), datetime.time(1, 2, 3, 4)),
+    "dec": (pa.decimal128(38, 2), decimal.Decimal("123.45")),
+    "dict": (pa.dictionary(pa.int32(), pa.string()), "a"),
+    "lst": (pa.list_(pa.int64()), [1, 2]),
+    "llst": (pa.large_list(pa.string()), ["a"]),
+    "st": (pa.struct([("a", pa.int32()), ("b", pa.string())]), {"a": 1, "b": "z"}),
+    "mp": (pa.map_(pa.string(), pa.int64()), [("k", 1)]),
+}
+
+
+def test_every_accepted_column_type_tiers_and_union_reads_as_logged(lakehouse: Lakehouse) -> None:
+    lh = lakehouse
+    schema = pa.schema([("k", pa.int64()), *[(n, t) for n, (t, _) in ALL_TYPES.items()]])
+    lh.create_table("ods.types", schema, primary_key=["k"], buckets=2)
+    log = lh.log("ods.types")
+    log.append(pa.table({"k": [1, 2], **{n: pa.array([v, None], t) for n, (t, v) in ALL_TYPES.items()}}), "upsert")
+    logged = sorted((r for b in range(2) for r in log.read(b).select(schema.names).to_pylist()), key=lambda r: r["k"])
+    lh.tier("ods.types")
+    assert lh.lake_read("ods.types").select(schema.names).sort_by("k").to_pylist() == logged
+    log.append(pa.table({"k": [2]}), "delete")
+    assert lh.union_read("ods.types").select(schema.names).to_pylist() == logged[:1]
+
+
+@pytest.mark.parametrize(
+    ("column_type", "advice"),
+    [
+        (pa.timestamp("ns"), "use timestamp\\('us'\\)"),
+        (pa.uint32(), "use int64"),
+        (pa.uint64(), "use int64 or decimal128\\(20, 0\\)"),
+        (pa.list_(pa.time32("s")), "use time64\\('us'\\)"),
+        (pa.decimal256(40, 2), "use a decimal of precision 38 or less"),
+    ],
+)
+def test_a_type_the_lake_cannot_store_is_refused_at_create(lakehouse: Lakehouse, column_type, advice) -> None:
+    """Refused before anything is written: no log definition without its lake table, no rows that tiering
+    could never write (pyiceberg would map uint32 to int: values above 2**31 - 1 would fail every round)."""
+    schema = pa.schema([("k", pa.int64()), ("c", column_type)])
+    with pytest.raises(SchemaError, match=f"ods.bad: column 'c' of type .* cannot be stored in the lake; {advice}"):
+        lakehouse.create_table("ods.bad", schema, primary_key=["k"], buckets=1)
+    assert [str(t) for t in lakehouse.list_tables()] == []
+    assert list(lakehouse.store.list("ods/")) == []
 
 
 def test_union_read_of_a_log_table_is_lake_plus_tail(lakehouse: Lakehouse) -> None:
