@@ -10,7 +10,9 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from lakehouse.errors import LakestreamError
 from lakehouse.settings import load_settings
@@ -37,8 +39,22 @@ def _settings(warehouse: str | None, config: Path | None):
     return load_settings(config, warehouse=warehouse)
 
 
+def _cells(*values: object) -> list[Text]:
+    """Table cells shown as they are: data is never read as rich markup (``[b]`` or ``timestamp[us]``)."""
+    return [Text(str(v)) for v in values]
+
+
+def _data_table(names: list[str], rows: list[dict]) -> Table:
+    table = Table()
+    for name in names:
+        table.add_column(Text(name))
+    for row in rows:
+        table.add_row(*_cells(*row.values()))
+    return table
+
+
 def _fail(exc: Exception) -> NoReturn:
-    err.print(f"[bold red]error:[/] {exc}")
+    err.print(f"[bold red]error:[/] {escape(str(exc))}")
     raise typer.Exit(1)
 
 
@@ -50,7 +66,7 @@ def config(warehouse: WarehouseOpt = None, config: ConfigOpt = None) -> None:
     except LakestreamError as exc:
         _fail(exc)
     for k, v in settings.describe().items():
-        console.print(f"{k:18} {v}")
+        console.print(f"{k:18} {v}", markup=False)
 
 
 @store_app.command("probe")
@@ -61,7 +77,7 @@ def store_probe(warehouse: WarehouseOpt = None, config: ConfigOpt = None) -> Non
         store.ensure_conditional_writes()
     except LakestreamError as exc:
         _fail(exc)
-    console.print(f"[green]ok[/] {store.url}: conditional writes are enforced")
+    console.print(f"[green]ok[/] {escape(store.url)}: conditional writes are enforced")
 
 
 @store_app.command("ls")
@@ -78,7 +94,7 @@ def store_ls(
         for n, info in enumerate(store.list(prefix)):
             if n >= limit:
                 break
-            table.add_row(info.key, str(info.size), info.etag, info.last_modified.isoformat(timespec="seconds"))
+            table.add_row(*_cells(info.key, info.size, info.etag, info.last_modified.isoformat(timespec="seconds")))
     except LakestreamError as exc:
         _fail(exc)
     console.print(table)
@@ -109,7 +125,7 @@ def table_create(
         definition = lh.create_table(name, parse_schema(schema), buckets=buckets, primary_key=pk, bucket_key=bucket_key)
     except LakestreamError as exc:
         _fail(exc)
-    console.print(f"[green]created[/] {definition.name} in {lh.url}")
+    console.print(f"[green]created[/] {definition.name} in {escape(lh.url)}")
     _print_mapping(definition.describe())
 
 
@@ -172,7 +188,7 @@ def table_register(
         table = _lakehouse(warehouse, config).catalog.register_table(name, metadata_location, overwrite=overwrite)
     except (LakestreamError, TableAlreadyExistsError, NoSuchNamespaceError, ValueError) as exc:
         _fail(exc)
-    console.print(f"[green]registered[/] {name} -> {table.metadata_location}")
+    console.print(f"[green]registered[/] {escape(name)} -> {escape(table.metadata_location)}")
 
 
 @catalog_app.command("repair")
@@ -183,7 +199,7 @@ def catalog_repair(warehouse: WarehouseOpt = None, config: ConfigOpt = None) -> 
     except LakestreamError as exc:
         _fail(exc)
     for line in done:
-        console.print(line)
+        console.print(line, markup=False)
     console.print(f"{len(done)} interrupted rename(s) resolved")
 
 
@@ -235,9 +251,7 @@ def log_tail(
         rows = log.read(bucket, start, start + limit)
     except (LakestreamError, ValueError) as exc:
         _fail(exc)
-    table = Table(*rows.column_names)
-    for row in rows.to_pylist():
-        table.add_row(*(str(v) for v in row.values()))
+    table = _data_table(rows.column_names, rows.to_pylist())
     console.print(table)
     if rows.num_rows:
         console.print(f"bucket {bucket}: records {start}..{start + rows.num_rows - 1} of end offset {end}")
@@ -247,7 +261,7 @@ def log_tail(
 
 def _print_mapping(mapping: dict) -> None:
     for k, v in mapping.items():
-        console.print(f"{k:14} {v}")
+        console.print(f"{k:14} {v}", markup=False)
 
 
 @app.command()
@@ -281,7 +295,7 @@ def tier(
         try:
             r = lh.tier(name, spark=getattr(executor, "spark", None), workers=workers, max_split_rows=max_split_rows)
         except LakestreamError as exc:
-            err.print(f"[bold red]error:[/] {name}: {exc}")
+            err.print(f"[bold red]error:[/] {escape(name)}: {escape(str(exc))}")
             failed += 1
             continue
         out.add_row(
@@ -342,7 +356,7 @@ def compact(
         try:
             r = lh.compact(name, target_file_size=size, min_input_files=min_input_files, spark=spark)
         except (LakestreamError, ValueError) as exc:
-            err.print(f"[bold red]error:[/] {name}: {exc}")
+            err.print(f"[bold red]error:[/] {escape(name)}: {escape(str(exc))}")
             failed += 1
             continue
         out.add_row(
@@ -390,11 +404,11 @@ def maintain(
         try:
             r = lh.maintain(name, spark=spark, **args)
         except (LakestreamError, ValueError) as exc:
-            err.print(f"[bold red]error:[/] {name}: {exc}")
+            err.print(f"[bold red]error:[/] {escape(name)}: {escape(str(exc))}")
             failed += 1
             continue
         c, e, o, t = r.compaction, r.expiry, r.orphans, r.retention
-        console.print(f"[bold]{name}[/]")
+        console.print(f"[bold]{escape(name)}[/]")
         console.print(f"  compaction  files {c.files_before} -> {c.files_after} ({c.files_rewritten} rewritten)")
         console.print(
             f"  expiry      {len(e.expired)} snapshots expired, {e.files_deleted} files, "
@@ -408,7 +422,7 @@ def maintain(
             style=style or None,
         )
         if t.overdue:
-            console.print(f"  [bold yellow]warning:[/] {t.message}")
+            console.print(f"  [bold yellow]warning:[/] {escape(t.message)}")
     if failed:
         raise typer.Exit(1)
 
@@ -430,9 +444,7 @@ def table_read(
         data = lh.lake_read(name, cols, where) if lake_only else lh.union_read(name, cols, where)
     except (LakestreamError, ValueError) as exc:
         _fail(exc)
-    out = Table(*data.column_names)
-    for row in data.slice(0, limit).to_pylist():
-        out.add_row(*(str(v) for v in row.values()))
+    out = _data_table(data.column_names, data.slice(0, limit).to_pylist())
     console.print(out)
     console.print(
         f"{data.num_rows:,} rows ({'lake' if lake_only else 'union read'}); showing {min(limit, data.num_rows)}"

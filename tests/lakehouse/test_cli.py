@@ -143,3 +143,21 @@ def test_table_and_log_commands(tmp_path) -> None:
     assert result.exit_code == 1 and "buckets 0..3" in result.output
     result = runner.invoke(app, ["table", "describe", "ods.nope", *wh])
     assert result.exit_code == 1 and "no table ods.nope" in result.output
+
+
+def test_data_and_types_are_printed_as_they_are(tmp_path) -> None:
+    """Values and types are never read as rich markup: ``[b]x[/b]`` and ``timestamp[us, tz=UTC]`` stay."""
+    import pyarrow as pa
+
+    from lakehouse import Lakehouse
+
+    wh = ["-w", tmp_path.as_uri()]
+    lh = Lakehouse.open(tmp_path.as_uri())
+    schema = pa.schema([("k", pa.int64()), ("v", pa.string()), ("ts", pa.timestamp("us", tz="UTC"))])
+    lh.create_table("ods.m", schema, primary_key=["k"], buckets=1)
+    lh.log("ods.m").append(pa.table({"k": [1], "v": ["[b]x[/b]"], "ts": pa.array([0], schema.field("ts").type)}))
+    described = runner.invoke(app, ["table", "describe", "ods.m", *wh])
+    assert described.exit_code == 0 and "ts timestamp[us, tz=UTC]" in described.output, described.output
+    for args in (["log", "tail", "ods.m", "--bucket", "0"], ["table", "read", "ods.m", "--columns", "v"]):
+        result = runner.invoke(app, [*args, *wh])
+        assert result.exit_code == 0 and "[b]x[/b]" in result.output, result.output
