@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
-from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException
+from pyiceberg.io.pyarrow import UTC_ALIASES, UnsupportedPyArrowTypeException
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.table.metadata import TableMetadata
@@ -183,7 +183,12 @@ def check_lake_types(definition: TableDefinition) -> None:
 
 def _check_lake_type(definition: TableDefinition, column: str, t: pa.DataType) -> None:
     advice = next((use for test, use in _LAKE_TYPE_ADVICE.items() if test(t)), None)
-    if pa.types.is_timestamp(t) and t.unit == "ns":
+    if pa.types.is_timestamp(t) and t.tz is not None and t.tz not in UTC_ALIASES:
+        advice = (
+            f"timestamp('{'us' if t.unit == 'ns' else t.unit}', tz='UTC') (Iceberg stores instants in UTC: cast the "
+            "column, the instants stay the same)"
+        )
+    elif pa.types.is_timestamp(t) and t.unit == "ns":
         advice = f"timestamp('us'{', tz=' + repr(t.tz) if t.tz else ''}) (Iceberg format v2 stores microseconds)"
     elif pa.types.is_time32(t) or (pa.types.is_time64(t) and t.unit == "ns"):
         advice = "time64('us')"

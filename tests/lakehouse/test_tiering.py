@@ -306,6 +306,7 @@ def test_every_accepted_column_type_tiers_and_union_reads_as_logged(lakehouse: L
     ("column_type", "advice"),
     [
         (pa.timestamp("ns"), "use timestamp\\('us'\\)"),
+        (pa.timestamp("us", tz="Asia/Shanghai"), "use timestamp\\('us', tz='UTC'\\) \\(Iceberg stores instants in UTC"),
         (pa.uint32(), "use int64"),
         (pa.uint64(), "use int64 or decimal128\\(20, 0\\)"),
         (pa.list_(pa.time32("s")), "use time64\\('us'\\)"),
