@@ -65,8 +65,30 @@ LAKE_SYSTEM_FIELDS = [
     pa.field(TIMESTAMP_COLUMN, pa.timestamp("us", tz="UTC"), False),
 ]
 
-_TRANSFORM = re.compile(r"(?:(identity|year|month|day|hour)\()?\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)?")
+_TRANSFORM = re.compile(r"(identity|year|month|day|hour)\((.+)\)")
 _TIME_TRANSFORMS = {"year": YearTransform, "month": MonthTransform, "day": DayTransform, "hour": HourTransform}
+
+
+_AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def avro_name(name: str) -> str:
+    """``name`` as a valid Avro name, for partition fields: manifests are Avro files whose partition struct
+    is named by them, and readers that hold to the Avro spec (DuckDB) refuse other names, so a column named
+    ``订单号`` or ``order id`` would make the table unreadable there. Replaced as Iceberg's Java
+    ``AvroSchemaUtil.makeCompatibleName`` does (``_x`` + the character's hex code, ``_`` before a leading
+    digit), but by the Avro spec's ASCII rules; valid names stay as they are."""
+    if _AVRO_NAME.fullmatch(name):
+        return name
+    out = []
+    for i, ch in enumerate(name):
+        if ch == "_" or ("A" <= ch <= "Z") or ("a" <= ch <= "z") or (i > 0 and "0" <= ch <= "9"):
+            out.append(ch)
+        elif "0" <= ch <= "9":
+            out.append(f"_{ch}")
+        else:
+            out.append(f"_x{ord(ch):X}")
+    return "".join(out)
 
 
 @dataclass(frozen=True)
@@ -78,7 +100,7 @@ class UserPartition:
 
     @property
     def field_name(self) -> str:
-        return self.column if self.transform == "identity" else f"{self.column}_{self.transform}"
+        return avro_name(self.column if self.transform == "identity" else f"{self.column}_{self.transform}")
 
     def iceberg_transform(self) -> Transform:
         return IdentityTransform() if self.transform == "identity" else _TIME_TRANSFORMS[self.transform]()
@@ -121,13 +143,19 @@ def parse_partition_by(definition_or_specs: TableDefinition | Sequence[str], sch
     )
     out = []
     for spec in specs:
-        m = _TRANSFORM.fullmatch(spec.strip())
-        if not m or (m.group(1) is None) != (")" not in spec):
+        entry = spec.strip()
+        m = _TRANSFORM.fullmatch(entry)
+        if entry in schema.names:  # a column's own name, whatever it holds (any language, spaces)
+            part = UserPartition("identity", entry)
+        elif m:
+            part = UserPartition(m.group(1), m.group(2).strip())
+        elif not entry or "(" in entry or ")" in entry:
             raise SchemaError(
                 f"partition_by entry {spec!r} is not understood; use col, identity(col), year(col), month(col), "
                 "day(col) or hour(col) (the bucket transform is added from the bucket key)"
             )
-        part = UserPartition(m.group(1) or "identity", m.group(2))
+        else:
+            part = UserPartition("identity", entry)
         if part.column not in schema.names:
             raise SchemaError(f"partition_by {spec!r}: no column {part.column!r} in {schema.names}")
         t = schema.field(part.column).type
@@ -218,11 +246,8 @@ def lake_partition_spec(definition: TableDefinition, schema: Schema) -> Partitio
         fields.append(PartitionField(source, 1000 + i, part.iceberg_transform(), part.field_name))
     if definition.bucket_key is not None:
         source = schema.find_field(definition.bucket_key).field_id
-        fields.append(
-            PartitionField(
-                source, 1000 + len(fields), BucketTransform(definition.buckets), f"{definition.bucket_key}_bucket"
-            )
-        )
+        name = avro_name(f"{definition.bucket_key}_bucket")
+        fields.append(PartitionField(source, 1000 + len(fields), BucketTransform(definition.buckets), name))
     else:
         source = schema.find_field(BUCKET_COLUMN).field_id
         fields.append(PartitionField(source, 1000 + len(fields), IdentityTransform(), BUCKET_COLUMN))

@@ -383,6 +383,32 @@ def test_duckdb_reads_the_tiered_tables(tmp_path) -> None:
     assert lake_state(lh.lake_read("ods.orders")) == replay(lh, "ods.orders")
 
 
+def test_columns_named_in_any_language_tier_and_duckdb_reads_them(tmp_path) -> None:
+    """Column names with CJK letters, spaces, '/' and '.' work as keys and partitions. Partition field names
+    become valid Avro names: manifests are Avro, and DuckDB refuses (and aborted on) other names."""
+    lh = Lakehouse.open(tmp_path.as_uri())
+    schema = pa.schema(
+        [("订单号", pa.int64()), ("下单 日期", pa.date32()), ("备注/comment", pa.string()), ("a.b", pa.int32())]
+    )
+    lh.create_table("ods.cn", schema, primary_key=["订单号"], buckets=2, partition_by=["month(下单 日期)"])
+    days = pa.array([datetime.date(2026, m, 1) for m in (1, 2, 3)], pa.date32())
+    log = lh.log("ods.cn")
+    log.append(pa.table({"订单号": [1, 2, 3], "下单 日期": days, "备注/comment": ["甲", "乙", "丙"], "a.b": [1, 2, 3]}))
+    log.append(pa.table({"订单号": [2]}), "delete")
+    lh.tier("ods.cn")
+    fields = [f.name for f in lh.lake_table("ods.cn").spec().fields]
+    assert fields == ["_x4E0B_x5355_x20_x65E5_x671F_month", "_x8BA2_x5355_x53F7_bucket"]
+    expected = [(1, datetime.date(2026, 1, 1), "甲", 1), (3, datetime.date(2026, 3, 1), "丙", 3)]
+    assert sorted(tuple(r.values()) for r in lh.lake_read("ods.cn").select(schema.names).to_pylist()) == expected
+    union = lh.union_read("ods.cn", row_filter='"订单号" = 3').select(schema.names).to_pylist()
+    assert [tuple(r.values()) for r in union] == expected[1:]
+    location = lh.catalog.table_location("ods.cn").removeprefix("file://")
+    theirs = duckdb_connection().execute(
+        f'SELECT "订单号", "下单 日期", "备注/comment", "a.b" FROM iceberg_scan(\'{location}\')'
+    )
+    assert sorted(theirs.fetchall()) == expected
+
+
 # ---- races and crashes ---------------------------------------------------------------------------------
 
 
