@@ -10,8 +10,9 @@ operations, so an upsert followed by a delete of the same key stays in that orde
 bucket, so there is no order across buckets to keep). A keyless table has one queue; its appends rotate
 over the buckets.
 
-The buffer is bounded: ``send`` blocks while ``max_buffer_rows`` rows wait (back-pressure), so a slow
-store slows the caller instead of filling memory. A full buffer makes every queued bucket ready, and an
+The buffer is bounded: ``send`` blocks while ``max_buffer_rows`` rows or ``max_buffer_bytes`` bytes of
+Arrow buffers wait (back-pressure), so a slow store slows the caller instead of filling memory, however
+wide the rows. A full buffer makes every queued bucket ready, and an
 append then takes about half of it, so sends refill the rest meanwhile. Each bucket's part of a send owns
 its buffers, so the buffer's row count bounds memory even when one bucket's rows wait longer. Transient
 failures are retried with the same producer id, sequence and buckets, which the log recognises, so a
@@ -49,6 +50,7 @@ class _Pending:
     table: pa.Table
     op: str
     queued_at: float
+    nbytes: int = 0  # its Arrow buffers, counted against ``max_buffer_bytes``
 
 
 class Producer:
@@ -69,13 +71,14 @@ class Producer:
         batch_rows: int = 10_000,
         linger: float = 0.05,
         max_buffer_rows: int = 200_000,
+        max_buffer_bytes: int = 256 * 1024 * 1024,
         max_retries: int = 5,
         retry_backoff: float = 0.2,
     ) -> None:
-        if batch_rows < 1 or max_buffer_rows < batch_rows:
+        if batch_rows < 1 or max_buffer_rows < batch_rows or max_buffer_bytes < 1:
             raise InvalidArgument(
-                f"need batch_rows >= 1 and max_buffer_rows >= batch_rows, got batch_rows={batch_rows}, "
-                f"max_buffer_rows={max_buffer_rows}"
+                f"need batch_rows >= 1, max_buffer_rows >= batch_rows and max_buffer_bytes >= 1, got batch_rows="
+                f"{batch_rows}, max_buffer_rows={max_buffer_rows}, max_buffer_bytes={max_buffer_bytes}"
             )
         self.log = log
         self.producer_id = producer_id or uuid.uuid4().hex
@@ -87,12 +90,14 @@ class Producer:
         self.batch_rows = batch_rows
         self.linger = linger
         self.max_buffer_rows = max_buffer_rows
+        self.max_buffer_bytes = max_buffer_bytes
         self.max_retries = max_retries
         self.retry_backoff = retry_backoff
         self._incoming: deque[_Pending] = deque()  # whole sends, not yet split by bucket
         self._queues: dict[int, deque[_Pending]] = {}  # per bucket (`_KEYLESS` for a keyless table)
         self._queued: dict[int, int] = {}  # rows per bucket queue
         self._buffered = 0  # rows sent and not yet appended
+        self._buffered_bytes = 0  # their Arrow buffers
         self._cond = threading.Condition()
         self._flush_requested = False
         self._closing = False
@@ -112,11 +117,16 @@ class Producer:
             self._raise_if_failed()
             if self._closing:
                 raise ProducerError(f"producer {self.producer_id} is closed")
-            while self._buffered + table.num_rows > self.max_buffer_rows and self._buffered > 0:
+            nbytes = table.nbytes
+            while self._buffered > 0 and (
+                self._buffered + table.num_rows > self.max_buffer_rows
+                or self._buffered_bytes + nbytes > self.max_buffer_bytes
+            ):  # an empty buffer takes any send the log accepts, so a send larger than the buffer still goes
                 self._cond.wait()
                 self._raise_if_failed()
-            self._incoming.append(_Pending(table, op, time.monotonic()))
+            self._incoming.append(_Pending(table, op, time.monotonic(), nbytes))
             self._buffered += table.num_rows
+            self._buffered_bytes += nbytes
             self._cond.notify_all()
 
     def flush(self, timeout: float | None = None) -> None:
@@ -175,7 +185,7 @@ class Producer:
                     incoming, self._incoming = self._incoming, deque()
                 else:
                     incoming = None
-                    parts, op = self._take_append()
+                    parts, op, nbytes = self._take_append()
             if incoming is not None:
                 try:
                     self._split(incoming)
@@ -193,6 +203,7 @@ class Producer:
             with self._cond:
                 self._sequence += 1
                 self._buffered -= result.rows
+                self._buffered_bytes -= nbytes
                 self.rows_appended += result.rows
                 self.results.append(result)
                 self._cond.notify_all()
@@ -205,6 +216,7 @@ class Producer:
             )
             self._error.__cause__ = exc
             self._incoming.clear()
+            self._buffered_bytes = 0
             self._queues.clear()
             self._queued.clear()
             self._cond.notify_all()
@@ -216,8 +228,13 @@ class Producer:
         with self._cond:
             for send, parts in split:
                 for bucket, part in parts.items():
-                    self._queues.setdefault(bucket, deque()).append(_Pending(part, send.op, send.queued_at))
+                    # the parts own their buffers: count those instead of the send's (they differ a little)
+                    pending = _Pending(part, send.op, send.queued_at, part.nbytes)
+                    self._queues.setdefault(bucket, deque()).append(pending)
                     self._queued[bucket] = self._queued.get(bucket, 0) + part.num_rows
+                    self._buffered_bytes += pending.nbytes
+                self._buffered_bytes -= send.nbytes
+            self._cond.notify_all()
 
     def _buffered_in_queues(self) -> bool:
         return any(self._queues.values())
@@ -227,7 +244,7 @@ class Producer:
         return self._flush_requested or self._closing or self._full()
 
     def _full(self) -> bool:
-        return self._buffered >= self.max_buffer_rows
+        return self._buffered >= self.max_buffer_rows or self._buffered_bytes >= self.max_buffer_bytes
 
     def _bucket_ready(self, bucket: int, now: float) -> bool:
         queue = self._queues[bucket]
@@ -247,10 +264,11 @@ class Producer:
             return None
         return max(0.001, self.linger - (time.monotonic() - min(heads)))
 
-    def _take_append(self) -> tuple[dict[int, pa.Table], str]:
+    def _take_append(self) -> tuple[dict[int, pa.Table], str, int]:
         """Pop the next append: for every ready bucket whose oldest queued rows have the operation of the
         oldest ready rows, its longest run of queued sends with that operation, up to about ``batch_rows``
-        rows (less when the buffer is full), within the log's per-append limits."""
+        rows (less when the buffer is full), within the log's per-append limits. Returns the parts, their
+        operation and their buffers' size."""
         now, urgent = time.monotonic(), self._urgent()
         ready = sorted(
             (b for b, q in self._queues.items() if q and (urgent or self._bucket_ready(b, now))),
@@ -262,7 +280,9 @@ class Producer:
         if self._full() and not (self._flush_requested or self._closing):
             # Take about half the buffer, spread over the buckets, so sends refill the other half while these
             # rows are appended (taking it all would stall every send until the append is done).
-            cap = min(cap, max(1, self.max_buffer_rows // (2 * len(ready))))
+            # (the buffer's size in rows: full by bytes, it holds fewer rows than max_buffer_rows)
+            capacity = min(self.max_buffer_rows, self._buffered * self.max_buffer_bytes // max(1, self._buffered_bytes))
+            cap = min(cap, max(1, capacity // (2 * len(ready))))
         parts: dict[int, pa.Table] = {}
         rows = nbytes = 0
         for bucket in ready:
@@ -272,7 +292,7 @@ class Producer:
             run: list[_Pending] = []
             run_rows = run_bytes = 0
             while queue and queue[0].op == op and (not run or run_rows + queue[0].table.num_rows <= cap):
-                size, weight = queue[0].table.num_rows, queue[0].table.nbytes
+                size, weight = queue[0].table.num_rows, queue[0].nbytes
                 if parts or run:  # the first send always fits: `send` checked it against the limits
                     if rows + run_rows + size > limits.max_rows or nbytes + run_bytes + weight > limits.max_bytes:
                         break
@@ -286,7 +306,7 @@ class Producer:
             parts[bucket] = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
             self._queued[bucket] -= run_rows
             rows, nbytes = rows + run_rows, nbytes + run_bytes
-        return parts, op
+        return parts, op, nbytes
 
     def _append_with_retries(self, parts: dict[int, pa.Table], op: str) -> AppendResult:
         for attempt in range(self.max_retries + 1):

@@ -77,10 +77,12 @@ def test_full_and_key_only_deletes_share_a_segment(lakehouse: Lakehouse) -> None
     assert got.column("k").to_pylist() == [1, 2, 3, 4] and got.column("v").to_pylist() == ["a", "b", None, "d"]
 
 
-@pytest.mark.parametrize("options", [{"batch_rows": 0}, {"batch_rows": 100, "max_buffer_rows": 99}])
+@pytest.mark.parametrize(
+    "options", [{"batch_rows": 0}, {"batch_rows": 100, "max_buffer_rows": 99}, {"max_buffer_bytes": 0}]
+)
 def test_bad_settings_are_refused_before_a_thread_starts(log: Log, options: dict) -> None:
     threads = threading.active_count()
-    with pytest.raises(InvalidArgument, match="need batch_rows >= 1 and max_buffer_rows >= batch_rows, got"):
+    with pytest.raises(InvalidArgument, match="need batch_rows >= 1, max_buffer_rows >= batch_rows and max_buffer_b"):
         log.producer(**options)
     assert threading.active_count() == threads
 
@@ -131,6 +133,34 @@ def test_back_pressure_blocks_send_when_the_buffer_is_full(log: Log, store: Obje
     assert returned.is_set()
     p.close()
     assert p.rows_appended == 40 and len(all_rows(log)) == 40
+
+
+def test_back_pressure_on_bytes_holds_wide_rows_to_the_byte_limit(log: Log, store: ObjectStore) -> None:
+    """Rows of 100 kB: the buffer fills by bytes (``max_buffer_bytes``) long before it does by rows."""
+    gated = GatedPuts(store)
+    wide = [rows(range(i * 4, i * 4 + 4), v="x" * 100_000) for i in range(4)]  # ~400 kB each
+    p = log.producer(batch_rows=1000, max_buffer_bytes=1_000_000, linger=0.0)
+    p.send(wide[0])
+    p.send(wide[1])  # 800 kB waiting on the gate
+    returned = threading.Event()
+    t = threading.Thread(target=lambda: (p.send(wide[2]), returned.set()))
+    t.start()
+    time.sleep(0.5)
+    assert not returned.is_set(), "a send past max_buffer_bytes should block"
+    assert p._buffered == 8 and 800_000 < p._buffered_bytes <= 1_000_000
+    gated.gate.set()
+    t.join(30)
+    assert returned.is_set()
+    p.send(wide[3])
+    p.close()
+    assert p.rows_appended == 16 and len(all_rows(log)) == 16
+    assert (p._buffered, p._buffered_bytes) == (0, 0)  # the accounting returns to zero
+
+
+def test_a_send_larger_than_the_buffer_goes_through_when_it_is_empty(log: Log) -> None:
+    with log.producer(max_buffer_bytes=1000) as p:
+        p.send(rows(range(100), v="y" * 100))  # ~10 kB
+    assert p.rows_appended == 100 and (p._buffered, p._buffered_bytes) == (0, 0)
 
 
 def test_transient_failures_are_retried_without_duplicates(log: Log, store: ObjectStore) -> None:
