@@ -228,8 +228,10 @@ class Producer:
         with self._cond:
             for send, parts in split:
                 for bucket, part in parts.items():
-                    # the parts own their buffers: count those instead of the send's (they differ a little)
-                    pending = _Pending(part, send.op, send.queued_at, part.nbytes)
+                    # The parts own their buffers: count those instead of the send's (they differ a little).
+                    # Their total size is what they hold, and costs ~1 µs where `nbytes` costs ~25 (it walks
+                    # a slice's referenced ranges).
+                    pending = _Pending(part, send.op, send.queued_at, part.get_total_buffer_size())
                     self._queues.setdefault(bucket, deque()).append(pending)
                     self._queued[bucket] = self._queued.get(bucket, 0) + part.num_rows
                     self._buffered_bytes += pending.nbytes
