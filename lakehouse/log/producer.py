@@ -12,9 +12,9 @@ over the buckets.
 
 The buffer is bounded: ``send`` blocks while ``max_buffer_rows`` rows or ``max_buffer_bytes`` bytes of
 Arrow buffers wait (back-pressure), so a slow store slows the caller instead of filling memory, however
-wide the rows. A full buffer makes every queued bucket ready, and an
-append then takes about half of it, so sends refill the rest meanwhile. Each bucket's part of a send owns
-its buffers, so the buffer's row count bounds memory even when one bucket's rows wait longer. Transient
+wide the rows. A full buffer makes every queued bucket ready, and an append then takes about half of it,
+so sends refill the rest meanwhile. Each bucket's part of a send owns its buffers, so the buffer's counts
+bound memory even when one bucket's rows wait longer. Transient
 failures are retried with the same producer id, sequence and buckets, which the log recognises, so a
 retry never duplicates. A failure that outlasts the retries is kept and raised, as `ProducerError`, from
 the next ``send``, ``flush`` or ``close``; the error says how many rows were not delivered. Nothing is
@@ -113,11 +113,11 @@ class Producer:
         """Queue rows. Blocks while the buffer is full. Raises `SchemaError`/`BatchError` for bad rows (nothing
         queued) and `ProducerError` if an earlier append failed for good."""
         table = conform(self.log.definition, data, op, self.log.limits)
+        nbytes = table.nbytes
         with self._cond:
             self._raise_if_failed()
             if self._closing:
                 raise ProducerError(f"producer {self.producer_id} is closed")
-            nbytes = table.nbytes
             while self._buffered > 0 and (
                 self._buffered + table.num_rows > self.max_buffer_rows
                 or self._buffered_bytes + nbytes > self.max_buffer_bytes
