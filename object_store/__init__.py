@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from object_store.base import MiB, Object, ObjectInfo, ObjectStore, validate_key
+from object_store.base import MAX_METADATA_BYTES, MiB, Object, ObjectInfo, ObjectStore, validate_key
 from object_store.errors import (
     AccessDenied,
     InvalidArgument,
@@ -32,6 +32,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidKey",
     "LakestreamError",
+    "MAX_METADATA_BYTES",
     "MiB",
     "NotFound",
     "Object",

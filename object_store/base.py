@@ -30,6 +30,10 @@ MiB = 1024 * 1024
 
 #: User-metadata key that carries the unique token of a conditional write (hidden from callers).
 WRITE_TOKEN_KEY = "lakestream-write-token"
+#: S3 allows 2 KB of user metadata per object (keys and values); the write token of a conditional write
+#: takes the rest.
+_METADATA_RESERVED = 64
+MAX_METADATA_BYTES = 2048 - _METADATA_RESERVED
 #: Prefix (under the store's root) used by the capability probe.
 PROBE_PREFIX = "_lakestream/probe/"
 
@@ -86,16 +90,27 @@ def validate_key(key: str) -> str:
 
 
 def validate_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
-    """Return user metadata as a plain dict of lowercase ASCII keys (S3's rules), or raise `InvalidKey`."""
+    """Return user metadata as a plain dict of lowercase ASCII keys (S3's rules), or raise `InvalidKey`.
+
+    Values travel as HTTP headers, so they must be printable ASCII without leading or trailing blanks
+    (S3 would trim them, a local store would not), and all of it must fit S3's limit of 2 KB."""
     out: dict[str, str] = {}
     for k, v in (metadata or {}).items():
         if not isinstance(k, str) or not _METADATA_KEY.fullmatch(k):
             raise InvalidKey(f"invalid metadata key {k!r}: use ASCII letters, digits, '-' and '_'")
         if k.lower() == WRITE_TOKEN_KEY:
             raise InvalidKey(f"metadata key {k!r} is reserved by lakestream")
-        if not isinstance(v, str) or not v.isascii() or _CONTROL_BELOW_SPACE.search(v):
-            raise InvalidKey(f"invalid metadata value for {k!r}: use printable ASCII strings")
+        if not isinstance(v, str) or not v.isascii() or _CONTROL_BELOW_SPACE.search(v) or v != v.strip():
+            raise InvalidKey(
+                f"invalid metadata value {v!r} for {k!r}: use printable ASCII, no leading or trailing blanks"
+            )
         out[k.lower()] = v
+    size = sum(len(k) + len(v) for k, v in out.items())
+    if size > MAX_METADATA_BYTES:
+        raise InvalidKey(
+            f"user metadata of {size} bytes (keys and values) exceeds {MAX_METADATA_BYTES} bytes: S3 allows "
+            f"2 KB per object, of which lakestream keeps {_METADATA_RESERVED} for its write token; store less"
+        )
     return out
 
 

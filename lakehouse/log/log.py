@@ -135,18 +135,27 @@ class Log:
     ) -> AppendResult:
         """Append ``data`` with change kind ``op`` (insert; upsert and delete for primary-key tables).
 
+        ``producer_id`` and ``sequence`` (given together) make a retry of the same append recognisable, from
+        any process: it lands exactly once. Without them each call is a new append.
+
         Raises:
             SchemaError, BatchError: the batch does not fit the table; nothing was written.
+            InvalidArgument: a bad producer id or sequence; nothing was written.
             AppendIncomplete: some buckets were written and others failed; retry with the same producer
                 id and sequence (both are in the error's ``result``).
         """
-        table = conform(self.definition, data, op, self.limits)
         explicit_id = producer_id is not None
         if producer_id is None:
+            if sequence is not None:
+                raise InvalidArgument(
+                    f"{self.name}: a sequence ({sequence!r}) without a producer_id cannot be recognised on a retry; "
+                    "give both, or neither"
+                )
             producer_id, sequence = uuid.uuid4().hex, 0
-        elif sequence is None or sequence < 0:
-            raise BatchError(f"{self.name}: an append with a producer_id needs a sequence >= 0, got {sequence!r}")
-        assert sequence is not None
+        else:
+            producer_id, sequence = segment.check_producer(producer_id, sequence)
+            assert producer_id is not None
+        table = conform(self.definition, data, op, self.limits)
         keyless_bucket = self.keyless_bucket(producer_id, sequence) if explicit_id else next(self._sticky)
         parts = split_by_bucket(self.definition, table, keyless_bucket % self.definition.buckets)
         return self._append_parts(parts, op, producer_id, sequence, explicit_id=explicit_id)

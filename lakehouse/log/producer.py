@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from lakehouse.errors import AppendIncomplete, InvalidArgument, LakestreamError, ProducerError
 from lakehouse.log.batch import conform, split_by_bucket
+from lakehouse.log.segment import check_producer
 
 if TYPE_CHECKING:
     from lakehouse.log.log import AppendResult, Log
@@ -80,6 +81,7 @@ class Producer:
                 f"need batch_rows >= 1, max_buffer_rows >= batch_rows and max_buffer_bytes >= 1, got batch_rows="
                 f"{batch_rows}, max_buffer_rows={max_buffer_rows}, max_buffer_bytes={max_buffer_bytes}"
             )
+        producer_id, first_sequence = check_producer(producer_id, first_sequence)
         self.log = log
         self.producer_id = producer_id or uuid.uuid4().hex
         # A caller-given id may be resuming after a crash, so the first append looks back for an earlier

@@ -19,6 +19,8 @@ Offsets are not stored: the segment's key names its base offset and records are 
 from __future__ import annotations
 
 import functools
+import operator
+import re
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,7 +29,7 @@ import google_crc32c
 import numpy as np
 import pyarrow as pa
 
-from lakehouse.errors import CorruptSegmentError
+from lakehouse.errors import CorruptSegmentError, InvalidArgument
 
 OPS = ("insert", "upsert", "delete")
 OP_TYPE = pa.dictionary(pa.int8(), pa.string())
@@ -38,6 +40,29 @@ SYSTEM_FIELDS = [
     pa.field("_timestamp", TIMESTAMP_TYPE, False),
 ]
 _OP_DICTIONARY = pa.array(OPS, pa.string())
+#: Producer ids travel in object metadata (HTTP headers): visible ASCII, which no store trims or re-encodes,
+#: and short enough for S3's 2 KB of user metadata.
+_PRODUCER_ID = re.compile(r"[!-~]{1,128}")
+MAX_SEQUENCE = 2**63 - 1
+
+
+def check_producer(producer_id: str | None, sequence: int) -> tuple[str | None, int]:
+    """Return a caller-given producer id (None: one is generated later) and sequence as a header holds
+    them, or raise `InvalidArgument`: a header the log could not read back would make its bucket unreadable."""
+    if producer_id is not None and (not isinstance(producer_id, str) or not _PRODUCER_ID.fullmatch(producer_id)):
+        raise InvalidArgument(
+            f"invalid producer id {producer_id!r}: use 1 to 128 visible ASCII characters, no spaces "
+            "(it is stored in each segment's object metadata)"
+        )
+    if sequence is None:
+        raise InvalidArgument(f"producer {producer_id}: give the append's sequence too (its number in the producer)")
+    try:
+        seq = None if isinstance(sequence, bool) else operator.index(sequence)
+    except TypeError:
+        seq = None
+    if seq is None or not 0 <= seq <= MAX_SEQUENCE:
+        raise InvalidArgument(f"a producer's sequence must be an integer from 0 to 2**63-1, got {sequence!r}")
+    return producer_id, seq
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import zlib
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -219,6 +220,38 @@ def test_unknown_table_and_invalid_name(lakehouse: Lakehouse) -> None:
         lakehouse.log("ods.nope")
     with pytest.raises(InvalidTableName):
         lakehouse.log("nope")
+
+
+@pytest.mark.parametrize(
+    ("producer_id", "sequence", "message"),
+    [
+        ("p", True, "must be an integer from 0 to 2\\*\\*63-1, got True"),  # once written as "True": unreadable
+        ("p", 1.5, "got 1.5"),
+        ("p", -1, "got -1"),
+        ("p", 2**63, "got 9223372036854775808"),
+        ("p", None, "give the append's sequence too"),
+        (None, 3, "a sequence \\(3\\) without a producer_id"),
+        ("", 0, "invalid producer id ''"),
+        ("生产者", 0, "visible ASCII"),  # metadata is ASCII
+        (" p", 0, "no spaces"),  # S3 trims header values: a retry would not recognise its first attempt
+        ("p" * 129, 0, "1 to 128"),  # S3 allows 2 KB of metadata
+        (7, 0, "invalid producer id 7"),
+    ],
+)
+def test_a_bad_producer_id_or_sequence_is_refused_and_nothing_is_written(
+    orders_log: Log, store, producer_id, sequence, message
+) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        orders_log.append(orders(range(20)), "upsert", producer_id=producer_id, sequence=sequence)
+    assert segments(store) == []
+    assert orders_log.end_offsets() == {0: 0, 1: 0, 2: 0, 3: 0}
+
+
+def test_a_numpy_sequence_is_a_sequence(orders_log: Log) -> None:
+    first = orders_log.append(orders(range(20)), "upsert", producer_id="job-1/task-2", sequence=np.int64(5))
+    again = orders_log.append(orders(range(20)), "upsert", producer_id="job-1/task-2", sequence=5)
+    assert (first.sequence, again.already_appended) == (5, frozenset(first.ranges))
+    assert sum(orders_log.read(b).num_rows for b in range(4)) == 20
 
 
 def test_a_read_outside_the_table_says_what_exists(orders_log: Log) -> None:

@@ -87,6 +87,19 @@ def test_bad_settings_are_refused_before_a_thread_starts(log: Log, options: dict
     assert threading.active_count() == threads
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"producer_id": "a b"}, "invalid producer id 'a b'"), ({"first_sequence": -1}, "got -1")],
+)
+def test_a_bad_producer_id_or_first_sequence_is_refused_before_a_thread_starts(
+    log: Log, options: dict, message: str
+) -> None:
+    threads = threading.active_count()
+    with pytest.raises(InvalidArgument, match=message):
+        log.producer(**options)
+    assert threading.active_count() == threads
+
+
 def test_linger_flushes_without_more_sends(log: Log) -> None:
     with log.producer(batch_rows=10_000, linger=0.05) as p:
         p.send(rows([1, 2, 3]), "upsert")

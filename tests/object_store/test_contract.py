@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from object_store import (
+    MAX_METADATA_BYTES,
     InvalidArgument,
     InvalidKey,
     MiB,
@@ -158,11 +159,19 @@ def test_invalid_metadata_is_rejected(store: ObjectStore) -> None:
         {"a.b": "v"},
         {"k": "caf\u00e9"},
         {"k": "line\nbreak"},
+        {"k": " padded"},  # S3 would trim it, a file system would not
+        {"k": "x" * 2000},  # beyond S3's 2 KB with the write token
         {"lakestream-write-token": "x"},
     ):
         with pytest.raises(InvalidKey):
             store.put("m", b"x", metadata=meta)
     assert not store.exists("m")
+
+
+def test_metadata_up_to_the_limit_round_trips_on_a_conditional_write(store: ObjectStore) -> None:
+    meta = {"k": "x" * (MAX_METADATA_BYTES - 1)}
+    store.put("full-meta", b"x", if_none_match=True, metadata=meta)
+    assert store.head("full-meta").metadata == meta
 
 
 def test_small_writer_is_a_single_put(store: ObjectStore) -> None:
