@@ -21,6 +21,7 @@ __all__ = [
     "InvalidTableName",
     "LakeStateError",
     "LakestreamError",
+    "LogClosed",
     "MaintenanceError",
     "OffsetOutOfRange",
     "ProducerError",
@@ -83,6 +84,10 @@ class CorruptSegmentError(LakestreamError):
 class ProducerError(LakestreamError):
     """A `Producer` could not deliver buffered rows; the cause is attached. Rows sent after the failure
     are refused until the producer is closed."""
+
+
+class LogClosed(LakestreamError, RuntimeError):
+    """A `Log` was used after `close` (its own, or its `Lakehouse`'s); open the table's log again."""
 
 
 class OffsetOutOfRange(LakestreamError, IndexError):

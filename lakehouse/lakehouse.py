@@ -14,7 +14,7 @@ from pyiceberg.table import Table
 
 from lakehouse import maintenance
 from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog
-from lakehouse.errors import OffsetOutOfRange, TableAlreadyExists, TableNotFound
+from lakehouse.errors import OffsetOutOfRange, ProducerError, TableAlreadyExists, TableNotFound
 from lakehouse.executor import LocalExecutor, SparkExecutor, TaskExecutor
 from lakehouse.lake import (
     LAKE_TABLE_PROPERTIES,
@@ -232,7 +232,7 @@ class Lakehouse:
         """The log of a table (one shared `Log` per table and `Lakehouse`)."""
         table_name = TableName.parse(name)
         with self._lock:
-            if table_name not in self._logs:
+            if table_name not in self._logs or self._logs[table_name].closed:
                 self._logs[table_name] = Log(self.store, self.table(table_name))
             return self._logs[table_name]
 
@@ -313,9 +313,19 @@ class Lakehouse:
         )
 
     def close(self) -> None:
-        for log in self._logs.values():
-            log.close()
+        """Close every table's log (flushing the `Producer`s still open on them) and the store. Raises the
+        first `ProducerError` once everything is closed."""
+        with self._lock:
+            logs, self._logs = list(self._logs.values()), {}
+        errors = []
+        for log in logs:
+            try:
+                log.close()
+            except ProducerError as exc:
+                errors.append(exc)
         self.store.close()
+        if errors:
+            raise errors[0]
 
     def __enter__(self) -> Lakehouse:
         return self

@@ -81,6 +81,9 @@ class Producer:
                 f"need batch_rows >= 1, max_buffer_rows >= batch_rows and max_buffer_bytes >= 1, got batch_rows="
                 f"{batch_rows}, max_buffer_rows={max_buffer_rows}, max_buffer_bytes={max_buffer_bytes}"
             )
+        for option, value in (("linger", linger), ("max_retries", max_retries), ("retry_backoff", retry_backoff)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+                raise InvalidArgument(f"{option} must be a number >= 0, got {value!r}")
         producer_id, first_sequence = check_producer(producer_id, first_sequence)
         self.log = log
         self.producer_id = producer_id or uuid.uuid4().hex
@@ -107,6 +110,7 @@ class Producer:
         self.results: list[AppendResult] = []
         self.rows_appended = 0
         self._thread = threading.Thread(target=self._run, name=f"producer-{self.producer_id[:8]}", daemon=True)
+        log._open_producer(self)  # refuses a closed Log; closing the Log closes (flushes) this producer first
         self._thread.start()
 
     # ---- caller side ---------------------------------------------------------------------------------
@@ -155,6 +159,7 @@ class Producer:
                 self._closing = True
                 self._cond.notify_all()
             self._thread.join()
+            self.log._close_producer(self)
         with self._cond:
             self._raise_if_failed()
 
@@ -177,6 +182,12 @@ class Producer:
     # ---- background thread ---------------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 - a dead thread would leave flush() and close() waiting forever
+            self._fail(exc, "its thread stopped on an unexpected error")
+
+    def _loop(self) -> None:
         while True:
             with self._cond:
                 while not (self._incoming or self._ready()):

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from lakehouse import Lakehouse
-from lakehouse.errors import InvalidArgument, ProducerError, SchemaError
+from lakehouse.errors import InvalidArgument, LogClosed, ProducerError, SchemaError
 from lakehouse.log import Log
 from object_store import ObjectStore
 from tests.lakehouse._faults import CountingReads, FailingPuts, GatedPuts
@@ -89,15 +89,59 @@ def test_bad_settings_are_refused_before_a_thread_starts(log: Log, options: dict
 
 @pytest.mark.parametrize(
     ("options", "message"),
-    [({"producer_id": "a b"}, "invalid producer id 'a b'"), ({"first_sequence": -1}, "got -1")],
+    [
+        ({"producer_id": "a b"}, "invalid producer id 'a b'"),
+        ({"first_sequence": -1}, "got -1"),
+        ({"max_retries": -1}, "max_retries must be a number >= 0, got -1"),  # its thread died, close() hung
+        ({"linger": "1"}, "linger must be a number >= 0, got '1'"),
+        ({"retry_backoff": -0.5}, "retry_backoff must be a number >= 0"),
+    ],
 )
-def test_a_bad_producer_id_or_first_sequence_is_refused_before_a_thread_starts(
-    log: Log, options: dict, message: str
-) -> None:
+def test_bad_options_are_refused_before_a_thread_starts(log: Log, options: dict, message: str) -> None:
     threads = threading.active_count()
     with pytest.raises(InvalidArgument, match=message):
         log.producer(**options)
     assert threading.active_count() == threads
+
+
+def test_closing_the_lakehouse_delivers_what_its_open_producers_hold(log: Log, store, store_spec) -> None:
+    """A caller that closes the `Lakehouse` (or the `Log`) before its `Producer`: the rows still arrive. Before,
+    the producer's thread died on the stopped pool, the rows were lost and `Producer.close` waited forever."""
+    url, options = store_spec
+    lakehouse = Lakehouse.open(url, **options)  # its own store: closing it leaves the fixture's open
+    own = lakehouse.log("ods.kv")
+    p = own.producer(batch_rows=1000, linger=60)
+    p.send(rows(range(30)), "upsert")
+    lakehouse.close()
+    fresh = Lakehouse(store).log("ods.kv")
+    assert sorted(r["k"] for b in range(2) for r in fresh.read(b).to_pylist()) == list(range(30))
+    assert p.rows_appended == 30
+    p.close()  # already closed by the log: nothing more to do
+    with pytest.raises(ProducerError, match="is closed"):
+        p.send(rows([99]), "upsert")
+    with pytest.raises(LogClosed, match="the log of ods.kv is closed"):
+        own.append(rows([99]), "upsert")
+    with pytest.raises(LogClosed):
+        own.producer()
+    with pytest.raises(LogClosed):
+        own.read(0)
+
+
+def test_a_closed_log_is_replaced_by_the_next_lakehouse_log_call(lakehouse: Lakehouse, log: Log) -> None:
+    log.close()
+    again = lakehouse.log("ods.kv")
+    assert again is not log and again.append(rows([1, 2]), "upsert").rows == 2
+
+
+def test_an_unexpected_error_in_the_producers_thread_is_raised_not_waited_on(log: Log, monkeypatch) -> None:
+    def broken(*args, **kwargs):
+        raise TypeError("a bug")  # not a LakestreamError: the thread used to die and leave flush() waiting
+
+    monkeypatch.setattr(log, "_append_parts", broken)
+    p = log.producer(linger=0)
+    p.send(rows(range(5)), "upsert")
+    with pytest.raises(ProducerError, match="unexpected error; 5 rows were not delivered: a bug"):
+        p.close(timeout=30)  # the code before: "flush timed out"
 
 
 def test_linger_flushes_without_more_sends(log: Log) -> None:
