@@ -105,7 +105,7 @@ class TableDefinition:
         table_name = TableName.parse(name)
         if not isinstance(schema, pa.Schema):
             raise SchemaError(f"{table_name}: schema must be a pyarrow.Schema, got {type(schema).__name__}")
-        if not isinstance(buckets, int) or not 1 <= buckets <= MAX_BUCKETS:
+        if isinstance(buckets, bool) or not isinstance(buckets, int) or not 1 <= buckets <= MAX_BUCKETS:
             raise SchemaError(f"{table_name}: buckets must be an integer from 1 to {MAX_BUCKETS}, got {buckets!r}")
         names = schema.names
         if not names:
@@ -116,7 +116,7 @@ class TableDefinition:
         for n in names:
             if n in SYSTEM_COLUMNS or n.startswith("__"):
                 raise SchemaError(f"{table_name}: column name {n!r} is reserved for lakestream's system columns")
-        pk = tuple(primary_key or ())
+        pk = _columns(primary_key)
         for col in pk:
             if col not in names:
                 raise SchemaError(f"{table_name}: primary-key column {col!r} is not in the schema {names}")
@@ -147,7 +147,7 @@ class TableDefinition:
             buckets=buckets,
             primary_key=pk,
             bucket_key=bucket_key,
-            partition_by=tuple(partition_by or ()),
+            partition_by=_columns(partition_by),
         )
 
     def to_json(self) -> bytes:
@@ -195,6 +195,11 @@ class TableDefinition:
             "uuid": self.table_uuid,
             "created": self.created_at,
         }
+
+
+def _columns(value: Sequence[str] | str | None) -> tuple[str, ...]:
+    """A list of column names (or transforms); one name alone is a list of one, not of its characters."""
+    return (value,) if isinstance(value, str) else tuple(value or ())
 
 
 _TYPES = {

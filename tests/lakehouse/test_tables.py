@@ -40,11 +40,18 @@ def test_definition_round_trip_and_defaults() -> None:
     assert log_table.bucket_key is None and not log_table.has_primary_key
 
 
+def test_one_column_may_be_named_without_a_list() -> None:
+    """``primary_key="id"`` once meant the columns 'i' and 'd'; ``partition_by="day(ts)"`` its characters."""
+    d = TableDefinition.build("ods.t", SCHEMA, buckets=4, primary_key="id", partition_by="bucket(8, id)")
+    assert (d.primary_key, d.bucket_key, d.partition_by) == (("id",), "id", ("bucket(8, id)",))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         ({"buckets": 0}, "buckets must be"),
         ({"buckets": 5000}, "buckets must be"),
+        ({"buckets": True}, "buckets must be an integer from 1 to 4096, got True"),  # was a table of 1 bucket
         ({"buckets": 4, "primary_key": ["nope"]}, "not in the schema"),
         ({"buckets": 4, "primary_key": ["id", "name"]}, "needs an explicit bucket_key"),
         ({"buckets": 4, "primary_key": ["id"], "bucket_key": "name"}, "must be a primary-key column"),
