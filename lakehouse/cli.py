@@ -109,20 +109,32 @@ def _lakehouse(warehouse: str | None, config: Path | None):
 @table_app.command("create")
 def table_create(
     name: Annotated[str, typer.Argument(help="namespace.table")],
-    schema: Annotated[str, typer.Option(help="columns as 'name:type, ...' (types: int64, string, decimal(12,2), ...)")],
+    schema: Annotated[
+        str, typer.Option(help="columns as 'name:type, ...' (types: int64, string, decimal(12,2), ...; '!' = not null)")
+    ],
     buckets: Annotated[int, typer.Option(help="number of buckets")] = 4,
     primary_key: Annotated[str | None, typer.Option(help="comma-separated primary-key columns")] = None,
     bucket_key: Annotated[str | None, typer.Option(help="bucket-key column (default: the single key column)")] = None,
+    partition_by: Annotated[
+        str | None, typer.Option(help="comma-separated lake partitions: columns, year|month|day|hour(column)")
+    ] = None,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Create a table (a log table without --primary-key; a primary-key table with it)."""
-    from lakehouse.tables import parse_schema
+    """Create a table (a log table without --primary-key; a primary-key table with it). Columns may be
+    given as `table describe` prints them."""
+    from lakehouse.tables import parse_schema, split_list
 
     try:
         lh = _lakehouse(warehouse, config)
-        pk = [c.strip() for c in primary_key.split(",")] if primary_key else None
-        definition = lh.create_table(name, parse_schema(schema), buckets=buckets, primary_key=pk, bucket_key=bucket_key)
+        definition = lh.create_table(
+            name,
+            parse_schema(schema),
+            buckets=buckets,
+            primary_key=split_list(primary_key or ""),
+            bucket_key=bucket_key,
+            partition_by=split_list(partition_by or ""),
+        )
     except LakestreamError as exc:
         _fail(exc)
     console.print(f"[green]created[/] {definition.name} in {escape(lh.url)}")

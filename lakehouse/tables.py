@@ -220,48 +220,71 @@ _TYPES = {
     "timestamp": pa.timestamp("us"),
     "timestamptz": pa.timestamp("us", tz="UTC"),
 }
-_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
+#: Arrow's own spellings, as `describe` prints them, so a table's columns can be copied into a new one.
+_ARROW_TYPES = {
+    str(t).lower(): t
+    for t in (
+        pa.uint8(),
+        pa.uint16(),
+        pa.large_string(),
+        pa.large_binary(),
+        pa.date32(),
+        pa.time64("us"),
+        *(pa.timestamp(unit, tz) for unit in ("s", "ms", "us") for tz in (None, "UTC")),
+    )
+}
+_DECIMAL = re.compile(r"decimal(?:128)?\((\d+),\s*(\d+)\)")
+_FIXED = re.compile(r"fixed_size_binary\[(\d+)\]")
+_NOT_NULL = re.compile(r"(?:\s+not\s+null|\s*!)$")
 
 
 def parse_schema(spec: str) -> pa.Schema:
-    """Parse ``"name:type[!], ..."`` (``!`` = not null) into an Arrow schema, for the CLI.
+    """Parse ``"name:type[!], ..."`` (``!`` or `` not null`` = not null) into an Arrow schema, for the CLI.
+    ``name type not null`` (as `describe` prints columns) works too.
 
     Types: bool, int8/16/32/64 (int, long), float32/64 (float, double), string, binary, date,
-    timestamp, timestamptz, decimal(p,s).
+    timestamp, timestamptz, decimal(p,s), and Arrow's names for these and for uint8/16, large_string,
+    large_binary, time64[us], fixed_size_binary[n], timestamp[s|ms|us] with or without ``tz=UTC``.
     """
     fields = []
-    for item in _split_top(spec):
+    for item in split_list(spec):
         name, sep, type_name = item.partition(":")
-        if not sep or not name.strip():
+        if not sep:
+            name, _, type_name = item.partition(" ")
+        name, type_name = name.strip(), type_name.strip().lower()
+        if not name or not type_name:
             raise SchemaError(f"bad column spec {item!r}: use name:type, e.g. o_orderkey:int64")
-        type_name = type_name.strip().lower()
-        nullable = not type_name.endswith("!")
-        type_name = type_name.rstrip("!")
-        m = _DECIMAL.fullmatch(type_name)
-        if m:
-            t = pa.decimal128(int(m.group(1)), int(m.group(2)))
-        elif type_name in _TYPES:
-            t = _TYPES[type_name]
-        else:
-            raise SchemaError(
-                f"unknown type {type_name!r} for column {name.strip()!r}; known: {sorted(_TYPES)}, decimal(p,s)"
-            )
-        fields.append(pa.field(name.strip(), t, nullable))
+        nullable = not _NOT_NULL.search(type_name)
+        type_name = _NOT_NULL.sub("", type_name)
+        fields.append(pa.field(name, _parse_type(name, type_name), nullable))
     if not fields:
         raise SchemaError("empty schema: give at least one column as name:type")
     return pa.schema(fields)
 
 
-def _split_top(spec: str) -> list[str]:
-    """Split on commas that are not inside parentheses (decimal(12,2))."""
+def _parse_type(column: str, type_name: str) -> pa.DataType:
+    if m := _DECIMAL.fullmatch(type_name):
+        return pa.decimal128(int(m.group(1)), int(m.group(2)))
+    if m := _FIXED.fullmatch(type_name):
+        return pa.binary(int(m.group(1)))
+    if t := _TYPES.get(type_name) or _ARROW_TYPES.get(type_name):
+        return t
+    raise SchemaError(
+        f"unknown type {type_name!r} for column {column!r}; known: {sorted(_TYPES)}, decimal(p,s), and Arrow's "
+        f"names {sorted(_ARROW_TYPES)}, decimal128(p, s), fixed_size_binary[n]"
+    )
+
+
+def split_list(spec: str) -> list[str]:
+    """Split a comma-separated list on the commas outside brackets (decimal(12,2), timestamp[us, tz=UTC])."""
     parts, depth, current = [], 0, ""
     for ch in spec:
         if ch == "," and depth == 0:
             parts.append(current.strip())
             current = ""
             continue
-        depth += ch == "("
-        depth -= ch == ")"
+        depth += ch in "(["
+        depth -= ch in ")]"
         current += ch
     parts.append(current.strip())
     return [p for p in parts if p]

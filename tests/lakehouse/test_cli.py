@@ -161,3 +161,34 @@ def test_data_and_types_are_printed_as_they_are(tmp_path) -> None:
     for args in (["log", "tail", "ods.m", "--bucket", "0"], ["table", "read", "ods.m", "--columns", "v"]):
         result = runner.invoke(app, [*args, *wh])
         assert result.exit_code == 0 and "[b]x[/b]" in result.output, result.output
+
+
+def test_a_table_is_created_from_the_columns_describe_prints(tmp_path) -> None:
+    """`table describe` prints Arrow's type names (``timestamp[us, tz=UTC]``, ``decimal128(12, 2)``) and
+    ``not null``; `table create --schema` takes them back, and partitions with ``--partition-by``."""
+    import pyarrow as pa
+
+    from lakehouse import Lakehouse
+
+    wh = ["-w", tmp_path.as_uri()]
+    lh = Lakehouse.open(tmp_path.as_uri())
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), False),
+            ("amount", pa.decimal128(12, 2)),
+            ("at", pa.timestamp("us", tz="UTC")),
+            ("day", pa.date32()),
+            ("tag", pa.binary(16)),
+            ("note", pa.large_string()),
+        ]
+    )
+    original = lh.create_table("ods.src", schema, primary_key=["id"], buckets=2)
+    columns = original.describe()["columns"]
+    result = runner.invoke(
+        app,
+        ["table", "create", "ods.copy", "--schema", columns, "--primary-key", "id", "--partition-by", "day(at)", *wh],
+    )
+    assert result.exit_code == 0, result.output
+    copy = lh.table("ods.copy")
+    assert copy.schema.equals(original.schema) and copy.partition_by == ("day(at)",)
+    assert copy.describe()["columns"] == columns
