@@ -170,7 +170,10 @@ def table_list(
             )
     except LakestreamError as exc:
         _fail(exc)
-    console.print(table)
+    if table.row_count:
+        console.print(table)
+    else:
+        console.print(f"no tables{f' in namespace {namespace}' if namespace else ''} in {lh.url}", markup=False)
 
 
 @table_app.command("location")
@@ -251,15 +254,17 @@ def log_tail(
     name: str,
     bucket: Annotated[int, typer.Option(help="bucket to read")],
     from_offset: Annotated[int | None, typer.Option("--from", help="first offset (default: the last --limit)")] = None,
-    limit: Annotated[int, typer.Option(help="at most this many records")] = 20,
+    limit: Annotated[int, typer.Option(min=1, help="at most this many records")] = 20,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
 ) -> None:
     """Print records of one bucket with their offsets, operations and append times."""
     try:
         log = _lakehouse(warehouse, config).log(name)
-        end = log.end_offsets()[bucket] if bucket in range(log.definition.buckets) else 0
-        start = max(0, end - limit) if from_offset is None else from_offset
+        known = bucket in range(log.definition.buckets)  # else the read below says which buckets exist
+        first = log.start_offsets()[bucket] if known else 0  # retention may have removed the oldest records
+        end = log.end_offsets()[bucket] if known else 0
+        start = max(first, end - limit) if from_offset is None else from_offset
         rows = log.read(bucket, start, start + limit)
     except (LakestreamError, ValueError) as exc:
         _fail(exc)

@@ -70,6 +70,16 @@ def test_tier_and_read_commands(tmp_path) -> None:
     assert bad.exit_code == 1 and "no table ods.nope" in bad.output
     both = runner.invoke(app, ["tier", "-w", wh, "--local", "--spark-master", "local[1]"])
     assert both.exit_code == 1 and "not both" in both.output
+    # log retention removed the tiered records: the tail shows what the log still holds
+    from datetime import timedelta
+
+    assert lh.apply_log_retention("ods.t", retention=timedelta(0)).segments_deleted > 0
+    bucket = lh.log("ods.t").append(pa.table({"k": [9], "v": ["new"]}), op="upsert").ranges
+    (b, (first, _)), = bucket.items()
+    kept = Lakehouse.open(wh).log("ods.t").start_offsets()[b]
+    assert kept > 0  # the last 20 records would start at 0, which is gone
+    tail = runner.invoke(app, ["log", "tail", "ods.t", "--bucket", str(b), "-w", wh])
+    assert tail.exit_code == 0 and f"records {kept}..{first} of end offset {first + 1}" in tail.output, tail.output
 
 
 def test_store_probe_and_ls(tmp_path) -> None:
@@ -143,6 +153,10 @@ def test_table_and_log_commands(tmp_path) -> None:
     assert result.exit_code == 1 and "buckets 0..3" in result.output
     result = runner.invoke(app, ["table", "describe", "ods.nope", *wh])
     assert result.exit_code == 1 and "no table ods.nope" in result.output
+    result = runner.invoke(app, ["log", "tail", "ods.orders", "--bucket", "1", "--limit", "-3", *wh])
+    assert result.exit_code == 2 and "greater than or equal to 1" in result.output, result.output
+    result = runner.invoke(app, ["table", "list", "-w", (tmp_path / "empty").as_uri()])
+    assert result.exit_code == 0 and "no tables in" in result.output, result.output
 
 
 def test_data_and_types_are_printed_as_they_are(tmp_path) -> None:
