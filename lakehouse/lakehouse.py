@@ -14,7 +14,7 @@ from pyiceberg.table import Table
 
 from lakehouse import maintenance
 from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog
-from lakehouse.errors import OffsetOutOfRange, ProducerError, TableAlreadyExists, TableNotFound
+from lakehouse.errors import OffsetOutOfRange, TableAlreadyExists, TableNotFound
 from lakehouse.executor import LocalExecutor, SparkExecutor, TaskExecutor
 from lakehouse.lake import (
     LAKE_TABLE_PROPERTIES,
@@ -27,6 +27,7 @@ from lakehouse.lake import (
     parse_partition_by,
 )
 from lakehouse.log import Log
+from lakehouse.log.producer import close_all
 from lakehouse.settings import Settings, load_settings
 from lakehouse.tables import TABLES_PREFIX, TableDefinition, TableName
 from lakehouse.tiering import TieringResult, load_lake_table, tier
@@ -317,15 +318,10 @@ class Lakehouse:
         first `ProducerError` once everything is closed."""
         with self._lock:
             logs, self._logs = list(self._logs.values()), {}
-        errors = []
-        for log in logs:
-            try:
-                log.close()
-            except ProducerError as exc:
-                errors.append(exc)
+        failed = close_all(logs)
         self.store.close()
-        if errors:
-            raise errors[0]
+        if failed:
+            raise failed
 
     def __enter__(self) -> Lakehouse:
         return self

@@ -44,7 +44,6 @@ from lakehouse.errors import (
     InvalidArgument,
     LogClosed,
     OffsetOutOfRange,
-    ProducerError,
 )
 from lakehouse.log import segment
 from lakehouse.log.batch import Limits, conform, split_by_bucket
@@ -463,16 +462,13 @@ class Log:
                 return
             self._closing = True
             producers = list(self._open_producers)
-        errors = []
-        for producer in producers:
-            try:
-                producer.close()
-            except ProducerError as exc:
-                errors.append(exc)
+        from lakehouse.log.producer import close_all
+
+        failed = close_all(producers)
         self._closed = True
         self._pool.shutdown(wait=True)
-        if errors:
-            raise errors[0]
+        if failed:
+            raise failed
 
     @property
     def closed(self) -> bool:

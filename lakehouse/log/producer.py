@@ -28,6 +28,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -335,6 +336,20 @@ class Producer:
                 log.warning("producer %s: append %d failed (%s); retrying", self.producer_id, self._sequence, exc)
                 time.sleep(self.retry_backoff * 2**attempt)
         raise AssertionError("unreachable")
+
+
+def close_all(items: Iterable[Producer | Log]) -> ProducerError | None:
+    """Close each of ``items`` (producers, or logs that close theirs); return the first `ProducerError`,
+    log the others, so that one failure does not leave the rest open."""
+    errors = []
+    for item in items:
+        try:
+            item.close()
+        except ProducerError as exc:
+            errors.append(exc)
+    for exc in errors[1:]:
+        log.error("%s", exc)
+    return errors[0] if errors else None
 
 
 def _retryable(exc: BaseException) -> bool:
