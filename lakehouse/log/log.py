@@ -44,6 +44,7 @@ from lakehouse.errors import (
     InvalidArgument,
     LogClosed,
     OffsetOutOfRange,
+    SchemaError,
 )
 from lakehouse.log import segment
 from lakehouse.log.batch import Limits, conform, split_by_bucket
@@ -442,10 +443,17 @@ class Log:
 
     def bucket_of(self, values: pa.Array | pa.ChunkedArray | list) -> pa.Int32Array:
         """The bucket of each bucket-key value (Iceberg's ``bucket[N]``); null for null values."""
-        if self.definition.bucket_key is None:
+        key = self.definition.bucket_key
+        if key is None:
             raise BatchError(f"{self.name} has no bucket key: appends rotate over buckets")
-        if not isinstance(values, pa.Array | pa.ChunkedArray):
-            values = pa.array(values, type=self.definition.schema.field(self.definition.bucket_key).type)
+        key_type = self.definition.schema.field(key).type
+        try:  # as an append casts them: the hash depends on the type ('1' and 1 land in different buckets)
+            if not isinstance(values, pa.Array | pa.ChunkedArray):
+                values = pa.array(values, type=key_type)
+            elif values.type != key_type:
+                values = values.cast(key_type, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise SchemaError(f"{self.name}: values that do not fit bucket key {key!r} ({key_type}): {exc}") from None
         return bucket_ids(values, self.definition.buckets)
 
     def producer(self, **options: Any) -> Producer:

@@ -77,6 +77,20 @@ def test_round_trip_bucket_alignment_and_offsets(orders_log: Log) -> None:
         assert orders_log.bucket_of(pa.array(keys)).to_pylist() == [b] * len(keys)
 
 
+def test_bucket_of_casts_keys_as_an_append_does(orders_log: Log) -> None:
+    """An append casts '7' to the int64 key 7; bucket_of hashed the string instead (another bucket)."""
+    keys = list(range(20))
+    as_ints = orders_log.bucket_of(pa.array(keys)).to_pylist()
+    assert orders_log.bucket_of(pa.array([str(k) for k in keys])).to_pylist() == as_ints
+    assert orders_log.bucket_of(pa.chunked_array([pa.array(keys, pa.int16())])).to_pylist() == as_ints
+    result = orders_log.append(orders(keys).set_column(0, "o_orderkey", pa.array([str(k) for k in keys])), "upsert")
+    assert {b for b in result.ranges} == set(as_ints)
+    with pytest.raises(SchemaError, match="bucket key 'o_orderkey'"):
+        orders_log.bucket_of(pa.array(["seven"]))
+    with pytest.raises(SchemaError, match="bucket key 'o_orderkey'"):
+        orders_log.bucket_of(["seven"])
+
+
 def test_order_within_a_bucket_across_appends_and_ranges(orders_log: Log) -> None:
     for i in range(5):
         orders_log.append(orders([7] * 3, comment=f"v{i}-"), "upsert")
