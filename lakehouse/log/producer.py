@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: `AppendResult`s a `Producer` keeps (the latest ones).
+RESULTS_KEPT = 10_000
+
 #: The queue of a keyless table's rows (it has no bucket until an append picks one).
 _KEYLESS = -1
 
@@ -62,6 +65,9 @@ class Producer:
     ``producer_id`` is generated unless given. Give the id (and ``first_sequence``) of a producer that
     crashed to resume it: its first append then looks back for what already landed, so rows the caller
     sends again are not written twice.
+
+    ``results`` holds the `AppendResult`s of the latest ``RESULTS_KEPT`` appends (older ones are dropped,
+    so a producer that streams for weeks keeps bounded memory); ``rows_appended`` counts every row.
     """
 
     def __init__(
@@ -108,7 +114,7 @@ class Producer:
         self._flush_requested = False
         self._closing = False
         self._error: ProducerError | None = None
-        self.results: list[AppendResult] = []
+        self.results: deque[AppendResult] = deque(maxlen=RESULTS_KEPT)
         self.rows_appended = 0
         self._thread = threading.Thread(target=self._run, name=f"producer-{self.producer_id[:8]}", daemon=True)
         log._open_producer(self)  # refuses a closed Log; closing the Log closes (flushes) this producer first

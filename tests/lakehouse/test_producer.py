@@ -144,6 +144,16 @@ def test_an_unexpected_error_in_the_producers_thread_is_raised_not_waited_on(log
         p.close(timeout=30)  # the code before: "flush timed out"
 
 
+def test_a_long_running_producer_keeps_only_its_latest_results(log: Log, monkeypatch) -> None:
+    """Every append's result was kept: a producer streaming for weeks grew without bound."""
+    monkeypatch.setattr("lakehouse.log.producer.RESULTS_KEPT", 3, raising=False)
+    with log.producer() as p:
+        for i in range(5):
+            p.send(rows(range(i * 10, i * 10 + 10)), "upsert")
+            p.flush()
+    assert [r.sequence for r in p.results] == [2, 3, 4] and p.rows_appended == 50
+
+
 def test_linger_flushes_without_more_sends(log: Log) -> None:
     with log.producer(batch_rows=10_000, linger=0.05) as p:
         p.send(rows([1, 2, 3]), "upsert")
