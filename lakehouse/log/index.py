@@ -3,6 +3,10 @@
 A bucket's segments are contiguous: each one starts where the previous ended, so the base offsets from
 one listing give every segment's size except the last one's, which one HEAD gives. `refresh` lists with
 ``start_after=<last known segment>``, so a long-lived index never lists a bucket from the start twice.
+
+An index keeps the newest ``KEEP_SEGMENTS`` to ``2 * KEEP_SEGMENTS`` segments of its bucket in memory, so a
+process that appends for weeks does not grow without bound (one producer adds up to ~1.7 M segments a day
+per bucket at its 50 ms linger). A read of older segments lists them again.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from dataclasses import dataclass, field
 from lakehouse.log.segment import SegmentHeader
 from lakehouse.tables import TableName
 from object_store import NotFound, ObjectStore
+
+#: Segments an index keeps per bucket, at least (the newest; more than the look-back of a retry needs).
+KEEP_SEGMENTS = 10_000
 
 
 @dataclass
@@ -33,6 +40,8 @@ class BucketIndex:
     clock: Callable[[], float] = time.time
     #: When ``end`` was last known to be the bucket's end (a refresh, or a segment we created there).
     confirmed_at: float = -math.inf
+    #: False once the oldest known segments were dropped from ``bases`` (see `KEEP_SEGMENTS`).
+    complete: bool = True
 
     def refresh(self) -> int:
         """Learn segments appended since the last refresh; return the end offset."""
@@ -53,6 +62,7 @@ class BucketIndex:
             self.bases.extend(b for b, _ in new if b > known)
             self._last_key = last_key
             self.end = max(self.end, last_base + header.count)
+            self._trim()
             return self.end
 
     def record(self, base: int, count: int, key: str) -> None:
@@ -63,6 +73,13 @@ class BucketIndex:
                 self.end = base + count
                 self._last_key = key
                 self.confirmed_at = self.clock()
+                self._trim()
+
+    def _trim(self) -> None:
+        """Drop the oldest known segments once twice `KEEP_SEGMENTS` are known; the caller holds the lock."""
+        if len(self.bases) > 2 * KEEP_SEGMENTS:
+            del self.bases[:-KEEP_SEGMENTS]
+            self.complete = False
 
     @property
     def age(self) -> float:
@@ -79,6 +96,9 @@ class BucketIndex:
         """(base, next base) of the segments overlapping [start, end), oldest first."""
         with self._lock:
             bounds = [*self.bases, self.end]
+            complete = self.complete
+        if not complete and start < bounds[0]:
+            bounds = self._listed_before(bounds[0]) + bounds
         i = max(0, bisect.bisect_right(bounds, start) - 1)
         out = []
         for j in range(i, len(bounds) - 1):
@@ -87,7 +107,30 @@ class BucketIndex:
             out.append((bounds[j], bounds[j + 1]))
         return out
 
+    def _listed_before(self, limit: int) -> list[int]:
+        """Bases of the bucket's segments below ``limit``, listed from the bucket's start."""
+        prefix = self.table.bucket_prefix(self.bucket)
+        older = []
+        for info in self.store.list(prefix):
+            name = info.key[len(prefix) :]
+            if name.endswith(".arrow") and name[:-6].isdigit():
+                if int(name[:-6]) >= limit:
+                    break
+                older.append(int(name[:-6]))
+        return older
+
     @property
-    def first_offset(self) -> int:
+    def kept_from(self) -> int:
+        """The oldest offset this index knows a segment for, without a request."""
         with self._lock:
             return self.bases[0] if self.bases else self.end
+
+    @property
+    def first_offset(self) -> int:
+        """The bucket's earliest offset as far as this index knows (a trimmed index lists the bucket)."""
+        with self._lock:
+            if self.complete or not self.bases:
+                return self.bases[0] if self.bases else self.end
+            kept = self.bases[0]
+        older = self._listed_before(kept)
+        return older[0] if older else kept

@@ -48,7 +48,7 @@ from lakehouse.errors import (
 )
 from lakehouse.log import segment
 from lakehouse.log.batch import Limits, conform, split_by_bucket
-from lakehouse.log.index import BucketIndex
+from lakehouse.log.index import KEEP_SEGMENTS, BucketIndex
 from lakehouse.log.segment import SegmentHeader
 from lakehouse.tables import TableDefinition
 from object_store import NotFound, ObjectInfo, ObjectStore, PreconditionFailed
@@ -114,6 +114,8 @@ class Log:
         self.definition = definition
         self.name = definition.name
         self.limits = limits or Limits()
+        if not 1 <= dedup_window <= KEEP_SEGMENTS:
+            raise InvalidArgument(f"dedup_window must be from 1 to {KEEP_SEGMENTS} segments, got {dedup_window}")
         self.dedup_window = dedup_window
         self.compression = compression
         self._clock = clock
@@ -390,10 +392,10 @@ class Log:
         end = log_end if end is None else min(end, log_end)
         if start >= end:
             return
-        if start < index.first_offset:
+        if start < index.kept_from and start < (first := index.first_offset):  # the second may list the bucket
             raise OffsetOutOfRange(
                 f"{self.name} bucket {bucket}: offset {start} is no longer in the log; the earliest available "
-                f"offset is {index.first_offset} (older records live in the lake)"
+                f"offset is {first} (older records live in the lake)"
             )
         segs = index.segments(start, end)
 

@@ -268,6 +268,21 @@ def test_a_numpy_sequence_is_a_sequence(orders_log: Log) -> None:
     assert sum(orders_log.read(b).num_rows for b in range(4)) == 20
 
 
+def test_a_long_lived_log_keeps_a_bounded_index_and_still_reads_everything(orders_log: Log, monkeypatch) -> None:
+    """Every segment's base offset stayed in memory: a process appending for weeks grew without bound."""
+    monkeypatch.setattr("lakehouse.log.index.KEEP_SEGMENTS", 3, raising=False)
+    key = [k for k in range(1000) if orders_log.bucket_of([k])[0].as_py() == 1][0]
+    for i in range(10):
+        orders_log.append(orders([key] * 2, comment=f"v{i}-"), "upsert", producer_id="p", sequence=i)
+    index = orders_log._indexes[1]
+    assert len(index.bases) <= 6 and not index.complete
+    assert orders_log.read(1).column("_offset").to_pylist() == list(range(20))  # older segments listed again
+    assert orders_log.read(1, 3, 6).column("_offset").to_pylist() == [3, 4, 5]
+    assert orders_log.start_offsets()[1] == 0
+    again = orders_log.append(orders([key] * 2, comment="v9-"), "upsert", producer_id="p", sequence=9)
+    assert again.already_appended == {1} and orders_log.end_offsets()[1] == 20  # the look-back still works
+
+
 def test_a_read_outside_the_table_says_what_exists(orders_log: Log) -> None:
     buckets = orders_log.definition.buckets
     with pytest.raises(InvalidArgument, match=rf"has buckets 0\.\.{buckets - 1}, not {buckets}"):
