@@ -23,10 +23,13 @@ dropped without the caller being told.
 
 from __future__ import annotations
 
+import atexit
+import concurrent.futures.thread  # noqa: F401 - its pools stop at exit: `_close_at_exit` is registered after
 import logging
 import threading
 import time
 import uuid
+import weakref
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -45,6 +48,8 @@ log = logging.getLogger(__name__)
 
 #: `AppendResult`s a `Producer` keeps (the latest ones).
 RESULTS_KEPT = 10_000
+#: Producers not closed yet, closed at interpreter exit (see `_close_at_exit`).
+_OPEN: weakref.WeakSet[Producer] = weakref.WeakSet()
 
 #: The queue of a keyless table's rows (it has no bucket until an append picks one).
 _KEYLESS = -1
@@ -118,6 +123,7 @@ class Producer:
         self.rows_appended = 0
         self._thread = threading.Thread(target=self._run, name=f"producer-{self.producer_id[:8]}", daemon=True)
         log._open_producer(self)  # refuses a closed Log; closing the Log closes (flushes) this producer first
+        _OPEN.add(self)
         self._thread.start()
 
     # ---- caller side ---------------------------------------------------------------------------------
@@ -167,6 +173,7 @@ class Producer:
                 self._cond.notify_all()
             self._thread.join()
             self.log._close_producer(self)
+            _OPEN.discard(self)
         with self._cond:
             self._raise_if_failed()
 
@@ -342,6 +349,22 @@ class Producer:
                 log.warning("producer %s: append %d failed (%s); retrying", self.producer_id, self._sequence, exc)
                 time.sleep(self.retry_backoff * 2**attempt)
         raise AssertionError("unreachable")
+
+
+def _close_at_exit() -> None:
+    """Close the producers a program left open when it exits, so their buffered rows are appended instead
+    of vanishing with their daemon threads; a failure is logged (there is no caller left to raise to)."""
+    for producer in list(_OPEN):
+        log.warning("producer %s was never closed; closing it at exit", producer.producer_id)
+        try:
+            producer.close()
+        except LakestreamError as exc:
+            log.error("%s", exc)
+
+
+# threading's exit hooks run newest first and before `concurrent.futures` stops its pools (which a `Log`'s
+# appends need); atexit's run after that, so they are only the fallback.
+getattr(threading, "_register_atexit", atexit.register)(_close_at_exit)
 
 
 def close_all(items: Iterable[Producer | Log]) -> ProducerError | None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -125,6 +128,25 @@ def test_closing_the_lakehouse_delivers_what_its_open_producers_hold(log: Log, s
         own.producer()
     with pytest.raises(LogClosed):
         own.read(0)
+
+
+def test_a_producer_left_open_when_the_program_exits_still_appends_its_rows(log: Log, store_spec) -> None:
+    """Its thread is a daemon: at exit the buffered rows vanished with it, silently."""
+    url, options = store_spec
+    program = (
+        "import json, sys\n"
+        "import pyarrow as pa\n"
+        "from lakehouse import Lakehouse\n"
+        "url, options = json.loads(sys.argv[1])\n"
+        "p = Lakehouse.open(url, **options).log('ods.kv').producer(batch_rows=1000, linger=60)\n"
+        "p.send(pa.table({'k': pa.array(range(40), pa.int64()), 'v': ['x'] * 40}), 'upsert')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program, json.dumps([url, options])], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "was never closed; closing it at exit" in done.stderr
+    assert sorted(r["k"] for r in all_rows(log)) == list(range(40))
 
 
 def test_a_closed_log_is_replaced_by_the_next_lakehouse_log_call(lakehouse: Lakehouse, log: Log) -> None:
