@@ -123,8 +123,12 @@ class Producer:
         self.rows_appended = 0
         self._thread = threading.Thread(target=self._run, name=f"producer-{self.producer_id[:8]}", daemon=True)
         log._open_producer(self)  # refuses a closed Log; closing the Log closes (flushes) this producer first
+        try:
+            self._thread.start()
+        except BaseException:
+            log._close_producer(self)  # never started: nothing for the Log to close
+            raise
         _OPEN.add(self)
-        self._thread.start()
 
     # ---- caller side ---------------------------------------------------------------------------------
 
