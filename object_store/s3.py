@@ -132,7 +132,12 @@ class S3Store(ObjectStore):
             parameter_validation=False,
             user_agent=_USER_AGENT,
         )
-        self.client = self._session.client("s3", endpoint_url=endpoint_url, config=self._config)
+        try:
+            self.client = self._session.client("s3", endpoint_url=endpoint_url, config=self._config)
+        except ValueError as exc:  # botocore: "Invalid endpoint: ..."
+            raise InvalidArgument(
+                f"cannot open {self.url}: {exc}; give the endpoint as a URL, e.g. http://127.0.0.1:9000"
+            ) from None
         if create_bucket:
             self._create_bucket()
 
@@ -170,6 +175,14 @@ class S3Store(ObjectStore):
                     f"{type(exc).__name__}. Check that the store at {self.endpoint_url or 'AWS S3'} is "
                     "reachable, or raise max_attempts / timeouts. A write may or may not have been applied."
                 ) from None
+            except (bexc.NoCredentialsError, bexc.PartialCredentialsError) as exc:
+                raise AccessDenied(
+                    f"{operation} {self._describe(key)}: {exc}. Set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                    "(or s3.access_key_id / s3.secret_access_key in the config file), or run where an AWS "
+                    "profile or instance role provides them."
+                ) from None
+            except bexc.BotoCoreError as exc:  # anything else botocore raises before or after the request
+                raise StoreError(f"{operation} {self._describe(key)}: {type(exc).__name__}: {exc}") from None
         raise AssertionError("unreachable")
 
     def _describe(self, key: str | None) -> str:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from object_store import open_store
+import pytest
+
+from object_store import AccessDenied, InvalidArgument, open_store
 from object_store.seaweedfs import SeaweedFS
 
 
@@ -35,3 +37,18 @@ def test_s3_requests_carry_lakestream_user_agent(seaweedfs: SeaweedFS) -> None:
     assert store.get("k").metadata == {"kind": "test"}
     agents = [ua.decode() if isinstance(ua, bytes) else ua for ua in seen]
     assert agents and all(a.startswith("lakestream/") for a in agents), agents
+
+
+def test_a_bad_endpoint_or_missing_credentials_get_a_clear_error(seaweedfs: SeaweedFS, tmp_path, monkeypatch) -> None:
+    """Both raised botocore's own exceptions (ValueError, NoCredentialsError) through every command."""
+    with pytest.raises(InvalidArgument, match="Invalid endpoint: 5; give the endpoint as a URL"):
+        open_store(f"s3://{seaweedfs.bucket}/x", endpoint_url="5", probe=False)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    options = {k: v for k, v in seaweedfs.store_options().items() if k not in ("access_key_id", "secret_access_key")}
+    store = open_store(f"s3://{seaweedfs.bucket}/x", probe=False, **options)
+    with pytest.raises(AccessDenied, match="Unable to locate credentials. Set AWS_ACCESS_KEY_ID"):
+        list(store.list())
