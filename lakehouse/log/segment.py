@@ -108,12 +108,24 @@ class SegmentHeader:
         return header
 
 
+#: A segment's record batches hold this many rows on average at least: smaller ones are joined first.
+MIN_BATCH_ROWS = 1024
+
+
 def encode(table: pa.Table, compression: str | None = None) -> bytes:
     """The Arrow IPC stream of ``table``; ``compression`` = None, "lz4" or "zstd" (buffer compression,
-    read transparently)."""
+    read transparently).
+
+    Each chunk of ``table`` becomes a record batch, unless they average fewer than ``MIN_BATCH_ROWS`` rows:
+    then they are joined into one. A `Producer` gathering 10-row sends wrote segments of ~2,000 batches,
+    three times the bytes of one batch and ten times slower to read (each batch carries its own header)."""
+    batches = table.to_batches()
+    if len(batches) > 1 and table.num_rows < MIN_BATCH_ROWS * len(batches):
+        batches = table.combine_chunks().to_batches()
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as writer:
-        writer.write_table(table)
+        for batch in batches:
+            writer.write_batch(batch)
     return sink.getvalue().to_pybytes()
 
 

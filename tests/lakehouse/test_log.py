@@ -121,6 +121,18 @@ def test_keyless_log_table_rotates_whole_appends_over_buckets(lakehouse: Lakehou
         log.bucket_of([1])
 
 
+def test_a_table_of_many_small_chunks_is_stored_as_one_batch(lakehouse: Lakehouse, store: ObjectStore) -> None:
+    """A keyless append of a 2,000-chunk table wrote 2,000 record batches (13x the bytes of one)."""
+    lakehouse.create_table("ods.events", EVENTS, bucket_key=None, buckets=1)
+    data = pa.Table.from_pydict({"id": list(range(2000)), "worker": [1] * 2000, "batch": [2] * 2000}, schema=EVENTS)
+    lakehouse.log("ods.events").append(pa.Table.from_batches(data.to_batches(max_chunksize=1)))
+    (key,) = segments(store, "ods.events")
+    body = store.get(key).data
+    assert len(list(pa.ipc.open_stream(pa.py_buffer(body)))) == 1
+    assert len(body) == len(segment.encode(data))
+    assert lakehouse.log("ods.events").read(0).column("id").to_pylist() == list(range(2000))
+
+
 def test_deletes_may_carry_only_the_key(orders_log: Log) -> None:
     orders_log.append(orders([5]), "upsert")
     orders_log.append(pa.table({"o_orderkey": pa.array([5], pa.int64())}), "delete")
