@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import concurrent.futures.thread  # noqa: F401 - its pools stop at exit: `_close_at_exit` is registered after
 import logging
+import os
 import threading
 import time
 import uuid
@@ -399,6 +400,9 @@ def _close_at_exit() -> None:
 # threading's exit hooks run newest first and before `concurrent.futures` stops its pools (which a `Log`'s
 # appends need); atexit's run after that, so they are only the fallback.
 getattr(threading, "_register_atexit", atexit.register)(_close_at_exit)
+# A forked child inherits the parent's producers but not their threads: they are the parent's to close
+# (closing them in the child would wait forever, and append the parent's rows twice).
+os.register_at_fork(after_in_child=_OPEN.clear)
 
 
 def close_all(items: Iterable[Producer | Log]) -> ProducerError | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -159,6 +160,29 @@ def test_a_producer_left_open_when_the_program_exits_still_appends_its_rows(log:
     assert done.returncode == 0, done.stderr
     assert "was never closed; closing it at exit" in done.stderr
     assert sorted(r["k"] for r in all_rows(log)) == list(range(40))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_leaves_the_parents_producers_to_the_parent(log: Log, store_spec) -> None:
+    """The child inherited the producer but not its thread: closing it at the child's exit waited forever."""
+    url, options = store_spec
+    program = (
+        "import json, os, sys\n"
+        "import pyarrow as pa\n"
+        "from lakehouse import Lakehouse\n"
+        "url, options = json.loads(sys.argv[1])\n"
+        "p = Lakehouse.open(url, **options).log('ods.kv').producer(batch_rows=1000, linger=60)\n"
+        "p.send(pa.table({'k': pa.array(range(40), pa.int64()), 'v': ['x'] * 40}), 'upsert')\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    sys.exit(0)\n"
+        "print(os.waitpid(pid, 0)[1])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program, json.dumps([url, options])], capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "0"), done.stderr
+    assert sorted(r["k"] for r in all_rows(log)) == list(range(40))  # appended once, by the parent
 
 
 def test_a_closed_log_is_replaced_by_the_next_lakehouse_log_call(lakehouse: Lakehouse, log: Log) -> None:
