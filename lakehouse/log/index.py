@@ -42,6 +42,8 @@ class BucketIndex:
     confirmed_at: float = -math.inf
     #: False once the oldest known segments were dropped from ``bases`` (see `KEEP_SEGMENTS`).
     complete: bool = True
+    #: True while ``bases`` lacks segments below ``end`` (ours landed after others'): `refresh` fills them in.
+    _behind: bool = False
 
     def refresh(self) -> int:
         """Learn segments appended since the last refresh; return the end offset."""
@@ -62,18 +64,27 @@ class BucketIndex:
             self.bases.extend(b for b, _ in new if b > known)
             self._last_key = last_key
             self.end = max(self.end, last_base + header.count)
+            self._behind = False  # listed from the last segment known before the gap: it is filled
             self._trim()
             return self.end
 
     def record(self, base: int, count: int, key: str) -> None:
-        """Note a segment we created ourselves (no listing needed to know about it)."""
+        """Note a segment we created ourselves (no listing needed to know about it).
+
+        If it starts past the known end, other producers appended the segments in between: the end moves
+        on, but the next `refresh` (every read does one) lists from the last segment known before them, so
+        the index learns them too instead of seeing a gap."""
         with self._lock:
-            if base >= self.end:
+            if base < self.end:
+                return
+            if base > self.end:
+                self._behind = True  # segments of others lie between what we know and this one
+            if not self._behind:
                 self.bases.append(base)
-                self.end = base + count
                 self._last_key = key
-                self.confirmed_at = self.clock()
                 self._trim()
+            self.end = base + count
+            self.confirmed_at = self.clock()
 
     def _trim(self) -> None:
         """Drop the oldest known segments once twice `KEEP_SEGMENTS` are known; the caller holds the lock."""
