@@ -14,6 +14,7 @@ works for its internal retries as well as ours.
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -133,13 +134,23 @@ class S3Store(ObjectStore):
             user_agent=_USER_AGENT,
         )
         try:
-            self.client = self._session.client("s3", endpoint_url=endpoint_url, config=self._config)
+            self._client = self._session.client("s3", endpoint_url=endpoint_url, config=self._config)
         except ValueError as exc:  # botocore: "Invalid endpoint: ..."
             raise InvalidArgument(
                 f"cannot open {self.url}: {exc}; give the endpoint as a URL, e.g. http://127.0.0.1:9000"
             ) from None
+        self._pid = os.getpid()
         if create_bucket:
             self._create_bucket()
+
+    @property
+    def client(self) -> Any:
+        """The boto3 client of this process. A forked child gets its own: the parent's pooled connections
+        would carry both processes' requests on one socket."""
+        if os.getpid() != self._pid:
+            self._client = self._session.client("s3", endpoint_url=self.endpoint_url, config=self._config)
+            self._pid = os.getpid()
+        return self._client
 
     def __repr__(self) -> str:
         where = f", endpoint_url={self.endpoint_url!r}" if self.endpoint_url else ""

@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
+import os
 import random
 import threading
 import time
@@ -119,16 +120,23 @@ class Log:
         self.dedup_window = dedup_window
         self.compression = compression
         self._clock = clock
-        self._indexes = [BucketIndex(store, definition.name, b, clock=clock) for b in range(definition.buckets)]
-        self._pool = ThreadPoolExecutor(max(1, max_workers), thread_name_prefix="log")
+        self._max_workers = max(1, max_workers)
+        self._start()
+        self._closing = False  # no new producers
+        self._closed = False  # nothing at all
+
+    def _start(self) -> None:
+        """The per-process state: threads, locks, what this process knows of the buckets and producers."""
+        self._pid = os.getpid()
+        definition = self.definition
+        self._indexes = [BucketIndex(self.store, self.name, b, clock=self._clock) for b in range(definition.buckets)]
+        self._pool = ThreadPoolExecutor(self._max_workers, thread_name_prefix="log")
         self._sticky = itertools.count(random.randrange(definition.buckets))
         self._producers: dict[str, _ProducerState] = {}
         self._producers_lock = threading.Lock()
         # Appends of this Log's threads to one bucket take turns (see `_append_bucket`).
         self._bucket_locks = [threading.Lock() for _ in range(definition.buckets)]
         self._open_producers: set[Producer] = set()  # closed (flushed) by `close` before the pool stops
-        self._closing = False  # no new producers
-        self._closed = False  # nothing at all
 
     # ---- append --------------------------------------------------------------------------------------
 
@@ -485,6 +493,7 @@ class Log:
         return self._closing
 
     def _open_producer(self, producer: Producer) -> None:
+        self._check_open()
         with self._producers_lock:
             if self._closing:
                 raise LogClosed(f"the log of {self.name} is closed; open it again (Lakehouse.log) for a new producer")
@@ -497,3 +506,8 @@ class Log:
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosed(f"the log of {self.name} is closed; open it again (Lakehouse.log)")
+        if os.getpid() != self._pid:
+            # A forked child (multiprocessing's default on Linux) has none of the parent's threads, and
+            # locks other threads held at the fork stay held: start over. The parent's producers and
+            # what it knew of the buckets stay the parent's; this process learns the buckets again.
+            self._start()

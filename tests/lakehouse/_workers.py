@@ -20,3 +20,14 @@ def append_batches(url: str, options: dict, table: str, worker: int, batches: in
         results.append(res.ranges)
     lh.close()
     return results
+
+
+#: Objects a parent leaves to the children it forks (they inherit them; nothing is pickled).
+INHERITED: dict = {}
+
+
+def append_with_inherited_log(keys: range) -> int:
+    """In a forked child: append through the parent's `Lakehouse` (its Log, pool and S3 client)."""
+    lh = INHERITED["lakehouse"]
+    data = INHERITED["make_rows"](keys)
+    return lh.log(INHERITED["table"]).append(data, "upsert").rows

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import os
 import random
 import threading
 import uuid
@@ -548,6 +549,22 @@ def test_a_log_that_lands_after_others_still_reads_its_buckets(lakehouse: Lakeho
         assert sorted(got) == sorted(appended)
     for log in logs:
         log.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_lakehouse_inherited_by_forked_workers_still_appends(lakehouse: Lakehouse, orders_log: Log) -> None:
+    """multiprocessing forks on Linux: a child inherited the parent's Log without its pool's threads (its
+    appends waited forever) and the S3 client's pooled connections (shared with the parent)."""
+    from tests.lakehouse import _workers
+
+    orders_log.append(orders(range(100)), "upsert")  # the pool's threads and connections exist now
+    _workers.INHERITED.update(lakehouse=lakehouse, make_rows=orders, table="ods.orders")
+    chunks = [range(i * 100, i * 100 + 100) for i in (1, 2, 3)]
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        assert pool.map_async(_workers.append_with_inherited_log, chunks).get(timeout=120) == [100, 100, 100]
+    orders_log.append(orders(range(400, 500)), "upsert")  # and the parent's Log still works
+    keys = [k for b in range(4) for k in orders_log.read(b).column("o_orderkey").to_pylist()]
+    assert sorted(keys) == list(range(500))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
