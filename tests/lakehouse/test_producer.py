@@ -143,28 +143,8 @@ def test_closing_the_lakehouse_delivers_what_its_open_producers_hold(log: Log, s
         own.read(0)
 
 
-def test_a_producer_left_open_when_the_program_exits_still_appends_its_rows(log: Log, store_spec) -> None:
-    """Its thread is a daemon: at exit the buffered rows vanished with it, silently."""
-    url, options = store_spec
-    program = (
-        "import json, sys\n"
-        "import pyarrow as pa\n"
-        "from lakehouse import Lakehouse\n"
-        "url, options = json.loads(sys.argv[1])\n"
-        "p = Lakehouse.open(url, **options).log('ods.kv').producer(batch_rows=1000, linger=60)\n"
-        "p.send(pa.table({'k': pa.array(range(40), pa.int64()), 'v': ['x'] * 40}), 'upsert')\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", program, json.dumps([url, options])], capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr
-    assert "was never closed; closing it at exit" in done.stderr
-    assert sorted(r["k"] for r in all_rows(log)) == list(range(40))
-
-
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_a_forked_child_leaves_the_parents_producers_to_the_parent(log: Log, store_spec) -> None:
-    """The child inherited the producer but not its thread: closing it at the child's exit waited forever."""
+def run_with_an_open_producer(store_spec, then: str = "") -> subprocess.CompletedProcess:
+    """Run a program that sends 40 rows through a producer it never closes, then runs ``then``."""
     url, options = store_spec
     program = (
         "import json, os, sys\n"
@@ -173,13 +153,25 @@ def test_a_forked_child_leaves_the_parents_producers_to_the_parent(log: Log, sto
         "url, options = json.loads(sys.argv[1])\n"
         "p = Lakehouse.open(url, **options).log('ods.kv').producer(batch_rows=1000, linger=60)\n"
         "p.send(pa.table({'k': pa.array(range(40), pa.int64()), 'v': ['x'] * 40}), 'upsert')\n"
-        "pid = os.fork()\n"
-        "if pid == 0:\n"
-        "    sys.exit(0)\n"
-        "print(os.waitpid(pid, 0)[1])\n"
-    )
-    done = subprocess.run(
+    ) + then
+    return subprocess.run(
         [sys.executable, "-c", program, json.dumps([url, options])], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_a_producer_left_open_when_the_program_exits_still_appends_its_rows(log: Log, store_spec) -> None:
+    """Its thread is a daemon: at exit the buffered rows vanished with it, silently."""
+    done = run_with_an_open_producer(store_spec)
+    assert done.returncode == 0, done.stderr
+    assert "was never closed; closing it at exit" in done.stderr
+    assert sorted(r["k"] for r in all_rows(log)) == list(range(40))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_leaves_the_parents_producers_to_the_parent(log: Log, store_spec) -> None:
+    """The child inherited the producer but not its thread: closing it at the child's exit waited forever."""
+    done = run_with_an_open_producer(
+        store_spec, "pid = os.fork()\nif pid == 0:\n    sys.exit(0)\nprint(os.waitpid(pid, 0)[1])\n"
     )
     assert (done.returncode, done.stdout.strip()) == (0, "0"), done.stderr
     assert sorted(r["k"] for r in all_rows(log)) == list(range(40))  # appended once, by the parent
