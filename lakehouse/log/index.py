@@ -130,6 +130,25 @@ class BucketIndex:
                 older.append(int(name[:-6]))
         return older
 
+    def list_start(self) -> int:
+        """The bucket's earliest offset, listed: log retention (in any process) may have deleted the oldest
+        segments this index knew, which it forgets here. The bucket's end if it holds no segment."""
+        prefix = self.table.bucket_prefix(self.bucket)
+        first = None
+        for info in self.store.list(prefix):
+            name = info.key[len(prefix) :]
+            if name.endswith(".arrow") and name[:-6].isdigit():
+                first = int(name[:-6])
+                break
+        with self._lock:
+            if first is None:
+                return self.end
+            gone = bisect.bisect_left(self.bases, first)
+            del self.bases[:gone]
+            if self.bases[:1] != [first]:
+                self.complete = False  # the listing shows a segment this index does not hold
+            return first
+
     @property
     def kept_from(self) -> int:
         """The oldest offset this index knows a segment for, without a request."""

@@ -361,9 +361,10 @@ class Log:
         return dict(enumerate(ends))
 
     def start_offsets(self) -> dict[int, int]:
-        """Earliest readable offset of every bucket."""
+        """Earliest readable offset of every bucket, listed (log retention may have removed segments since
+        this `Log` learned them)."""
         self.end_offsets()
-        return {ix.bucket: ix.first_offset for ix in self._indexes}
+        return dict(enumerate(self._pool.map(lambda ix: ix.list_start(), self._indexes)))
 
     def read(self, bucket: int, start: int = 0, end: int | None = None) -> pa.Table:
         """Records of ``bucket`` with offsets in [start, end), oldest first, with ``_op``, ``_offset`` and
@@ -430,9 +431,7 @@ class Log:
         try:
             obj = self.store.get(key)
         except NotFound:
-            prefix = self.name.bucket_prefix(bucket)
-            first = next(iter(self.store.list(prefix)), None)
-            earliest = int(first.key[len(prefix) :].removesuffix(".arrow")) if first else self._indexes[bucket].end
+            earliest = self._indexes[bucket].list_start()
             raise OffsetOutOfRange(
                 f"{self.name} bucket {bucket}: offsets from {base} were removed by log retention; the earliest "
                 f"available offset is {earliest} (older records live in the lake: use union_read)"

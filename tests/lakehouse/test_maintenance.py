@@ -282,6 +282,8 @@ def test_retention_never_deletes_untiered_records(lakehouse: Lakehouse, caplog) 
     assert result.segments_deleted == 8 and result.records_deleted == sum(ends.values())
     assert result.start_offsets == ends and sum(result.overdue.values()) == 10
     assert Lakehouse(lh.store).log(name).start_offsets() == ends
+    assert log.start_offsets() == ends  # a Log that knew the deleted segments: it said 0 and read from there failed
+    assert log.read(0, ends[0]).num_rows == log.end_offsets()[0] - ends[0]
     # union read stays correct (lake + the un-tiered tail); the log says where it starts now
     union = lake_state(lh.union_read(name))
     assert union == {
