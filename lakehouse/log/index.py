@@ -12,10 +12,11 @@ per bucket at its 50 ms linger). A read of older segments lists them again.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from lakehouse.log.segment import SegmentHeader
@@ -48,13 +49,8 @@ class BucketIndex:
     def refresh(self) -> int:
         """Learn segments appended since the last refresh; return the end offset."""
         with self._lock:
-            prefix = self.table.bucket_prefix(self.bucket)
-            new = []
             self.confirmed_at = self.clock()
-            for info in self.store.list(prefix, start_after=self._last_key):
-                name = info.key[len(prefix) :]
-                if name.endswith(".arrow") and name[:-6].isdigit():
-                    new.append((int(name[:-6]), info.key))
+            new = list(self._listed(start_after=self._last_key))
             if not new:
                 return self.end
             new.sort()
@@ -118,28 +114,22 @@ class BucketIndex:
             out.append((bounds[j], bounds[j + 1]))
         return out
 
-    def _listed_before(self, limit: int) -> list[int]:
-        """Bases of the bucket's segments below ``limit``, listed from the bucket's start."""
+    def _listed(self, start_after: str | None = None) -> Iterator[tuple[int, str]]:
+        """(base offset, key) of the bucket's segments, in order, listed after ``start_after``."""
         prefix = self.table.bucket_prefix(self.bucket)
-        older = []
-        for info in self.store.list(prefix):
+        for info in self.store.list(prefix, start_after=start_after):
             name = info.key[len(prefix) :]
             if name.endswith(".arrow") and name[:-6].isdigit():
-                if int(name[:-6]) >= limit:
-                    break
-                older.append(int(name[:-6]))
-        return older
+                yield int(name[:-6]), info.key
+
+    def _listed_before(self, limit: int) -> list[int]:
+        """Bases of the bucket's segments below ``limit``, listed from the bucket's start."""
+        return list(itertools.takewhile(lambda base: base < limit, (base for base, _ in self._listed())))
 
     def list_start(self) -> int:
         """The bucket's earliest offset, listed: log retention (in any process) may have deleted the oldest
         segments this index knew, which it forgets here. The bucket's end if it holds no segment."""
-        prefix = self.table.bucket_prefix(self.bucket)
-        first = None
-        for info in self.store.list(prefix):
-            name = info.key[len(prefix) :]
-            if name.endswith(".arrow") and name[:-6].isdigit():
-                first = int(name[:-6])
-                break
+        first = next((base for base, _ in self._listed()), None)
         with self._lock:
             if first is None:
                 return self.end
