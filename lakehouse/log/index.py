@@ -135,7 +135,7 @@ class BucketIndex:
                 return self.end
             gone = bisect.bisect_left(self.bases, first)
             del self.bases[:gone]
-            if self.bases[:1] != [first]:
+            if self.bases and self.bases[0] != first:
                 self.complete = False  # the listing shows a segment this index does not hold
             return first
 

@@ -362,8 +362,8 @@ class Log:
 
     def start_offsets(self) -> dict[int, int]:
         """Earliest readable offset of every bucket, listed (log retention may have removed segments since
-        this `Log` learned them)."""
-        self.end_offsets()
+        this `Log` learned them): one LIST per bucket."""
+        self._check_open()
         return dict(enumerate(self._pool.map(lambda ix: ix.list_start(), self._indexes)))
 
     def read(self, bucket: int, start: int = 0, end: int | None = None) -> pa.Table:

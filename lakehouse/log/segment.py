@@ -1,8 +1,9 @@
 """Log segments: one immutable object per append per bucket.
 
 A segment's body is an Arrow IPC stream of the user's columns only, in one or more record batches (a
-`Producer` writes one per send it gathered, rather than copying them into one). Everything else is the
-object's metadata, so a reader learns it from the same GET (and an index from one HEAD):
+`Producer` writes the parts of the sends it gathered as they are, rather than copying them into one,
+unless they average under ``MIN_BATCH_ROWS`` rows). Everything else is the object's metadata, so a reader
+learns it from the same GET (and an index from one HEAD):
 
     lakestream-count      records in the segment
     lakestream-op         insert | upsert | delete (one operation per append)
