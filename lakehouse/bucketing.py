@@ -154,6 +154,8 @@ def murmur3(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
         return murmur3_binary(arr)
     if pa.types.is_decimal(t):
         return _murmur3_decimals(arr)
+    if isinstance(t, pa.BaseExtensionType) and t.extension_name == "arrow.uuid":
+        return murmur3_binary(arr.storage)  # its storage is the 16 big-endian bytes Iceberg hashes
     raise SchemaError(
         f"a column of type {t} cannot be a bucket key: Iceberg's bucket transform supports int, long, "
         "date, time, timestamp, string, binary, fixed, decimal and uuid"

@@ -221,6 +221,8 @@ def dictionary_columns(sample: pa.Table, rows: int = 10_000) -> list[str]:
         column = head.column(f.name)
         if pa.types.is_nested(f.type) or column.null_count == len(column):
             continue
+        if isinstance(f.type, pa.BaseExtensionType):  # uuid: count its storage (compute has no kernels for it)
+            column = pa.chunked_array([chunk.storage for chunk in column.chunks], type=f.type.storage_type)
         if pc.count_distinct(column).as_py() <= 0.5 * len(column):
             out.append(f.name)
     return out

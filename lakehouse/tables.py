@@ -120,6 +120,14 @@ class TableDefinition:
         for col in pk:
             if col not in names:
                 raise SchemaError(f"{table_name}: primary-key column {col!r} is not in the schema {names}")
+        for col in pk:
+            t = schema.field(col).type
+            if pa.types.is_nested(t) or isinstance(t, pa.BaseExtensionType):
+                raise SchemaError(
+                    f"{table_name}: primary-key column {col!r} has type {t}, which cannot be part of a key (tiering "
+                    "and union reads group and join rows by key, and Arrow cannot for this type); use a primitive "
+                    "column (a uuid as fixed_size_binary(16) or string)"
+                )
         if len(set(pk)) != len(pk):
             raise SchemaError(f"{table_name}: primary key {list(pk)} repeats a column")
         if bucket_key is None and len(pk) == 1:
@@ -219,6 +227,7 @@ _TYPES = {
     "date": pa.date32(),
     "timestamp": pa.timestamp("us"),
     "timestamptz": pa.timestamp("us", tz="UTC"),
+    "uuid": pa.uuid(),
 }
 #: Arrow's own spellings, as `describe` prints them, so a table's columns can be copied into a new one.
 _ARROW_TYPES = {
@@ -230,6 +239,7 @@ _ARROW_TYPES = {
         pa.large_binary(),
         pa.date32(),
         pa.time64("us"),
+        pa.uuid(),
         *(pa.timestamp(unit, tz) for unit in ("s", "ms", "us") for tz in (None, "UTC")),
     )
 }
@@ -243,7 +253,7 @@ def parse_schema(spec: str) -> pa.Schema:
     ``name type not null`` (as `describe` prints columns) works too.
 
     Types: bool, int8/16/32/64 (int, long), float32/64 (float, double), string, binary, date,
-    timestamp, timestamptz, decimal(p,s), and Arrow's names for these and for uint8/16, large_string,
+    timestamp, timestamptz, decimal(p,s), uuid, and Arrow's names for these and for uint8/16, large_string,
     large_binary, time64[us], fixed_size_binary[n], timestamp[s|ms|us] with or without ``tz=UTC``.
     """
     fields = []

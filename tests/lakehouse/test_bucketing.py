@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import uuid
 
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyiceberg.transforms import BucketTransform
-from pyiceberg.types import BinaryType, DateType, DecimalType, IntegerType, LongType, StringType, TimestampType
+from pyiceberg.types import (
+    BinaryType,
+    DateType,
+    DecimalType,
+    IntegerType,
+    LongType,
+    StringType,
+    TimestampType,
+    UUIDType,
+)
 
 from lakehouse.bucketing import bucket_ids
 from lakehouse.errors import SchemaError
@@ -79,6 +89,14 @@ def test_decimal(values, n) -> None:
     assert bucket_ids(arr, n).to_pylist() == _pyiceberg(DecimalType(18, 2), n, values)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.uuids())), buckets)
+def test_uuid(values, n) -> None:
+    """A uuid column can bucket a keyless table (it was refused, although Iceberg buckets uuids)."""
+    arr = pa.array([None if v is None else v.bytes for v in values], pa.binary(16)).cast(pa.uuid())
+    assert bucket_ids(arr, n).to_pylist() == _pyiceberg(UUIDType(), n, values)
+
+
 def test_spec_reference_values() -> None:
     """Hashes from the Iceberg spec's appendix (bucket hash of 34 and of 'iceberg')."""
     from lakehouse.bucketing import murmur3
@@ -86,6 +104,8 @@ def test_spec_reference_values() -> None:
     assert int(murmur3(pa.array([34], pa.int32()))[0]) == 2017239379
     assert int(murmur3(pa.array(["iceberg"]))[0]) == 1210000089
     assert int(murmur3(pa.array([dt.date(2017, 11, 16)]))[0]) == 2**32 - 653330422
+    spec_uuid = uuid.UUID("f79c3e09-677c-4bbd-a479-3f349cb785e7").bytes
+    assert int(murmur3(pa.array([spec_uuid], pa.binary(16)).cast(pa.uuid()))[0]) == 1488055340
 
 
 def test_chunked_and_sliced_arrays() -> None:

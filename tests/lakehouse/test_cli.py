@@ -75,7 +75,7 @@ def test_tier_and_read_commands(tmp_path) -> None:
 
     assert lh.apply_log_retention("ods.t", retention=timedelta(0)).segments_deleted > 0
     bucket = lh.log("ods.t").append(pa.table({"k": [9], "v": ["new"]}), op="upsert").ranges
-    (b, (first, _)), = bucket.items()
+    ((b, (first, _)),) = bucket.items()
     kept = Lakehouse.open(wh).log("ods.t").start_offsets()[b]
     assert kept > 0  # the last 20 records would start at 0, which is gone
     tail = runner.invoke(app, ["log", "tail", "ods.t", "--bucket", str(b), "-w", wh])
@@ -194,6 +194,7 @@ def test_a_table_is_created_from_the_columns_describe_prints(tmp_path) -> None:
             ("day", pa.date32()),
             ("tag", pa.binary(16)),
             ("note", pa.large_string()),
+            ("ref", pa.uuid()),
         ]
     )
     original = lh.create_table("ods.src", schema, primary_key=["id"], buckets=2)

@@ -64,6 +64,19 @@ def test_invalid_definitions(kwargs, message) -> None:
         TableDefinition.build("ods.t", SCHEMA, **kwargs)
 
 
+@pytest.mark.parametrize(
+    "key_type",
+    [pa.struct([("a", pa.int32())]), pa.list_(pa.int32()), pa.map_(pa.string(), pa.int32()), pa.uuid()],
+)
+def test_a_key_column_arrow_cannot_group_by_is_refused(key_type) -> None:
+    """Such a table took appends, then failed every union read and tiering round ("Keys of type ...")."""
+    schema = pa.schema([("id", pa.int64()), ("k", key_type)])
+    with pytest.raises(SchemaError, match="primary-key column 'k' has type .* cannot be part of a key"):
+        TableDefinition.build("ods.t", schema, buckets=2, primary_key=["id", "k"], bucket_key="id")
+    if key_type == pa.uuid():  # a keyless table may bucket by a uuid column, as Iceberg can
+        assert TableDefinition.build("ods.t", schema, buckets=2, bucket_key="k").bucket_key == "k"
+
+
 def test_reserved_and_duplicate_columns() -> None:
     for bad in (pa.schema([("_offset", pa.int64())]), pa.schema([("__x", pa.int64())])):
         with pytest.raises(SchemaError, match="reserved"):

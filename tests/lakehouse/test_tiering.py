@@ -9,6 +9,7 @@ import multiprocessing
 import random
 import subprocess
 import sys
+import uuid
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 
@@ -286,6 +287,7 @@ ALL_TYPES = {
     "llst": (pa.large_list(pa.string()), ["a"]),
     "st": (pa.struct([("a", pa.int32()), ("b", pa.string())]), {"a": 1, "b": "z"}),
     "mp": (pa.map_(pa.string(), pa.int64()), [("k", 1)]),
+    "uuid": (pa.uuid(), uuid.UUID("f79c3e09-677c-4bbd-a479-3f349cb785e7").bytes),  # tiering failed on it
 }
 
 
