@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
+import operator
 import os
 import random
 import threading
@@ -392,10 +393,12 @@ class Log:
         """``(records, header, first offset)`` of each segment overlapping [start, end), oldest first, sliced
         to the range; fetched, verified and decoded ``_READ_AHEAD`` ahead on the pool's threads."""
         self._check_open()
+        bucket, start = _integer("bucket", bucket), _integer("start", start)
+        end = None if end is None else _integer("end", end)
         if not 0 <= bucket < self.definition.buckets:
             raise InvalidArgument(f"{self.name} has buckets 0..{self.definition.buckets - 1}, not {bucket}")
-        if start < 0:
-            raise InvalidArgument(f"start offset must be >= 0, got {start}")
+        if start < 0 or (end is not None and end < 0):
+            raise InvalidArgument(f"offsets must be >= 0, got start={start}, end={end}")
         index = self._indexes[bucket]
         log_end = index.refresh()
         end = log_end if end is None else min(end, log_end)
@@ -510,3 +513,10 @@ class Log:
             # locks other threads held at the fork stay held: start over. The parent's producers and
             # what it knew of the buckets stay the parent's; this process learns the buckets again.
             self._start()
+
+
+def _integer(what: str, value: Any) -> int:
+    """``value`` as an int (numpy integers too); a bool, float or string is refused, not truncated or compared."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise InvalidArgument(f"{what} must be an integer, got {value!r}")
+    return operator.index(value)

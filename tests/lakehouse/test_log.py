@@ -301,8 +301,20 @@ def test_a_read_outside_the_table_says_what_exists(orders_log: Log) -> None:
     buckets = orders_log.definition.buckets
     with pytest.raises(InvalidArgument, match=rf"has buckets 0\.\.{buckets - 1}, not {buckets}"):
         orders_log.read(buckets)
-    with pytest.raises(InvalidArgument, match="start offset must be >= 0, got -1"):
+    with pytest.raises(InvalidArgument, match="offsets must be >= 0, got start=-1, end=None"):
         list(orders_log.read_batches(0, start=-1))
+    with pytest.raises(InvalidArgument, match="offsets must be >= 0, got start=0, end=-2"):
+        orders_log.read(0, 0, -2)
+    # a float, string or bool raised TypeError from deep inside, or (True) read bucket 1
+    for bucket, start, end, what in [(1.0, 0, None, "bucket"), (True, 0, None, "bucket"), (0, "3", None, "start")]:
+        with pytest.raises(
+            InvalidArgument, match=f"{what} must be an integer, got {start if what == 'start' else bucket!r}"
+        ):
+            orders_log.read(bucket, start, end)
+    with pytest.raises(InvalidArgument, match="end must be an integer, got 2.5"):
+        list(orders_log.read_batches(0, 0, 2.5))
+    orders_log.append(orders(range(50)), "upsert")
+    assert orders_log.read(np.int64(0), np.int32(0)).num_rows == orders_log.end_offsets()[0]  # numpy ints are fine
 
 
 def test_corrupt_segment_is_reported_not_skipped(orders_log: Log, store: ObjectStore) -> None:
