@@ -83,7 +83,7 @@ def read_table(
     pk = definition.primary_key
     out = output_columns(table, columns)
     scan_cols = out + [c for c in pk if c not in out]
-    expr = parse_filter(row_filter)
+    expr = parse_filter(row_filter, table.schema())
     scan = table.scan(row_filter=expr, selected_fields=tuple(scan_cols))
     projected = scan.projection()
     arrow_out = projected.as_arrow()

@@ -19,9 +19,11 @@ import pyarrow.compute as pc
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression, parser
 from pyiceberg.expressions.visitors import bind
 from pyiceberg.io.pyarrow import expression_to_pyarrow
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyparsing import ParseException
 
-from lakehouse.errors import SchemaError
+from lakehouse.errors import InvalidArgument, SchemaError
 from lakehouse.lake import lake_offsets, log_to_lake_rows
 from lakehouse.log import Log
 from lakehouse.tiering import KeySet, reduce_changes, upserts_of
@@ -29,10 +31,36 @@ from lakehouse.tiering import KeySet, reduce_changes, upserts_of
 RowFilter = str | BooleanExpression | None
 
 
-def parse_filter(row_filter: RowFilter) -> BooleanExpression:
+def parse_filter(row_filter: RowFilter, schema: Schema) -> BooleanExpression:
+    """``row_filter`` (Iceberg's filter syntax, or a pyiceberg expression), checked against the lake table's
+    ``schema`` before anything is read.
+
+    Raises:
+        InvalidArgument: the filter does not parse, or is not a filter.
+        SchemaError: it names a column the table lacks, or compares a column with a value of another type.
+    """
     if row_filter is None:
         return AlwaysTrue()
-    return parser.parse(row_filter) if isinstance(row_filter, str) else row_filter
+    if isinstance(row_filter, str):
+        try:
+            expr = parser.parse(row_filter)
+        except ParseException as exc:
+            raise InvalidArgument(
+                f"cannot parse row_filter {row_filter!r} (at character {exc.loc}): write Iceberg's filter syntax, "
+                'e.g. "o_orderstatus = \'F\' and o_totalprice >= 1000" or "o_orderkey in (1, 2)"'
+            ) from None
+    elif isinstance(row_filter, BooleanExpression):
+        expr = row_filter
+    else:
+        raise InvalidArgument(
+            f"row_filter must be a string or a pyiceberg expression, not {type(row_filter).__name__} ({row_filter!r})"
+        )
+    try:
+        bind(schema, expr, case_sensitive=True)
+    except (ValueError, TypeError) as exc:  # an unknown column; a literal the column's type cannot hold
+        names = [f.name for f in schema.fields]
+        raise SchemaError(f"row_filter {str(row_filter)!r}: {exc}; the table has columns {names}") from None
+    return expr
 
 
 def output_columns(table: Table, columns: Sequence[str] | None) -> list[str]:
@@ -95,7 +123,7 @@ def _union(
     pk = definition.primary_key
     out = output_columns(table, columns)
     scan_cols = out + [c for c in pk if c not in out]
-    expr = parse_filter(row_filter)
+    expr = parse_filter(row_filter, table.schema())
     offsets = lake_offsets(table.metadata, definition.buckets, name=str(definition.name))
     tail = read_tail(log_, offsets, primary_key=pk)
     tail_filter = expression_to_pyarrow(bind(table.schema(), expr, case_sensitive=True))
@@ -132,4 +160,4 @@ def union_read(
 def lake_read(table: Table, *, columns: Sequence[str] | None = None, row_filter: RowFilter = None) -> pa.Table:
     """The lake only: what any Iceberg reader sees."""
     out = output_columns(table, columns)
-    return table.scan(row_filter=parse_filter(row_filter), selected_fields=tuple(out)).to_arrow()
+    return table.scan(row_filter=parse_filter(row_filter, table.schema()), selected_fields=tuple(out)).to_arrow()

@@ -25,6 +25,7 @@ from lakehouse import Lakehouse
 from lakehouse.errors import InvalidArgument, LakeStateError, SchemaError, TieringConflict
 from lakehouse.executor import LocalExecutor
 from lakehouse.lake import COMMIT_USER_PROPERTY, OFFSETS_PROPERTY, tiering_snapshot
+from lakehouse.log import Log
 from lakehouse.tiering import TieringError, plan_splits
 from tests.conftest import duckdb_connection
 from tests.lakehouse._tiering_workers import tier_once
@@ -240,6 +241,35 @@ def test_union_read_merges_the_log_tail_by_key(lakehouse: Lakehouse) -> None:
     assert sorted(got.column("o_orderkey").to_pylist()) == sorted(expected)
     batches = list(lh.union_batches("ods.orders"))
     assert sum(b.num_rows for b in batches) == len(replay(lh, "ods.orders"))
+
+
+@pytest.mark.parametrize(
+    ("row_filter", "error", "message"),
+    [
+        ("o_orderkey = 1 and", InvalidArgument, r"cannot parse row_filter 'o_orderkey = 1 and' \(at character"),
+        (5, InvalidArgument, "row_filter must be a string or a pyiceberg expression, not int"),
+        ("O_ORDERKEY = 1", SchemaError, "Could not find field with name O_ORDERKEY.*the table has columns"),
+        ("o_orderkey = 'x'", SchemaError, "Could not convert x into a long"),
+        ("o_comment > 3", SchemaError, "Cannot convert LongLiteral into string"),
+    ],
+)
+def test_a_bad_row_filter_is_refused_before_anything_is_read(
+    lakehouse: Lakehouse, monkeypatch, row_filter, error, message
+) -> None:
+    """These were pyparsing's page-long ParseException, ValueError, TypeError and NotImplementedError, raised
+    after the whole log tail had been read."""
+    lh = lakehouse
+    lh.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=2)
+    lh.log("ods.orders").append(orders(range(10)), op="upsert")
+    lh.tier("ods.orders")
+
+    def no_read(*args, **kwargs):
+        raise AssertionError("the log was read before the filter was checked")
+
+    monkeypatch.setattr(Log, "read", no_read)
+    for read in (lh.union_read, lh.lake_read, lambda *a, **k: list(lh.union_batches(*a, **k))):
+        with pytest.raises(error, match=message):
+            read("ods.orders", row_filter=row_filter)
 
 
 def test_key_only_deletes_tier_and_union_read_in_a_table_with_required_columns(lakehouse: Lakehouse) -> None:
