@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import concurrent.futures.thread  # noqa: F401 - its pools stop at exit: `_close_at_exit` is registered after
 import logging
+import math
 import os
 import threading
 import time
@@ -64,6 +65,7 @@ class _Pending:
     op: str
     queued_at: float
     nbytes: int = 0  # its Arrow buffers, counted against ``max_buffer_bytes``
+    serial: int = 0  # the number of the (first) send its rows come from: `flush` waits for those it saw sent
 
 
 class Producer:
@@ -119,7 +121,9 @@ class Producer:
         self._buffered = 0  # rows sent and not yet appended
         self._buffered_bytes = 0  # their Arrow buffers
         self._cond = threading.Condition()
-        self._flush_requested = False
+        self._flushes = 0  # flush calls waiting: append every queued bucket now
+        self._serial = 0  # sends so far
+        self._moving: dict[str, float] = {}  # the oldest send serial the thread holds outside the queues, by stage
         self._closing = False
         self._error: ProducerError | None = None
         self.results: deque[AppendResult] = deque(maxlen=RESULTS_KEPT)
@@ -150,24 +154,40 @@ class Producer:
             ):  # an empty buffer takes any send the log accepts, so a send larger than the buffer still goes
                 self._cond.wait()
                 self._raise_if_failed()
-            self._incoming.append(_Pending(table, op, time.monotonic(), nbytes))
+            self._serial += 1
+            self._incoming.append(_Pending(table, op, time.monotonic(), nbytes, self._serial))
             self._buffered += table.num_rows
             self._buffered_bytes += nbytes
             self._cond.notify_all()
 
     def flush(self, timeout: float | None = None) -> None:
-        """Append everything queued so far; raise `ProducerError` if that fails or times out."""
+        """Append every row sent before this call; raise `ProducerError` if that fails or times out. Rows that
+        other threads send meanwhile are appended too, but not waited for: under a steady stream of sends the
+        buffer is never empty, and waiting for that kept a flush waiting for good."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            self._flush_requested = True
+            barrier = self._serial
+            self._flushes += 1
             self._cond.notify_all()
-            while self._buffered and self._error is None:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise ProducerError(f"producer {self.producer_id}: flush timed out with {self._buffered} rows")
-                self._cond.wait(remaining)
-            self._flush_requested = False
+            try:
+                while self._oldest_unappended() <= barrier and self._error is None:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise ProducerError(
+                            f"producer {self.producer_id}: flush timed out with {self._buffered} rows buffered"
+                        )
+                    self._cond.wait(remaining)
+            finally:
+                self._flushes -= 1
             self._raise_if_failed()
+
+    def _oldest_unappended(self) -> float:
+        """The serial of the oldest send with rows not appended yet (infinity if none); the caller holds the
+        lock. Queues are in send order, so only their heads count."""
+        heads = [q[0].serial for q in self._queues.values() if q]
+        if self._incoming:
+            heads.append(self._incoming[0].serial)
+        return min([*heads, *self._moving.values()], default=math.inf)
 
     def close(self, timeout: float | None = None) -> None:
         """Flush and stop. Raises `ProducerError` if rows could not be delivered."""
@@ -217,9 +237,11 @@ class Producer:
                     self._cond.wait(self._wait_time())
                 if self._incoming:
                     incoming, self._incoming = self._incoming, deque()
+                    self._moving["split"] = incoming[0].serial
                 else:
                     incoming = None
-                    parts, op, nbytes = self._take_append()
+                    parts, op, nbytes, oldest = self._take_append()
+                    self._moving["append"] = oldest
             if incoming is not None:
                 try:
                     self._split(incoming)
@@ -235,6 +257,7 @@ class Producer:
                 self._fail(exc, f"append {self._sequence} failed after {self.max_retries + 1} attempts")
                 return
             with self._cond:
+                del self._moving["append"]
                 self._sequence += 1
                 self._buffered -= result.rows
                 self._buffered_bytes -= nbytes
@@ -253,6 +276,7 @@ class Producer:
             self._buffered_bytes = 0
             self._queues.clear()
             self._queued.clear()
+            self._moving.clear()
             self._cond.notify_all()
 
     def _split(self, sends: deque[_Pending]) -> None:
@@ -277,11 +301,14 @@ class Producer:
                     # The parts own their buffers: count those instead of the sends' (they differ a little).
                     # Their total size is what they hold, and costs ~1 µs where `nbytes` costs ~25 (it walks
                     # a slice's referenced ranges).
-                    pending = _Pending(part, group[0].op, group[0].queued_at, part.get_total_buffer_size())
+                    pending = _Pending(
+                        part, group[0].op, group[0].queued_at, part.get_total_buffer_size(), group[0].serial
+                    )
                     self._queues.setdefault(bucket, deque()).append(pending)
                     self._queued[bucket] = self._queued.get(bucket, 0) + part.num_rows
                     self._buffered_bytes += pending.nbytes
                 self._buffered_bytes -= sum(send.nbytes for send in group)
+            del self._moving["split"]
             self._cond.notify_all()
 
     def _buffered_in_queues(self) -> bool:
@@ -289,7 +316,7 @@ class Producer:
 
     def _urgent(self) -> bool:
         """Append every queued bucket now: on flush and close, and when the buffer is full (a `send` waits)."""
-        return self._flush_requested or self._closing or self._full()
+        return self._flushes > 0 or self._closing or self._full()
 
     def _full(self) -> bool:
         return self._buffered >= self.max_buffer_rows or self._buffered_bytes >= self.max_buffer_bytes
@@ -312,11 +339,11 @@ class Producer:
             return None
         return max(0.001, self.linger - (time.monotonic() - min(heads)))
 
-    def _take_append(self) -> tuple[dict[int, pa.Table], str, int]:
+    def _take_append(self) -> tuple[dict[int, pa.Table], str, int, float]:
         """Pop the next append: for every ready bucket whose oldest queued rows have the operation of the
         oldest ready rows, its longest run of queued sends with that operation, up to about ``batch_rows``
         rows (less when the buffer is full), within the log's per-append limits. Returns the parts, their
-        operation and their buffers' size."""
+        operation, their buffers' size and the serial of the oldest send they hold."""
         now, urgent = time.monotonic(), self._urgent()
         ready = sorted(
             (b for b, q in self._queues.items() if q and (urgent or self._bucket_ready(b, now))),
@@ -325,7 +352,7 @@ class Producer:
         op = self._queues[ready[0]][0].op
         limits = self.log.limits
         cap = self.batch_rows
-        if self._full() and not (self._flush_requested or self._closing):
+        if self._full() and not (self._flushes or self._closing):
             # Take about half the buffer, spread over the buckets, so sends refill the other half while these
             # rows are appended (taking it all would stall every send until the append is done).
             # (the buffer's size in rows: full by bytes, it holds fewer rows than max_buffer_rows)
@@ -333,6 +360,7 @@ class Producer:
             cap = min(cap, max(1, capacity // (2 * len(ready))))
         parts: dict[int, pa.Table] = {}
         rows = nbytes = 0
+        oldest = math.inf
         for bucket in ready:
             queue = self._queues[bucket]
             if queue[0].op != op:
@@ -348,13 +376,14 @@ class Producer:
                 run_rows, run_bytes = run_rows + size, run_bytes + weight
             if not run:
                 break  # the append is full
+            oldest = min(oldest, run[0].serial)
             # The sends' parts become the segment's record batches as they are: joining them into one batch
             # first copied every row once more (~12% of a Producer's CPU per row, same-session A/B).
             tables = [p.table for p in run]
             parts[bucket] = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
             self._queued[bucket] -= run_rows
             rows, nbytes = rows + run_rows, nbytes + run_bytes
-        return parts, op, nbytes
+        return parts, op, nbytes, oldest
 
     def _append_with_retries(self, parts: dict[int, pa.Table], op: str) -> AppendResult:
         for attempt in range(self.max_retries + 1):

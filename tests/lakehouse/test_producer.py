@@ -213,6 +213,33 @@ def test_linger_flushes_without_more_sends(log: Log) -> None:
         assert p.rows_appended == 3  # appended by linger, before close
 
 
+def test_flush_returns_while_other_threads_keep_sending(log: Log) -> None:
+    """flush() waited for an empty buffer, which a steady stream of sends from another thread never leaves:
+    a caller flushing before it records its source position waited for good. It waits for the rows sent
+    before it, and they are in the log when it returns."""
+    stop = threading.Event()
+    with log.producer(linger=5, batch_rows=500) as p:
+
+        def stream() -> None:
+            k = 0
+            while not stop.is_set():
+                p.send(rows(range(k, k + 200)), "upsert")
+                k += 200
+
+        sender = threading.Thread(target=stream)
+        sender.start()
+        try:
+            for i in range(3):
+                time.sleep(0.2)
+                p.send(rows([-1 - i], v="mine"), "upsert")
+                p.flush(timeout=30)  # was: ProducerError, flush timed out
+                mine = {r["k"] for r in all_rows(log) if r["v"].startswith("mine")}
+                assert mine == {-1 - j for j in range(i + 1)}
+        finally:
+            stop.set()
+            sender.join()
+
+
 def test_order_across_operations_is_kept(log: Log) -> None:
     with log.producer(batch_rows=1000, linger=10) as p:
         p.send(rows([7], "a"), "upsert")
