@@ -137,6 +137,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         doc = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist (set by LAKESTREAM_CONFIG or --config)") from None
+    except (OSError, UnicodeDecodeError) as exc:  # a directory, no permission, not text
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
     if not isinstance(doc, dict):
@@ -144,15 +146,29 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in doc.items():
         if key == "warehouse":
-            out["warehouse"] = str(value)
-        elif key == "s3" and isinstance(value, dict):
+            out["warehouse"] = _scalar(path, "warehouse", value)
+        elif key == "s3":
+            if value is None:
+                continue
+            if not isinstance(value, dict):
+                raise ConfigError(f"config file {path}: s3 must be a mapping of {sorted(_YAML_S3)}, got {value!r}")
             for k, v in value.items():
                 if k not in _YAML_S3:
                     raise ConfigError(f"config file {path}: unknown key s3.{k}; known: {sorted(_YAML_S3)}")
-                out[_YAML_S3[k]] = str(v)
+                out[_YAML_S3[k]] = _scalar(path, f"s3.{k}", v)
         else:
             raise ConfigError(f"config file {path}: unknown key {key!r}; known: 'warehouse', 's3'")
-    return out
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _scalar(path: Path, key: str, value: Any) -> str | None:
+    """A YAML value as a string; an empty value (``key:``) is unset, as an empty environment variable is
+    (it became the string 'None': a warehouse in ./None, an endpoint 'None')."""
+    if value is None:
+        return None
+    if isinstance(value, dict | list):
+        raise ConfigError(f"config file {path}: {key} must be a single value, got {value!r}")
+    return str(value)
 
 
 __all__ = ["Settings", "load_settings", "normalize_warehouse"]

@@ -72,6 +72,10 @@ def test_relative_paths_become_file_urls(tmp_path, monkeypatch) -> None:
         ("warehous: x\n", "unknown key 'warehous'"),
         ("s3:\n  endpoitn: x\n", "unknown key s3.endpoitn"),
         ("warehouse: ftp://x/y\n", "unsupported warehouse URL"),
+        # these became a warehouse named '[1, 2]' and "unknown key 's3'"
+        ("warehouse: [1, 2]\n", "warehouse must be a single value, got \\[1, 2\\]"),
+        ("s3: 5\n", "s3 must be a mapping of .*, got 5"),
+        ("s3:\n  endpoint: [x]\n", "s3.endpoint must be a single value"),
     ],
 )
 def test_bad_yaml_gets_a_clear_error(tmp_path: Path, text: str, message: str) -> None:
@@ -79,6 +83,28 @@ def test_bad_yaml_gets_a_clear_error(tmp_path: Path, text: str, message: str) ->
     cfg.write_text(text)
     with pytest.raises(ConfigError, match=message):
         load_settings(cfg, env={})
+
+
+def test_empty_yaml_values_are_unset(tmp_path: Path, monkeypatch) -> None:
+    """``warehouse:`` and ``endpoint:`` with no value were the string 'None' (a warehouse in ./None)."""
+    monkeypatch.chdir(tmp_path)
+    cfg = tmp_path / "lake.yaml"
+    cfg.write_text("warehouse:\ns3:\n  endpoint:\n  region: eu-west-1\n")
+    settings = load_settings(cfg, env={})
+    assert settings.warehouse == (tmp_path / "lakestream-warehouse").as_uri()
+    assert settings.s3_endpoint is None and settings.region == "eu-west-1"
+    cfg.write_text("s3:\n")
+    assert load_settings(cfg, env={}).s3_endpoint is None
+
+
+def test_a_config_path_that_is_not_a_readable_file_gets_a_clear_error(tmp_path: Path) -> None:
+    """A directory raised IsADirectoryError, a binary file UnicodeDecodeError."""
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_settings(tmp_path, env={})
+    binary = tmp_path / "lake.yaml"
+    binary.write_bytes(b"\xff\xfe\x00warehouse")
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_settings(binary, env={})
 
 
 def test_missing_config_file_and_unknown_override() -> None:
