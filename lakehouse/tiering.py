@@ -385,7 +385,7 @@ def tier(
     splits = plan_splits(
         lake,
         log_end,
-        max_split_rows=max_split_rows or DEFAULT_MAX_SPLIT_ROWS,
+        max_split_rows=DEFAULT_MAX_SPLIT_ROWS if max_split_rows is None else max_split_rows,
         whole_buckets=definition.has_primary_key,
     )
     result = TieringResult(

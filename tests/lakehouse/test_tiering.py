@@ -638,6 +638,15 @@ def test_plan_splits_caps_and_evens_out() -> None:
         plan_splits({}, {0: 1}, max_split_rows=0)
 
 
+def test_a_split_cap_of_zero_is_refused_not_read_as_the_default(lakehouse: Lakehouse) -> None:
+    """``max_split_rows=0`` (``--max-split-rows 0``) tiered with the default cap, where -5 was refused."""
+    lakehouse.create_table("ods.ev", ORDERS, bucket_key="o_orderkey", buckets=2)
+    lakehouse.log("ods.ev").append(orders(range(10)))
+    with pytest.raises(InvalidArgument, match="max_split_rows must be >= 1, got 0"):
+        lakehouse.tier("ods.ev", max_split_rows=0)
+    assert lakehouse.lake_offsets("ods.ev") == {0: 0, 1: 0}
+
+
 # ---- Spark ---------------------------------------------------------------------------------------------
 
 
