@@ -36,7 +36,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from object_store.base import WRITE_TOKEN_KEY, Object, ObjectInfo, ObjectStore
-from object_store.errors import InvalidKey, NotFound, PreconditionFailed
+from object_store.errors import InvalidKey, NotFound, PreconditionFailed, StoreError
 
 INTERNAL_DIR = ".lakestream-store"
 LOCK_STRIPES = 64
@@ -51,8 +51,14 @@ class LocalStore(ObjectStore):
         self.root = Path(root).resolve()
         self.url = self.root.as_uri()
         self._internal = self.root / INTERNAL_DIR
-        for sub in ("meta", "locks", "tmp", "uploads"):
-            (self._internal / sub).mkdir(parents=True, exist_ok=True)
+        try:
+            for sub in ("meta", "locks", "tmp", "uploads"):
+                (self._internal / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file in the way, a read-only or missing mount, no permission
+            raise StoreError(
+                f"cannot open {self.url}: cannot create the store's folders under {self.root} ({exc.strerror}); "
+                "give a writable directory (it is created if missing)"
+            ) from None
 
     # ---- paths and locks -------------------------------------------------------------------------------
 

@@ -254,5 +254,14 @@ def test_open_store_rejects_bad_urls_and_options(tmp_path) -> None:
         open_store(tmp_path.as_uri(), endpoint_url="http://x")
 
 
+def test_a_local_store_where_no_directory_can_be_made_gets_a_store_error(tmp_path) -> None:
+    """A file in the way raised NotADirectoryError from inside, a read-only place PermissionError."""
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StoreError, match="cannot create the store's folders under .*file.*give a writable directory"):
+        open_store((tmp_path / "file").as_uri())
+    with pytest.raises(StoreError, match="cannot create the store's folders"):
+        open_store((tmp_path / "file" / "below").as_uri())
+
+
 def test_repr_names_the_location(store: ObjectStore) -> None:
     assert store.url in repr(store)
