@@ -119,7 +119,10 @@ class Log:
         if not 1 <= dedup_window <= KEEP_SEGMENTS:
             raise InvalidArgument(f"dedup_window must be from 1 to {KEEP_SEGMENTS} segments, got {dedup_window}")
         self.dedup_window = dedup_window
-        self.compression = compression
+        if compression is not None and (not isinstance(compression, str) or compression.lower() not in ("lz4", "zstd")):
+            # Arrow IPC compresses buffers with these two only; others failed every append, from inside Arrow
+            raise InvalidArgument(f"compression must be None, 'lz4' or 'zstd', got {compression!r}")
+        self.compression = compression.lower() if compression else None
         self._clock = clock
         self._max_workers = max(1, max_workers)
         self._start()
