@@ -10,9 +10,13 @@ with the same parallelism (one thread per bucket), no conditions. With 4 produce
 once, each through its own `Log` (as separate processes would): to the same table (ours race for the same
 next offsets; the baseline's keys never collide), and to a table each (no races: what 4 producers cost
 the client and the store). A third case has the 4 threads share one `Log` on one table, as threads of
-one process should: they take turns per bucket instead of racing. A last case appends to a keyless log
-table (each append is one segment in one bucket); its baseline PUTs the
+one process should: they take turns per bucket instead of racing. Bucket-aligned writers: 4 producers on
+one table of 16 buckets, each producer's rows in 4 buckets of its own (what an ingest gets by routing rows
+by `bucket_of`, e.g. Spark repartitioning by a bucket column): one table, no races. A last case appends
+to a keyless log table (each append is one segment in one bucket); its baseline PUTs the
 one body on the caller's thread, as the log does.
+
+    python bench/log.py --only s3 --cases aligned racing    # some append cases, one backend
 
 Streaming: threads each stream batches through a `Producer` (its defaults), against raw PUTs of the
 segment bodies such a `Producer` writes (from an untimed pass over the same sends), one append at a time
@@ -47,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import on_both_backends, parser, pct, run_threads, timed_each  # noqa: E402
 
 from lakehouse import Lakehouse  # noqa: E402
+from lakehouse.bucketing import bucket_ids  # noqa: E402
 from lakehouse.demo import ORDERS_SCHEMA, _orders_batch  # noqa: E402
 from lakehouse.log import Log, segment  # noqa: E402
 from lakehouse.log.batch import split_by_bucket  # noqa: E402
@@ -64,6 +69,17 @@ def make_batches(n: int, rows: int, seed: int) -> list[pa.Table]:
     return [_orders_batch(rng.integers(0, 10**9, rows), rng) for _ in range(n)]
 
 
+def aligned_batches(producers: int, n: int, rows: int, buckets: int, seed: int) -> list[pa.Table]:
+    """``n`` batches per producer, producer ``i``'s keys all in the buckets ``b`` with ``b % producers == i``
+    (its own), interleaved so that ``batches[i::producers]`` are producer ``i``'s."""
+    rng = np.random.default_rng(seed)
+    pool = rng.integers(0, 10**9, n * rows * producers * 2)
+    owner = bucket_ids(pa.array(pool), buckets).to_numpy() % producers
+    own = [pool[owner == i] for i in range(producers)]
+    assert all(len(keys) >= n * rows for keys in own)
+    return [_orders_batch(own[i][j * rows : (j + 1) * rows], rng) for j in range(n) for i in range(producers)]
+
+
 def bench_append(
     store: ObjectStore,
     producers: int,
@@ -73,13 +89,18 @@ def bench_append(
     same_table: bool = True,
     shared_log: bool = False,
     keyless: bool = False,
+    aligned: bool = False,
 ) -> dict[str, float]:
     lh = Lakehouse(store)
     names = [f"bench.orders_{uuid.uuid4().hex[:8]}" for _ in range(1 if same_table else producers)]
     key = {} if keyless else {"primary_key": ["o_orderkey"]}  # keyless: a log table, one segment per append
     op = "insert" if keyless else "upsert"
-    definition = [lh.create_table(n, ORDERS_SCHEMA, buckets=BUCKETS, **key) for n in names][0]
-    data = make_batches(batches * producers, rows, seed=producers)
+    buckets = BUCKETS * producers if aligned else BUCKETS  # aligned: each producer owns BUCKETS of them
+    definition = [lh.create_table(n, ORDERS_SCHEMA, buckets=buckets, **key) for n in names][0]
+    if aligned:
+        data = aligned_batches(producers, batches, rows, buckets, seed=producers)
+    else:
+        data = make_batches(batches * producers, rows, seed=producers)
     shares = [data[i::producers] for i in range(producers)]
     if shared_log:  # threads of one process sharing its Log: they take turns per bucket
         logs = [Lakehouse(store).log(names[0])] * producers
@@ -266,21 +287,37 @@ def run(name: str, store: ObjectStore, args: argparse.Namespace) -> list[str]:
         "| ratio, median of rounds (goal >= 0.8) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    # producers, one table, sharing one Log, keyless, bucket-aligned (a table of 4 buckets per producer,
+    # each producer's rows in its own 4), label
     cases = (
-        (1, True, False, False, "1"),
-        (4, True, False, False, "4, one table (racing)"),
-        (4, True, True, False, "4 threads, one table, one shared `Log`"),
-        (4, False, False, False, "4, a table each"),
-        (1, True, False, True, "1, keyless log table (one segment per append)"),
+        (1, True, False, False, False, "1"),
+        (4, True, False, False, False, "4, one table (racing)"),
+        (4, True, True, False, False, "4 threads, one table, one shared `Log`"),
+        (4, False, False, False, False, "4, a table each"),
+        (4, True, False, False, True, "4, one table of 16 buckets, 4 each (bucket-aligned writers)"),
+        (1, True, False, True, False, "1, keyless log table (one segment per append)"),
     )
-    for producers, same, shared, keyless, label in cases:
-        r = bench_append(store, producers, args.batches, args.rows, same_table=same, shared_log=shared, keyless=keyless)
+    for producers, same, shared, keyless, aligned, label in cases:
+        if args.cases and not any(word in label for word in args.cases):
+            continue
+        r = bench_append(
+            store,
+            producers,
+            args.batches,
+            args.rows,
+            same_table=same,
+            shared_log=shared,
+            keyless=keyless,
+            aligned=aligned,
+        )
         rows.append(
             f"| {label} | {r['rows_s']:,.0f} | {r['mb_s']:.1f} | {r['p50'] * 1e3:.1f} ms | {r['p99'] * 1e3:.1f} ms "
             f"| {r['base_rows_s']:,.0f} | {r['base_p50'] * 1e3:.1f} ms | {r['base_p99'] * 1e3:.1f} ms "
             f"| {r['ratio']:.2f} |"
         )
         print(rows[-1], flush=True)
+    if args.cases:
+        return rows
     rows += [
         "",
         f"Streaming: each producer sends {args.batches} batches of {args.rows:,} rows through a `Producer` "
@@ -315,6 +352,7 @@ def run(name: str, store: ObjectStore, args: argparse.Namespace) -> list[str]:
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--rows", type=int, default=10_000, help="rows per append")
+    p.add_argument("--cases", nargs="*", help="only the append cases whose label has one of these words")
     args = p.parse_args()
     args.batches = 10 if args.quick else 60
     args.read_segments = 10 if args.quick else 100
