@@ -12,7 +12,7 @@ next offsets; the baseline's keys never collide), and to a table each (no races:
 the client and the store). A third case has the 4 threads share one `Log` on one table, as threads of
 one process should: they take turns per bucket instead of racing. Bucket-aligned writers: 4 producers on
 one table of 16 buckets, each producer's rows in 4 buckets of its own (what an ingest gets by routing rows
-by `bucket_of`, e.g. Spark repartitioning by a bucket column): one table, no races. A last case appends
+by `bucket_of`): one table, no races. A last case appends
 to a keyless log table (each append is one segment in one bucket); its baseline PUTs the
 one body on the caller's thread, as the log does.
 
