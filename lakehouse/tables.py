@@ -120,7 +120,6 @@ class TableDefinition:
         for col in pk:
             if col not in names:
                 raise SchemaError(f"{table_name}: primary-key column {col!r} is not in the schema {names}")
-        for col in pk:
             t = schema.field(col).type
             if pa.types.is_nested(t) or isinstance(t, pa.BaseExtensionType):
                 raise SchemaError(

@@ -378,6 +378,7 @@ class Log:
             CorruptSegmentError: a segment fails its checksum, or the bucket's segments are not contiguous;
                 nothing is skipped.
             OffsetOutOfRange: ``start`` is below the earliest retained offset.
+            InvalidArgument: a bucket the table does not have; an offset that is negative or not an integer.
         """
         parts = list(self._slices(bucket, start, end))
         if not parts:
