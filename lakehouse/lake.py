@@ -20,6 +20,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -188,6 +189,37 @@ def lake_schema(definition: TableDefinition) -> Schema:
     except (UnsupportedPyArrowTypeException, ValueError) as exc:
         raise SchemaError(f"{definition.name}: the lake (Iceberg) cannot store this schema: {exc}") from None
     return assign_fresh_schema_ids(converted)
+
+
+def check_lake_schema(metadata: TableMetadata, definition: TableDefinition) -> None:
+    """Raise `LakeStateError` unless the lake table's current schema is the one lakestream created from the
+    log's columns. Tiering, union reads and compaction write and merge the log's columns under those field
+    ids: after another engine evolved the lake table they failed every round ("Field ... does not exist"),
+    and a column dropped and added again would have taken new rows under an id readers no longer map."""
+    expected, actual = lake_schema(definition), metadata.schema()
+    if actual.as_struct() == expected.as_struct():
+        return
+    want, have = {f.name: f for f in expected.fields}, {f.name: f for f in actual.fields}
+
+    def describe(f: Any) -> str:
+        return f"{f.field_type}, {'required' if f.required else 'optional'}, field id {f.field_id}"
+
+    changes = [f"column {n!r} added" for n in have if n not in want]
+    changes += [f"column {n!r} dropped" for n in want if n not in have]
+    changes += [
+        f"column {n!r} changed ({describe(want[n])} -> {describe(have[n])})"
+        for n in want
+        if n in have and have[n] != want[n]
+    ]
+    original = [s.schema_id for s in metadata.schemas if s.as_struct() == expected.as_struct()]
+    kept = f" (the table's metadata still holds it as schema {original[0]})" if original else ""
+    what = "; ".join(changes) or "its schema differs"
+    raise LakeStateError(
+        f"the lake table {definition.name} was changed outside lakestream: {what}. "
+        "Tiering, union reads and compaction write and merge the log's columns as lakestream created them "
+        f"(lakestream tables do not evolve their schema). Restore that schema{kept}, or create a new lakestream "
+        "table with the new columns and copy the data into it"
+    )
 
 
 #: Arrow types Iceberg has no type for, or that pyiceberg would map to a narrower one (uint32 to int and

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyiceberg.transforms import BucketTransform, IdentityTransform
+from pyiceberg.types import StringType
 
 from lakehouse import Lakehouse
 from lakehouse.errors import InvalidArgument, LakeStateError, SchemaError, TieringConflict
@@ -607,6 +608,32 @@ def test_bad_lake_state_gets_a_clear_error(lakehouse: Lakehouse) -> None:
 
     with pytest.raises(SchemaError, match="unknown column"):
         lh.union_read("ods.c", columns=["nope"])
+
+
+def test_a_lake_schema_changed_outside_lakestream_stops_writes_with_a_clear_error(lakehouse: Lakehouse) -> None:
+    """After another engine added a column to the lake table, every tiering round, union read and compaction
+    failed with "Field 'extra' does not exist in schema"."""
+    lh = lakehouse
+    lh.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=2)
+    log = lh.log("ods.orders")
+    log.append(orders(range(10)), op="upsert")
+    lh.tier("ods.orders")
+    with lh.lake_table("ods.orders").update_schema() as update:
+        update.add_column("extra", StringType())
+    log.append(orders(range(5, 15), tag="u"), op="upsert")
+    blocked = (
+        lambda: lh.tier("ods.orders"),
+        lambda: lh.union_read("ods.orders"),
+        lambda: lh.compact("ods.orders", min_input_files=2),
+    )
+    for action in blocked:
+        with pytest.raises(LakeStateError, match="changed outside lakestream: column 'extra' added.*as schema 0"):
+            action()
+    assert lh.lake_read("ods.orders").num_rows == 10  # the lake alone still reads
+    with lh.lake_table("ods.orders").update_schema() as update:
+        update.delete_column("extra")
+    assert lh.tier("ods.orders").rows == 10
+    assert lake_state(lh.union_read("ods.orders")) == replay(lh, "ods.orders")
 
 
 def test_other_commits_do_not_confuse_the_offset_lookup(lakehouse: Lakehouse) -> None:
