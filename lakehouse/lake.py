@@ -16,6 +16,7 @@ commit was planned on: the catalog refuses it if the table's newest tiering snap
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -191,12 +192,18 @@ def lake_schema(definition: TableDefinition) -> Schema:
     return assign_fresh_schema_ids(converted)
 
 
+@functools.lru_cache(maxsize=256)
+def _created_schema(definition: TableDefinition) -> Schema:
+    """`lake_schema`, kept: it costs ~0.3 ms, a sixth of an empty union read."""
+    return lake_schema(definition)
+
+
 def check_lake_schema(metadata: TableMetadata, definition: TableDefinition) -> None:
     """Raise `LakeStateError` unless the lake table's current schema is the one lakestream created from the
     log's columns. Tiering, union reads and compaction write and merge the log's columns under those field
     ids: after another engine evolved the lake table they failed every round ("Field ... does not exist"),
     and a column dropped and added again would have taken new rows under an id readers no longer map."""
-    expected, actual = lake_schema(definition), metadata.schema()
+    expected, actual = _created_schema(definition), metadata.schema()
     if actual.as_struct() == expected.as_struct():
         return
     want, have = {f.name: f for f in expected.fields}, {f.name: f for f in actual.fields}
