@@ -103,7 +103,7 @@ class CorruptCatalogError(LakestreamError):
 class LakeStateError(LakestreamError):
     """The lake table and the log disagree in a way tiering cannot repair by itself: offsets missing from
     the newest tiering snapshot, offsets ahead of the log, a log table whose lake table is missing, a lake
-    schema another engine changed. The message says which and what to do; nothing was written."""
+    schema or partition spec another engine changed. The message says which and what to do; nothing was written."""
 
 
 class TieringConflict(LakestreamError, ValidationException):

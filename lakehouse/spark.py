@@ -76,12 +76,12 @@ def read_table(
     from pyiceberg.io.pyarrow import ArrowScan, expression_to_pyarrow
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from lakehouse.lake import check_lake_schema, lake_offsets
+    from lakehouse.lake import check_lake_layout, lake_offsets
 
     definition = lh.table(name)
     table = lh.lake_table(name)
     if union:
-        check_lake_schema(table.metadata, definition)
+        check_lake_layout(table.metadata, definition)
     pk = definition.primary_key
     out = output_columns(table, columns)
     scan_cols = out + [c for c in pk if c not in out]

@@ -48,7 +48,7 @@ from lakehouse.errors import InvalidArgument, LakeStateError, LakestreamError, T
 from lakehouse.executor import LocalExecutor, TaskExecutor
 from lakehouse.lake import (
     TABLE_UUID_PROPERTY,
-    check_lake_schema,
+    check_lake_layout,
     lake_offsets,
     log_to_lake_rows,
     parse_partition_by,
@@ -379,7 +379,7 @@ def tier(
     definition = log_.definition
     name = str(definition.name)
     table = load_lake_table(catalog, definition)
-    check_lake_schema(table.metadata, definition)
+    check_lake_layout(table.metadata, definition)
     base = tiering_snapshot(table.metadata)
     lake = lake_offsets(table.metadata, definition.buckets, name=name)
     log_end = log_.end_offsets()

@@ -24,7 +24,7 @@ from pyiceberg.table import Table
 from pyparsing import ParseException
 
 from lakehouse.errors import InvalidArgument, SchemaError
-from lakehouse.lake import check_lake_schema, lake_offsets, log_to_lake_rows
+from lakehouse.lake import check_lake_layout, lake_offsets, log_to_lake_rows
 from lakehouse.log import Log
 from lakehouse.tiering import KeySet, reduce_changes, upserts_of
 
@@ -120,7 +120,7 @@ def _union(
     table: Table, log_: Log, columns: Sequence[str] | None, row_filter: RowFilter, *, stream: bool
 ) -> Iterator[pa.RecordBatch]:
     definition = log_.definition
-    check_lake_schema(table.metadata, definition)
+    check_lake_layout(table.metadata, definition)
     pk = definition.primary_key
     out = output_columns(table, columns)
     scan_cols = out + [c for c in pk if c not in out]

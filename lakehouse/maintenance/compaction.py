@@ -30,7 +30,7 @@ from pyiceberg.table import Table
 from lakehouse.datafiles import LakeContext, added_or_raise, locations
 from lakehouse.errors import InvalidArgument, LakestreamError, MaintenanceError
 from lakehouse.executor import LocalExecutor, TaskExecutor
-from lakehouse.lake import COMMIT_USER_PROPERTY, OFFSET_COLUMN, check_lake_schema
+from lakehouse.lake import COMMIT_USER_PROPERTY, OFFSET_COLUMN, check_lake_layout
 from lakehouse.tables import TableDefinition
 
 log = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ def compact(
             were deleted and the table is unchanged.
     """
     check_arguments(target_file_size, min_input_files)
-    check_lake_schema(table.metadata, definition)
+    check_lake_layout(table.metadata, definition)
     started = time.perf_counter()
     executor = executor or LocalExecutor()
     live = [t.file for t in table.scan().plan_files()] if table.current_snapshot() is not None else []

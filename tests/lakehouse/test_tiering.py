@@ -634,6 +634,15 @@ def test_a_lake_schema_changed_outside_lakestream_stops_writes_with_a_clear_erro
         update.delete_column("extra")
     assert lh.tier("ods.orders").rows == 10
     assert lake_state(lh.union_read("ods.orders")) == replay(lh, "ods.orders")
+    # a partition field added (tiering failed with "list index out of range", and union reads took the last
+    # partition field for the bucket)
+    with lh.lake_table("ods.orders").update_spec() as update:
+        update.add_identity("o_orderdate")
+    for action in blocked:
+        with pytest.raises(
+            LakeStateError, match=r"partition spec \[o_orderkey_bucket: bucket\[2\], o_orderdate: identity\]"
+        ):
+            action()
 
 
 def test_other_commits_do_not_confuse_the_offset_lookup(lakehouse: Lakehouse) -> None:
