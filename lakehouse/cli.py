@@ -474,11 +474,11 @@ def demo(
         str | None, typer.Option("--warehouse", "-w", help="default: ./lakestream-demo (a file:// warehouse)")
     ] = None,
     changes: Annotated[
-        int, typer.Option(help="order changes to produce (half before, half after round 1)")
+        int, typer.Option(min=100, help="order changes to produce (half before, half after round 1)")
     ] = 4_000_000,
     spark_master: Annotated[str, typer.Option(help="Spark master for tiering")] = "local[2]",
     local: Annotated[bool, typer.Option("--local", help="tier on the local executor instead of Spark")] = False,
-    big_mib: Annotated[int, typer.Option(help="size of the multipart write")] = 16,
+    big_mib: Annotated[int, typer.Option(min=1, help="size of the multipart write")] = 16,
 ) -> None:
     """Run the demo on embedded defaults; exits non-zero if any of its checks fails."""
     from lakehouse.demo import run_demo

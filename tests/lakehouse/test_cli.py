@@ -21,6 +21,14 @@ def test_demo_runs_and_checks_itself(tmp_path) -> None:
     assert "1 winner/round" in result.output and "none lost" in result.output
 
 
+@pytest.mark.parametrize(("option", "value"), [("--changes", "10"), ("--changes", "-5"), ("--big-mib", "-1")])
+def test_demo_refuses_sizes_it_cannot_run_with(tmp_path, option: str, value: str) -> None:
+    """These failed halfway with "empty batch, nothing to append" or "big.bin has 0 bytes, expected -1048576"."""
+    result = runner.invoke(app, ["demo", "-w", str(tmp_path / "wh"), "--local", option, value])
+    assert result.exit_code == 2 and "greater than or equal to" in result.output, result.output
+    assert not (tmp_path / "wh").exists()
+
+
 @pytest.mark.slow
 def test_demo_with_spark_as_make_demo_runs_it(tmp_path) -> None:
     """What `make demo` runs, in a fresh process: Spark local[2] tiering included."""
