@@ -22,9 +22,10 @@ def run_per_table(args: argparse.Namespace, app_name: str, work: Callable[[Any, 
     from lakehouse import Lakehouse
     from lakehouse.spark import spark_session
 
-    spark = spark_session(app_name=app_name)
     failed = 0
+    # settings first: a bad configuration fails at once, not after Spark's start (~15 s)
     with Lakehouse.from_env(args.config, warehouse=args.warehouse) as lh:
+        spark = spark_session(app_name=app_name)
         for name in args.table or [str(t) for t in lh.list_tables()]:
             try:
                 print(json.dumps(work(lh, name, spark).to_dict(), default=str), flush=True)
