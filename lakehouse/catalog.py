@@ -70,6 +70,7 @@ from lakehouse.errors import CorruptCatalogError, InvalidTableName, LakestreamEr
 from lakehouse.fileio import STORE_OPTION_PROPERTIES
 from lakehouse.iceberg_table import LakeTable, apply_updates
 from lakehouse.lake import check_tiering_fence
+from lakehouse.tables import check_namespace
 from object_store import NotFound, ObjectStore, PreconditionFailed, StoreError, StoreUnavailable, open_store
 
 if TYPE_CHECKING:
@@ -692,6 +693,7 @@ def _check_parts(ident: tuple[str, ...]) -> None:
                 f"invalid identifier part {part!r} in {'.'.join(ident)!r}: use letters, digits and '_', "
                 "starting with a letter or '_'"
             )
+    check_namespace(ident[0])  # the catalog's own objects live under it
 
 
 __all__ = ["DEFAULT_TABLE_PROPERTIES", "STORE_OPTION_PROPERTIES", "ObjectStoreCatalog"]

@@ -225,8 +225,10 @@ class Lakehouse:
     def list_tables(self, namespace: str | None = None) -> list[TableName]:
         names = []
         for info in self.store.list(TABLES_PREFIX + (f"{namespace}." if namespace else "")):
-            stem = info.key[len(TABLES_PREFIX) :].removesuffix(".json")
-            names.append(TableName.parse(stem))
+            stem = info.key[len(TABLES_PREFIX) :]
+            if "/" in stem or not stem.endswith(".json"):
+                continue  # not a definition (a table in the reserved namespace, before it was reserved)
+            names.append(TableName.parse(stem.removesuffix(".json")))
         return names
 
     def log(self, name: str | TableName) -> Log:

@@ -21,7 +21,10 @@ import pyarrow as pa
 from lakehouse.bucketing import check_bucket_key_type
 from lakehouse.errors import InvalidTableName, SchemaError
 
-TABLES_PREFIX = "_lakestream/tables/"
+#: The top-level folder of lakestream's own objects (definitions, the catalog): no namespace may be named so
+#: (a table ``_lakestream.tables`` put its log among the definitions, and every table listing failed).
+RESERVED_NAMESPACE = "_lakestream"
+TABLES_PREFIX = f"{RESERVED_NAMESPACE}/tables/"
 MAX_BUCKETS = 4096
 _PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 #: Columns the log adds on read and the lake adds on tiering; user schemas may not use them.
@@ -44,6 +47,7 @@ class TableName:
                 f"invalid table name {name!r}: use 'namespace.table', each part starting with a letter or "
                 "'_' followed by letters, digits or '_' (at most 128 characters)"
             )
+        check_namespace(parts[0])
         return cls(parts[0], parts[1])
 
     def __str__(self) -> str:
@@ -245,6 +249,16 @@ _ARROW_TYPES = {
 _DECIMAL = re.compile(r"decimal(?:128)?\((\d+),\s*(\d+)\)")
 _FIXED = re.compile(r"fixed_size_binary\[(\d+)\]")
 _NOT_NULL = re.compile(r"(?:\s+not\s+null|\s*!)$")
+
+
+def check_namespace(namespace: str) -> None:
+    """Raise `InvalidTableName` for the namespace lakestream keeps its own objects under (in any case: a
+    case-insensitive disk folds them together)."""
+    if namespace.lower() == RESERVED_NAMESPACE:
+        raise InvalidTableName(
+            f"the namespace {namespace!r} is reserved: lakestream keeps its table definitions and catalog under "
+            f"'{RESERVED_NAMESPACE}/'; choose another namespace"
+        )
 
 
 def parse_schema(spec: str) -> pa.Schema:

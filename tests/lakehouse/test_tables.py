@@ -22,6 +22,20 @@ def test_invalid_names(name: str) -> None:
         TableName.parse(name)
 
 
+def test_the_namespace_lakestream_keeps_its_own_objects_under_is_reserved(lakehouse: Lakehouse) -> None:
+    """A table ``_lakestream.tables`` put its log among the table definitions: every listing of tables
+    (the CLI, the DAGs' all-tables tasks) then failed on 'log/00000/...arrow'."""
+    for name in ("_lakestream.tables", "_LAKESTREAM.t"):
+        with pytest.raises(InvalidTableName, match="the namespace .* is reserved"):
+            lakehouse.create_table(name, SCHEMA, buckets=1)
+    with pytest.raises(InvalidTableName, match="reserved"):
+        lakehouse.catalog.create_table("_lakestream.catalog", SCHEMA)
+    lakehouse.create_table("ods._lakestream", SCHEMA, buckets=1)  # only the namespace is reserved
+    # a warehouse that already has such a table (made before the name was reserved) still lists
+    lakehouse.store.put("_lakestream/tables/log/00000/00000000000000000000.arrow", b"x")
+    assert [str(t) for t in lakehouse.list_tables()] == ["ods._lakestream"]
+
+
 def test_name_and_keys() -> None:
     n = TableName.parse("ods.orders")
     assert (str(n), n.prefix, n.segment_key(3, 42)) == (
