@@ -26,6 +26,7 @@ __all__ = [
     "OffsetOutOfRange",
     "ProducerError",
     "SchemaError",
+    "SequenceConflict",
     "TableAlreadyExists",
     "TableNotFound",
     "TieringConflict",
@@ -74,6 +75,18 @@ class AppendIncomplete(LakestreamError):
         super().__init__(message)
         self.result = result
         self.failed = failed
+
+
+class SequenceConflict(LakestreamError, ValueError):
+    """An append's producer id and sequence are already in the log with other rows (a producer id reused, or
+    a crashed producer resumed with rows batched differently). Nothing was written; ``producer_id``,
+    ``sequence`` and ``bucket`` say where."""
+
+    def __init__(self, message: str, *, producer_id: str, sequence: int, bucket: int) -> None:
+        super().__init__(message)
+        self.producer_id = producer_id
+        self.sequence = sequence
+        self.bucket = bucket
 
 
 class CorruptSegmentError(LakestreamError):

@@ -50,7 +50,7 @@ class BucketIndex:
         """Learn segments appended since the last refresh; return the end offset."""
         with self._lock:
             self.confirmed_at = self.clock()
-            new = list(self._listed(start_after=self._last_key))
+            new = list(self.listed(start_after=self._last_key))
             if not new:
                 return self.end
             new.sort()
@@ -114,7 +114,7 @@ class BucketIndex:
             out.append((bounds[j], bounds[j + 1]))
         return out
 
-    def _listed(self, start_after: str | None = None) -> Iterator[tuple[int, str]]:
+    def listed(self, start_after: str | None = None) -> Iterator[tuple[int, str]]:
         """(base offset, key) of the bucket's segments, in order, listed after ``start_after``."""
         prefix = self.table.bucket_prefix(self.bucket)
         for info in self.store.list(prefix, start_after=start_after):
@@ -124,12 +124,12 @@ class BucketIndex:
 
     def _listed_before(self, limit: int) -> list[int]:
         """Bases of the bucket's segments below ``limit``, listed from the bucket's start."""
-        return list(itertools.takewhile(lambda base: base < limit, (base for base, _ in self._listed())))
+        return list(itertools.takewhile(lambda base: base < limit, (base for base, _ in self.listed())))
 
     def list_start(self) -> int:
         """The bucket's earliest offset, listed: log retention (in any process) may have deleted the oldest
         segments this index knew, which it forgets here. The bucket's end if it holds no segment."""
-        first = next((base for base, _ in self._listed()), None)
+        first = next((base for base, _ in self.listed()), None)
         with self._lock:
             if first is None:
                 return self.end

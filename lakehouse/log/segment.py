@@ -10,6 +10,8 @@ learns it from the same GET (and an index from one HEAD):
     lakestream-ts         append time, microseconds since the epoch (UTC)
     lakestream-producer   producer id
     lakestream-seq        the producer's sequence number of the append
+    lakestream-sends      ``first-last``: the `Producer` sends whose rows for this bucket the segment holds
+                          (all of them, in send order); what a resumed producer skips (only Producer segments)
     lakestream-crc32c     CRC-32C (Castagnoli) of the body, hex; hardware-accelerated, ~10x faster than
                           zlib's CRC-32. Segments written before carry ``lakestream-crc32`` (zlib's
                           CRC-32) instead, and are still verified with it.
@@ -76,9 +78,11 @@ class SegmentHeader:
     checksum: str
     #: "crc32c" or "crc32" (zlib's: segments of earlier versions, or no CRC-32C C extension here).
     algorithm: str = "crc32c"
+    #: The numbers of the first and last `Producer` send whose rows (for this bucket) the segment holds.
+    sends: tuple[int, int] | None = None
 
     def to_metadata(self) -> dict[str, str]:
-        return {
+        meta = {
             "lakestream-count": str(self.count),
             "lakestream-op": self.op,
             "lakestream-ts": str(self.timestamp_us),
@@ -86,6 +90,9 @@ class SegmentHeader:
             "lakestream-seq": str(self.sequence),
             f"lakestream-{self.algorithm}": self.checksum,
         }
+        if self.sends is not None:
+            meta["lakestream-sends"] = f"{self.sends[0]}-{self.sends[1]}"
+        return meta
 
     @classmethod
     def from_metadata(cls, meta: Mapping[str, str], *, key: str) -> SegmentHeader:
@@ -99,6 +106,7 @@ class SegmentHeader:
                 sequence=int(meta["lakestream-seq"]),
                 checksum=meta[f"lakestream-{algorithm}"],
                 algorithm=algorithm,
+                sends=_sends(meta.get("lakestream-sends")),
             )
         except (KeyError, ValueError):
             raise CorruptSegmentError(
@@ -107,6 +115,13 @@ class SegmentHeader:
         if header.op not in OPS or header.count < 1:
             raise CorruptSegmentError(f"segment {key} has an invalid header: {header}")
         return header
+
+
+def _sends(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    first, last = (int(v) for v in text.split("-"))
+    return first, last
 
 
 #: A segment's record batches hold this many rows on average at least: smaller ones are joined first.

@@ -417,6 +417,70 @@ def test_retry_with_same_producer_sequence_from_a_new_process_is_recognised(
     restarted.close()
 
 
+def test_a_restarted_process_recognises_every_replayed_sequence(
+    orders_log: Log, store: ObjectStore, lakehouse: Lakehouse
+) -> None:
+    """Issue 22: a new process replaying sequences 0, 1, 2 of "job-7" recognised only 0 and wrote 1 and 2
+    again (15 rows instead of 9): only the first append of an unknown producer id looked back."""
+    batches = [orders(range(i * 3, i * 3 + 3)) for i in range(3)]
+    first = [orders_log.append(b, "upsert", producer_id="job-7", sequence=i) for i, b in enumerate(batches)]
+    restarted = Log(store, lakehouse.table("ods.orders"))
+    again = [restarted.append(b, "upsert", producer_id="job-7", sequence=i) for i, b in enumerate(batches)]
+    assert [a.already_appended for a in again] == [frozenset(f.ranges) for f in first]
+    assert [a.ranges for a in again] == [f.ranges for f in first]
+    assert sum(restarted.end_offsets().values()) == 9
+    nxt = restarted.append(orders(range(9, 12)), "upsert", producer_id="job-7", sequence=3)
+    assert nxt.already_appended == frozenset() and sum(restarted.end_offsets().values()) == 12
+    restarted.close()
+
+
+def test_replays_in_any_order_and_in_buckets_first_touched_later_are_recognised(
+    orders_log: Log, store: ObjectStore, lakehouse: Lakehouse
+) -> None:
+    """A producer's history is known per bucket: a sequence that touched a bucket the restarted process
+    reaches only later, or replays out of order, still land once."""
+    by_bucket = {b: [k for k in range(2000) if orders_log.bucket_of([k])[0].as_py() == b][:30] for b in range(4)}
+    plan = [by_bucket[0][:10], by_bucket[1][:10], by_bucket[0][10:20] + by_bucket[2][:10], by_bucket[3][:10]]
+    for i, keys in enumerate(plan):
+        orders_log.append(orders(keys), "upsert", producer_id="p", sequence=i)
+    restarted = Log(store, lakehouse.table("ods.orders"))
+    for i in (3, 0, 2, 1, 3):
+        assert restarted.append(orders(plan[i]), "upsert", producer_id="p", sequence=i).already_appended
+    assert sum(restarted.end_offsets().values()) == 50
+    restarted.close()
+
+
+def test_a_sequence_reused_for_other_rows_is_refused_and_nothing_is_written(
+    orders_log: Log, store: ObjectStore, lakehouse: Lakehouse
+) -> None:
+    """Issue 22: the same producer id and sequence with other rows was taken as already appended
+    (``already_appended={0}`` with another count and checksum) and the rows silently dropped."""
+    from lakehouse.errors import SequenceConflict
+
+    key = [k for k in range(1000) if orders_log.bucket_of([k])[0].as_py() == 0]
+    orders_log.append(orders(key[:5]), "upsert", producer_id="job-7", sequence=0)
+    for log in (orders_log, Log(store, lakehouse.table("ods.orders"))):  # this process, and a restarted one
+        for other in (orders(key[:5], comment="other-"), orders(key[:4]), orders(key[:5] + key[100:101])):
+            with pytest.raises(SequenceConflict, match=r"producer 'job-7' .*sequence 0 in bucket 0") as info:
+                log.append(other, "upsert", producer_id="job-7", sequence=0)
+            assert (info.value.producer_id, info.value.sequence, info.value.bucket) == ("job-7", 0, 0)
+        with pytest.raises(SequenceConflict, match="delete rows"):
+            log.append(orders(key[:5]), "delete", producer_id="job-7", sequence=0)
+        # the same rows, chunked otherwise (another record batch layout, another checksum): recognised
+        rechunked = pa.concat_tables([orders(key[:2]), orders(key[2:5])])
+        assert log.append(rechunked, "upsert", producer_id="job-7", sequence=0).already_appended == {0}
+    # a later sequence in a bucket the first one did not touch is new; replayed with rows for bucket 0 too, it
+    # is not what sequence 1 appended (bucket 0 has no segment of it)
+    other_bucket = [k for k in range(1000) if orders_log.bucket_of([k])[0].as_py() == 1][:3]
+    orders_log.append(orders(other_bucket), "upsert", producer_id="job-7", sequence=1)
+    orders_log.append(orders(key[5:8]), "upsert", producer_id="job-7", sequence=2)
+    with pytest.raises(SequenceConflict, match="sequence 1 has 2 rows for bucket 0") as info:
+        Log(store, lakehouse.table("ods.orders")).append(
+            orders(other_bucket + key[10:12]), "upsert", producer_id="job-7", sequence=1
+        )
+    assert orders_log.end_offsets() == {0: 8, 1: 3, 2: 0, 3: 0}  # nothing written by any refused append
+
+
 def test_a_log_keeps_no_state_for_anonymous_appends_and_a_bounded_number_of_producer_ids(
     orders_log: Log, store: ObjectStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
