@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from lakehouse.log.batch import Limits
 from lakehouse.log.log import AppendIncomplete, AppendResult, Log
-from lakehouse.log.producer import Producer
+from lakehouse.log.producer import Producer, ProducerCheckpoint
 
-__all__ = ["AppendIncomplete", "AppendResult", "Limits", "Log", "Producer"]
+__all__ = ["AppendIncomplete", "AppendResult", "Limits", "Log", "Producer", "ProducerCheckpoint"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures.thread  # noqa: F401 - its pools stop at exit: `_close_at_exit` is registered after
+import json
 import logging
 import math
 import os
@@ -66,15 +67,63 @@ class _Pending:
     queued_at: float
     nbytes: int = 0  # its Arrow buffers, counted against ``max_buffer_bytes``
     serial: int = 0  # the number of the (first) send its rows come from: `flush` waits for those it saw sent
+    last: int = 0  # the number of the last send its rows come from (a group of sends split together)
+
+
+@dataclass(frozen=True)
+class ProducerCheckpoint:
+    """Where a `Producer` stood when `Producer.checkpoint` returned: every row of its first ``sends`` sends
+    is in the log. Store it (``to_json``) atomically with the source position of the next send; after a
+    crash, ``log.producer(resume=checkpoint)`` and send again, in the same order, exactly what was sent
+    after it. ``offsets`` (per bucket, at or below where the producer's next segments can land) bound what a
+    resume reads to learn which of those rows already landed."""
+
+    table: str
+    producer_id: str
+    sends: int
+    sequence: int
+    offsets: dict[int, int]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"table": self.table, "producer_id": self.producer_id, "sends": self.sends, "sequence": self.sequence,
+             "offsets": {str(b): o for b, o in self.offsets.items()}},
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ProducerCheckpoint:
+        try:
+            data = json.loads(text)
+            cp = cls(
+                table=str(data["table"]),
+                producer_id=data["producer_id"],
+                sends=int(data["sends"]),
+                sequence=int(data["sequence"]),
+                offsets={int(b): int(o) for b, o in data["offsets"].items()},
+            )
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise InvalidArgument(f"not a producer checkpoint (Producer.checkpoint().to_json()): {exc}") from None
+        check_producer(cp.producer_id, cp.sequence)
+        if cp.sends < 0 or any(o < 0 for o in cp.offsets.values()):
+            raise InvalidArgument(f"a producer checkpoint with a negative count or offset: {text}")
+        return cp
 
 
 class Producer:
     """Batches rows into appends to one `Log`. Use as a context manager, or call `close`.
 
     ``batch_rows`` is per bucket: an append writes up to about that many rows to each bucket it touches.
-    ``producer_id`` is generated unless given. Give the id (and ``first_sequence``) of a producer that
-    crashed to resume it: its first append then looks back for what already landed, so rows the caller
-    sends again are not written twice.
+    ``producer_id`` is generated unless given.
+
+    **Exactly once after a crash**: call `checkpoint` (it flushes) and store what it returns together with
+    the source position of the next send; after a crash, ``log.producer(resume=checkpoint)`` and send again,
+    in the same order, the same sends that followed that position. Each segment records which sends its rows
+    come from (``lakestream-sends``), so the resumed producer skips, per bucket, the rows of every send the
+    crashed process had already appended, however differently the two batched them (batches depend on
+    timing). Resume only once the crashed process is gone: two live producers with one id are not fenced.
+    A given ``producer_id`` with ``first_sequence`` (no checkpoint) resumes at the granularity of appends
+    instead: a replayed sequence whose rows differ from the ones logged raises `SequenceConflict`.
 
     ``results`` holds the `AppendResult`s of the latest ``RESULTS_KEPT`` appends (older ones are dropped,
     so a producer that streams for weeks keeps bounded memory); ``rows_appended`` counts every row.
@@ -86,6 +135,7 @@ class Producer:
         *,
         producer_id: str | None = None,
         first_sequence: int = 0,
+        resume: ProducerCheckpoint | str | None = None,
         batch_rows: int = 10_000,
         linger: float = 0.05,
         max_buffer_rows: int = 200_000,
@@ -103,12 +153,20 @@ class Producer:
                 raise InvalidArgument(f"{option} must be a number >= 0, got {value!r}")
         producer_id, first_sequence = check_producer(producer_id, first_sequence)
         self.log = log
-        self.producer_id = producer_id or uuid.uuid4().hex
-        # A caller-given id may be resuming after a crash, so the first append looks back for an earlier
-        # attempt; a generated one cannot have any, so only retries look back (a look-back HEADs up to
-        # `Log.dedup_window` segments per bucket).
+        # A caller-given id may be resuming after a crash, so its appends look back for an earlier attempt
+        # (in a bucket the first time, and for sequences the bucket already reached); a generated one cannot
+        # have any, so only retries look back (a look-back HEADs up to `Log.dedup_window` segments per bucket).
         self._given_id = producer_id is not None
         self._sequence = first_sequence
+        self._serial = 0  # sends so far
+        #: Rows of sends up to these numbers (per bucket queue) landed before a resume: skipped, not queued.
+        self._landed: dict[int, int] = {}
+        self._landed_rows: dict[int, int | None] = {}  # their row counts (None: cannot be checked)
+        self._skipped: dict[int, int] = {}
+        self.rows_skipped = 0
+        if resume is not None:
+            producer_id = self._resume(resume, producer_id, first_sequence)
+        self.producer_id = producer_id or uuid.uuid4().hex
         self.batch_rows = batch_rows
         self.linger = linger
         self.max_buffer_rows = max_buffer_rows
@@ -122,7 +180,6 @@ class Producer:
         self._buffered_bytes = 0  # their Arrow buffers
         self._cond = threading.Condition()
         self._flushes = 0  # flush calls waiting: append every queued bucket now
-        self._serial = 0  # sends so far
         self._moving: dict[str, float] = {}  # the oldest send serial the thread holds outside the queues, by stage
         self._closing = False
         self._error: ProducerError | None = None
@@ -155,7 +212,7 @@ class Producer:
                 self._cond.wait()
                 self._raise_if_failed()
             self._serial += 1
-            self._incoming.append(_Pending(table, op, time.monotonic(), nbytes, self._serial))
+            self._incoming.append(_Pending(table, op, time.monotonic(), nbytes, self._serial, self._serial))
             self._buffered += table.num_rows
             self._buffered_bytes += nbytes
             self._cond.notify_all()
@@ -181,6 +238,67 @@ class Producer:
                 self._flushes -= 1
             self._raise_if_failed()
 
+    def checkpoint(self, timeout: float | None = None) -> ProducerCheckpoint:
+        """Flush, and return where this producer stands: every row sent before this call is in the log.
+        Store it with the source position of the next send (``to_json``); ``log.producer(resume=...)``
+        resumes from it after a crash (see the class docstring). Take one before the first send too, so
+        that a crash before the next one can be resumed."""
+        for index in self.log._indexes:  # a bucket this Log never looked at: learn its end (one LIST)
+            if index.age == math.inf:
+                index.refresh()
+        with self._cond:
+            self._raise_if_failed()
+            sends = self._serial
+            # Every segment this producer appends from now on lands at or above each bucket's known end.
+            offsets = {b: index.end for b, index in enumerate(self.log._indexes)}
+        self.flush(timeout)
+        with self._cond:
+            sequence = self._sequence
+        return ProducerCheckpoint(str(self.log.name), self.producer_id, sends, sequence, offsets)
+
+    def _resume(self, checkpoint: ProducerCheckpoint | str, producer_id: str | None, first_sequence: int) -> str:
+        """Learn what the producer appended after ``checkpoint`` (its segments at or past the checkpoint's
+        offsets), so that the sends replayed after it skip, per bucket, the rows that landed."""
+        cp = checkpoint if isinstance(checkpoint, ProducerCheckpoint) else ProducerCheckpoint.from_json(checkpoint)
+        definition = self.log.definition
+        if cp.table != str(definition.name) or any(not 0 <= b < definition.buckets for b in cp.offsets):
+            raise InvalidArgument(
+                f"checkpoint of producer {cp.producer_id} on {cp.table} ({len(cp.offsets)} buckets) cannot resume a "
+                f"producer on {definition.name} ({definition.buckets} buckets)"
+            )
+        if (producer_id is not None and producer_id != cp.producer_id) or first_sequence:
+            raise InvalidArgument("resume takes its producer id and sequence from the checkpoint: give neither")
+        keyed = definition.bucket_key is not None
+        found = self.log.producer_segments(cp.producer_id, cp.offsets)
+        sequence = cp.sequence
+        for bucket, segments in found.items():
+            queue = bucket if keyed else _KEYLESS
+            for _, header in segments:
+                sequence = max(sequence, header.sequence + 1)
+                if header.sends is None:
+                    raise InvalidArgument(
+                        f"producer {cp.producer_id} appended to {definition.name} without send numbers after its "
+                        "checkpoint (log.append, or a Producer without checkpoints): it cannot be resumed from one"
+                    )
+                first, last = header.sends
+                if last <= cp.sends:
+                    continue  # appended before the checkpoint was taken
+                self._landed[queue] = max(self._landed.get(queue, 0), last)
+                rows = self._landed_rows.get(queue, 0)
+                # A segment also holding sends from before the checkpoint (other threads sent meanwhile): the
+                # bucket's replayed rows are fewer than what landed after the checkpoint, so not checked.
+                self._landed_rows[queue] = None if rows is None or first <= cp.sends else rows + header.count
+        # Fresh sequences above every one the crashed process used: no look-back needed, none can collide.
+        self._given_id = False
+        self._sequence = sequence
+        self._serial = cp.sends
+        if self._landed:
+            log.info(
+                "producer %s resumed after send %d: sends up to %d had landed in part, their rows there are skipped",
+                cp.producer_id, cp.sends, max(self._landed.values()),
+            )
+        return cp.producer_id
+
     def _oldest_unappended(self) -> float:
         """The serial of the oldest send with rows not appended yet (infinity if none); the caller holds the
         lock. Queues are in send order, so only their heads count."""
@@ -201,6 +319,12 @@ class Producer:
             self._thread.join()
             self.log._close_producer(self)
             _OPEN.discard(self)
+            if self._landed and self._error is None:
+                log.warning(
+                    "producer %s closed before its replay reached send %d, the last one that had landed before the "
+                    "resume: sends after the checkpoint were not all sent again",
+                    self.producer_id, max(self._landed.values()),
+                )
         with self._cond:
             self._raise_if_failed()
 
@@ -240,7 +364,7 @@ class Producer:
                     self._moving["split"] = incoming[0].serial
                 else:
                     incoming = None
-                    parts, op, nbytes, oldest = self._take_append()
+                    parts, sends, op, nbytes, oldest = self._take_append()
                     self._moving["append"] = oldest
             if incoming is not None:
                 try:
@@ -250,9 +374,10 @@ class Producer:
                     return
                 continue
             if _KEYLESS in parts:  # every attempt of this append goes to one bucket (the retry looks there)
-                parts = {self.log.keyless_bucket(self.producer_id, self._sequence): parts[_KEYLESS]}
+                bucket = self.log.keyless_bucket(self.producer_id, self._sequence)
+                parts, sends = {bucket: parts[_KEYLESS]}, {bucket: sends[_KEYLESS]}
             try:
-                result = self._append_with_retries(parts, op)
+                result = self._append_with_retries(parts, sends, op)
             except LakestreamError as exc:
                 self._fail(exc, f"append {self._sequence} failed after {self.max_retries + 1} attempts")
                 return
@@ -288,7 +413,11 @@ class Producer:
         group holds at most an eighth of ``batch_rows``, so that appends, which take whole parts, still fill a
         bucket's segment to within an eighth of ``batch_rows``."""
         limits = self.log.limits
-        groups = group_sends(sends, min(max(1, self.batch_rows // _GROUP_FRACTION), limits.max_rows), limits.max_bytes)
+        max_rows = min(max(1, self.batch_rows // _GROUP_FRACTION), limits.max_rows)
+        catch_up = max(self._landed.values(), default=0)
+        # Sends a resume may skip in part are split one by one: a group's rows are skipped or kept together.
+        groups = [[send] for send in sends if send.serial <= catch_up]
+        groups += group_sends([send for send in sends if send.serial > catch_up], max_rows, limits.max_bytes)
         split = []
         for group in groups:
             table = group[0].table
@@ -298,18 +427,50 @@ class Producer:
         with self._cond:
             for group, parts in split:
                 for bucket, part in parts.items():
+                    if group[-1].serial <= self._landed.get(bucket, 0):  # appended before a crash: skip
+                        self._skipped[bucket] = self._skipped.get(bucket, 0) + part.num_rows
+                        self._buffered -= part.num_rows
+                        self.rows_skipped += part.num_rows
+                        continue
                     # The parts own their buffers: count those instead of the sends' (they differ a little).
                     # Their total size is what they hold, and costs ~1 µs where `nbytes` costs ~25 (it walks
                     # a slice's referenced ranges).
                     pending = _Pending(
-                        part, group[0].op, group[0].queued_at, part.get_total_buffer_size(), group[0].serial
+                        part,
+                        group[0].op,
+                        group[0].queued_at,
+                        part.get_total_buffer_size(),
+                        group[0].serial,
+                        group[-1].serial,
                     )
                     self._queues.setdefault(bucket, deque()).append(pending)
                     self._queued[bucket] = self._queued.get(bucket, 0) + part.num_rows
                     self._buffered_bytes += pending.nbytes
                 self._buffered_bytes -= sum(send.nbytes for send in group)
+            if self._landed and sends[-1].serial >= catch_up:
+                self._caught_up()
             del self._moving["split"]
             self._cond.notify_all()
+
+    def _caught_up(self) -> None:
+        """Every send a resume skips rows of has been replayed: check that the rows skipped per bucket are the
+        rows that landed (the caller replayed the same sends), then stop skipping. The caller holds the lock."""
+        wrong = {
+            b: (rows, self._skipped.get(b, 0))
+            for b, rows in self._landed_rows.items()
+            if rows is not None and rows != self._skipped.get(b, 0)
+        }
+        landed, self._landed = self._landed, {}
+        if wrong:
+            detail = ", ".join(
+                f"bucket {'(any)' if b == _KEYLESS else b}: {rows} landed, {skipped} replayed"
+                for b, (rows, skipped) in sorted(wrong.items())
+            )
+            raise ProducerError(
+                f"producer {self.producer_id}: the sends replayed after the checkpoint are not the ones it appended "
+                f"before it stopped (rows of sends up to {max(landed.values())}: {detail}). Resume sends exactly "
+                "what followed the checkpoint's source position, in the same order"
+            )
 
     def _buffered_in_queues(self) -> bool:
         return any(self._queues.values())
@@ -339,7 +500,7 @@ class Producer:
             return None
         return max(0.001, self.linger - (time.monotonic() - min(heads)))
 
-    def _take_append(self) -> tuple[dict[int, pa.Table], str, int, float]:
+    def _take_append(self) -> tuple[dict[int, pa.Table], dict[int, tuple[int, int]], str, int, float]:
         """Pop the next append: for every ready bucket whose oldest queued rows have the operation of the
         oldest ready rows, its longest run of queued sends with that operation, up to about ``batch_rows``
         rows (less when the buffer is full), within the log's per-append limits. Returns the parts, their
@@ -359,6 +520,7 @@ class Producer:
             capacity = min(self.max_buffer_rows, self._buffered * self.max_buffer_bytes // max(1, self._buffered_bytes))
             cap = min(cap, max(1, capacity // (2 * len(ready))))
         parts: dict[int, pa.Table] = {}
+        sends: dict[int, tuple[int, int]] = {}
         rows = nbytes = 0
         oldest = math.inf
         for bucket in ready:
@@ -377,19 +539,28 @@ class Producer:
             if not run:
                 break  # the append is full
             oldest = min(oldest, run[0].serial)
+            sends[bucket] = (run[0].serial, run[-1].last)
             # The sends' parts become the segment's record batches as they are: joining them into one batch
             # first copied every row once more (~12% of a Producer's CPU per row, same-session A/B).
             tables = [p.table for p in run]
             parts[bucket] = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
             self._queued[bucket] -= run_rows
             rows, nbytes = rows + run_rows, nbytes + run_bytes
-        return parts, op, nbytes, oldest
+        return parts, sends, op, nbytes, oldest
 
-    def _append_with_retries(self, parts: dict[int, pa.Table], op: str) -> AppendResult:
+    def _append_with_retries(
+        self, parts: dict[int, pa.Table], sends: dict[int, tuple[int, int]], op: str
+    ) -> AppendResult:
         for attempt in range(self.max_retries + 1):
             try:
                 return self.log._append_parts(
-                    parts, op, self.producer_id, self._sequence, explicit_id=self._given_id, retry=attempt > 0
+                    parts,
+                    op,
+                    self.producer_id,
+                    self._sequence,
+                    explicit_id=self._given_id,
+                    retry=attempt > 0,
+                    sends=sends,
                 )
             except LakestreamError as exc:
                 if attempt == self.max_retries or not _retryable(exc):
