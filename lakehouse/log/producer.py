@@ -86,8 +86,13 @@ class ProducerCheckpoint:
 
     def to_json(self) -> str:
         return json.dumps(
-            {"table": self.table, "producer_id": self.producer_id, "sends": self.sends, "sequence": self.sequence,
-             "offsets": {str(b): o for b, o in self.offsets.items()}},
+            {
+                "table": self.table,
+                "producer_id": self.producer_id,
+                "sends": self.sends,
+                "sequence": self.sequence,
+                "offsets": {str(b): o for b, o in self.offsets.items()},
+            },
             separators=(",", ":"),
         )
 
@@ -295,7 +300,9 @@ class Producer:
         if self._landed:
             log.info(
                 "producer %s resumed after send %d: sends up to %d had landed in part, their rows there are skipped",
-                cp.producer_id, cp.sends, max(self._landed.values()),
+                cp.producer_id,
+                cp.sends,
+                max(self._landed.values()),
             )
         return cp.producer_id
 
@@ -323,7 +330,8 @@ class Producer:
                 log.warning(
                     "producer %s closed before its replay reached send %d, the last one that had landed before the "
                     "resume: sends after the checkpoint were not all sent again",
-                    self.producer_id, max(self._landed.values()),
+                    self.producer_id,
+                    max(self._landed.values()),
                 )
         with self._cond:
             self._raise_if_failed()
