@@ -13,6 +13,7 @@ works for its internal retries as well as ours.
 
 from __future__ import annotations
 
+import base64
 import importlib.metadata
 import os
 import random
@@ -25,6 +26,7 @@ from urllib.parse import urlparse
 import boto3
 import botocore
 import botocore.exceptions as bexc
+import google_crc32c
 import pyarrow.fs as pafs
 from botocore.config import Config
 
@@ -240,7 +242,15 @@ class S3Store(ObjectStore):
     def _put(
         self, key: str, data: bytes, *, if_match: str | None, if_none_match: bool, metadata: dict[str, str]
     ) -> str:
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full(key), "Body": data}
+        # The body's CRC-32C travels with it, and the store refuses a body that does not match. Without it a
+        # client killed after sending a PUT's headers left a 0-byte object on SeaweedFS 4.48 (it took the
+        # closed connection for an empty body): a create-only segment that can never be rewritten.
+        kwargs: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Key": self._full(key),
+            "Body": data,
+            "ChecksumCRC32C": base64.b64encode(google_crc32c.value(data).to_bytes(4, "big")).decode(),
+        }
         if metadata:
             kwargs["Metadata"] = metadata
         if if_match is not None:
