@@ -215,3 +215,22 @@ def test_a_table_is_created_from_the_columns_describe_prints(tmp_path) -> None:
     copy = lh.table("ods.copy")
     assert copy.schema.equals(original.schema) and copy.partition_by == ("day(at)",)
     assert copy.describe()["columns"] == columns
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("v:decimal(40,2)", "precision p from 1 to 38"),  # a traceback (Arrow's ValueError)
+        ("v:decimal(5,7)", "scale s from 0 to p"),  # created; then every tiering round failed
+    ],
+)
+def test_table_create_refuses_a_decimal_the_lake_cannot_hold(tmp_path, spec: str, message: str) -> None:
+    result = runner.invoke(app, ["table", "create", "ods.d", "--schema", f"k:int64, {spec}", "-w", tmp_path.as_uri()])
+    assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output, result.output
+    assert runner.invoke(app, ["table", "list", "-w", tmp_path.as_uri()]).output.startswith("no tables")
+
+
+def test_table_create_takes_date32(tmp_path) -> None:
+    """The README lists date32 among the column types; --schema refused it as an unknown type."""
+    result = runner.invoke(app, ["table", "create", "ods.d", "--schema", "k:int64, d:date32", "-w", tmp_path.as_uri()])
+    assert result.exit_code == 0 and "d date32[day]" in result.output, result.output
