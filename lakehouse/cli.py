@@ -141,6 +141,38 @@ def table_create(
     _print_mapping(definition.describe())
 
 
+@table_app.command("drop")
+def table_drop(
+    name: str,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Drop a table: its log (every segment), its Iceberg lake table and files, and its definition. Works on
+    a half-created or half-dropped table too. Stop its producers, tiering and maintenance first."""
+    try:
+        lh = _lakehouse(warehouse, config)
+        if not yes:
+            typer.confirm(
+                f"drop {name} in {lh.url}: its log, its lake table and every file of both? This cannot be undone",
+                abort=True,
+            )
+        r = lh.drop_table(name)
+    except LakestreamError as exc:
+        _fail(exc)
+    parts = [
+        "lake table" if r.lake_table else "no lake table",
+        f"{r.objects_deleted} objects (log segments, data and metadata files)",
+        "definition" if r.definition else "no definition (it was gone already)",
+    ]
+    console.print(f"[green]dropped[/] {escape(r.table)}: {escape(', '.join(parts))}")
+    if r.lake_location:
+        console.print(
+            f"[bold yellow]note:[/] the lake table's files under {escape(r.lake_location)} (outside the table's "
+            "folder) were left as they were"
+        )
+
+
 @table_app.command("describe")
 def table_describe(name: str, warehouse: WarehouseOpt = None, config: ConfigOpt = None) -> None:
     """Show a table's definition and its log's offsets."""

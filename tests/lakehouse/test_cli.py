@@ -234,3 +234,31 @@ def test_table_create_takes_date32(tmp_path) -> None:
     """The README lists date32 among the column types; --schema refused it as an unknown type."""
     result = runner.invoke(app, ["table", "create", "ods.d", "--schema", "k:int64, d:date32", "-w", tmp_path.as_uri()])
     assert result.exit_code == 0 and "d date32[day]" in result.output, result.output
+
+
+def test_table_drop_asks_first_and_drops_a_half_created_table(tmp_path) -> None:
+    import pyarrow as pa
+
+    from lakehouse import Lakehouse
+    from lakehouse.tables import TableDefinition
+
+    wh = ["-w", tmp_path.as_uri()]
+    lh = Lakehouse.open(tmp_path.as_uri())
+    lh.create_table("ods.t", pa.schema([("k", pa.int64())]), buckets=2)
+    lh.log("ods.t").append(pa.table({"k": [1, 2, 3]}))
+    # half-created, as create_table left a decimal(5, -2) table before issue 22: listed, unreadable, undroppable
+    half = TableDefinition.build("ods.half", pa.schema([("v", pa.decimal128(5, -2))]), buckets=1)
+    lh.store.put(half.name.definition_key, half.to_json(), if_none_match=True)
+    with pytest.raises(Exception, match="Could not parse decimal"):
+        lh.ensure_lake_table(half)
+
+    kept = runner.invoke(app, ["table", "drop", "ods.t", *wh], input="n\n")
+    assert kept.exit_code == 1 and "cannot be undone" in kept.output and "dropped" not in kept.output
+    assert [str(t) for t in lh.list_tables()] == ["ods.half", "ods.t"]
+    dropped = runner.invoke(app, ["table", "drop", "ods.t", *wh], input="y\n")
+    assert dropped.exit_code == 0 and "dropped ods.t: lake table," in dropped.output, dropped.output
+    half_dropped = runner.invoke(app, ["table", "drop", "ods.half", "--yes", *wh])
+    assert half_dropped.exit_code == 0 and "dropped ods.half" in half_dropped.output, half_dropped.output
+    assert lh.list_tables() == [] and not [p for p in (tmp_path / "ods").rglob("*") if p.is_file()]
+    again = runner.invoke(app, ["table", "drop", "ods.t", "--yes", *wh])
+    assert again.exit_code == 1 and "no table ods.t" in again.output
