@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,7 +17,14 @@ from pyiceberg.table import Table
 
 from lakehouse import maintenance
 from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog
-from lakehouse.errors import CorruptCatalogError, OffsetOutOfRange, TableAlreadyExists, TableNotFound
+from lakehouse.errors import (
+    CorruptCatalogError,
+    InvalidTableName,
+    LakestreamError,
+    OffsetOutOfRange,
+    TableAlreadyExists,
+    TableNotFound,
+)
 from lakehouse.executor import LocalExecutor, SparkExecutor, TaskExecutor
 from lakehouse.lake import (
     LAKE_TABLE_PROPERTIES,
@@ -35,6 +43,8 @@ from lakehouse.tiering import TieringResult, load_lake_table, tier
 from lakehouse.union import RowFilter, lake_read, union_batches, union_read
 from object_store import NotFound, ObjectStore, PreconditionFailed, open_store
 
+_log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class DropResult:
@@ -45,6 +55,36 @@ class DropResult:
     objects_deleted: int  # under the table's folder: log segments, data and metadata files
     definition: bool  # the definition was deleted (False: it was gone already)
     lake_location: str | None = None  # a lake table location outside the table's folder, left as it was
+
+
+@dataclass(frozen=True)
+class TableRun:
+    """The outcome of one table's work in `Lakehouse.for_each_table`: its result, or the error it raised."""
+
+    table: str
+    result: Any = None
+    error: Exception | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def message(self) -> str:
+        """The error, naming the table once (most errors already start with its name)."""
+        if self.error is None:
+            return ""
+        error = self.error
+        text = str(error) if isinstance(error, LakestreamError) else f"{type(error).__name__}: {error}"
+        return text if text.startswith((f"{self.table}:", f"{self.table} ")) else f"{self.table}: {text}"
+
+
+def summarize(runs: Sequence[TableRun]) -> str:
+    """One line: how many tables failed, and which (``2 of 5 tables failed: ods.a, ods.b``)."""
+    failed = [r.table for r in runs if not r.ok]
+    if not failed:
+        return f"{len(runs)} table{'s' if len(runs) != 1 else ''} done, none failed"
+    return f"{len(failed)} of {len(runs)} tables failed: {', '.join(failed)}"
 
 
 class Lakehouse:
@@ -325,8 +365,26 @@ class Lakehouse:
             stem = info.key[len(TABLES_PREFIX) :]
             if "/" in stem or not stem.endswith(".json"):
                 continue  # not a definition (a table in the reserved namespace, before it was reserved)
-            names.append(TableName.parse(stem.removesuffix(".json")))
+            try:
+                names.append(TableName.parse(stem.removesuffix(".json")))
+            except InvalidTableName:  # not written by lakestream: a listing must not fail on it
+                _log.warning("skipping %s/%s: not a table definition (no valid table name)", self.url, info.key)
         return names
+
+    def for_each_table(
+        self, work: Callable[[str], Any], names: Sequence[str | TableName] | None = None
+    ) -> Iterator[TableRun]:
+        """``work(name)`` for each of ``names`` (default: every table), one `TableRun` per table as it ends.
+        A table that fails (whatever the error: a broken definition, a lake table that cannot be loaded, a bad
+        segment) does not stop the others; the all-tables commands, jobs and DAG tasks report each and fail at
+        the end. Only `KeyboardInterrupt` and other `BaseException`s stop the loop."""
+        for name in [str(n) for n in names] if names is not None else [str(t) for t in self.list_tables()]:
+            try:
+                result = work(name)
+            except Exception as exc:  # noqa: BLE001 - reported per table; the caller fails at the end
+                yield TableRun(name, error=exc)
+            else:
+                yield TableRun(name, result=result)
 
     def log(self, name: str | TableName) -> Log:
         """The log of a table (one shared `Log` per table and `Lakehouse`)."""

@@ -192,7 +192,10 @@ class TableDefinition:
                 created_at=doc["created-at"],
             )
         except (ValueError, KeyError, TypeError, pa.ArrowException) as exc:
-            raise SchemaError(f"table definition {source or '(bytes)'} is unreadable: {exc}") from None
+            raise SchemaError(
+                f"table definition {source or '(bytes)'} is unreadable: {exc}; restore it, or drop the table "
+                "(lakestream table drop NAMESPACE.TABLE)"
+            ) from None
 
     def describe(self) -> dict[str, object]:
         return {
