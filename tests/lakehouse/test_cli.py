@@ -262,3 +262,33 @@ def test_table_drop_asks_first_and_drops_a_half_created_table(tmp_path) -> None:
     assert lh.list_tables() == [] and not [p for p in (tmp_path / "ods").rglob("*") if p.is_file()]
     again = runner.invoke(app, ["table", "drop", "ods.t", "--yes", *wh])
     assert again.exit_code == 1 and "no table ods.t" in again.output
+
+
+@pytest.mark.parametrize("command", [["table", "list"], ["tier", "--local"], ["compact"], ["maintain"]])
+def test_all_tables_commands_go_on_past_broken_tables_and_fail_at_the_end(tmp_path, command) -> None:
+    """A half-created table (its lake metadata cannot be loaded) stopped tier, compact and maintain with a
+    traceback; an unreadable definition stopped table list; a stray object among the definitions stopped all."""
+    from lakehouse import Lakehouse
+    from tests.lakehouse._broken import BROKEN, GOOD, warehouse_with_broken_tables
+
+    wh = tmp_path.as_uri()
+    warehouse_with_broken_tables(wh)
+    args = [*command, "-w", wh, *(["--min-input-files", "2"] if command == ["compact"] else [])]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    output = " ".join(result.output.split())  # rich wraps long lines
+    assert "ods.bad: table definition" in output and "is unreadable" in output
+    for name in BROKEN + GOOD:
+        assert f"{name}: {name}" not in output  # the table is named once
+    if command == ["table", "list"]:  # ods.b's definition is fine: it is listed, and drop removes it
+        assert "1 of 4 tables failed: ods.bad" in output, result.output
+        assert all(name in output for name in GOOD) and "unreadable (see the error)" in output
+        return
+    assert "2 of 4 tables failed: ods.b, ods.bad" in output, result.output
+    assert "ods.b: the lake table's metadata cannot be loaded" in output and "lakestream table drop ods.b" in output
+    lh = Lakehouse.open(wh)
+    for name in GOOD:
+        if command[0] == "tier":
+            assert lh.lake_offsets(name) == lh.log(name).end_offsets()
+        else:
+            assert name in output
