@@ -498,7 +498,7 @@ def table_read(
     lake_only: Annotated[bool, typer.Option("--lake", help="the lake only (what other engines see)")] = False,
     columns: Annotated[str | None, typer.Option(help="comma-separated columns")] = None,
     where: Annotated[str | None, typer.Option(help='row filter, e.g. "o_orderkey < 10"')] = None,
-    limit: Annotated[int, typer.Option(help="rows to print")] = 20,
+    limit: Annotated[int, typer.Option(min=0, help="rows to print (0: only count them)")] = 20,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
 ) -> None:

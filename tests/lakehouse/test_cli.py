@@ -292,3 +292,16 @@ def test_all_tables_commands_go_on_past_broken_tables_and_fail_at_the_end(tmp_pa
             assert lh.lake_offsets(name) == lh.log(name).end_offsets()
         else:
             assert name in output
+
+
+def test_table_read_refuses_a_negative_limit(tmp_path) -> None:
+    """``--limit -1`` printed every row but the last and "showing -1"."""
+    import pyarrow as pa
+
+    from lakehouse import Lakehouse
+
+    Lakehouse.open(tmp_path.as_uri()).create_table("ods.t", pa.schema([("k", pa.int64())]), buckets=1)
+    result = runner.invoke(app, ["table", "read", "ods.t", "--limit", "-1", "-w", tmp_path.as_uri()])
+    assert result.exit_code == 2 and "greater than or equal to 0" in result.output, result.output
+    result = runner.invoke(app, ["table", "read", "ods.t", "--limit", "0", "-w", tmp_path.as_uri()])
+    assert result.exit_code == 0 and "0 rows (union read); showing 0" in result.output, result.output
