@@ -20,16 +20,18 @@ def parser(prog: str, doc: str) -> argparse.ArgumentParser:
 def run_per_table(args: argparse.Namespace, app_name: str, work: Callable[[Any, str, Any], Any]) -> int:
     """``work(lakehouse, table, spark)`` for each table (``--table`` or all); returns the exit code."""
     from lakehouse import Lakehouse
+    from lakehouse.lakehouse import summarize
     from lakehouse.spark import spark_session
 
-    failed = 0
     # settings first: a bad configuration fails at once, not after Spark's start (~15 s)
     with Lakehouse.from_env(args.config, warehouse=args.warehouse) as lh:
         spark = spark_session(app_name=app_name)
-        for name in args.table or [str(t) for t in lh.list_tables()]:
-            try:
-                print(json.dumps(work(lh, name, spark).to_dict(), default=str), flush=True)
-            except Exception as exc:  # noqa: BLE001 - report per table, fail the job at the end
-                failed += 1
-                print(json.dumps({"table": name, "error": f"{type(exc).__name__}: {exc}"}), flush=True)
+        runs = []
+        # a table that fails (a broken definition, a lake table that cannot be loaded) does not stop the others
+        for run in lh.for_each_table(lambda name: work(lh, name, spark), args.table or None):
+            runs.append(run)
+            error = {"table": run.table, "error": run.message, "type": type(run.error).__name__}
+            print(json.dumps(run.result.to_dict() if run.ok else error, default=str), flush=True)
+        failed = [r.table for r in runs if not r.ok]
+        print(json.dumps({"summary": summarize(runs), "tables": len(runs), "failed": failed}), flush=True)
     return 1 if failed else 0

@@ -30,6 +30,7 @@ taken by someone else.
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import re
@@ -676,6 +677,29 @@ class ObjectStoreCatalog(MetastoreCatalog):
                 seen.add(pair)
                 done.append(f"{ns}.{table}: resolved rename ({other})")
         return done
+
+    def raw_metadata(self, identifier: str | Identifier) -> dict[str, Any] | None:
+        """A table's current metadata file as plain JSON, not parsed by pyiceberg (which refuses metadata it
+        cannot load, such as a type it wrote but cannot read back): None if the table does not exist, an empty
+        dict if its metadata file is missing or not JSON. For dropping a table whatever state it is in."""
+        namespace, table = self._split(identifier)
+        pointer = self._pointer_or_none(namespace, table)
+        if pointer is None:
+            return None
+        location = pointer.metadata_location
+        try:
+            key = self._key_of(location)
+            if key is not None:
+                data = self.store.get(key).data
+            else:
+                with self._load_file_io(location=location).new_input(location).open() as stream:
+                    data = stream.read()
+            if location.endswith(".gz.metadata.json"):
+                data = gzip.decompress(data)
+            doc = json.loads(data)
+        except (NotFound, FileNotFoundError, OSError, ValueError):
+            return {}
+        return doc if isinstance(doc, dict) else {}
 
     def table_location(self, identifier: str | Identifier) -> str:
         """The current metadata file of a table (what other engines open)."""

@@ -58,6 +58,22 @@ def _fail(exc: Exception) -> NoReturn:
     raise typer.Exit(1)
 
 
+def _finish(runs: list) -> None:
+    """After an all-tables command: the summary and exit code 1 if any table failed (each was reported)."""
+    from lakehouse.lakehouse import summarize
+
+    if any(not r.ok for r in runs):
+        err.print(f"[bold red]{escape(summarize(runs))}[/]")
+        raise typer.Exit(1)
+
+
+def _failed(run) -> bool:
+    """Report a table's error as it happens; True if it failed."""
+    if not run.ok:
+        err.print(f"[bold red]error:[/] {escape(run.message)}")
+    return not run.ok
+
+
 @app.command()
 def config(warehouse: WarehouseOpt = None, config: ConfigOpt = None) -> None:
     """Show the resolved settings (secrets masked)."""
@@ -141,6 +157,38 @@ def table_create(
     _print_mapping(definition.describe())
 
 
+@table_app.command("drop")
+def table_drop(
+    name: str,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Drop a table: its log (every segment), its Iceberg lake table and files, and its definition. Works on
+    a half-created or half-dropped table too. Stop its producers, tiering and maintenance first."""
+    try:
+        lh = _lakehouse(warehouse, config)
+        if not yes:
+            typer.confirm(
+                f"drop {name} in {lh.url}: its log, its lake table and every file of both? This cannot be undone",
+                abort=True,
+            )
+        r = lh.drop_table(name)
+    except LakestreamError as exc:
+        _fail(exc)
+    parts = [
+        "lake table" if r.lake_table else "no lake table",
+        f"{r.objects_deleted} objects (log segments, data and metadata files)",
+        "definition" if r.definition else "no definition (it was gone already)",
+    ]
+    console.print(f"[green]dropped[/] {escape(r.table)}: {escape(', '.join(parts))}")
+    if r.lake_location:
+        console.print(
+            f"[bold yellow]note:[/] the lake table's files under {escape(r.lake_location)} (outside the table's "
+            "folder) were left as they were"
+        )
+
+
 @table_app.command("describe")
 def table_describe(name: str, warehouse: WarehouseOpt = None, config: ConfigOpt = None) -> None:
     """Show a table's definition and its log's offsets."""
@@ -162,18 +210,25 @@ def table_list(
     """List tables."""
     try:
         lh = _lakehouse(warehouse, config)
-        table = Table("table", "kind", "buckets", "primary key")
-        for n in lh.list_tables(namespace):
-            d = lh.table(n)
-            table.add_row(
-                str(n), "primary-key" if d.has_primary_key else "log", str(d.buckets), ", ".join(d.primary_key)
-            )
+        names = lh.list_tables(namespace)
     except LakestreamError as exc:
         _fail(exc)
+    table = Table("table", "kind", "buckets", "primary key")
+    runs = []
+    for run in lh.for_each_table(lh.table, names):  # a broken definition is listed, not the end of the listing
+        runs.append(run)
+        d = run.result
+        if _failed(run):
+            table.add_row(*_cells(run.table, "unreadable (see the error)", "", ""))
+            continue
+        table.add_row(
+            *_cells(run.table, "primary-key" if d.has_primary_key else "log", d.buckets, ", ".join(d.primary_key))
+        )
     if table.row_count:
         console.print(table)
     else:
         console.print(f"no tables{f' in namespace {namespace}' if namespace else ''} in {lh.url}", markup=False)
+    _finish(runs)
 
 
 @table_app.command("location")
@@ -300,7 +355,6 @@ def tier(
     """Tier tables' logs into their Iceberg tables, exactly once (one round per table)."""
     if local and spark_master:
         _fail(LakestreamError("give either --spark-master or --local, not both"))
-    failed = 0
     try:
         lh = _lakehouse(warehouse, config)
         names = table or [str(t) for t in lh.list_tables()]
@@ -308,15 +362,16 @@ def tier(
     except LakestreamError as exc:
         _fail(exc)
     out = Table("table", "records", "files +/-", "MB", "seconds", "snapshot", "offsets")
-    for name in names:
-        try:
-            r = lh.tier(name, spark=getattr(executor, "spark", None), workers=workers, max_split_rows=max_split_rows)
-        except LakestreamError as exc:
-            err.print(f"[bold red]error:[/] {escape(name)}: {escape(str(exc))}")
-            failed += 1
+    spark = getattr(executor, "spark", None)
+    runs = []
+    work = lambda name: lh.tier(name, spark=spark, workers=workers, max_split_rows=max_split_rows)  # noqa: E731
+    for run in lh.for_each_table(work, names):
+        runs.append(run)
+        if _failed(run):
             continue
+        r = run.result
         out.add_row(
-            name,
+            run.table,
             f"{r.rows:,}",
             f"+{r.files_added}/-{r.files_removed}",
             f"{r.bytes_written / 1e6:.1f}",
@@ -325,8 +380,7 @@ def tier(
             " ".join(f"{b}:{o}" for b, o in r.offsets.items()),
         )
     console.print(out)
-    if failed:
-        raise typer.Exit(1)
+    _finish(runs)
 
 
 def _duration(text: str) -> timedelta:
@@ -368,16 +422,15 @@ def compact(
     except LakestreamError as exc:
         _fail(exc)
     out = Table("table", "files before", "files after", "rewritten", "MB read", "MB written", "seconds")
-    failed = 0
-    for name in names:
-        try:
-            r = lh.compact(name, target_file_size=size, min_input_files=min_input_files, spark=spark)
-        except (LakestreamError, ValueError) as exc:
-            err.print(f"[bold red]error:[/] {escape(name)}: {escape(str(exc))}")
-            failed += 1
+    runs = []
+    work = lambda name: lh.compact(name, target_file_size=size, min_input_files=min_input_files, spark=spark)  # noqa: E731
+    for run in lh.for_each_table(work, names):
+        runs.append(run)
+        if _failed(run):
             continue
+        r = run.result
         out.add_row(
-            name,
+            run.table,
             str(r.files_before),
             str(r.files_after),
             str(r.files_rewritten),
@@ -386,8 +439,7 @@ def compact(
             f"{r.seconds:.2f}",
         )
     console.print(out)
-    if failed:
-        raise typer.Exit(1)
+    _finish(runs)
 
 
 @app.command()
@@ -416,16 +468,13 @@ def maintain(
         names = table or [str(t) for t in lh.list_tables()]
     except LakestreamError as exc:
         _fail(exc)
-    failed = 0
-    for name in names:
-        try:
-            r = lh.maintain(name, spark=spark, **args)
-        except (LakestreamError, ValueError) as exc:
-            err.print(f"[bold red]error:[/] {escape(name)}: {escape(str(exc))}")
-            failed += 1
+    runs = []
+    for run in lh.for_each_table(lambda name: lh.maintain(name, spark=spark, **args), names):
+        runs.append(run)
+        if _failed(run):
             continue
-        c, e, o, t = r.compaction, r.expiry, r.orphans, r.retention
-        console.print(f"[bold]{escape(name)}[/]")
+        c, e, o, t = run.result.compaction, run.result.expiry, run.result.orphans, run.result.retention
+        console.print(f"[bold]{escape(run.table)}[/]")
         console.print(f"  compaction  files {c.files_before} -> {c.files_after} ({c.files_rewritten} rewritten)")
         console.print(
             f"  expiry      {len(e.expired)} snapshots expired, {e.files_deleted} files, "
@@ -440,8 +489,7 @@ def maintain(
         )
         if t.overdue:
             console.print(f"  [bold yellow]warning:[/] {escape(t.message)}")
-    if failed:
-        raise typer.Exit(1)
+    _finish(runs)
 
 
 @table_app.command("read")
@@ -450,7 +498,7 @@ def table_read(
     lake_only: Annotated[bool, typer.Option("--lake", help="the lake only (what other engines see)")] = False,
     columns: Annotated[str | None, typer.Option(help="comma-separated columns")] = None,
     where: Annotated[str | None, typer.Option(help='row filter, e.g. "o_orderkey < 10"')] = None,
-    limit: Annotated[int, typer.Option(help="rows to print")] = 20,
+    limit: Annotated[int, typer.Option(min=0, help="rows to print (0: only count them)")] = 20,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
 ) -> None:

@@ -26,7 +26,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import ValidationError as PydanticValidationError
 from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from pyiceberg.io.pyarrow import UTC_ALIASES, UnsupportedPyArrowTypeException
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
@@ -257,7 +259,11 @@ def check_lake_types(definition: TableDefinition) -> None:
     that holds all its values. `Lakehouse.create_table` checks this before anything is written."""
     for field in definition.schema:
         _check_lake_type(definition, field.name, field.type)
-    lake_schema(definition)
+    schema = lake_schema(definition)
+    try:  # what the catalog will write must load again (a lake table that cannot be loaded cannot be used)
+        Schema.model_validate_json(schema.model_dump_json())
+    except (PydanticValidationError, IcebergValidationError, ValueError) as exc:
+        raise SchemaError(f"{definition.name}: the lake (Iceberg) cannot store this schema: {exc}") from None
 
 
 def _check_lake_type(definition: TableDefinition, column: str, t: pa.DataType) -> None:
@@ -273,6 +279,15 @@ def _check_lake_type(definition: TableDefinition, column: str, t: pa.DataType) -
         advice = "time64('us')"
     elif pa.types.is_decimal(t) and t.precision > 38:
         advice = "a decimal of precision 38 or less"
+    elif pa.types.is_decimal(t) and not 0 <= t.scale <= t.precision:
+        # Arrow makes decimal(5, 7) and decimal(5, -2); Iceberg has neither: pyiceberg wrote a lake table it
+        # could not load again (-2), or one every tiering round failed to write to (7)
+        same = f"decimal128({t.scale}, {t.scale})" if t.scale > 0 else f"decimal128({t.precision - t.scale}, 0)"
+        advice = f"a decimal whose scale is from 0 to its precision ({same} holds its values)"
+    elif pa.types.is_struct(t) and t.num_fields == 0:
+        advice = "a struct with at least one field (Parquet cannot write an empty group)"
+    elif pa.types.is_fixed_size_binary(t) and t.byte_width == 0:
+        advice = "fixed_size_binary of at least 1 byte, or binary"
     if advice is not None:
         raise SchemaError(
             f"{definition.name}: column {column!r} of type {t} cannot be stored in the lake; use {advice}"

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.table import Table
 
 from lakehouse import maintenance
 from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog
-from lakehouse.errors import OffsetOutOfRange, TableAlreadyExists, TableNotFound
+from lakehouse.errors import (
+    CorruptCatalogError,
+    InvalidTableName,
+    LakestreamError,
+    OffsetOutOfRange,
+    TableAlreadyExists,
+    TableNotFound,
+)
 from lakehouse.executor import LocalExecutor, SparkExecutor, TaskExecutor
 from lakehouse.lake import (
     LAKE_TABLE_PROPERTIES,
@@ -24,7 +34,6 @@ from lakehouse.lake import (
     lake_partition_spec,
     lake_schema,
     lake_sort_order,
-    parse_partition_by,
 )
 from lakehouse.log import Log
 from lakehouse.log.producer import close_all
@@ -33,6 +42,49 @@ from lakehouse.tables import TABLES_PREFIX, TableDefinition, TableName
 from lakehouse.tiering import TieringResult, load_lake_table, tier
 from lakehouse.union import RowFilter, lake_read, union_batches, union_read
 from object_store import NotFound, ObjectStore, PreconditionFailed, open_store
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DropResult:
+    """What `Lakehouse.drop_table` removed."""
+
+    table: str
+    lake_table: bool  # the catalog's pointer was deleted
+    objects_deleted: int  # under the table's folder: log segments, data and metadata files
+    definition: bool  # the definition was deleted (False: it was gone already)
+    lake_location: str | None = None  # a lake table location outside the table's folder, left as it was
+
+
+@dataclass(frozen=True)
+class TableRun:
+    """The outcome of one table's work in `Lakehouse.for_each_table`: its result, or the error it raised."""
+
+    table: str
+    result: Any = None
+    error: Exception | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def message(self) -> str:
+        """The error, naming the table once (most errors already start with its name)."""
+        if self.error is None:
+            return ""
+        error = self.error
+        text = str(error) if isinstance(error, LakestreamError) else f"{type(error).__name__}: {error}"
+        return text if text.startswith((f"{self.table}:", f"{self.table} ")) else f"{self.table}: {text}"
+
+
+def summarize(runs: Sequence[TableRun]) -> str:
+    """One line: how many tables failed, and which (``2 of 5 tables failed: ods.a, ods.b``)."""
+    failed = [r.table for r in runs if not r.ok]
+    if not failed:
+        return f"{len(runs)} table{'s' if len(runs) != 1 else ''} done, none failed"
+    return f"{len(failed)} of {len(runs)} tables failed: {', '.join(failed)}"
 
 
 class Lakehouse:
@@ -92,7 +144,13 @@ class Lakehouse:
         bucket_key: str | None = None,
         partition_by: Sequence[str] | None = None,
     ) -> TableDefinition:
-        """Create a table. Its definition is written once, with ``If-None-Match: *``.
+        """Create a table: its definition (written once, with ``If-None-Match: *``), then its lake table.
+
+        All or nothing: everything is checked before anything is written (names, keys, partitions, that the
+        lake can hold every column type and load the schema again); if creating the lake table fails anyway
+        (the store gave up, another Iceberg table took the name meanwhile), what this call wrote is removed
+        before the error is raised. After a crash in between, `drop_table` removes the rest (or
+        `ensure_lake_table` completes it).
 
         Raises:
             TableAlreadyExists: the name is taken (also when a concurrent creator won).
@@ -101,19 +159,98 @@ class Lakehouse:
         definition = TableDefinition.build(
             name, schema, buckets=buckets, primary_key=primary_key, bucket_key=bucket_key, partition_by=partition_by
         )
-        parse_partition_by(definition, definition.schema)  # checked before anything is written
-        check_lake_types(definition)  # every column has a lake type: a half-created table is never left behind
-        if self.catalog.table_exists((definition.name.namespace, definition.name.table)):
+        check_lake_types(definition)  # every column has a lake type that loads again
+        lake_partition_spec(definition, lake_schema(definition))  # partitions checked before anything is written
+        ident = (definition.name.namespace, definition.name.table)
+        if self.catalog.raw_metadata(ident) is not None:  # not table_exists: it fails on metadata it cannot load
             raise TableAlreadyExists(
-                f"an Iceberg table {definition.name} already exists in {self.url}; drop or rename it first "
-                "(nothing was created)"
+                f"an Iceberg table {definition.name} already exists in {self.url}; drop it first (lakestream table "
+                "drop, or pyiceberg's drop_table) or use another name (nothing was created)"
             )
         try:
-            self.store.put(definition.name.definition_key, definition.to_json(), if_none_match=True)
+            etag = self.store.put(definition.name.definition_key, definition.to_json(), if_none_match=True)
         except PreconditionFailed:
             raise TableAlreadyExists(f"table {definition.name} already exists in {self.url}") from None
-        self.ensure_lake_table(definition)
+        try:
+            self.ensure_lake_table(definition)
+        except BaseException as exc:
+            self._undo_create(definition, etag, exc)
+            raise
         return definition
+
+    def _undo_create(self, definition: TableDefinition, etag: str, cause: BaseException) -> None:
+        """Remove what a failed `create_table` wrote, and nothing of anyone else's: the lake table if its
+        pointer names metadata of this definition (by table uuid), the create's metadata files of this
+        definition (a pointer PUT that failed leaves one), then the definition (with ``If-Match``)."""
+        ident = (definition.name.namespace, definition.name.table)
+
+        def ours(doc: object) -> bool:
+            return isinstance(doc, dict) and (doc.get("properties") or {}).get(TABLE_UUID_PROPERTY) == (
+                definition.table_uuid
+            )
+
+        try:
+            if ours(self.catalog.raw_metadata(ident)):
+                self.catalog.drop_table(ident)
+            for info in self.store.list(f"{definition.name.prefix}metadata/00000-"):
+                try:
+                    doc = json.loads(self.store.get(info.key).data)
+                except ValueError:
+                    continue
+                if ours(doc):
+                    self.store.delete(info.key)
+            self.store.delete(definition.name.definition_key, if_match=etag)
+        except Exception as undo:  # noqa: BLE001 - the create's own error is the one to raise
+            cause.add_note(
+                f"creating {definition.name} failed halfway and removing what it wrote failed too ({undo}); "
+                f"drop it with `lakestream table drop {definition.name}` (Lakehouse.drop_table)"
+            )
+
+    def drop_table(self, name: str | TableName) -> DropResult:
+        """Drop a table: its lake table (the catalog's pointer), every object under its folder ``<ns>/<table>/``
+        (log segments, the lake's data and metadata files: a purge), then its definition. Works on a table in
+        any state: half-created, with metadata pyiceberg cannot load, with an unreadable definition, or half
+        dropped. Stop its producers, tiering and maintenance first: a write that lands during the drop may be
+        left under the folder (drop it again).
+
+        Order: the definition goes last, so a drop interrupted at any point leaves the table listed and
+        ``drop_table`` finishes it; the pointer goes first, so no commit lands on a lake table whose files
+        are being deleted.
+
+        Raises:
+            TableNotFound: there was nothing of this name to drop.
+        """
+        table_name = TableName.parse(name)
+        ident = (table_name.namespace, table_name.table)
+        with self._lock:
+            log = self._logs.pop(table_name, None)
+        if log is not None:
+            log.close()  # its producers append what they hold first
+        lake_table, outside = False, None
+        try:
+            meta = self.catalog.raw_metadata(ident)
+        except CorruptCatalogError:  # a pointer that is not one: nothing to read, nothing to fence
+            self.store.delete(self.catalog._pointer_key(*ident))  # noqa: SLF001 - our own catalog's layout
+            meta, lake_table = None, True
+        if meta is not None:
+            lake_table = True
+            location = meta.get("location")
+            if isinstance(location, str) and location.rstrip("/") != f"{self.url}/{table_name.prefix.rstrip('/')}":
+                outside = location  # registered from elsewhere: not this table's folder to delete
+            try:
+                self.catalog.drop_table(ident)
+            except NoSuchTableError:
+                pass  # dropped meanwhile
+        deleted = 0
+        for info in self.store.list(table_name.prefix):
+            self.store.delete(info.key)
+            deleted += 1
+        had_definition = self.store.exists(table_name.definition_key)
+        if had_definition:
+            self.store.delete(table_name.definition_key)
+        if not (lake_table or deleted or had_definition):
+            raise TableNotFound(f"no table {table_name} in {self.url}: nothing to drop")
+        return DropResult(str(table_name), lake_table, deleted, had_definition, outside)
 
     def ensure_lake_table(self, definition: TableDefinition) -> Table:
         """The Iceberg table of a lakestream table, created if missing (idempotent: safe after a crash
@@ -228,8 +365,26 @@ class Lakehouse:
             stem = info.key[len(TABLES_PREFIX) :]
             if "/" in stem or not stem.endswith(".json"):
                 continue  # not a definition (a table in the reserved namespace, before it was reserved)
-            names.append(TableName.parse(stem.removesuffix(".json")))
+            try:
+                names.append(TableName.parse(stem.removesuffix(".json")))
+            except InvalidTableName:  # not written by lakestream: a listing must not fail on it
+                _log.warning("skipping %s/%s: not a table definition (no valid table name)", self.url, info.key)
         return names
+
+    def for_each_table(
+        self, work: Callable[[str], Any], names: Sequence[str | TableName] | None = None
+    ) -> Iterator[TableRun]:
+        """``work(name)`` for each of ``names`` (default: every table), one `TableRun` per table as it ends.
+        A table that fails (whatever the error: a broken definition, a lake table that cannot be loaded, a bad
+        segment) does not stop the others; the all-tables commands, jobs and DAG tasks report each and fail at
+        the end. Only `KeyboardInterrupt` and other `BaseException`s stop the loop."""
+        for name in [str(n) for n in names] if names is not None else [str(t) for t in self.list_tables()]:
+            try:
+                result = work(name)
+            except Exception as exc:  # noqa: BLE001 - reported per table; the caller fails at the end
+                yield TableRun(name, error=exc)
+            else:
+                yield TableRun(name, result=result)
 
     def log(self, name: str | TableName) -> Log:
         """The log of a table (one shared `Log` per table and `Lakehouse`)."""

@@ -192,7 +192,10 @@ class TableDefinition:
                 created_at=doc["created-at"],
             )
         except (ValueError, KeyError, TypeError, pa.ArrowException) as exc:
-            raise SchemaError(f"table definition {source or '(bytes)'} is unreadable: {exc}") from None
+            raise SchemaError(
+                f"table definition {source or '(bytes)'} is unreadable: {exc}; restore it, or drop the table "
+                "(lakestream table drop NAMESPACE.TABLE)"
+            ) from None
 
     def describe(self) -> dict[str, object]:
         return {
@@ -228,6 +231,7 @@ _TYPES = {
     "string": pa.string(),
     "binary": pa.binary(),
     "date": pa.date32(),
+    "date32": pa.date32(),
     "timestamp": pa.timestamp("us"),
     "timestamptz": pa.timestamp("us", tz="UTC"),
     "uuid": pa.uuid(),
@@ -265,7 +269,7 @@ def parse_schema(spec: str) -> pa.Schema:
     """Parse ``"name:type[!], ..."`` (``!`` or `` not null`` = not null) into an Arrow schema, for the CLI.
     ``name type not null`` (as `describe` prints columns) works too.
 
-    Types: bool, int8/16/32/64 (int, long), float32/64 (float, double), string, binary, date,
+    Types: bool, int8/16/32/64 (int, long), float32/64 (float, double), string, binary, date (date32),
     timestamp, timestamptz, decimal(p,s), uuid, and Arrow's names for these and for uint8/16, large_string,
     large_binary, time64[us], fixed_size_binary[n], timestamp[s|ms|us] with or without ``tz=UTC``.
     """
@@ -287,7 +291,13 @@ def parse_schema(spec: str) -> pa.Schema:
 
 def _parse_type(column: str, type_name: str) -> pa.DataType:
     if m := _DECIMAL.fullmatch(type_name):
-        return pa.decimal128(int(m.group(1)), int(m.group(2)))
+        precision, scale = int(m.group(1)), int(m.group(2))
+        if not 1 <= precision <= 38 or scale > precision:
+            raise SchemaError(
+                f"column {column!r}: {type_name} is not a decimal the lake can hold: use decimal(p,s) with a precision "
+                "p from 1 to 38 and a scale s from 0 to p, e.g. decimal(12,2)"
+            )
+        return pa.decimal128(precision, scale)
     if m := _FIXED.fullmatch(type_name):
         return pa.binary(int(m.group(1)))
     if t := _TYPES.get(type_name) or _ARROW_TYPES.get(type_name):

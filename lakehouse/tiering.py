@@ -34,12 +34,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import ValidationError as PydanticValidationError
 from pyiceberg.exceptions import (
     CommitFailedException,
     CommitStateUnknownException,
     NoSuchTableError,
     ValidationException,
 )
+from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
@@ -324,6 +326,13 @@ def load_lake_table(catalog: Any, definition: TableDefinition) -> Table:
         raise LakeStateError(
             f"log table {definition.name} has no lake table in the catalog (dropped, or a crash during create?). "
             f"Recreate it with lh.ensure_lake_table(lh.table({str(definition.name)!r})), then tier again"
+        ) from None
+    except (IcebergValidationError, PydanticValidationError) as exc:
+        raise LakeStateError(
+            f"{definition.name}: the lake table's metadata cannot be loaded ({type(exc).__name__}: {exc}). A create "
+            "that failed halfway (before lakestream refused such types) leaves one: drop it (lakestream table drop "
+            f"{definition.name}) and create it again; otherwise restore a loadable metadata file (lakestream table "
+            "register NAME METADATA --overwrite)"
         ) from None
     if table.properties.get(TABLE_UUID_PROPERTY) != definition.table_uuid:
         raise LakeStateError(

@@ -28,7 +28,8 @@ def conform(definition: TableDefinition, data: pa.Table | pa.RecordBatch, op: st
     Deletes may carry only the primary-key columns; the other columns are filled with nulls.
 
     Raises:
-        BatchError: empty or oversized batch, an operation the table does not accept, a null key.
+        BatchError: empty or oversized batch, an operation the table does not accept, a null key, a string
+            that is not valid UTF-8.
         SchemaError: missing or extra columns, a type that cannot be cast safely.
     """
     name = definition.name
@@ -77,6 +78,8 @@ def conform(definition: TableDefinition, data: pa.Table | pa.RecordBatch, op: st
                 raise SchemaError(
                     f"{name}: column {field.name!r} of type {column.type} cannot be cast safely to {field.type}: {exc}"
                 ) from None
+        if _holds_strings(column.type):
+            _check_utf8(name, field.name, column)
         if column.null_count and (not field.nullable or field.name == definition.bucket_key):
             first = int(np.flatnonzero(np.asarray(column.is_null()))[0])
             what = (
@@ -92,6 +95,34 @@ def conform(definition: TableDefinition, data: pa.Table | pa.RecordBatch, op: st
         columns.append(column)
     schema = definition.schema if not key_only_delete else _nullable(definition.schema, missing)
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _holds_strings(t: pa.DataType) -> bool:
+    """Whether values of ``t`` are or contain strings (in lists, structs, maps, dictionaries)."""
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return True
+    if pa.types.is_dictionary(t):
+        return _holds_strings(t.value_type)
+    if pa.types.is_map(t):
+        return _holds_strings(t.key_type) or _holds_strings(t.item_type)
+    if pa.types.is_nested(t):
+        return any(_holds_strings(t.field(i).type) for i in range(t.num_fields))
+    return False
+
+
+def _check_utf8(name: object, column_name: str, column: pa.ChunkedArray) -> None:
+    """Refuse strings that are not valid UTF-8 (an unsafe cast from binary makes them): the log would keep
+    them, and union reads and tiering would then fail on them for good (UnicodeDecodeError). Arrow's full
+    validation checks every string, nested ones too, vectorized: ~0.1 ms per 10,000-row append of the orders
+    layout (two string columns, 0.56 MB), where an append costs ~14 ms of CPU."""
+    try:
+        column.validate(full=True)
+    except pa.ArrowInvalid as exc:
+        raise BatchError(
+            f"{name}: column {column_name!r} holds a string that is not valid UTF-8 ({exc}); nothing was written. "
+            "Decode the bytes (e.g. with errors='replace'), cast them with safe=True, which checks, or declare the "
+            "column binary"
+        ) from None
 
 
 def _nullable(schema: pa.Schema, names: list[str]) -> pa.Schema:

@@ -8,7 +8,7 @@ import pytest
 
 from lakehouse import Lakehouse
 from lakehouse.errors import InvalidTableName, SchemaError, TableAlreadyExists, TableNotFound
-from lakehouse.tables import TableDefinition, TableName
+from lakehouse.tables import TableDefinition, TableName, parse_schema
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64())])
 
@@ -138,3 +138,24 @@ def test_concurrent_creators_one_wins(lakehouse: Lakehouse) -> None:
         winners = [w for w in pool.map(create, range(16)) if w]
     assert len(winners) == 1
     assert lakehouse.table("ods.race").schema.names == ["id", winners[0]]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("v:decimal(5,7)", "column 'v': decimal\\(5,7\\) is not a decimal the lake can hold: .* scale s from 0 to p"),
+        ("v:decimal(40,2)", "column 'v': decimal\\(40,2\\) .* precision p from 1 to 38"),  # was Arrow's ValueError
+        ("v:decimal128(0, 0)", "precision p from 1 to 38"),
+        ("v:decimal(5,-2)", "unknown type 'decimal\\(5,-2\\)'"),
+    ],
+)
+def test_the_schema_parser_refuses_decimals_the_lake_cannot_hold(spec: str, message: str) -> None:
+    with pytest.raises(SchemaError, match=message):
+        parse_schema(spec)
+
+
+def test_the_schema_parser_knows_every_documented_type_name() -> None:
+    """The README lists date32 as a column type; ``--schema "d:date32"`` was an unknown type."""
+    assert parse_schema("d:date32, e:date, f:decimal(38,38)") == pa.schema(
+        [("d", pa.date32()), ("e", pa.date32()), ("f", pa.decimal128(38, 38))]
+    )

@@ -344,6 +344,13 @@ def test_every_accepted_column_type_tiers_and_union_reads_as_logged(lakehouse: L
         (pa.uint64(), "use int64 or decimal128\\(20, 0\\)"),
         (pa.list_(pa.time32("s")), "use time64\\('us'\\)"),
         (pa.decimal256(40, 2), "use a decimal of precision 38 or less"),
+        # every tiering round failed to write these (issue 22)
+        (pa.decimal128(5, 7), "use a decimal whose scale is from 0 to its precision \\(decimal128\\(7, 7\\) holds"),
+        (pa.list_(pa.decimal128(5, 7)), "use a decimal whose scale is from 0 to its precision"),
+        (pa.struct([]), "use a struct with at least one field"),
+        (pa.binary(0), "use fixed_size_binary of at least 1 byte, or binary"),
+        # pyiceberg wrote a lake table it could not load again, and the definition stayed behind (issue 22)
+        (pa.decimal128(5, -2), "use a decimal whose scale is from 0 to its precision \\(decimal128\\(7, 0\\) holds"),
     ],
 )
 def test_a_type_the_lake_cannot_store_is_refused_at_create(lakehouse: Lakehouse, column_type, advice) -> None:
