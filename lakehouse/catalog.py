@@ -66,7 +66,7 @@ from lakehouse.contention import (
     quiet_settings,
     wait_until_quiet,
 )
-from lakehouse.errors import CorruptCatalogError, InvalidTableName, LakestreamError
+from lakehouse.errors import CorruptCatalogError, InvalidArgument, InvalidTableName, LakestreamError
 from lakehouse.fileio import STORE_OPTION_PROPERTIES
 from lakehouse.iceberg_table import LakeTable, apply_updates
 from lakehouse.lake import check_tiering_fence
@@ -153,7 +153,7 @@ class ObjectStoreCatalog(MetastoreCatalog):
             }
             try:
                 store = open_store(warehouse, **options)
-            except StoreError as exc:
+            except (StoreError, InvalidArgument) as exc:
                 raise LakestreamError(f"catalog {name!r}: cannot open warehouse {warehouse!r}: {exc}") from None
         self.store = store
         self._io_cache: dict[tuple, FileIO] = {}

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from pyiceberg.exceptions import ValidationException
 
-from object_store.errors import LakestreamError
+from object_store.errors import InvalidArgument, LakestreamError
 
 if TYPE_CHECKING:
     from lakehouse.log.log import AppendResult
@@ -34,11 +34,6 @@ __all__ = [
 
 class ConfigError(LakestreamError, ValueError):
     """The configuration (environment, YAML file or arguments) is invalid or incomplete."""
-
-
-class InvalidArgument(LakestreamError, ValueError):
-    """An argument is out of range or inconsistent (a bucket the table does not have, a negative offset or
-    size, a location outside the warehouse). Raised before anything is read or written."""
 
 
 class SchemaError(LakestreamError, ValueError):
