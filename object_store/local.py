@@ -83,6 +83,18 @@ class LocalStore(ObjectStore):
     def _tmp_path(self) -> Path:
         return self._internal / "tmp" / uuid.uuid4().hex
 
+    @contextlib.contextmanager
+    def _os_errors(self, operation: str, key: str) -> Iterator[None]:
+        """The file system's errors (disk full, read-only, no permission) as a `StoreError` naming the key."""
+        try:
+            yield
+        except OSError as exc:
+            raise StoreError(
+                f"cannot {operation} {key!r} in {self.url}: {exc.strerror or exc} "
+                f"({errno.errorcode.get(exc.errno or 0, 'OSError')}); free space on the disk or make "
+                f"{self.root} writable, then retry"
+            ) from exc
+
     # ---- sidecar metadata ------------------------------------------------------------------------------
 
     def _read_info(self, key: str) -> ObjectInfo:
@@ -128,8 +140,11 @@ class LocalStore(ObjectStore):
         meta_path = self._meta_path(key)
         meta_path.parent.mkdir(parents=True, exist_ok=True)
         meta_tmp = self._tmp_path()
-        meta_tmp.write_text(json.dumps(side))
-        os.replace(meta_tmp, meta_path)
+        try:
+            meta_tmp.write_text(json.dumps(side))
+            os.replace(meta_tmp, meta_path)
+        finally:
+            meta_tmp.unlink(missing_ok=True)
         os.replace(tmp, path)  # rename keeps mtime, so the sidecar matches the body
 
     def _check(self, key: str, *, if_match: str | None, if_none_match: bool) -> None:
@@ -158,12 +173,14 @@ class LocalStore(ObjectStore):
             with self._locked(key, exclusive=False):
                 self._check(key, if_match=None, if_none_match=True)
         tmp = self._tmp_path()
-        tmp.write_bytes(data)
-        etag = hashlib.md5(data, usedforsecurity=False).hexdigest()
-        try:
+        try:  # a failed write (disk full) leaves no temporary file behind
+            with self._os_errors("write", key):
+                tmp.write_bytes(data)
+            etag = hashlib.md5(data, usedforsecurity=False).hexdigest()
             with self._locked(key, exclusive=True):
                 self._check(key, if_match=if_match, if_none_match=if_none_match)
-                self._install(key, tmp, etag, metadata)
+                with self._os_errors("write", key):
+                    self._install(key, tmp, etag, metadata)
         finally:
             tmp.unlink(missing_ok=True)
         return etag
@@ -248,8 +265,12 @@ class LocalStore(ObjectStore):
             raise _no_upload(key, upload_id)
         etag = hashlib.md5(data, usedforsecurity=False).hexdigest()
         tmp = d / f"tmp-{uuid.uuid4().hex}"
-        tmp.write_bytes(data)
-        os.replace(tmp, d / f"part-{part_number:05d}-{etag}")  # named by its MD5: checked at completion
+        try:
+            with self._os_errors("write a part of", key):
+                tmp.write_bytes(data)
+                os.replace(tmp, d / f"part-{part_number:05d}-{etag}")  # named by its MD5: checked at completion
+        finally:
+            tmp.unlink(missing_ok=True)
         return etag
 
     def _complete_multipart(
@@ -261,24 +282,24 @@ class LocalStore(ObjectStore):
         except FileNotFoundError:
             raise _no_upload(key, upload_id) from None
         tmp = self._tmp_path()
-        with open(tmp, "wb") as out:
-            for number, part_etag in parts:
-                part = d / f"part-{number:05d}-{part_etag.strip(chr(34))}"
-                try:
-                    _append_file(part, out.fileno())
-                except FileNotFoundError:
-                    tmp.unlink(missing_ok=True)
-                    message = f"{key!r}: upload {upload_id} has no part {number} with ETag {part_etag}"
-                    raise NotFound(message, key) from None
-        digests = b"".join(bytes.fromhex(e.strip('"')) for _, e in parts)
-        etag = f"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{len(parts)}"
         try:
+            with self._os_errors("write", key), open(tmp, "wb") as out:
+                for number, part_etag in parts:
+                    part = d / f"part-{number:05d}-{part_etag.strip(chr(34))}"
+                    try:
+                        _append_file(part, out.fileno())
+                    except FileNotFoundError:
+                        message = f"{key!r}: upload {upload_id} has no part {number} with ETag {part_etag}"
+                        raise NotFound(message, key) from None
+            digests = b"".join(bytes.fromhex(e.strip('"')) for _, e in parts)
+            etag = f"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{len(parts)}"
             with self._locked(key, exclusive=True):
                 try:
                     self._check(key, if_match=None, if_none_match=if_none_match)
                 finally:
                     shutil.rmtree(d, ignore_errors=True)  # a completion ends the upload either way
-                self._install(key, tmp, etag, manifest["metadata"])
+                with self._os_errors("write", key):
+                    self._install(key, tmp, etag, manifest["metadata"])
         finally:
             tmp.unlink(missing_ok=True)
         return etag
