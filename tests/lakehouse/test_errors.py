@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
@@ -20,3 +26,52 @@ def test_one_invalid_argument_class_for_the_store_and_the_lakehouse(tmp_path) ->
     with pytest.raises(lakehouse.errors.InvalidArgument, match="part_size"):
         lh.store.open_writer("x", part_size=1024)  # a store argument
     lh.close()
+
+
+DROP_DAC = "-dac_override,-dac_read_search,-fowner"
+
+
+def _cli_as_reader(args: list[str], warehouse: Path) -> subprocess.CompletedProcess:
+    """`lakestream ARGS -w WAREHOUSE` in a process that cannot write the warehouse (made read-only with
+    chmod). Root writes through any permission bits, so as root the process runs without the capabilities
+    that let it (setpriv drops CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and CAP_FOWNER)."""
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo), "PYTHONDONTWRITEBYTECODE": "1"}
+    code = "import sys; from lakehouse.cli import app; sys.exit(app())"
+    command = [sys.executable, "-c", code, *args, "-w", warehouse.as_uri()]
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("running as root without setpriv: cannot make a process that respects permissions")
+        command = ["setpriv", f"--inh-caps={DROP_DAC}", f"--bounding-set={DROP_DAC}", *command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd=repo)
+
+
+def test_a_read_only_warehouse_can_be_listed_and_read(tmp_path) -> None:
+    """Every read took a lock stripe by opening .lakestream-store/locks/NN.lock for writing: on a warehouse
+    the process could not write, even `table list` failed (EACCES, or EROFS on a read-only mount)."""
+    warehouse = tmp_path / "wh"
+    lh = Lakehouse.open(warehouse.as_uri())
+    lh.create_table("ods.events", pa.schema([("id", pa.int64())]), bucket_key="id", buckets=2)
+    lh.log("ods.events").append(pa.table({"id": list(range(10))}))
+    lh.tier("ods.events")
+    lh.log("ods.events").append(pa.table({"id": list(range(10, 15))}))  # a log tail after the lake
+    lh.close()
+    locks = warehouse / ".lakestream-store" / "locks"
+    for lock in locks.iterdir():
+        lock.unlink()  # stripes no write used yet: a reader cannot create them
+    subprocess.run(["chmod", "-R", "a-w", str(warehouse)], check=True)
+    try:
+        listed = _cli_as_reader(["table", "list"], warehouse)
+        assert listed.returncode == 0 and "ods.events" in listed.stdout, listed.stdout + listed.stderr
+        read = _cli_as_reader(["table", "read", "ods.events"], warehouse)
+        assert read.returncode == 0 and "15 rows (union read)" in read.stdout, read.stdout + read.stderr
+        offsets = _cli_as_reader(["log", "offsets", "ods.events"], warehouse)
+        assert offsets.returncode == 0 and "15" in offsets.stdout, offsets.stdout + offsets.stderr
+        create = _cli_as_reader(["table", "create", "ods.more", "--schema", "id:int64"], warehouse)
+        assert create.returncode == 1 and "read-only for this process: reads work" in create.stderr, (
+            create.stdout + create.stderr
+        )
+        assert "Traceback" not in create.stderr
+        assert list(locks.iterdir()) == []
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(warehouse)], check=False)
