@@ -397,12 +397,22 @@ def maintain(
     retain_last: Annotated[int, typer.Option(help="always keep this many newest snapshots")] = 1,
     orphan_age: Annotated[str, typer.Option(help="grace period before an unreferenced file is deleted")] = "3d",
     retention: Annotated[str, typer.Option(help="delete tiered log segments older than this")] = "7d",
+    unsafe_orphan_age: Annotated[
+        bool,
+        typer.Option(
+            "--unsafe-orphan-age",
+            help="allow --orphan-age below 1h: deletes the files of tiering or compaction rounds still running, "
+            "whose commits then reference missing files; only when none can run",
+        ),
+    ] = False,
     target_file_size: Annotated[str, typer.Option(help="compaction target file size")] = "128MiB",
     spark_master: Annotated[str | None, typer.Option(help="run compaction tasks on Spark")] = None,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
 ) -> None:
     """Compaction, snapshot expiry, orphan removal and log retention, in that order, per table."""
+    from lakehouse.maintenance.orphans import check_orphan_age
+
     try:
         lh = _lakehouse(warehouse, config)
         args = {
@@ -411,7 +421,9 @@ def maintain(
             "orphan_age": _duration(orphan_age),
             "retention": _duration(retention),
             "target_file_size": _size(target_file_size),
+            "unsafe_orphan_age": unsafe_orphan_age,
         }
+        check_orphan_age(args["orphan_age"], unsafe_orphan_age=unsafe_orphan_age)
         spark = getattr(lh.executor(spark_master=spark_master), "spark", None)
         names = table or [str(t) for t in lh.list_tables()]
     except LakestreamError as exc:

@@ -281,9 +281,19 @@ class Lakehouse:
         *,
         older_than: timedelta = maintenance.orphans.DEFAULT_ORPHAN_AGE,
         dry_run: bool = False,
+        unsafe_orphan_age: bool = False,
     ) -> maintenance.OrphanResult:
-        """Delete unreferenced files older than ``older_than`` under the table's data/ and metadata/."""
-        return maintenance.remove_orphans(self.store, self.lake_table(name), older_than=older_than, dry_run=dry_run)
+        """Delete unreferenced files older than ``older_than`` under the table's data/ and metadata/.
+        ``older_than`` below one hour (`maintenance.orphans.MIN_ORPHAN_AGE`) is refused unless
+        ``unsafe_orphan_age``: it would delete files of a tiering or compaction round still running."""
+        maintenance.orphans.check_orphan_age(older_than, unsafe_orphan_age=unsafe_orphan_age, dry_run=dry_run)
+        return maintenance.remove_orphans(
+            self.store,
+            self.lake_table(name),
+            older_than=older_than,
+            dry_run=dry_run,
+            unsafe_orphan_age=unsafe_orphan_age,
+        )
 
     def apply_log_retention(
         self, name: str | TableName, *, retention: timedelta = maintenance.retention.DEFAULT_RETENTION
@@ -303,15 +313,18 @@ class Lakehouse:
         retain_last: int = maintenance.expiry.DEFAULT_RETAIN_LAST,
         orphan_age: timedelta = maintenance.orphans.DEFAULT_ORPHAN_AGE,
         retention: timedelta = maintenance.retention.DEFAULT_RETENTION,
+        unsafe_orphan_age: bool = False,
     ) -> maintenance.MaintenanceReport:
-        """Compaction, snapshot expiry, orphan removal and log retention, in that order."""
+        """Compaction, snapshot expiry, orphan removal and log retention, in that order. An ``orphan_age``
+        below one hour is refused before anything runs, unless ``unsafe_orphan_age`` (see `remove_orphans`)."""
+        maintenance.orphans.check_orphan_age(orphan_age, unsafe_orphan_age=unsafe_orphan_age)
         return maintenance.MaintenanceReport(
             table=str(TableName.parse(name)),
             compaction=self.compact(
                 name, target_file_size=target_file_size, min_input_files=min_input_files, spark=spark, workers=workers
             ),
             expiry=self.expire_snapshots(name, older_than=snapshot_age, retain_last=retain_last),
-            orphans=self.remove_orphans(name, older_than=orphan_age),
+            orphans=self.remove_orphans(name, older_than=orphan_age, unsafe_orphan_age=unsafe_orphan_age),
             retention=self.apply_log_retention(name, retention=retention),
         )
 
