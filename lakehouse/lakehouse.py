@@ -14,7 +14,7 @@ from pyiceberg.table import Table
 
 from lakehouse import maintenance
 from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog
-from lakehouse.errors import OffsetOutOfRange, TableAlreadyExists, TableNotFound
+from lakehouse.errors import InvalidArgument, OffsetOutOfRange, TableAlreadyExists, TableNotFound
 from lakehouse.executor import LocalExecutor, SparkExecutor, TaskExecutor
 from lakehouse.lake import (
     LAKE_TABLE_PROPERTIES,
@@ -141,6 +141,40 @@ class Lakehouse:
                     "lakestream table; drop or rename it (pyiceberg / lakestream) and retry"
                 ) from None
             return table
+
+    def register_table(self, name: str, metadata_location: str, *, overwrite: bool = False) -> Table:
+        """Point the Iceberg table ``name`` at an existing metadata file (``overwrite``: replace the pointer of
+        an existing table, e.g. one deleted or damaged). The namespace is created if missing.
+
+        Raises:
+            InvalidArgument: no metadata file can be read at ``metadata_location``.
+            TableAlreadyExists: ``name`` exists and ``overwrite`` is not set.
+        """
+        namespace = name.rsplit(".", 1)[0] if "." in name else ""
+        try:
+            if namespace:
+                self.catalog.create_namespace(namespace)
+        except NamespaceAlreadyExistsError:
+            pass
+        try:
+            return self.catalog.register_table(name, metadata_location, overwrite=overwrite)
+        except TableAlreadyExistsError:
+            raise TableAlreadyExists(
+                f"an Iceberg table {name} already exists in {self.url}; add --overwrite (overwrite=True) to point it "
+                f"at {metadata_location}"
+            ) from None
+        except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+            raise InvalidArgument(
+                f"cannot register {name}: cannot read a metadata file at {metadata_location} ({exc.strerror or exc}); "
+                "give the path or URL of an existing Iceberg metadata.json (the newest in the table's metadata/ "
+                "folder, or what `lakestream table location` printed)"
+            ) from None
+        except (OSError, ValueError) as exc:  # unreachable store, not JSON, not Iceberg metadata
+            message = " ".join(str(exc).split())[:300]
+            raise InvalidArgument(
+                f"cannot register {name}: {metadata_location} could not be read as Iceberg table metadata "
+                f"({type(exc).__name__}: {message}); give the path or URL of an existing, readable metadata.json"
+            ) from None
 
     def lake_table(self, name: str | TableName) -> Table:
         """The current Iceberg table of ``name`` (freshly loaded). Raises `TableNotFound`, `LakeStateError`."""

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
 import sys
+from functools import partialmethod
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from typer.testing import CliRunner
 
 import lakehouse.errors
 import object_store
 from lakehouse import Lakehouse
+from lakehouse.cli import app
+from lakehouse.settings import Settings
 
 
 def test_one_invalid_argument_class_for_the_store_and_the_lakehouse(tmp_path) -> None:
@@ -75,3 +80,44 @@ def test_a_read_only_warehouse_can_be_listed_and_read(tmp_path) -> None:
         assert list(locks.iterdir()) == []
     finally:
         subprocess.run(["chmod", "-R", "u+w", str(warehouse)], check=False)
+
+
+# ---- the CLI's boundary: one line that says what to do, never a traceback --------------------------------
+
+
+def test_register_with_a_missing_metadata_file_is_one_line(tmp_path) -> None:
+    """It printed pyarrow's FileNotFoundError as a traceback."""
+    wh = tmp_path.as_uri()
+    result = CliRunner().invoke(app, ["table", "register", "ods.x", "/nonexistent.json", "-w", wh])
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot register ods.x"), result.output
+    assert "/nonexistent.json" in lines[0] and "lakestream table location" in lines[0]
+
+
+def test_a_bad_spark_master_is_one_line(tmp_path) -> None:
+    """`tier --spark-master foo://bar` printed PySparkRuntimeError's traceback after the JVM's own."""
+    result = CliRunner().invoke(app, ["tier", "--spark-master", "foo://bar", "-w", tmp_path.as_uri()])
+    assert result.exit_code == 1 and result.exception is None or isinstance(result.exception, SystemExit)
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "Spark master 'foo://bar' is not one Spark accepts" in lines[0], result.output
+
+
+def test_the_cli_shows_each_retry_against_a_store_that_does_not_answer(silent_endpoint, monkeypatch) -> None:
+    """`lakestream table list` against an endpoint that accepts connections and never answers said nothing
+    for about 4.5 minutes, then printed a traceback."""
+    fast = partialmethod(Settings.open_store, read_timeout=0.3, connect_timeout=1, max_attempts=3)
+    monkeypatch.setattr(Settings, "open_store", fast)  # the defaults (30 s, 8 attempts, 60 s) in a blink
+    monkeypatch.setattr(
+        logging.getLogger(), "handlers", []
+    )  # as in a shell: pytest's capture is not configured logging
+    store_logger = logging.getLogger("object_store")
+    monkeypatch.setattr(store_logger, "handlers", list(store_logger.handlers))  # the CLI's handler goes afterwards
+    env = {"LAKESTREAM_S3_ENDPOINT": silent_endpoint, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
+    result = CliRunner().invoke(app, ["table", "list", "-w", "s3://bucket/wh"], env=env)
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["warning", "warning", "error"], result.output
+    assert "ReadTimeoutError (attempt 1 of 3" in lines[0] and "retrying in" in lines[0]
+    assert "failed after 3 attempts" in lines[2] and f"Check that the store at {silent_endpoint}" in lines[2]
