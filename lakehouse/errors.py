@@ -16,6 +16,7 @@ __all__ = [
     "BatchError",
     "ConfigError",
     "CorruptCatalogError",
+    "CorruptDataFileError",
     "CorruptSegmentError",
     "InvalidArgument",
     "InvalidTableName",
@@ -93,6 +94,12 @@ class OffsetOutOfRange(LakestreamError, IndexError):
 class CorruptCatalogError(LakestreamError):
     """A catalog object (a table pointer, a namespace) is not what the catalog wrote; the message names it
     and says how to repair it."""
+
+
+class CorruptDataFileError(LakestreamError):
+    """A data file the lake table references cannot be read as Parquet (truncated, overwritten by another
+    tool). The message names the file: restore it from a backup, or roll the table back to a snapshot that
+    does not reference it."""
 
 
 class LakeStateError(LakestreamError):

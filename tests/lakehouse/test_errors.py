@@ -18,6 +18,7 @@ import lakehouse.errors
 import object_store
 from lakehouse import Lakehouse
 from lakehouse.cli import app
+from lakehouse.errors import CorruptDataFileError
 from lakehouse.settings import Settings
 
 
@@ -121,3 +122,23 @@ def test_the_cli_shows_each_retry_against_a_store_that_does_not_answer(silent_en
     assert [line.split(":")[0] for line in lines] == ["warning", "warning", "error"], result.output
     assert "ReadTimeoutError (attempt 1 of 3" in lines[0] and "retrying in" in lines[0]
     assert "failed after 3 attempts" in lines[2] and f"Check that the store at {silent_endpoint}" in lines[2]
+
+
+def test_a_corrupt_data_file_is_named(lakehouse: Lakehouse) -> None:
+    """pyiceberg opens data files as streams, so pyarrow reported "Could not open Parquet input source
+    '<Buffer>'" without saying which file."""
+    lh = lakehouse
+    lh.create_table("ods.events", pa.schema([("id", pa.int64())]), bucket_key="id", buckets=2)
+    lh.log("ods.events").append(pa.table({"id": list(range(10))}))
+    lh.tier("ods.events")
+    path = next(t.file.file_path for t in lh.lake_table("ods.events").scan().plan_files())
+    lh.store.put(path.removeprefix(lh.store.url.rstrip("/") + "/"), b"not parquet" * 10)
+    reads = {
+        "lake_read": lambda: lh.lake_read("ods.events"),
+        "union_read": lambda: lh.union_read("ods.events"),
+        "union_batches": lambda: list(lh.union_batches("ods.events")),
+    }
+    for name, read in reads.items():
+        with pytest.raises(CorruptDataFileError, match="cannot be read as Parquet") as info:
+            read()
+        assert path in str(info.value) and "Restore it from a backup" in str(info.value), name
