@@ -677,6 +677,21 @@ class ObjectStoreCatalog(MetastoreCatalog):
                 done.append(f"{ns}.{table}: resolved rename ({other})")
         return done
 
+    def newest_metadata_file(self, identifier: str | Identifier) -> str | None:
+        """The highest-versioned ``*.metadata.json`` under the table's default location, or None: what
+        ``register_table`` can repoint a table to after its pointer was deleted (a drop keeps the files)."""
+        namespace, table = self._split(identifier)
+        key = self._key_of(self._get_default_warehouse_location(namespace, table))
+        if key is None:
+            return None
+        newest: tuple[int, str] | None = None
+        for info in self.store.list(key.rstrip("/") + "/metadata/"):
+            name = info.key.rsplit("/", 1)[-1]
+            version = name.split("-", 1)[0]
+            if name.endswith(".metadata.json") and version.isdigit() and (newest is None or int(version) > newest[0]):
+                newest = (int(version), info.key)
+        return f"{self.warehouse}/{newest[1]}" if newest is not None else None
+
     def table_location(self, identifier: str | Identifier) -> str:
         """The current metadata file of a table (what other engines open)."""
         namespace, table = self._split(identifier)

@@ -321,9 +321,19 @@ def load_lake_table(catalog: Any, definition: TableDefinition) -> Table:
     try:
         table = catalog.load_table(ident)
     except NoSuchTableError:
+        newest = catalog.newest_metadata_file(ident) if hasattr(catalog, "newest_metadata_file") else None
+        if newest is None:
+            raise LakeStateError(
+                f"log table {definition.name} has no lake table in the catalog (dropped, or a crash during create?). "
+                f"Recreate it with lh.ensure_lake_table(lh.table({str(definition.name)!r})), then tier again"
+            ) from None
         raise LakeStateError(
-            f"log table {definition.name} has no lake table in the catalog (dropped, or a crash during create?). "
-            f"Recreate it with lh.ensure_lake_table(lh.table({str(definition.name)!r})), then tier again"
+            f"log table {definition.name} has no lake table in the catalog, but its metadata files remain (its "
+            "catalog pointer was deleted or the table dropped). To get it back with its tiered data and offsets, "
+            f"re-register the newest one: lakestream table register {definition.name} {newest}. Only to start the "
+            f"lake over: lh.ensure_lake_table(lh.table({str(definition.name)!r})) creates an empty one, and "
+            "tiering then starts again from the log's first offsets (records already removed by log retention "
+            "would be missing from the new lake)"
         ) from None
     if table.properties.get(TABLE_UUID_PROPERTY) != definition.table_uuid:
         raise LakeStateError(

@@ -18,7 +18,7 @@ import lakehouse.errors
 import object_store
 from lakehouse import Lakehouse
 from lakehouse.cli import app
-from lakehouse.errors import CorruptDataFileError
+from lakehouse.errors import CorruptDataFileError, LakeStateError
 from lakehouse.settings import Settings
 
 
@@ -142,3 +142,19 @@ def test_a_corrupt_data_file_is_named(lakehouse: Lakehouse) -> None:
         with pytest.raises(CorruptDataFileError, match="cannot be read as Parquet") as info:
             read()
         assert path in str(info.value) and "Restore it from a backup" in str(info.value), name
+
+
+def test_a_deleted_catalog_pointer_points_to_table_register(lakehouse: Lakehouse) -> None:
+    """The hint was to recreate the lake table, which makes an empty one: tiering would start over from the
+    log's first offsets, and records log retention removed would be gone from the lake."""
+    lh = lakehouse
+    lh.create_table("ods.events", pa.schema([("id", pa.int64())]), bucket_key="id", buckets=2)
+    lh.log("ods.events").append(pa.table({"id": list(range(10))}))
+    lh.tier("ods.events")
+    metadata = lh.catalog.table_location("ods.events")
+    lh.store.delete("_lakestream/catalog/tables/ods/events.json")  # the pointer, as a mistaken cleanup would
+    with pytest.raises(LakeStateError) as info:
+        lh.tier("ods.events")
+    assert f"lakestream table register ods.events {metadata}" in str(info.value)
+    lh.register_table("ods.events", metadata)  # what the command does
+    assert lh.lake_offsets("ods.events") == lh.log("ods.events").end_offsets()
