@@ -21,7 +21,13 @@ def main(argv: list[str] | None = None, *, compact_only: bool = False) -> int:
     p.add_argument("--target-file-size-mib", type=int, default=128)
     p.add_argument("--min-input-files", type=int, default=5)
     p.add_argument("--snapshot-age-hours", type=float, default=5 * 24)
-    p.add_argument("--orphan-age-hours", type=float, default=3 * 24)
+    p.add_argument("--orphan-age-hours", type=float, default=3 * 24, help="at least 1 (see --unsafe-orphan-age)")
+    p.add_argument(
+        "--unsafe-orphan-age",
+        action="store_true",
+        help="allow --orphan-age-hours below 1: deletes the files of tiering or compaction rounds still running, "
+        "whose commits then reference missing files; only when none can run",
+    )
     p.add_argument("--retention-hours", type=float, default=7 * 24)
     args = p.parse_args(argv)
     compaction = {"target_file_size": args.target_file_size_mib << 20, "min_input_files": args.min_input_files}
@@ -35,6 +41,7 @@ def main(argv: list[str] | None = None, *, compact_only: bool = False) -> int:
             snapshot_age=timedelta(hours=args.snapshot_age_hours),
             orphan_age=timedelta(hours=args.orphan_age_hours),
             retention=timedelta(hours=args.retention_hours),
+            unsafe_orphan_age=args.unsafe_orphan_age,
             **compaction,
         )
 

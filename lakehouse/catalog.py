@@ -67,7 +67,7 @@ from lakehouse.contention import (
     quiet_settings,
     wait_until_quiet,
 )
-from lakehouse.errors import CorruptCatalogError, InvalidTableName, LakestreamError
+from lakehouse.errors import CorruptCatalogError, InvalidArgument, InvalidTableName, LakestreamError
 from lakehouse.fileio import STORE_OPTION_PROPERTIES
 from lakehouse.iceberg_table import LakeTable, apply_updates
 from lakehouse.lake import check_tiering_fence
@@ -154,7 +154,7 @@ class ObjectStoreCatalog(MetastoreCatalog):
             }
             try:
                 store = open_store(warehouse, **options)
-            except StoreError as exc:
+            except (StoreError, InvalidArgument) as exc:
                 raise LakestreamError(f"catalog {name!r}: cannot open warehouse {warehouse!r}: {exc}") from None
         self.store = store
         self._io_cache: dict[tuple, FileIO] = {}
@@ -700,6 +700,21 @@ class ObjectStoreCatalog(MetastoreCatalog):
         except (NotFound, FileNotFoundError, OSError, ValueError):
             return {}
         return doc if isinstance(doc, dict) else {}
+
+    def newest_metadata_file(self, identifier: str | Identifier) -> str | None:
+        """The highest-versioned ``*.metadata.json`` under the table's default location, or None: what
+        ``register_table`` can repoint a table to after its pointer was deleted (a drop keeps the files)."""
+        namespace, table = self._split(identifier)
+        key = self._key_of(self._get_default_warehouse_location(namespace, table))
+        if key is None:
+            return None
+        newest: tuple[int, str] | None = None
+        for info in self.store.list(key.rstrip("/") + "/metadata/"):
+            name = info.key.rsplit("/", 1)[-1]
+            version = name.split("-", 1)[0]
+            if name.endswith(".metadata.json") and version.isdigit() and (newest is None or int(version) > newest[0]):
+                newest = (int(version), info.key)
+        return f"{self.warehouse}/{newest[1]}" if newest is not None else None
 
     def table_location(self, identifier: str | Identifier) -> str:
         """The current metadata file of a table (what other engines open)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from datetime import timedelta
@@ -13,11 +14,47 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperGroup
 
 from lakehouse.errors import LakestreamError
 from lakehouse.settings import load_settings
 
-app = typer.Typer(help="lakestream: a stream-lake pipeline on object storage.", no_args_is_help=True)
+#: Errors from below the library that the CLI reports in one line instead of a traceback (the facade
+#: translates the ones it knows; these are what gets past it: the OS's, pyiceberg's, Spark's).
+FOREIGN_ERROR_MODULES = ("pyiceberg", "pyspark", "py4j", "pyarrow")
+
+
+class _Boundary(TyperGroup):
+    """The CLI's boundary: warnings of the library (a retry against a store that does not answer) are shown as
+    they happen, and an error of ours, of the OS or of pyiceberg/Spark ends the command with one line."""
+
+    def invoke(self, ctx):  # noqa: ANN001, ANN201 - click's signature
+        _show_warnings()
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            if isinstance(exc, LakestreamError | OSError) or type(exc).__module__.startswith(FOREIGN_ERROR_MODULES):
+                _fail(exc)
+            raise
+
+
+class _WarningLine(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        err.print(f"[yellow]warning:[/] {escape(record.getMessage())}", soft_wrap=True)
+
+
+def _show_warnings() -> None:
+    """Warnings of lakestream's loggers on stderr, one line each, unless the program configured logging."""
+    if logging.getLogger().handlers:
+        return
+    for name in ("object_store", "lakehouse"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, _WarningLine) for h in logger.handlers):
+            handler = _WarningLine(logging.WARNING)
+            logger.addHandler(handler)
+
+
+app = typer.Typer(help="lakestream: a stream-lake pipeline on object storage.", no_args_is_help=True, cls=_Boundary)
 store_app = typer.Typer(help="Inspect and check the warehouse's object store.", no_args_is_help=True)
 app.add_typer(store_app, name="store")
 table_app = typer.Typer(help="Create and inspect tables.", no_args_is_help=True)
@@ -54,7 +91,11 @@ def _data_table(names: list[str], rows: list[dict]) -> Table:
 
 
 def _fail(exc: Exception) -> NoReturn:
-    err.print(f"[bold red]error:[/] {escape(str(exc))}")
+    if isinstance(exc, LakestreamError):
+        message = str(exc)
+    else:  # not ours: one line, with what it is
+        message = " ".join(f"{type(exc).__name__}: {exc}".split())
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(1)
 
 
@@ -252,11 +293,9 @@ def table_register(
     config: ConfigOpt = None,
 ) -> None:
     """Point an Iceberg table name at an existing metadata file (also repairs a damaged pointer)."""
-    from pyiceberg.exceptions import NoSuchNamespaceError, TableAlreadyExistsError
-
     try:
-        table = _lakehouse(warehouse, config).catalog.register_table(name, metadata_location, overwrite=overwrite)
-    except (LakestreamError, TableAlreadyExistsError, NoSuchNamespaceError, ValueError) as exc:
+        table = _lakehouse(warehouse, config).register_table(name, metadata_location, overwrite=overwrite)
+    except (LakestreamError, ValueError) as exc:
         _fail(exc)
     console.print(f"[green]registered[/] {escape(name)} -> {escape(table.metadata_location)}")
 
@@ -449,12 +488,22 @@ def maintain(
     retain_last: Annotated[int, typer.Option(help="always keep this many newest snapshots")] = 1,
     orphan_age: Annotated[str, typer.Option(help="grace period before an unreferenced file is deleted")] = "3d",
     retention: Annotated[str, typer.Option(help="delete tiered log segments older than this")] = "7d",
+    unsafe_orphan_age: Annotated[
+        bool,
+        typer.Option(
+            "--unsafe-orphan-age",
+            help="allow --orphan-age below 1h: deletes the files of tiering or compaction rounds still running, "
+            "whose commits then reference missing files; only when none can run",
+        ),
+    ] = False,
     target_file_size: Annotated[str, typer.Option(help="compaction target file size")] = "128MiB",
     spark_master: Annotated[str | None, typer.Option(help="run compaction tasks on Spark")] = None,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
 ) -> None:
     """Compaction, snapshot expiry, orphan removal and log retention, in that order, per table."""
+    from lakehouse.maintenance.orphans import check_orphan_age
+
     try:
         lh = _lakehouse(warehouse, config)
         args = {
@@ -463,7 +512,9 @@ def maintain(
             "orphan_age": _duration(orphan_age),
             "retention": _duration(retention),
             "target_file_size": _size(target_file_size),
+            "unsafe_orphan_age": unsafe_orphan_age,
         }
+        check_orphan_age(args["orphan_age"], unsafe_orphan_age=unsafe_orphan_age)
         spark = getattr(lh.executor(spark_master=spark_master), "spark", None)
         names = table or [str(t) for t in lh.list_tables()]
     except LakestreamError as exc:

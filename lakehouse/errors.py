@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from pyiceberg.exceptions import ValidationException
 
-from object_store.errors import LakestreamError
+from object_store.errors import InvalidArgument, LakestreamError
 
 if TYPE_CHECKING:
     from lakehouse.log.log import AppendResult
@@ -16,6 +16,7 @@ __all__ = [
     "BatchError",
     "ConfigError",
     "CorruptCatalogError",
+    "CorruptDataFileError",
     "CorruptSegmentError",
     "InvalidArgument",
     "InvalidTableName",
@@ -35,11 +36,6 @@ __all__ = [
 
 class ConfigError(LakestreamError, ValueError):
     """The configuration (environment, YAML file or arguments) is invalid or incomplete."""
-
-
-class InvalidArgument(LakestreamError, ValueError):
-    """An argument is out of range or inconsistent (a bucket the table does not have, a negative offset or
-    size, a location outside the warehouse). Raised before anything is read or written."""
 
 
 class SchemaError(LakestreamError, ValueError):
@@ -111,6 +107,12 @@ class OffsetOutOfRange(LakestreamError, IndexError):
 class CorruptCatalogError(LakestreamError):
     """A catalog object (a table pointer, a namespace) is not what the catalog wrote; the message names it
     and says how to repair it."""
+
+
+class CorruptDataFileError(LakestreamError):
+    """A data file the lake table references cannot be read as Parquet (truncated, overwritten by another
+    tool). The message names the file: restore it from a backup, or roll the table back to a snapshot that
+    does not reference it."""
 
 
 class LakeStateError(LakestreamError):

@@ -442,8 +442,9 @@ def check_tiering_fence(base: TableMetadata | None, updates: Sequence[object], *
         newest = tiering_snapshot(base) if base is not None else None
         actual = str(newest.snapshot_id if newest is not None else -1)
         if actual != expected:
+            planned = "the table before its first tiering" if expected == "-1" else f"tiering snapshot {expected}"
             raise TieringConflict(
-                f"{name}: another tiering run committed snapshot {actual} after this run planned on {expected}; "
+                f"{name}: another tiering run committed snapshot {actual} after this run planned on {planned}; "
                 "its offsets moved, so this run's files must not be applied. Rerun tiering to tier what is left"
             )
 

@@ -19,6 +19,7 @@ from lakehouse import maintenance
 from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog
 from lakehouse.errors import (
     CorruptCatalogError,
+    InvalidArgument,
     InvalidTableName,
     LakestreamError,
     OffsetOutOfRange,
@@ -279,6 +280,40 @@ class Lakehouse:
                 ) from None
             return table
 
+    def register_table(self, name: str, metadata_location: str, *, overwrite: bool = False) -> Table:
+        """Point the Iceberg table ``name`` at an existing metadata file (``overwrite``: replace the pointer of
+        an existing table, e.g. one deleted or damaged). The namespace is created if missing.
+
+        Raises:
+            InvalidArgument: no metadata file can be read at ``metadata_location``.
+            TableAlreadyExists: ``name`` exists and ``overwrite`` is not set.
+        """
+        namespace = name.rsplit(".", 1)[0] if "." in name else ""
+        try:
+            if namespace:
+                self.catalog.create_namespace(namespace)
+        except NamespaceAlreadyExistsError:
+            pass
+        try:
+            return self.catalog.register_table(name, metadata_location, overwrite=overwrite)
+        except TableAlreadyExistsError:
+            raise TableAlreadyExists(
+                f"an Iceberg table {name} already exists in {self.url}; add --overwrite (overwrite=True) to point it "
+                f"at {metadata_location}"
+            ) from None
+        except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+            raise InvalidArgument(
+                f"cannot register {name}: cannot read a metadata file at {metadata_location} ({exc.strerror or exc}); "
+                "give the path or URL of an existing Iceberg metadata.json (the newest in the table's metadata/ "
+                "folder, or what `lakestream table location` printed)"
+            ) from None
+        except (OSError, ValueError) as exc:  # unreachable store, not JSON, not Iceberg metadata
+            message = " ".join(str(exc).split())[:300]
+            raise InvalidArgument(
+                f"cannot register {name}: {metadata_location} could not be read as Iceberg table metadata "
+                f"({type(exc).__name__}: {message}); give the path or URL of an existing, readable metadata.json"
+            ) from None
+
     def lake_table(self, name: str | TableName) -> Table:
         """The current Iceberg table of ``name`` (freshly loaded). Raises `TableNotFound`, `LakeStateError`."""
         return load_lake_table(self.catalog, self.table(name))
@@ -436,9 +471,19 @@ class Lakehouse:
         *,
         older_than: timedelta = maintenance.orphans.DEFAULT_ORPHAN_AGE,
         dry_run: bool = False,
+        unsafe_orphan_age: bool = False,
     ) -> maintenance.OrphanResult:
-        """Delete unreferenced files older than ``older_than`` under the table's data/ and metadata/."""
-        return maintenance.remove_orphans(self.store, self.lake_table(name), older_than=older_than, dry_run=dry_run)
+        """Delete unreferenced files older than ``older_than`` under the table's data/ and metadata/.
+        ``older_than`` below one hour (`maintenance.orphans.MIN_ORPHAN_AGE`) is refused unless
+        ``unsafe_orphan_age``: it would delete files of a tiering or compaction round still running."""
+        maintenance.orphans.check_orphan_age(older_than, unsafe_orphan_age=unsafe_orphan_age, dry_run=dry_run)
+        return maintenance.remove_orphans(
+            self.store,
+            self.lake_table(name),
+            older_than=older_than,
+            dry_run=dry_run,
+            unsafe_orphan_age=unsafe_orphan_age,
+        )
 
     def apply_log_retention(
         self, name: str | TableName, *, retention: timedelta = maintenance.retention.DEFAULT_RETENTION
@@ -458,15 +503,18 @@ class Lakehouse:
         retain_last: int = maintenance.expiry.DEFAULT_RETAIN_LAST,
         orphan_age: timedelta = maintenance.orphans.DEFAULT_ORPHAN_AGE,
         retention: timedelta = maintenance.retention.DEFAULT_RETENTION,
+        unsafe_orphan_age: bool = False,
     ) -> maintenance.MaintenanceReport:
-        """Compaction, snapshot expiry, orphan removal and log retention, in that order."""
+        """Compaction, snapshot expiry, orphan removal and log retention, in that order. An ``orphan_age``
+        below one hour is refused before anything runs, unless ``unsafe_orphan_age`` (see `remove_orphans`)."""
+        maintenance.orphans.check_orphan_age(orphan_age, unsafe_orphan_age=unsafe_orphan_age)
         return maintenance.MaintenanceReport(
             table=str(TableName.parse(name)),
             compaction=self.compact(
                 name, target_file_size=target_file_size, min_input_files=min_input_files, spark=spark, workers=workers
             ),
             expiry=self.expire_snapshots(name, older_than=snapshot_age, retain_last=retain_last),
-            orphans=self.remove_orphans(name, older_than=orphan_age),
+            orphans=self.remove_orphans(name, older_than=orphan_age, unsafe_orphan_age=unsafe_orphan_age),
             retention=self.apply_log_retention(name, retention=retention),
         )
 

@@ -10,6 +10,7 @@ driver plans with pyiceberg and the Python workers do all IO with pyarrow inside
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +19,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyiceberg.io import load_file_io
 
+from lakehouse.errors import ConfigError
 from lakehouse.union import RowFilter, merge_batches, output_columns, parse_filter, read_tail
+
+#: Masters Spark accepts (its check: "yarn", or starting with "spark", "k8s" or "local").
+MASTER = re.compile(r"local(\[(\d+|\*)(,\s*\d+)?\])?|local-cluster\[.+\]|spark://.+|yarn|k8s://.+")
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -29,8 +34,14 @@ if TYPE_CHECKING:
 def spark_session(master: str | None = None, *, app_name: str = "lakestream", **conf: str) -> SparkSession:
     """A Spark session for lakestream jobs. Under spark-submit the master comes from spark-submit unless
     given. Sets the Python workers to this interpreter and Spark to loopback unless already set."""
+    if master and not MASTER.fullmatch(master):
+        raise ConfigError(
+            f"Spark master {master!r} is not one Spark accepts: use local, local[N], local[*], spark://host:port, "
+            "yarn or k8s://https://host:port (or tier with --local, without Spark)"
+        )
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
@@ -50,7 +61,13 @@ def spark_session(master: str | None = None, *, app_name: str = "lakestream", **
         defaults["spark.driver.extraJavaOptions"] = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
     for key, value in {**defaults, **conf}.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    except PySparkException as exc:  # the JVM did not start: no Java, a master it refused, no memory
+        raise ConfigError(
+            f"could not start Spark (master {master or 'from spark-submit'}): {' '.join(str(exc).split())}. Check "
+            "that Java 17 is installed (JAVA_HOME) and the master is reachable; Spark's own output above says more"
+        ) from None
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

@@ -323,9 +323,19 @@ def load_lake_table(catalog: Any, definition: TableDefinition) -> Table:
     try:
         table = catalog.load_table(ident)
     except NoSuchTableError:
+        newest = catalog.newest_metadata_file(ident) if hasattr(catalog, "newest_metadata_file") else None
+        if newest is None:
+            raise LakeStateError(
+                f"log table {definition.name} has no lake table in the catalog (dropped, or a crash during create?). "
+                f"Recreate it with lh.ensure_lake_table(lh.table({str(definition.name)!r})), then tier again"
+            ) from None
         raise LakeStateError(
-            f"log table {definition.name} has no lake table in the catalog (dropped, or a crash during create?). "
-            f"Recreate it with lh.ensure_lake_table(lh.table({str(definition.name)!r})), then tier again"
+            f"log table {definition.name} has no lake table in the catalog, but its metadata files remain (its "
+            "catalog pointer was deleted or the table dropped). To get it back with its tiered data and offsets, "
+            f"re-register the newest one: lakestream table register {definition.name} {newest}. Only to start the "
+            f"lake over: lh.ensure_lake_table(lh.table({str(definition.name)!r})) creates an empty one, and "
+            "tiering then starts again from the log's first offsets (records already removed by log retention "
+            "would be missing from the new lake)"
         ) from None
     except (IcebergValidationError, PydanticValidationError) as exc:
         raise LakeStateError(
@@ -366,6 +376,31 @@ def bucket_files(table: Table, buckets: set[int] | None = None) -> dict[int, lis
     return out
 
 
+def _conflict(catalog: Any, definition: TableDefinition, base: Any, exc: Exception) -> TieringConflict:
+    """A commit pyiceberg refused after losing the pointer to another writer (its retry found the files this
+    round rewrote deleted: "Data files were concurrently deleted"), or gave up retrying, as a
+    `TieringConflict` saying who won."""
+    name = str(definition.name)
+    try:
+        newest = tiering_snapshot(load_lake_table(catalog, definition).metadata)
+    except Exception:  # noqa: BLE001 - the conflict is the error to report; the reload only words it
+        newest = base
+    planned = base.snapshot_id if base is not None else None
+    cause = f"{type(exc).__name__}: {exc}"
+    cause = cause if len(cause) <= 300 else cause[:300] + "..."
+    if newest is not None and newest.snapshot_id != planned:
+        return TieringConflict(
+            f"{name}: another tiering run committed snapshot {newest.snapshot_id} while this run was committing "
+            f"({cause}); this run's files were deleted and nothing of it was committed. "
+            "Rerun tiering to tier what is left"
+        )
+    return TieringConflict(
+        f"{name}: another commit (a compaction?) changed the data files this run rewrote or kept changing the "
+        f"table ({cause}); this run's files were deleted and nothing of it was committed. "
+        "Rerun tiering"
+    )
+
+
 def tier(
     store: Any,
     catalog: Any,
@@ -378,7 +413,8 @@ def tier(
 
     Raises:
         LakeStateError: the lake table is missing or foreign, its offsets are unreadable or ahead of the log.
-        TieringConflict: another tiering run committed first; this round's files were deleted.
+        TieringConflict: another tiering run (or a compaction of the files it rewrote) committed first; this
+            round's files were deleted.
         TieringError: a task failed; this round's files were deleted, nothing was committed.
         CommitStateUnknownException: the store never confirmed the commit; files were kept (they may be
             referenced). Reload and compare `lake_offsets` before tiering again.
@@ -446,10 +482,12 @@ def tier(
     except CommitStateUnknownException:
         log.warning("%s: commit outcome unknown; keeping %d data files (they may be referenced)", name, len(added))
         raise
-    except (TieringConflict, CommitFailedException, ValidationException):
-        # certainly not committed: nothing can ever reference these files
-        ctx.delete(locations(added))
+    except TieringConflict:
+        ctx.delete(locations(added))  # certainly not committed: nothing can ever reference these files
         raise
+    except (CommitFailedException, ValidationException) as exc:
+        ctx.delete(locations(added))
+        raise _conflict(catalog, definition, base, exc) from None
     snapshot = tiering_snapshot(table.metadata)
     result.snapshot_id = snapshot.snapshot_id if snapshot is not None else None
     result.offsets = new_offsets

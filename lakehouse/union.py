@@ -13,9 +13,11 @@ hides its old lake version).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression, parser
 from pyiceberg.expressions.visitors import bind
 from pyiceberg.io.pyarrow import expression_to_pyarrow
@@ -23,7 +25,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyparsing import ParseException
 
-from lakehouse.errors import InvalidArgument, SchemaError
+from lakehouse.errors import CorruptDataFileError, InvalidArgument, SchemaError
 from lakehouse.lake import check_lake_layout, lake_offsets, log_to_lake_rows
 from lakehouse.log import Log
 from lakehouse.tiering import KeySet, reduce_changes, upserts_of
@@ -116,6 +118,35 @@ def merge_batches(
     yield from tail.select(columns).cast(target).to_batches()
 
 
+def corrupt_file_error(table: Table, exc: Exception) -> Exception:
+    """The error of a lake read that failed inside pyarrow ("Could not open Parquet input source '<Buffer>'":
+    pyiceberg opens files as streams, so the path is lost): a `CorruptDataFileError` naming the first live data
+    file whose footer cannot be read, or ``exc`` itself if every footer reads."""
+    if table.current_snapshot() is None:
+        return exc
+    for task in table.scan().plan_files():
+        path = task.file.file_path
+        try:
+            with table.io.new_input(path).open() as stream:
+                pq.ParquetFile(stream).metadata  # noqa: B018 - reads the footer
+        except (pa.ArrowInvalid, FileNotFoundError) as bad:
+            what = "is missing" if isinstance(bad, FileNotFoundError) else "cannot be read as Parquet"
+            return CorruptDataFileError(
+                f"lake table {'.'.join(table.name())}: data file {path} {what} ({' '.join(str(bad).split())}). "
+                "Restore it from a backup, or roll the table back to a snapshot that does not reference it"
+            )
+        except OSError:  # the store, not the file (unreachable, no permission): the original error says it
+            return exc
+    return exc
+
+
+def _named(table: Table, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    try:
+        yield from batches
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise corrupt_file_error(table, exc) from exc
+
+
 def _union(
     table: Table, log_: Log, columns: Sequence[str] | None, row_filter: RowFilter, *, stream: bool
 ) -> Iterator[pa.RecordBatch]:
@@ -132,10 +163,10 @@ def _union(
     if table.current_snapshot() is None:
         lake, schema = iter(()), scan.projection().as_arrow()
     elif stream:
-        reader = scan.to_arrow_batch_reader()
-        lake, schema = iter(reader), reader.schema
+        reader = _read(table, scan.to_arrow_batch_reader)
+        lake, schema = _named(table, iter(reader)), reader.schema
     else:  # pyiceberg reads the files in parallel
-        data = scan.to_arrow()
+        data = _read(table, scan.to_arrow)
         lake, schema = iter(data.to_batches()), data.schema
     return merge_batches(lake, tail, primary_key=pk, columns=out, tail_filter=tail_filter, schema=schema)
 
@@ -161,4 +192,12 @@ def union_read(
 def lake_read(table: Table, *, columns: Sequence[str] | None = None, row_filter: RowFilter = None) -> pa.Table:
     """The lake only: what any Iceberg reader sees."""
     out = output_columns(table, columns)
-    return table.scan(row_filter=parse_filter(row_filter, table.schema()), selected_fields=tuple(out)).to_arrow()
+    scan = table.scan(row_filter=parse_filter(row_filter, table.schema()), selected_fields=tuple(out))
+    return _read(table, scan.to_arrow)
+
+
+def _read(table: Table, read: Any) -> Any:
+    try:
+        return read()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise corrupt_file_error(table, exc) from exc

@@ -56,6 +56,7 @@ S3_OPTIONS = (
     "max_attempts",
     "connect_timeout",
     "read_timeout",
+    "retry_deadline",
     "max_pool_connections",
     "create_bucket",
     "probe",
@@ -69,6 +70,7 @@ def open_store(url: str, **options: Any) -> ObjectStore:
     backend; options: ``endpoint_url`` (MinIO, SeaweedFS, ...), ``region``, ``access_key_id``,
     ``secret_access_key``, ``session_token`` (else the standard AWS credential chain), ``path_style``
     (default: on when ``endpoint_url`` is set), ``max_attempts``, ``connect_timeout``, ``read_timeout``,
+    ``retry_deadline`` (no retry after an operation has failed for this many seconds),
     ``max_pool_connections``, ``create_bucket``, ``probe`` (check once that conditional writes are
     enforced; default on). Options that are None are ignored, so settings can be passed through.
 

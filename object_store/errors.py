@@ -25,10 +25,13 @@ class InvalidKey(StoreError, ValueError):
     """
 
 
-class InvalidArgument(StoreError, ValueError):
-    """An argument is out of range or inconsistent (a part size, a retry count, conflicting conditions).
+class InvalidArgument(LakestreamError, ValueError):
+    """An argument is out of range or inconsistent: in the store a part size, a retry count, conflicting
+    conditions; in `lakehouse` (which re-exports this class) a bucket the table does not have, a negative
+    offset or size, a location outside the warehouse.
 
-    Raised before anything is sent or written.
+    Raised before anything is sent, read or written. One class for every layer, so ``except
+    InvalidArgument`` catches both; not a `StoreError` (nothing went wrong talking to a store).
     """
 
 

@@ -13,6 +13,11 @@ across threads (each call opens its own file description) and processes; readers
 shared, so they never see a body with another write's metadata. The body is written and hashed before
 the lock is taken, so a large write holds the lock only for two renames.
 
+A warehouse this process cannot write (a read-only mount, another user's files) opens read-only: reads
+take a stripe shared only if its lock file exists or can be created (``flock`` needs no write access),
+and otherwise read without it (no writer can be running through a lock file that does not exist); a
+write raises `StoreError` saying the warehouse is read-only.
+
 Limits of a file system: a key cannot be both an object and a "directory" of other keys (``a`` and
 ``a/b``); such a put raises `InvalidKey`. The top-level name ``.lakestream-store`` is reserved.
 """
@@ -39,6 +44,7 @@ from object_store.base import WRITE_TOKEN_KEY, Object, ObjectInfo, ObjectStore
 from object_store.errors import InvalidKey, NotFound, PreconditionFailed, StoreError
 
 INTERNAL_DIR = ".lakestream-store"
+_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
 LOCK_STRIPES = 64
 _CHUNK = 1024 * 1024
 
@@ -51,14 +57,35 @@ class LocalStore(ObjectStore):
         self.root = Path(root).resolve()
         self.url = self.root.as_uri()
         self._internal = self.root / INTERNAL_DIR
+        #: Why this store cannot write (a read-only mount, no permission), or None if it can.
+        self.read_only: str | None = None
         try:
-            for sub in ("meta", "locks", "tmp", "uploads"):
-                (self._internal / sub).mkdir(parents=True, exist_ok=True)
-        except OSError as exc:  # a file in the way, a read-only or missing mount, no permission
+            self._make_folders()
+        except OSError as exc:
+            if exc.errno in _READ_ONLY and self.root.is_dir():  # an existing warehouse we may only read
+                self.read_only = f"{exc.strerror} ({errno.errorcode.get(exc.errno or 0, '')})"
+            else:  # a file in the way, a missing mount
+                raise StoreError(
+                    f"cannot open {self.url}: cannot create the store's folders under {self.root} "
+                    f"({exc.strerror}); give a writable directory (it is created if missing)"
+                ) from None
+
+    def _make_folders(self) -> None:
+        for sub in ("meta", "locks", "tmp", "uploads"):
+            (self._internal / sub).mkdir(parents=True, exist_ok=True)
+
+    def _writable(self, key: str) -> None:
+        """Raise `StoreError` if this store cannot write (it tries again: the mount may have changed)."""
+        if self.read_only is None:
+            return
+        try:
+            self._make_folders()
+        except OSError:
             raise StoreError(
-                f"cannot open {self.url}: cannot create the store's folders under {self.root} ({exc.strerror}); "
-                "give a writable directory (it is created if missing)"
+                f"cannot write {key!r}: {self.url} is read-only for this process ({self.read_only}); reads work, "
+                "writes need a writable warehouse (remount it read-write or run as a user that may write it)"
             ) from None
+        self.read_only = None
 
     # ---- paths and locks -------------------------------------------------------------------------------
 
@@ -73,7 +100,21 @@ class LocalStore(ObjectStore):
     @contextlib.contextmanager
     def _locked(self, key: str, *, exclusive: bool) -> Iterator[None]:
         stripe = zlib.crc32(key.encode()) % LOCK_STRIPES
-        fd = os.open(self._internal / "locks" / f"{stripe:02d}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        path = self._internal / "locks" / f"{stripe:02d}.lock"
+        if exclusive:
+            self._writable(key)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        else:  # a shared flock needs only a readable file: a read-only warehouse can still be read
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+                except OSError as exc:
+                    if exc.errno not in (*_READ_ONLY, errno.ENOENT):
+                        raise
+                    yield  # no lock file and none can be made: nobody writes through this stripe
+                    return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             yield
@@ -82,6 +123,24 @@ class LocalStore(ObjectStore):
 
     def _tmp_path(self) -> Path:
         return self._internal / "tmp" / uuid.uuid4().hex
+
+    @contextlib.contextmanager
+    def _os_errors(self, operation: str, key: str) -> Iterator[None]:
+        """The file system's errors (disk full, read-only, no permission) as a `StoreError` naming the key."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.errno in _READ_ONLY:
+                advice = (
+                    f"{self.url} is read-only for this process: reads work, writes need a writable warehouse "
+                    "(remount it read-write or run as a user that may write it)"
+                )
+            else:
+                advice = f"free space on the disk under {self.root} (or fix the file system), then retry"
+            raise StoreError(
+                f"cannot {operation} {key!r} in {self.url}: {exc.strerror or exc} "
+                f"({errno.errorcode.get(exc.errno or 0, 'OSError')}); {advice}"
+            ) from None
 
     # ---- sidecar metadata ------------------------------------------------------------------------------
 
@@ -128,8 +187,11 @@ class LocalStore(ObjectStore):
         meta_path = self._meta_path(key)
         meta_path.parent.mkdir(parents=True, exist_ok=True)
         meta_tmp = self._tmp_path()
-        meta_tmp.write_text(json.dumps(side))
-        os.replace(meta_tmp, meta_path)
+        try:
+            meta_tmp.write_text(json.dumps(side))
+            os.replace(meta_tmp, meta_path)
+        finally:
+            meta_tmp.unlink(missing_ok=True)
         os.replace(tmp, path)  # rename keeps mtime, so the sidecar matches the body
 
     def _check(self, key: str, *, if_match: str | None, if_none_match: bool) -> None:
@@ -153,17 +215,20 @@ class LocalStore(ObjectStore):
         self, key: str, data: bytes, *, if_match: str | None, if_none_match: bool, metadata: dict[str, str]
     ) -> str:
         path = self._path(key)
+        self._writable(key)
         if if_none_match and path.is_file():
             # taken already: refuse before writing the body (the check under the lock below decides races)
             with self._locked(key, exclusive=False):
                 self._check(key, if_match=None, if_none_match=True)
         tmp = self._tmp_path()
-        tmp.write_bytes(data)
-        etag = hashlib.md5(data, usedforsecurity=False).hexdigest()
-        try:
+        try:  # a failed write (disk full) leaves no temporary file behind
+            with self._os_errors("write", key):
+                tmp.write_bytes(data)
+            etag = hashlib.md5(data, usedforsecurity=False).hexdigest()
             with self._locked(key, exclusive=True):
                 self._check(key, if_match=if_match, if_none_match=if_none_match)
-                self._install(key, tmp, etag, metadata)
+                with self._os_errors("write", key):
+                    self._install(key, tmp, etag, metadata)
         finally:
             tmp.unlink(missing_ok=True)
         return etag
@@ -236,6 +301,7 @@ class LocalStore(ObjectStore):
 
     def _create_multipart(self, key: str, metadata: dict[str, str]) -> str:
         self._path(key)
+        self._writable(key)
         upload_id = uuid.uuid4().hex
         d = self._upload_dir(upload_id)
         d.mkdir()
@@ -248,8 +314,12 @@ class LocalStore(ObjectStore):
             raise _no_upload(key, upload_id)
         etag = hashlib.md5(data, usedforsecurity=False).hexdigest()
         tmp = d / f"tmp-{uuid.uuid4().hex}"
-        tmp.write_bytes(data)
-        os.replace(tmp, d / f"part-{part_number:05d}-{etag}")  # named by its MD5: checked at completion
+        try:
+            with self._os_errors("write a part of", key):
+                tmp.write_bytes(data)
+                os.replace(tmp, d / f"part-{part_number:05d}-{etag}")  # named by its MD5: checked at completion
+        finally:
+            tmp.unlink(missing_ok=True)
         return etag
 
     def _complete_multipart(
@@ -261,24 +331,24 @@ class LocalStore(ObjectStore):
         except FileNotFoundError:
             raise _no_upload(key, upload_id) from None
         tmp = self._tmp_path()
-        with open(tmp, "wb") as out:
-            for number, part_etag in parts:
-                part = d / f"part-{number:05d}-{part_etag.strip(chr(34))}"
-                try:
-                    _append_file(part, out.fileno())
-                except FileNotFoundError:
-                    tmp.unlink(missing_ok=True)
-                    message = f"{key!r}: upload {upload_id} has no part {number} with ETag {part_etag}"
-                    raise NotFound(message, key) from None
-        digests = b"".join(bytes.fromhex(e.strip('"')) for _, e in parts)
-        etag = f"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{len(parts)}"
         try:
+            with self._os_errors("write", key), open(tmp, "wb") as out:
+                for number, part_etag in parts:
+                    part = d / f"part-{number:05d}-{part_etag.strip(chr(34))}"
+                    try:
+                        _append_file(part, out.fileno())
+                    except FileNotFoundError:
+                        message = f"{key!r}: upload {upload_id} has no part {number} with ETag {part_etag}"
+                        raise NotFound(message, key) from None
+            digests = b"".join(bytes.fromhex(e.strip('"')) for _, e in parts)
+            etag = f"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{len(parts)}"
             with self._locked(key, exclusive=True):
                 try:
                     self._check(key, if_match=None, if_none_match=if_none_match)
                 finally:
                     shutil.rmtree(d, ignore_errors=True)  # a completion ends the upload either way
-                self._install(key, tmp, etag, manifest["metadata"])
+                with self._os_errors("write", key):
+                    self._install(key, tmp, etag, manifest["metadata"])
         finally:
             tmp.unlink(missing_ok=True)
         return etag
@@ -288,7 +358,8 @@ class LocalStore(ObjectStore):
 
     def open_uploads(self) -> list[str]:
         """Ids of multipart uploads not yet completed or aborted (for tests and cleanup)."""
-        return sorted(p.name for p in (self._internal / "uploads").iterdir())
+        uploads = self._internal / "uploads"
+        return sorted(p.name for p in uploads.iterdir()) if uploads.is_dir() else []
 
     def arrow_filesystem(self) -> pafs.FileSystem:
         return pafs.SubTreeFileSystem(str(self.root), pafs.LocalFileSystem())

@@ -6,6 +6,12 @@ ConditionalRequestConflict`` (S3's answer when two conditional writes to one key
 that here with the same kind of backoff. When the budget is spent, `StoreUnavailable` names the
 operation and the key.
 
+Each retry logs a warning (operation, key, cause, attempt, time so far), so a store that stopped
+answering is visible at once rather than after the whole budget. The budget is ``max_attempts`` (8) and
+``retry_deadline`` (60 s): no retry starts once an operation has been failing for that long, so an
+endpoint that accepts connections and never answers costs about the deadline plus one ``read_timeout``
+(30 s), not 8 x 30 s plus backoff (~4.5 minutes before the deadline existed).
+
 A retried conditional write can meet its own first attempt; `ObjectStore.put` settles that with the
 write token (see ``base.py``). botocore re-sends the very same request, token included, so the check
 works for its internal retries as well as ours.
@@ -15,8 +21,10 @@ from __future__ import annotations
 
 import base64
 import importlib.metadata
+import logging
 import os
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC
@@ -41,6 +49,7 @@ from object_store.errors import (
 )
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def _lakestream_version() -> str:
@@ -95,6 +104,7 @@ class S3Store(ObjectStore):
         max_attempts: int = 8,
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
+        retry_deadline: float = 60.0,
         max_pool_connections: int = 32,
         create_bucket: bool = False,
         probe: bool = True,
@@ -102,6 +112,10 @@ class S3Store(ObjectStore):
         super().__init__(probe=probe)
         if max_attempts < 1:
             raise InvalidArgument(f"max_attempts must be >= 1, got {max_attempts}")
+        if not retry_deadline > 0:
+            raise InvalidArgument(f"retry_deadline must be a positive number of seconds, got {retry_deadline}")
+        self._retry_deadline = float(retry_deadline)
+        self._retries = threading.local()  # what the last call's retries were, per thread (for its error)
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.endpoint_url = endpoint_url
@@ -136,7 +150,7 @@ class S3Store(ObjectStore):
             user_agent=_USER_AGENT,
         )
         try:
-            self._client = self._session.client("s3", endpoint_url=endpoint_url, config=self._config)
+            self._client = self._new_client()
         except ValueError as exc:  # botocore: "Invalid endpoint: ..."
             raise InvalidArgument(
                 f"cannot open {self.url}: {exc}; give the endpoint as a URL, e.g. http://127.0.0.1:9000"
@@ -150,9 +164,62 @@ class S3Store(ObjectStore):
         """The boto3 client of this process. A forked child gets its own: the parent's pooled connections
         would carry both processes' requests on one socket."""
         if os.getpid() != self._pid:
-            self._client = self._session.client("s3", endpoint_url=self.endpoint_url, config=self._config)
+            self._client = self._new_client()
             self._pid = os.getpid()
         return self._client
+
+    def _new_client(self) -> Any:
+        """A boto3 client whose standard retry handler is wrapped: each retry logs a warning, and none starts
+        after ``retry_deadline`` seconds of failing."""
+        client = self._session.client("s3", endpoint_url=self.endpoint_url, config=self._config)
+        events = client.meta.events
+        unique_id = "retry-config-s3"
+        emitter = getattr(events, "_emitter", events)  # botocore's EventAliaser wraps a HierarchicalEmitter
+        entry = getattr(emitter, "_unique_id_handlers", {}).get(unique_id)
+        if entry is None:  # another botocore: keep its retries as they are
+            return client
+        standard = entry["handler"]
+        events.unregister("needs-retry.s3", unique_id=unique_id)
+        events.register("before-call.s3", _note_start, unique_id="lakestream-call-start")
+        events.register("needs-retry.s3", self._needs_retry(standard), unique_id="lakestream-retries")
+        return client
+
+    def _needs_retry(self, standard: Callable[..., float | None]) -> Callable[..., float | None]:
+        def needs_retry(**kwargs: Any) -> float | None:
+            request = kwargs.get("request_dict") or {}
+            context = request.get("context") or {}
+            elapsed = time.monotonic() - context.get("lakestream-started", time.monotonic())
+            attempts = kwargs.get("attempts", 0)
+            self._retries.attempts, self._retries.elapsed = attempts, elapsed
+            delay = standard(**kwargs)
+            if delay is None:
+                return None
+            if elapsed + delay > self._retry_deadline:
+                return None  # out of time: botocore raises the last error, which _call reports
+            operation = getattr(kwargs.get("operation"), "name", "request")
+            where = urlparse(str(request.get("url", ""))).path or self.url
+            error = kwargs.get("caught_exception")
+            response = kwargs.get("response")
+            if error is not None:
+                cause = type(error).__name__
+            elif response is not None:
+                cause = f"HTTP {response[0].status_code}"
+            else:
+                cause = "a transient error"
+            log.warning(
+                "%s %s at %s: %s (attempt %d of %d, %.1f s so far); retrying in %.1f s",
+                operation,
+                where,
+                self.endpoint_url or "AWS S3",
+                cause,
+                attempts,
+                self._max_attempts,
+                elapsed,
+                delay,
+            )
+            return delay
+
+        return needs_retry
 
     def __repr__(self) -> str:
         where = f", endpoint_url={self.endpoint_url!r}" if self.endpoint_url else ""
@@ -165,6 +232,7 @@ class S3Store(ObjectStore):
 
     def _call(self, operation: str, key: str | None, fn: Callable[..., T], **kwargs: Any) -> T:
         """Run one boto3 call, retrying 409 conflicts, and translate its errors to ours."""
+        self._retries.attempts, self._retries.elapsed = 1, 0.0
         for attempt in range(1, self._max_attempts + 1):
             try:
                 return fn(**kwargs)
@@ -183,10 +251,13 @@ class S3Store(ObjectStore):
                     ) from None
                 raise error from None
             except _TRANSIENT as exc:
+                tries, spent = getattr(self._retries, "attempts", 1), getattr(self._retries, "elapsed", 0.0)
                 raise StoreUnavailable(
-                    f"{operation} {self._describe(key)} failed after {self._max_attempts} attempts: "
+                    f"{operation} {self._describe(key)} failed after {tries} attempts in {spent:.0f} s "
+                    f"(at most {self._max_attempts} attempts, no retry after {self._retry_deadline:.0f} s): "
                     f"{type(exc).__name__}. Check that the store at {self.endpoint_url or 'AWS S3'} is "
-                    "reachable, or raise max_attempts / timeouts. A write may or may not have been applied."
+                    "reachable and answers, or raise max_attempts / retry_deadline / timeouts. A write may or "
+                    "may not have been applied."
                 ) from None
             except (bexc.NoCredentialsError, bexc.PartialCredentialsError) as exc:
                 raise AccessDenied(
@@ -411,6 +482,12 @@ class S3Store(ObjectStore):
 
     def close(self) -> None:
         self.client.close()
+
+
+def _note_start(context: dict[str, Any] | None = None, **_: Any) -> None:
+    """before-call: when the operation started (its retries' deadline counts from here)."""
+    if context is not None:
+        context["lakestream-started"] = time.monotonic()
 
 
 class _Retry(Exception):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,3 +106,29 @@ def duckdb_connection():
     from lakehouse.engines import duckdb_connection as connect
 
     return connect()
+
+
+@pytest.fixture
+def silent_endpoint() -> Iterator[str]:
+    """http://127.0.0.1:PORT of a TCP server that accepts every connection and never sends a byte."""
+    server = socket.create_server(("127.0.0.1", 0), backlog=64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        server.close()
+        for conn in held:
+            conn.close()

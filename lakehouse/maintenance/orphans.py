@@ -6,6 +6,12 @@ They come from runs that died before committing (tiering, compaction) or lost a 
 clean up. Only files older than a grace period are candidates, so the fresh files of a running tiering
 or compaction job are never touched: the default (3 days, as Iceberg's) is far longer than any job.
 The listing happens before the references are read, so a commit landing in between is seen.
+
+A grace period below `MIN_ORPHAN_AGE` (1 hour) is refused unless ``unsafe_orphan_age`` is set: a tiering
+round writes its data files first and references them only when it commits, so a removal that runs
+between the two deletes files the commit then references (reads fail with FileNotFoundError). One hour
+is far above the longest round (tiering and compaction rounds take seconds to minutes; a round over an
+hour is a stuck one) and well below Iceberg's 3 days. A dry run deletes nothing, so it may look closer.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from lakehouse.maintenance.references import referenced_files
 from object_store import ObjectStore
 
 DEFAULT_ORPHAN_AGE = timedelta(days=3)
+#: The shortest grace period allowed without ``unsafe_orphan_age`` (see the module docstring).
+MIN_ORPHAN_AGE = timedelta(hours=1)
 
 
 @dataclass
@@ -40,10 +48,39 @@ class OrphanResult:
         return {**asdict(self), "bytes": self.bytes}
 
 
+def check_orphan_age(older_than: timedelta, *, unsafe_orphan_age: bool = False, dry_run: bool = False) -> None:
+    """Refuse a grace period below `MIN_ORPHAN_AGE` unless ``unsafe_orphan_age`` (or ``dry_run``) says so.
+
+    Raises:
+        InvalidArgument: ``older_than`` is negative, or below the floor without the flag.
+    """
+    cutoff_of(older_than)  # negative or not a timedelta: InvalidArgument
+    if older_than < MIN_ORPHAN_AGE and not (unsafe_orphan_age or dry_run):
+        raise InvalidArgument(
+            f"an orphan age of {older_than} is below the safe floor of {MIN_ORPHAN_AGE}: a tiering or compaction "
+            "round still running has written files its commit has not referenced yet, and removing them makes "
+            "that commit reference missing files (reads then fail with FileNotFoundError). Use at least "
+            f"{MIN_ORPHAN_AGE}, or allow it with --unsafe-orphan-age (unsafe_orphan_age=True) only while no "
+            "tiering or compaction can run"
+        )
+
+
 def remove_orphans(
-    store: ObjectStore, table: Table, *, older_than: timedelta = DEFAULT_ORPHAN_AGE, dry_run: bool = False
+    store: ObjectStore,
+    table: Table,
+    *,
+    older_than: timedelta = DEFAULT_ORPHAN_AGE,
+    dry_run: bool = False,
+    unsafe_orphan_age: bool = False,
 ) -> OrphanResult:
-    """Delete (or with ``dry_run`` only list) unreferenced files older than ``older_than``."""
+    """Delete (or with ``dry_run`` only list) unreferenced files older than ``older_than``, which must be at
+    least `MIN_ORPHAN_AGE` unless ``unsafe_orphan_age`` is set (see the module docstring).
+
+    Raises:
+        InvalidArgument: ``older_than`` is negative, or below `MIN_ORPHAN_AGE` without ``unsafe_orphan_age``.
+    """
+    if isinstance(older_than, timedelta):
+        check_orphan_age(older_than, unsafe_orphan_age=unsafe_orphan_age, dry_run=dry_run)
     cutoff = cutoff_of(older_than)
     started = time.perf_counter()
     prefix = store.url.rstrip("/") + "/"

@@ -16,7 +16,15 @@ from tests.dags.conftest import (
     assert_per_table_tasks,
 )
 
-MAINTENANCE_ARGS = ["--min-input-files", "2", "--snapshot-age-hours", "0", "--orphan-age-hours", "0"]
+MAINTENANCE_ARGS = [
+    "--min-input-files",
+    "2",
+    "--snapshot-age-hours",
+    "0",
+    "--orphan-age-hours",
+    "0",
+    "--unsafe-orphan-age",
+]
 
 
 def test_both_dags_load_with_the_shared_module(run_probe) -> None:

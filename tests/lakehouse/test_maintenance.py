@@ -252,10 +252,50 @@ def test_orphans_respect_the_grace_period_and_spare_referenced_files_and_the_log
         ("dead-run.parquet", 100),
     ]
     assert lh.store.exists(f"{location}/metadata/dead-run.avro")  # dry run
-    removed = lh.remove_orphans(name, older_than=timedelta(0))
+    removed = lh.remove_orphans(name, older_than=timedelta(0), unsafe_orphan_age=True)
     assert removed.bytes == 110 and not lh.store.exists(f"{location}/metadata/dead-run.avro")
     assert sorted(i.key for i in lh.store.list(f"{location}/log/")) == segments
     assert rows(lh.lake_read(name), LAKE_COLS) == log_records(lh, name, lh.log(name).end_offsets())
+
+
+class _MaintainingExecutor(LocalExecutor):
+    """Runs ``between()`` after the round's tasks wrote their files, before the round commits."""
+
+    def __init__(self, between) -> None:
+        super().__init__(workers=1)
+        self.between = between
+
+    def map(self, fn, items):
+        out = super().map(fn, items)
+        self.between()
+        return out
+
+
+def test_an_orphan_age_below_the_floor_is_refused_unless_forced(tmp_path) -> None:
+    """`maintain --orphan-age 0s` between a tiering round's writes and its commit deleted the files the commit
+    then referenced: every read of the table failed with FileNotFoundError."""
+    wh = tmp_path.as_uri()
+    lh = Lakehouse.open(wh)
+    name = "ods.t"
+    lh.create_table(name, ORDERS, bucket_key="o_orderkey", buckets=2)
+    lh.log(name).append(orders(range(100)))
+    maintained = []
+    between = lambda: maintained.append(CliRunner().invoke(app, ["maintain", "-w", wh, "--orphan-age", "0s"]))  # noqa: E731
+    from lakehouse.tiering import tier
+
+    tier(lh.store, lh.catalog, lh.log(name), executor=_MaintainingExecutor(between))
+    assert maintained[0].exit_code == 1, maintained[0].output
+    assert "below the safe floor of 1:00:00" in maintained[0].output and "--unsafe-orphan-age" in maintained[0].output
+    assert rows(lh.lake_read(name), LAKE_COLS) == log_records(lh, name, lh.log(name).end_offsets())
+    for older_than in (timedelta(0), timedelta(minutes=59)):
+        with pytest.raises(InvalidArgument, match="below the safe floor"):
+            lh.remove_orphans(name, older_than=older_than)
+        with pytest.raises(InvalidArgument, match="below the safe floor"):
+            lh.maintain(name, orphan_age=older_than)
+    assert lh.remove_orphans(name, older_than=timedelta(0), dry_run=True).files == []  # a dry run deletes nothing
+    assert lh.remove_orphans(name, older_than=timedelta(hours=1)).files == []
+    assert lh.remove_orphans(name, older_than=timedelta(0), unsafe_orphan_age=True).files == []
+    lh.close()
 
 
 # ---- log retention -------------------------------------------------------------------------------------
@@ -324,7 +364,19 @@ def test_maintain_command_runs_everything_in_order(tmp_path) -> None:
     expected = log_records(lh, "ods.t", lh.log("ods.t").end_offsets())
     runner = CliRunner()
     result = runner.invoke(
-        app, ["maintain", "-w", wh, "--snapshot-age", "0s", "--orphan-age", "0s", "--retention", "0s"]
+        app,
+        [
+            "maintain",
+            "-w",
+            wh,
+            "--snapshot-age",
+            "0s",
+            "--orphan-age",
+            "0s",
+            "--unsafe-orphan-age",
+            "--retention",
+            "0s",
+        ],
     )
     assert result.exit_code == 0, result.output
     for word in ("compaction  files", "expiry", "orphans", "retention   10 segments"):
