@@ -33,7 +33,6 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-import re
 import threading
 import time
 from dataclasses import dataclass
@@ -52,9 +51,9 @@ from pyiceberg.exceptions import (
 from pyiceberg.io import PY_IO_IMPL, FileIO, load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.serializers import FromByteStream
-from pyiceberg.table import CommitTableResponse, StagedTable, Table
+from pyiceberg.table import CommitTableResponse, StagedTable, Table, TableProperties
 from pyiceberg.table.locations import load_location_provider
-from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.utils.config import Config
@@ -67,11 +66,11 @@ from lakehouse.contention import (
     quiet_settings,
     wait_until_quiet,
 )
-from lakehouse.errors import CorruptCatalogError, InvalidArgument, InvalidTableName, LakestreamError
+from lakehouse.errors import CorruptCatalogError, InvalidArgument, LakestreamError
 from lakehouse.fileio import STORE_OPTION_PROPERTIES
 from lakehouse.iceberg_table import LakeTable, apply_updates
 from lakehouse.lake import check_tiering_fence
-from lakehouse.tables import check_namespace
+from lakehouse.tables import check_catalog_part, check_namespace, decode_catalog_part, encode_catalog_part
 from object_store import NotFound, ObjectStore, PreconditionFailed, StoreError, StoreUnavailable, open_store
 
 if TYPE_CHECKING:
@@ -85,7 +84,6 @@ log = logging.getLogger(__name__)
 CATALOG_PREFIX = "_lakestream/catalog/"
 NAMESPACES_PREFIX = CATALOG_PREFIX + "namespaces/"
 TABLES_PREFIX = CATALOG_PREFIX + "tables/"
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 #: Defaults for tables this catalog creates. pyiceberg 0.12 retries a commit that lost its CAS
 #: (``commit.retry.num-retries``, default 4) after min-wait * 2^attempt (capped at max-wait, jitter 10%).
@@ -166,29 +164,80 @@ class ObjectStoreCatalog(MetastoreCatalog):
 
     # ---- keys and names -----------------------------------------------------------------------------
 
+    # Identifiers: every part a non-blank string of printable characters without '.', namespaces of any depth
+    # (`lakehouse.tables.check_catalog_part`). Inside, a namespace is its parts joined by '.' (unambiguous: no
+    # part holds one); in object keys and default locations each part is encoded (`encode_catalog_part`).
+
     def _split(self, identifier: str | Identifier) -> tuple[str, str]:
-        """(namespace, table) as dotted strings; raise `NoSuchTableError`/`ValueError` for bad identifiers."""
+        """(namespace, table): the namespace's parts joined by '.'; raise `NoSuchTableError`/`ValueError` for
+        identifiers that cannot name a table."""
         ident = self.identifier_to_tuple(identifier)
         if len(ident) < 2:
-            raise NoSuchTableError(f"invalid table identifier {identifier!r}: use 'namespace.table'")
-        _check_parts(ident)
+            raise NoSuchTableError(f"Invalid table identifier {identifier!r}: give a namespace and a table name")
+        _check_parts(ident, identifier)
         return ".".join(ident[:-1]), ident[-1]
 
     @staticmethod
     def _namespace_str(namespace: str | Identifier) -> str:
         ident = ObjectStoreCatalog.identifier_to_tuple(namespace)
-        if not ident:
-            raise NoSuchNamespaceError("empty namespace")
-        _check_parts(ident)
+        if not ident or any(not isinstance(p, str) or not p.strip() for p in ident):
+            raise NoSuchNamespaceError(f"Empty namespace identifier: {namespace!r}")
+        _check_parts(ident, namespace)
         return ".".join(ident)
 
     @staticmethod
+    def _encoded(namespace: str) -> str:
+        return ".".join(encode_catalog_part(p) for p in namespace.split("."))
+
+    @staticmethod
+    def _decoded(text: str) -> tuple[str, ...]:
+        return tuple(decode_catalog_part(p) for p in text.split("."))
+
+    @staticmethod
     def _pointer_key(namespace: str, table: str) -> str:
-        return f"{TABLES_PREFIX}{namespace}/{table}.json"
+        return f"{TABLES_PREFIX}{ObjectStoreCatalog._encoded(namespace)}/{encode_catalog_part(table)}.json"
 
     @staticmethod
     def _namespace_key(namespace: str) -> str:
-        return f"{NAMESPACES_PREFIX}{namespace}.json"
+        return f"{NAMESPACES_PREFIX}{ObjectStoreCatalog._encoded(namespace)}.json"
+
+    def _get_default_warehouse_location(self, database_name: str, table_name: str) -> str:
+        """``<namespace location or warehouse/<namespace>>/<table>``, parts encoded; ``database_name`` is the
+        namespace's parts joined by '.' (pyiceberg's own version would split encoded parts again)."""
+        properties = self._read_namespace(database_name)[0]
+        if location := properties.get("location"):
+            return f"{location.rstrip('/')}/{encode_catalog_part(table_name)}"
+        return f"{self.warehouse}/{self._encoded(database_name)}/{encode_catalog_part(table_name)}"
+
+    def _create_staged_table(
+        self,
+        identifier: str | Identifier,
+        schema: Schema | pa.Schema,
+        location: str | None = None,
+        partition_spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
+        sort_order: SortOrder = UNSORTED_SORT_ORDER,
+        properties: Properties = EMPTY_DICT,
+    ) -> StagedTable:
+        """pyiceberg's staging of a new table, for namespaces of any depth (pyiceberg's takes two parts only)."""
+        namespace, table = self._split(identifier)
+        format_version = int(properties.get(TableProperties.FORMAT_VERSION, TableProperties.DEFAULT_FORMAT_VERSION))
+        iceberg_schema = self._convert_schema_if_needed(schema, format_version)  # type: ignore[arg-type]
+        location = self._resolve_table_location(location, namespace, table)
+        metadata_location = load_location_provider(location, properties).new_table_metadata_file_location()
+        metadata = new_table_metadata(
+            location=location,
+            schema=iceberg_schema,
+            partition_spec=partition_spec,
+            sort_order=sort_order,
+            properties=properties,
+        )
+        return StagedTable(
+            identifier=(*namespace.split("."), table),
+            metadata=metadata,
+            metadata_location=metadata_location,
+            io=self._load_file_io(properties=properties, location=metadata_location),
+            catalog=self,
+        )
 
     def _key_of(self, location: str) -> str | None:
         """The store key of a location inside the warehouse, or None if it lies outside."""
@@ -387,8 +436,12 @@ class ObjectStoreCatalog(MetastoreCatalog):
         ns = self._namespace_str(namespace)
         if not self.namespace_exists(ns):
             raise NoSuchNamespaceError(f"Namespace does not exist: {ns}")
-        prefix = f"{TABLES_PREFIX}{ns}/"
-        return [(*ns.split("."), info.key[len(prefix) : -len(".json")]) for info in self.store.list(prefix)]
+        prefix = f"{TABLES_PREFIX}{self._encoded(ns)}/"
+        return [
+            (*ns.split("."), decode_catalog_part(info.key[len(prefix) : -len(".json")]))
+            for info in self.store.list(prefix)
+            if "/" not in info.key[len(prefix) :] and info.key.endswith(".json")
+        ]
 
     def drop_table(self, identifier: str | Identifier) -> None:
         """Delete the pointer (with If-Match; a concurrent commit makes us re-read and try again)."""
@@ -577,18 +630,32 @@ class ObjectStoreCatalog(MetastoreCatalog):
 
     # ---- namespaces ----------------------------------------------------------------------------------
 
+    # A namespace exists if its object does, or implicitly if a namespace below it does (as in pyiceberg's
+    # SqlCatalog: creating ("a", "b", "c") makes ("a",) and ("a", "b") exist, with no properties of their own).
+
     def create_namespace(self, namespace: str | Identifier, properties: Properties = EMPTY_DICT) -> None:
         ns = self._namespace_str(namespace)
+        if self._has_children(ns):
+            raise NamespaceAlreadyExistsError(f"Namespace {ns} already exists")
         body = json.dumps({"namespace": ns, "properties": dict(properties)}).encode()
         try:
             self.store.put(self._namespace_key(ns), body, if_none_match=True)
         except PreconditionFailed:
             raise NamespaceAlreadyExistsError(f"Namespace {ns} already exists") from None
 
-    def _read_namespace(self, ns: str) -> tuple[dict[str, str], str]:
+    def _has_children(self, ns: str) -> bool:
+        """Whether a namespace below ``ns`` exists (one LIST request, at most one key read past its own)."""
+        own = self._namespace_key(ns)
+        prefix = f"{NAMESPACES_PREFIX}{self._encoded(ns)}."
+        return any(info.key != own for _, info in zip(range(2), self.store.list(prefix), strict=False))
+
+    def _read_namespace(self, ns: str) -> tuple[dict[str, str], str | None]:
+        """The namespace's properties and its object's ETag (None: it exists only through namespaces below it)."""
         try:
             obj = self.store.get(self._namespace_key(ns))
         except NotFound:
+            if self._has_children(ns):
+                return {}, None
             raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from None
         try:
             return dict(json.loads(obj.data)["properties"]), obj.etag
@@ -597,25 +664,33 @@ class ObjectStoreCatalog(MetastoreCatalog):
                 f"namespace object {self.warehouse}/{self._namespace_key(ns)} is not valid JSON properties"
             ) from None
 
+    def namespace_exists(self, namespace: str | Identifier) -> bool:
+        ns = self._namespace_str(namespace)
+        return self.store.exists(self._namespace_key(ns)) or self._has_children(ns)
+
     def load_namespace_properties(self, namespace: str | Identifier) -> Properties:
         return self._read_namespace(self._namespace_str(namespace))[0]
 
     def list_namespaces(self, namespace: str | Identifier = ()) -> list[Identifier]:
-        parent = self.identifier_to_tuple(namespace) if namespace else ()
+        """The namespaces one level below ``namespace`` (top-level ones by default), explicit or implied."""
+        parent = tuple(self._namespace_str(namespace).split(".")) if namespace else ()
         if parent:
-            self._read_namespace(self._namespace_str(parent))
-        out = []
-        for info in self.store.list(NAMESPACES_PREFIX):
-            ident = tuple(info.key[len(NAMESPACES_PREFIX) : -len(".json")].split("."))
-            if len(ident) == len(parent) + 1 and ident[: len(parent)] == parent:
-                out.append(ident)
-        return out
+            self._read_namespace(".".join(parent))  # NoSuchNamespaceError
+        prefix = f"{NAMESPACES_PREFIX}{self._encoded('.'.join(parent))}." if parent else NAMESPACES_PREFIX
+        out: dict[Identifier, None] = {}
+        for info in self.store.list(prefix):
+            ident = self._decoded(info.key[len(NAMESPACES_PREFIX) : -len(".json")])
+            if len(ident) > len(parent) and ident[: len(parent)] == parent:
+                out[ident[: len(parent) + 1]] = None
+        return list(out)
 
     def drop_namespace(self, namespace: str | Identifier) -> None:
         ns = self._namespace_str(namespace)
         _, etag = self._read_namespace(ns)
-        if self.list_tables(ns) or self.list_namespaces(ns):
-            raise NamespaceNotEmptyError(f"Namespace {ns} is not empty")
+        if tables := self.list_tables(ns):
+            raise NamespaceNotEmptyError(f"Namespace {ns} is not empty. {len(tables)} tables exist.")
+        if self._has_children(ns):
+            raise NamespaceNotEmptyError(f"Namespace {ns} is not empty: it holds namespaces {self.list_namespaces(ns)}")
         try:
             self.store.delete(self._namespace_key(ns), if_match=etag)
         except PreconditionFailed:
@@ -630,7 +705,10 @@ class ObjectStoreCatalog(MetastoreCatalog):
             summary, updated = self._get_updated_props_and_update_summary(current, removals, updates)
             body = json.dumps({"namespace": ns, "properties": updated}).encode()
             try:
-                self.store.put(self._namespace_key(ns), body, if_match=etag)
+                if etag is None:  # an implied namespace gets its own object
+                    self.store.put(self._namespace_key(ns), body, if_none_match=True)
+                else:
+                    self.store.put(self._namespace_key(ns), body, if_match=etag)
                 return summary
             except PreconditionFailed:
                 time.sleep(0.01)
@@ -659,8 +737,8 @@ class ObjectStoreCatalog(MetastoreCatalog):
         """Resolve every half-done rename (after a crash); return what was done, one line per table."""
         done, seen = [], set()
         for info in list(self.store.list(TABLES_PREFIX)):
-            ns, _, file = info.key[len(TABLES_PREFIX) :].rpartition("/")
-            table = file.removesuffix(".json")
+            encoded_ns, _, file = info.key[len(TABLES_PREFIX) :].rpartition("/")
+            ns, table = ".".join(self._decoded(encoded_ns)), decode_catalog_part(file.removesuffix(".json"))
             try:
                 pointer = self._read_pointer(ns, table)
             except NoSuchTableError:
@@ -725,13 +803,9 @@ class ObjectStoreCatalog(MetastoreCatalog):
         return f"ObjectStoreCatalog({self.name!r}, warehouse={self.warehouse!r})"
 
 
-def _check_parts(ident: tuple[str, ...]) -> None:
+def _check_parts(ident: tuple[str, ...], identifier: object) -> None:
     for part in ident:
-        if not _NAME.fullmatch(part):
-            raise InvalidTableName(
-                f"invalid identifier part {part!r} in {'.'.join(ident)!r}: use letters, digits and '_', "
-                "starting with a letter or '_'"
-            )
+        check_catalog_part(part, identifier)
     check_namespace(ident[0])  # the catalog's own objects live under it
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import urllib.parse
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -45,7 +46,9 @@ class TableName:
         if len(parts) != 2 or not all(_PART.fullmatch(p) for p in parts):
             raise InvalidTableName(
                 f"invalid table name {name!r}: use 'namespace.table', each part starting with a letter or "
-                "'_' followed by letters, digits or '_' (at most 128 characters)"
+                "'_' followed by letters, digits or '_' (at most 128 characters). lakestream's own tables keep "
+                "to this rule (Spark SQL and the log's object keys rely on it); Iceberg tables of the catalog "
+                "alone (ObjectStoreCatalog) may have any printable name and nested namespaces"
             )
         check_namespace(parts[0])
         return cls(parts[0], parts[1])
@@ -253,6 +256,45 @@ _ARROW_TYPES = {
 _DECIMAL = re.compile(r"decimal(?:128)?\((\d+),\s*(\d+)\)")
 _FIXED = re.compile(r"fixed_size_binary\[(\d+)\]")
 _NOT_NULL = re.compile(r"(?:\s+not\s+null|\s*!)$")
+
+
+#: Longest identifier part of the Iceberg catalog, in UTF-8 bytes once encoded for object keys (a file name on
+#: most file systems holds 255).
+MAX_CATALOG_PART_BYTES = 200
+
+
+def check_catalog_part(part: object, identifier: object) -> str:
+    """The rule for a part of an Iceberg catalog identifier (`ObjectStoreCatalog`): a non-blank string of
+    printable characters without ``.`` (which separates parts), at most `MAX_CATALOG_PART_BYTES` once encoded
+    (`encode_catalog_part`). lakestream's own tables (`TableName`) follow a stricter rule, ``_PART``: Spark SQL
+    and the log's keys rely on it. Raises ValueError naming the identifier."""
+    if not isinstance(part, str) or not part.strip():
+        raise ValueError(f"invalid identifier {identifier!r}: a part is empty or blank")
+    if "." in part or not part.isprintable():
+        raise ValueError(
+            f"invalid identifier {identifier!r}: part {part!r} holds a '.' or a character that is not printable"
+        )
+    if len(encode_catalog_part(part).encode()) > MAX_CATALOG_PART_BYTES:
+        raise ValueError(f"invalid identifier {identifier!r}: part {part[:40]!r}... is longer than 200 bytes")
+    return part
+
+
+#: Characters a catalog identifier part cannot hold as they are in object keys and table locations: ``/`` makes a
+#: new key segment, ``\\`` is one on SeaweedFS, ``#`` and ``?`` end a location's path (pyiceberg parses it as
+#: a URL), and ``%`` starts the escapes.
+_ENCODED = {c: f"%{ord(c):02X}" for c in "%/\\#?"}
+
+
+def encode_catalog_part(part: str) -> str:
+    """A catalog identifier part as it appears in object keys and default table locations, with the characters
+    of ``_ENCODED`` percent-encoded: a part never makes a new key segment, never cuts a location short, and
+    decodes exactly (parts hold no ``.`` or control characters, so ``.`` and ``..`` segments cannot arise)."""
+    return "".join(_ENCODED.get(c, c) for c in part)
+
+
+def decode_catalog_part(text: str) -> str:
+    """The inverse of `encode_catalog_part` (every ``%`` in an encoded part starts one of its escapes)."""
+    return urllib.parse.unquote(text)
 
 
 def check_namespace(namespace: str) -> None:

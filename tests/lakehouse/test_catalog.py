@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import string
 import subprocess
 import sys
 import threading
@@ -361,12 +362,32 @@ def test_garbage_pointer_is_a_clear_error(catalog) -> None:
         catalog.load_table("ods.g")
 
 
-@pytest.mark.parametrize("ident", ["t", "ods.t-x", "ods.../t", "ods.t t", ("ods", "")])
+@pytest.mark.parametrize(
+    "ident",
+    ["t", "ods.../t", ("ods", "../x"), ("ods", ""), ("ods", " "), ("ods", "a.b"), ("ods", "a\nb"), ("ods", "x" * 201)],
+)
 def test_invalid_identifiers(catalog, ident) -> None:
+    """A part is a non-blank string of printable characters without '.', at most 200 bytes encoded."""
     catalog.create_namespace("ods")
     with pytest.raises((ValueError, NoSuchTableError)):
         catalog.create_table(ident, SCHEMA)
     assert catalog.list_tables("ods") == []
+
+
+@pytest.mark.parametrize(
+    "name", [f"a{c}b" for c in string.punctuation if c != "."] + ["/", "%2F", "订单 明细", " x ", "é"]
+)
+def test_identifiers_other_catalogs_accept_map_onto_keys_inside_the_warehouse(catalog, name) -> None:
+    """Hyphens were refused. Every printable character but '.' works: '/', '\\', '#', '?' and '%' are encoded
+    (a new key segment; one on SeaweedFS; the end of a location's path for pyiceberg; the escape)."""
+    catalog.create_namespace(("ods", name))
+    table = catalog.create_table(("ods", name, name), SCHEMA)
+    table.append(pa.table({"worker": [1], "seq": [1]}).cast(table.schema().as_arrow()))
+    assert catalog.list_tables(("ods", name)) == [("ods", name, name)]
+    assert catalog.list_namespaces("ods") == [("ods", name)]
+    assert catalog.load_table(("ods", name, name)).scan().to_arrow().num_rows == 1
+    keys = [i.key for i in catalog.store.list("")]
+    assert all(k.startswith(("_lakestream/catalog/", "ods.")) for k in keys), keys
 
 
 def test_unopenable_warehouse() -> None:
