@@ -312,6 +312,23 @@ def catalog_repair(warehouse: WarehouseOpt = None, config: ConfigOpt = None) -> 
     console.print(f"{len(done)} interrupted rename(s) resolved")
 
 
+@catalog_app.command("list")
+def catalog_list(
+    namespace: Annotated[
+        str | None, typer.Argument(help="a namespace, its parts joined by '.' (default: the top level)")
+    ] = None,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """The namespaces and Iceberg tables one level below NAMESPACE, at any depth ("com.organization")."""
+    catalog = _lakehouse(warehouse, config).catalog
+    parent = tuple(namespace.split(".")) if namespace else ()
+    for child in catalog.list_namespaces(parent):
+        console.print(Text(f"namespace  {'.'.join(child)}"))
+    for ident in catalog.list_tables(parent) if parent else []:
+        console.print(Text(f"table      {'.'.join(ident)}"))
+
+
 @catalog_app.command("properties")
 def catalog_properties(
     warehouse: WarehouseOpt = None,

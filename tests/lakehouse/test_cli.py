@@ -305,3 +305,20 @@ def test_table_read_refuses_a_negative_limit(tmp_path) -> None:
     assert result.exit_code == 2 and "greater than or equal to 0" in result.output, result.output
     result = runner.invoke(app, ["table", "read", "ods.t", "--limit", "0", "-w", tmp_path.as_uri()])
     assert result.exit_code == 0 and "0 rows (union read); showing 0" in result.output, result.output
+
+
+def test_catalog_list_shows_namespaces_and_tables_at_every_depth(tmp_path) -> None:
+    import pyarrow as pa
+
+    from lakehouse import Lakehouse
+
+    wh = (tmp_path / "wh").as_uri()
+    catalog = Lakehouse.open(wh).catalog
+    catalog.create_namespace(("com", "org-1", "销售 部"))
+    catalog.create_table(("com", "org-1", "销售 部", "my/table"), pa.schema([("id", pa.int64())]))
+    lines = lambda *args: runner.invoke(app, ["catalog", "list", *args, "-w", wh]).output.splitlines()  # noqa: E731
+    assert lines() == ["namespace  com"]
+    assert lines("com") == ["namespace  com.org-1"]
+    assert lines("com.org-1.销售 部") == ["table      com.org-1.销售 部.my/table"]
+    result = runner.invoke(app, ["catalog", "list", "nope", "-w", wh])
+    assert result.exit_code == 1 and "Namespace does not exist: nope" in result.output
