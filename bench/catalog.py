@@ -2,6 +2,7 @@
 
     python bench/catalog.py            # W = 1, 4, 8, 16 writers (several minutes)
     python bench/catalog.py --quick    # W = 1, 4
+    python bench/catalog.py --identifiers   # ours on a nested, encoded identifier against a plain one
 
 W writer processes each append 25 one-row batches to one table through pyiceberg, all at once. Each
 catalog runs with its shipped defaults (SqlCatalog: pyiceberg's 4 commit retries; ours: the table
@@ -55,7 +56,7 @@ class _RetryCounter(logging.Handler):
             self.count += 1
 
 
-def writer(props: dict, table: str, worker: int, barrier) -> tuple[int, list[str], list[float], int]:
+def writer(props: dict, table: tuple[str, ...], worker: int, barrier) -> tuple[int, list[str], list[float], int]:
     """Append APPENDS one-row batches; return (ok, failure kinds, latencies of ok appends, retries)."""
     import pyarrow as pa
     from pyiceberg.catalog import load_catalog
@@ -78,19 +79,24 @@ def writer(props: dict, table: str, worker: int, barrier) -> tuple[int, list[str
     return ok, failed, latencies, counter.count
 
 
-def run_writers(props: dict, writers: int) -> dict[str, float]:
+#: The identifier shape of `--identifiers`: a nested namespace and parts that are percent-encoded in keys.
+NESTED = ("org-1", "销售 部", "a/b#1")
+
+
+def run_writers(props: dict, writers: int, nested: bool = False) -> dict[str, float]:
     import pyarrow as pa
     from pyiceberg.catalog import load_catalog
 
     catalog = load_catalog("bench", **props)
-    ns = f"b{uuid.uuid4().hex[:8]}"
+    ns = (f"b{uuid.uuid4().hex[:8]}", *(NESTED[:2] if nested else ()))
     catalog.create_namespace(ns)
-    catalog.create_table(f"{ns}.t", pa.schema([("worker", pa.int32()), ("seq", pa.int32())]))
+    table = (*ns, NESTED[2] if nested else "t")
+    catalog.create_table(table, pa.schema([("worker", pa.int32()), ("seq", pa.int32())]))
     ctx = multiprocessing.get_context("spawn")
     with ctx.Manager() as manager:
         barrier = manager.Barrier(writers + 1)
         with ProcessPoolExecutor(writers, mp_context=ctx) as pool:
-            futures = [pool.submit(writer, props, f"{ns}.t", w, barrier) for w in range(writers)]
+            futures = [pool.submit(writer, props, table, w, barrier) for w in range(writers)]
             barrier.wait()
             t0 = time.perf_counter()
             results = [f.result() for f in futures]
@@ -100,7 +106,7 @@ def run_writers(props: dict, writers: int) -> dict[str, float]:
     failed = sum(kinds.values())
     latencies = [x for r in results for x in r[2]]
     retries = sum(r[3] for r in results)
-    rows = catalog.load_table(f"{ns}.t").scan().to_arrow().num_rows
+    rows = catalog.load_table(table).scan().to_arrow().num_rows
     assert rows == ok, f"table holds {rows} rows but {ok} appends succeeded"
     return {
         "commits_s": ok / wall,
@@ -173,8 +179,35 @@ class Postgres:
         return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/postgres"
 
 
+def compare_identifiers(ours: dict) -> None:
+    """``--identifiers``: commits/s of ours on a nested, encoded identifier against a plain ``ns.t``, 1 and 8
+    writers, PAIRS alternating pairs (who goes first swaps)."""
+    for writers in (1, 8):
+        ratios = []
+        for i in range(PAIRS):
+            order = (False, True) if i % 2 == 0 else (True, False)
+            runs = {nested: run_writers(ours, writers, nested) for nested in order}
+            ratios.append(runs[True]["commits_s"] / runs[False]["commits_s"])
+            print(
+                f"{writers} writer(s): plain {runs[False]['commits_s']:.1f}, nested {runs[True]['commits_s']:.1f} "
+                f"commits/s, failed {runs[False]['failed']} / {runs[True]['failed']}",
+                flush=True,
+            )
+        print(
+            f"{writers} writer(s): nested / plain commits/s, {PAIRS} pairs: {', '.join(f'{r:.2f}' for r in ratios)}; "
+            f"median {statistics.median(ratios):.2f}",
+            flush=True,
+        )
+
+
 def main() -> None:
-    args = parser(__doc__).parse_args()
+    p = parser(__doc__)
+    p.add_argument(
+        "--identifiers",
+        action="store_true",
+        help=f"only compare ours on a nested, encoded identifier {NESTED} with a plain one",
+    )
+    args = p.parse_args()
     sizes = (1, 4) if args.quick else (1, 4, 8, 16)
     with tempfile.TemporaryDirectory(prefix="lakestream-bench-") as tmp:
         os.chmod(tmp, 0o755)
@@ -191,6 +224,9 @@ def main() -> None:
                 **s3,
             }
             theirs = {"type": "sql", "uri": pg.uri, "warehouse": f"s3://{server.bucket}/sql", **s3}
+            if args.identifiers:
+                compare_identifiers(ours)
+                return
             rows = [
                 f"Catalog benchmark, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores; "
                 f"{APPENDS} one-row appends per writer",
