@@ -425,7 +425,11 @@ def test_table_identifier_without_a_namespace(any_catalog: Catalog) -> None:
         any_catalog.register_table("t", "file:///nowhere/00000-x.metadata.json")
 
 
-@pytest.mark.parametrize("identifier", [("", "t"), (" ", "t"), ("ns", "", "t"), ".t", "ns..t"])
+@pytest.mark.parametrize(
+    "identifier",
+    [("", "t"), (" ", "t"), ("ns", "", "t"), ".t", "ns..t"],
+    ids=["empty-namespace-part", "blank-namespace-part", "empty-middle-part", "leading-dot", "double-dot"],
+)
 def test_table_identifier_with_an_empty_namespace_part(any_catalog: Catalog, identifier: str | Identifier) -> None:
     any_catalog.create_namespace("ns")
     with raises(NoSuchNamespaceError, EMPTY_SEGMENT):
