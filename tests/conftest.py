@@ -36,6 +36,11 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def store_spec(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, dict[str, str]]:
     """(url, options) of a fresh, empty store on the parametrized backend: what a subprocess needs."""
+    return new_store_spec(backend, tmp_path, request)
+
+
+def new_store_spec(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, dict[str, str]]:
+    """(url, options) of a fresh, empty store on ``backend`` ("local" or "s3"), for fixtures that choose it."""
     if backend == "local":
         root = tmp_path / "store"
         root.mkdir()
