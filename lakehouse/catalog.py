@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyiceberg.catalog import MetastoreCatalog, PropertiesUpdateSummary
+from pyiceberg.catalog import Catalog, MetastoreCatalog, PropertiesUpdateSummary
 from pyiceberg.exceptions import (
     CommitFailedException,
     CommitStateUnknownException,
@@ -82,6 +82,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CATALOG_PREFIX = "_lakestream/catalog/"
+#: What pyiceberg's SqlCatalog records for a namespace created without properties.
+NAMESPACE_MINIMAL_PROPERTIES = {"exists": "true"}
 NAMESPACES_PREFIX = CATALOG_PREFIX + "namespaces/"
 TABLES_PREFIX = CATALOG_PREFIX + "tables/"
 
@@ -164,26 +166,40 @@ class ObjectStoreCatalog(MetastoreCatalog):
 
     # ---- keys and names -----------------------------------------------------------------------------
 
-    # Identifiers: every part a non-blank string of printable characters without '.', namespaces of any depth
-    # (`lakehouse.tables.check_catalog_part`). Inside, a namespace is its parts joined by '.' (unambiguous: no
-    # part holds one); in object keys and default locations each part is encoded (`encode_catalog_part`).
+    # Identifiers follow pyiceberg's SqlCatalog: a namespace is its parts, stripped, joined by '.' (so ("a.b",)
+    # is ("a", "b")); each part non-blank and printable (`lakehouse.tables.check_catalog_part`); a table name is
+    # the identifier's last part as given (a '.' inside a tuple's last part included). Empty and blank parts
+    # raise pyiceberg's own `namespace_to_string` errors, with the exception type SqlCatalog gives each method.
+    # In object keys and default locations each part is encoded (`encode_catalog_part`).
 
-    def _split(self, identifier: str | Identifier) -> tuple[str, str]:
-        """(namespace, table): the namespace's parts joined by '.'; raise `NoSuchTableError`/`ValueError` for
-        identifiers that cannot name a table."""
+    def _split(self, identifier: str | Identifier, err: type[Exception] = ValueError) -> tuple[str, str]:
+        """(namespace, table): the namespace's parts joined by '.'."""
         ident = self.identifier_to_tuple(identifier)
-        if len(ident) < 2:
-            raise NoSuchTableError(f"Invalid table identifier {identifier!r}: give a namespace and a table name")
-        _check_parts(ident, identifier)
-        return ".".join(ident[:-1]), ident[-1]
+        namespace = self._namespace_str(ident[:-1], err)  # type: ignore[arg-type]
+        table = ident[-1] if ident else ""
+        check_catalog_part(table, identifier, table=True)
+        return namespace, table
 
     @staticmethod
-    def _namespace_str(namespace: str | Identifier) -> str:
-        ident = ObjectStoreCatalog.identifier_to_tuple(namespace)
-        if not ident or any(not isinstance(p, str) or not p.strip() for p in ident):
-            raise NoSuchNamespaceError(f"Empty namespace identifier: {namespace!r}")
-        _check_parts(ident, namespace)
-        return ".".join(ident)
+    def _namespace_str(namespace: str | Identifier, err: type[Exception] = NoSuchNamespaceError) -> str:
+        ns = Catalog.namespace_to_string(namespace, err)  # type: ignore[arg-type]
+        parts = ns.split(".")
+        for part in parts:
+            check_catalog_part(part, namespace)
+        check_namespace(parts[0])  # the catalog's own objects live under it
+        return ns
+
+    @staticmethod
+    def _marker(namespace: str, table: str) -> str:
+        """A table's name in a rename marker: ``<encoded namespace>/<encoded table>`` (a table name may hold
+        '.'). Markers written before were ``ns.table``, which `_from_marker` still reads."""
+        return f"{ObjectStoreCatalog._encoded(namespace)}/{encode_catalog_part(table)}"
+
+    def _from_marker(self, marker: str) -> tuple[str, str]:
+        if "/" not in marker:
+            return self._split(marker)
+        encoded_ns, _, table = marker.rpartition("/")
+        return ".".join(self._decoded(encoded_ns)), decode_catalog_part(table)
 
     @staticmethod
     def _encoded(namespace: str) -> str:
@@ -281,9 +297,11 @@ class ObjectStoreCatalog(MetastoreCatalog):
     def _resolve_rename(self, namespace: str, table: str, pointer: Pointer) -> bool:
         """Finish or roll back a rename that this pointer takes part in; True if anything changed."""
         if pointer.renaming_to is not None:  # we are the old name
-            to_ns, to_table = self._split(pointer.renaming_to)
+            to_ns, to_table = self._from_marker(pointer.renaming_to)
             target = self._pointer_or_none(to_ns, to_table)
-            if target is not None and target.renamed_from == f"{namespace}.{table}":
+            if target is not None and target.renamed_from is not None and (
+                self._from_marker(target.renamed_from) == (namespace, table)
+            ):
                 # our rename's target exists (it may have moved on since): finish by dropping the old name
                 self._delete_if_match(self._pointer_key(namespace, table), pointer.etag)
                 return True
@@ -294,7 +312,7 @@ class ObjectStoreCatalog(MetastoreCatalog):
                         pointer_json(
                             pointer.metadata_location,
                             pointer.previous_metadata_location,
-                            renamed_from=f"{namespace}.{table}",
+                            renamed_from=self._marker(namespace, table),
                         ),
                         if_none_match=True,
                     )
@@ -306,9 +324,11 @@ class ObjectStoreCatalog(MetastoreCatalog):
             self._cas_quietly(self._pointer_key(namespace, table), pointer.to_json(renaming_to=None), pointer.etag)
             return True
         if pointer.renamed_from is not None:  # we are the new name
-            from_ns, from_table = self._split(pointer.renamed_from)
+            from_ns, from_table = self._from_marker(pointer.renamed_from)
             source = self._pointer_or_none(from_ns, from_table)
-            if source is not None and source.renaming_to == f"{namespace}.{table}":
+            if source is not None and source.renaming_to is not None and (
+                self._from_marker(source.renaming_to) == (namespace, table)
+            ):
                 self._delete_if_match(self._pointer_key(from_ns, from_table), source.etag)  # finish step 3
             # drop the marker so later loads need no look-up
             self._cas_quietly(self._pointer_key(namespace, table), pointer.to_json(renamed_from=None), pointer.etag)
@@ -396,7 +416,7 @@ class ObjectStoreCatalog(MetastoreCatalog):
             TableAlreadyExistsError: the name is taken (also when a concurrent creator won).
             NoSuchNamespaceError: the namespace does not exist.
         """
-        namespace, table = self._split(identifier)
+        namespace, table = self._split(identifier, NoSuchNamespaceError)
         if not self.namespace_exists(namespace):
             raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
         properties = {**DEFAULT_TABLE_PROPERTIES, **properties}
@@ -433,9 +453,9 @@ class ObjectStoreCatalog(MetastoreCatalog):
         return self.load_table(identifier)
 
     def list_tables(self, namespace: str | Identifier) -> list[Identifier]:
-        ns = self._namespace_str(namespace)
-        if not self.namespace_exists(ns):
-            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}")
+        if namespace and not self.namespace_exists(namespace):
+            raise NoSuchNamespaceError(f"Namespace does not exist: {self._namespace_str(namespace)}")
+        ns = self._namespace_str(namespace, ValueError)
         prefix = f"{TABLES_PREFIX}{self._encoded(ns)}/"
         return [
             (*ns.split("."), decode_catalog_part(info.key[len(prefix) : -len(".json")]))
@@ -460,9 +480,11 @@ class ObjectStoreCatalog(MetastoreCatalog):
         to_ns, to_table = self._split(to_identifier)
         if not self.namespace_exists(to_ns):
             raise NoSuchNamespaceError(f"Namespace does not exist: {to_ns}")
-        target = f"{to_ns}.{to_table}"
-        if self.table_exists(target):
-            raise TableAlreadyExistsError(f"Table {target} already exists")
+        if not self.table_exists((*from_ns.split("."), from_table)):
+            raise NoSuchTableError(f"Table does not exist: {from_table}")  # sic: SqlCatalog names the table only
+        if self.table_exists((*to_ns.split("."), to_table)):
+            raise TableAlreadyExistsError(f"Table {to_ns}.{to_table} already exists")
+        target = self._marker(to_ns, to_table)
         old_key, new_key = self._pointer_key(from_ns, from_table), self._pointer_key(to_ns, to_table)
         for _ in range(50):  # step 1: mark the old pointer (fences commits that read it before)
             pointer = self._current_pointer(from_ns, from_table)
@@ -477,7 +499,9 @@ class ObjectStoreCatalog(MetastoreCatalog):
             raise CommitFailedException(f"could not rename {from_ns}.{from_table}: it kept changing; retry")
         marked = Pointer(pointer.metadata_location, pointer.previous_metadata_location, marked_etag, target)
         new_body = pointer_json(
-            pointer.metadata_location, pointer.previous_metadata_location, renamed_from=f"{from_ns}.{from_table}"
+            pointer.metadata_location,
+            pointer.previous_metadata_location,
+            renamed_from=self._marker(from_ns, from_table),
         )
         try:  # step 2: the new name, create-only
             self.store.put(new_key, new_body, if_none_match=True)
@@ -497,7 +521,9 @@ class ObjectStoreCatalog(MetastoreCatalog):
         target = self._pointer_or_none(to_ns, to_table)
         if target is None:
             return False
-        return target.renamed_from == f"{from_ns}.{from_table}" or self._pointer_or_none(from_ns, from_table) is None
+        if target.renamed_from is not None and self._from_marker(target.renamed_from) == (from_ns, from_table):
+            return True
+        return self._pointer_or_none(from_ns, from_table) is None
 
     def commit_table(
         self, table: Table, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
@@ -632,12 +658,14 @@ class ObjectStoreCatalog(MetastoreCatalog):
 
     # A namespace exists if its object does, or implicitly if a namespace below it does (as in pyiceberg's
     # SqlCatalog: creating ("a", "b", "c") makes ("a",) and ("a", "b") exist, with no properties of their own).
+    # Messages and exception types are SqlCatalog's, word for word.
 
     def create_namespace(self, namespace: str | Identifier, properties: Properties = EMPTY_DICT) -> None:
         ns = self._namespace_str(namespace)
-        if self._has_children(ns):
+        if self.namespace_exists(ns):
             raise NamespaceAlreadyExistsError(f"Namespace {ns} already exists")
-        body = json.dumps({"namespace": ns, "properties": dict(properties)}).encode()
+        # SqlCatalog records a namespace created without properties as {"exists": "true"}
+        body = json.dumps({"namespace": ns, "properties": dict(properties or NAMESPACE_MINIMAL_PROPERTIES)}).encode()
         try:
             self.store.put(self._namespace_key(ns), body, if_none_match=True)
         except PreconditionFailed:
@@ -656,7 +684,7 @@ class ObjectStoreCatalog(MetastoreCatalog):
         except NotFound:
             if self._has_children(ns):
                 return {}, None
-            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}") from None
+            raise NoSuchNamespaceError(f"Namespace {ns} does not exists") from None  # sic: SqlCatalog's words
         try:
             return dict(json.loads(obj.data)["properties"]), obj.etag
         except (ValueError, KeyError, TypeError):
@@ -669,13 +697,15 @@ class ObjectStoreCatalog(MetastoreCatalog):
         return self.store.exists(self._namespace_key(ns)) or self._has_children(ns)
 
     def load_namespace_properties(self, namespace: str | Identifier) -> Properties:
-        return self._read_namespace(self._namespace_str(namespace))[0]
+        return self._read_namespace(self._namespace_str(namespace, ValueError))[0]
 
     def list_namespaces(self, namespace: str | Identifier = ()) -> list[Identifier]:
         """The namespaces one level below ``namespace`` (top-level ones by default), explicit or implied."""
+        if namespace and not self.namespace_exists(namespace):
+            raise NoSuchNamespaceError(f"Namespace does not exist: {self._namespace_str(namespace)}")
+        if namespace == "":  # the namespace ("",), which nothing can be below
+            return []
         parent = tuple(self._namespace_str(namespace).split(".")) if namespace else ()
-        if parent:
-            self._read_namespace(".".join(parent))  # NoSuchNamespaceError
         prefix = f"{NAMESPACES_PREFIX}{self._encoded('.'.join(parent))}." if parent else NAMESPACES_PREFIX
         out: dict[Identifier, None] = {}
         for info in self.store.list(prefix):
@@ -685,21 +715,24 @@ class ObjectStoreCatalog(MetastoreCatalog):
         return list(out)
 
     def drop_namespace(self, namespace: str | Identifier) -> None:
+        """Drop a namespace without tables (as SqlCatalog: namespaces below it stay, and keep it implied)."""
         ns = self._namespace_str(namespace)
-        _, etag = self._read_namespace(ns)
+        if not self.namespace_exists(ns):
+            raise NoSuchNamespaceError(f"Namespace does not exist: {ns}")
         if tables := self.list_tables(ns):
             raise NamespaceNotEmptyError(f"Namespace {ns} is not empty. {len(tables)} tables exist.")
-        if self._has_children(ns):
-            raise NamespaceNotEmptyError(f"Namespace {ns} is not empty: it holds namespaces {self.list_namespaces(ns)}")
         try:
+            etag = self.store.head(self._namespace_key(ns)).etag
             self.store.delete(self._namespace_key(ns), if_match=etag)
+        except NotFound:
+            pass  # implied only: nothing of its own to delete
         except PreconditionFailed:
             raise CommitFailedException(f"namespace {ns} changed while being dropped; retry") from None
 
     def update_namespace_properties(
         self, namespace: str | Identifier, removals: set[str] | None = None, updates: Properties = EMPTY_DICT
     ) -> PropertiesUpdateSummary:
-        ns = self._namespace_str(namespace)
+        ns = self._namespace_str(namespace, ValueError)
         for _ in range(50):
             current, etag = self._read_namespace(ns)
             summary, updated = self._get_updated_props_and_update_summary(current, removals, updates)

@@ -263,14 +263,15 @@ _NOT_NULL = re.compile(r"(?:\s+not\s+null|\s*!)$")
 MAX_CATALOG_PART_BYTES = 200
 
 
-def check_catalog_part(part: object, identifier: object) -> str:
+def check_catalog_part(part: object, identifier: object, *, table: bool = False) -> str:
     """The rule for a part of an Iceberg catalog identifier (`ObjectStoreCatalog`): a non-blank string of
-    printable characters without ``.`` (which separates parts), at most `MAX_CATALOG_PART_BYTES` once encoded
-    (`encode_catalog_part`). lakestream's own tables (`TableName`) follow a stricter rule, ``_PART``: Spark SQL
-    and the log's keys rely on it. Raises ValueError naming the identifier."""
+    printable characters, without ``.`` in a namespace part (it separates the levels; a table name may hold
+    one, as in pyiceberg's SqlCatalog), at most `MAX_CATALOG_PART_BYTES` once encoded (`encode_catalog_part`).
+    lakestream's own tables (`TableName`) follow a stricter rule, ``_PART``: Spark SQL and the log's keys rely
+    on it. Raises ValueError naming the identifier."""
     if not isinstance(part, str) or not part.strip():
         raise ValueError(f"invalid identifier {identifier!r}: a part is empty or blank")
-    if "." in part or not part.isprintable():
+    if ("." in part and not table) or not part.isprintable():
         raise ValueError(
             f"invalid identifier {identifier!r}: part {part!r} holds a '.' or a character that is not printable"
         )
@@ -279,10 +280,11 @@ def check_catalog_part(part: object, identifier: object) -> str:
     return part
 
 
-#: Characters a catalog identifier part cannot hold as they are in object keys and table locations: ``/`` makes a
+#: Characters a catalog identifier part cannot hold as they are in object keys and table locations: ``.`` joins
+#: a namespace's levels (a table name may hold one: its key would read as one more level), ``/`` makes a
 #: new key segment, ``\\`` is one on SeaweedFS, ``#`` and ``?`` end a location's path (pyiceberg parses it as
 #: a URL), and ``%`` starts the escapes.
-_ENCODED = {c: f"%{ord(c):02X}" for c in "%/\\#?"}
+_ENCODED = {c: f"%{ord(c):02X}" for c in "%/\\#?."}
 
 
 def encode_catalog_part(part: str) -> str:

@@ -139,6 +139,19 @@ def with_namespace(cat: Catalog, identifier: str | Identifier) -> Identifier:
     return as_tuple(identifier)
 
 
+def default_location(cat: Catalog, name: Identifier) -> str:
+    """Where a table's files go by default: ``<warehouse>/<namespace>/<table>``. The one place the catalogs
+    differ on purpose: ours percent-encodes what would make a new key segment or cut a location short
+    (``% / \\ # ?``, and '.' in a table name; `lakehouse.tables.encode_catalog_part`), so that ("a/b", "c/d")
+    cannot land in the folder of table ("a", "b") of namespace ("a",) nor a name escape the warehouse;
+    SqlCatalog puts the names there as they are."""
+    if isinstance(cat, SqlCatalog):
+        return f"{warehouse(cat)}/{dotted(name[:-1])}/{name[-1]}"
+    from lakehouse.tables import encode_catalog_part
+
+    return f"{warehouse(cat)}/{'.'.join(encode_catalog_part(p) for p in name[:-1])}/{encode_catalog_part(name[-1])}"
+
+
 def exists(cat: Catalog, location: str) -> bool:
     return cat._load_file_io(location=location).new_input(location).exists()
 
@@ -466,7 +479,7 @@ def test_create_table(any_catalog: Catalog, ident: str | Identifier) -> None:
     name = with_namespace(any_catalog, ident)
     table = any_catalog.create_table(ident, ARROW_SCHEMA)
     assert table.name() == name
-    assert table.location() == f"{warehouse(any_catalog)}/{dotted(name[:-1])}/{name[-1]}"
+    assert table.location() == default_location(any_catalog, name)
     assert table.metadata_location.startswith(f"{table.location()}/metadata/00000-")
     assert exists(any_catalog, table.metadata_location)
     assert table.format_version == 2
