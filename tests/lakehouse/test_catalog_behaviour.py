@@ -805,3 +805,46 @@ def test_schema_evolution(any_catalog: Catalog, ident: str | Identifier) -> None
             update.add_column(path="qux", field_type=IntegerType())
     assert any_catalog.load_table(ident).schema().find_field("baz")
     assert "qux" not in [f.name for f in any_catalog.load_table(ident).schema().fields]
+
+
+# ---- distinct identifiers stay distinct ------------------------------------------------------------
+
+LOOKALIKE_PAIRS = {
+    "slash-in-namespace-or-name": (("a", "b/t"), ("a/b", "t")),
+    "slash-or-backslash": (("c", "x/y"), ("c", "x\\y")),
+    "percent-or-its-encoding": (("p", "50%"), ("p", "50%25")),
+    "case": (("Ns", "T"), ("ns", "t")),
+    "json-suffix": (("j", "t"), ("j", "t.json")),
+}
+
+
+@pytest.mark.parametrize("first, second", LOOKALIKE_PAIRS.values(), ids=LOOKALIKE_PAIRS.keys())
+def test_lookalike_identifiers_are_different_tables(
+    any_catalog: Catalog, first: Identifier, second: Identifier
+) -> None:
+    """Two identifiers that differ only where an encoding could fold them together are two tables."""
+    for identifier in (first, second):
+        if not any_catalog.namespace_exists(identifier[:-1]):
+            any_catalog.create_namespace(identifier[:-1])
+    one = any_catalog.create_table(first, ARROW_SCHEMA)
+    two = any_catalog.create_table(second, ARROW_SCHEMA)
+    assert one.metadata_location != two.metadata_location
+    assert any_catalog.load_table(first).metadata_location == one.metadata_location
+    assert any_catalog.load_table(second).metadata_location == two.metadata_location
+    listed = [table for ns in {first[:-1], second[:-1]} for table in any_catalog.list_tables(ns)]
+    assert sorted(listed) == sorted([first, second])
+    any_catalog.drop_table(first)
+    assert not any_catalog.table_exists(first)
+    assert any_catalog.load_table(second).metadata_location == two.metadata_location
+
+
+def test_lakestreams_own_folder_name_is_an_ordinary_namespace(any_catalog: Catalog) -> None:
+    """Whatever a catalog keeps for itself in the warehouse must not take a name away from its users."""
+    for namespace in ("_lakestream", "_LakeStream"):
+        any_catalog.create_namespace(namespace, {"k": "v"})
+        assert any_catalog.load_namespace_properties(namespace) == {"k": "v"}
+        table = any_catalog.create_table((namespace, "catalog"), ARROW_SCHEMA)
+        table.append(ROWS)
+        assert arrow_rows(any_catalog.load_table((namespace, "catalog"))) == arrow_rows(ROWS)
+        assert any_catalog.list_tables(namespace) == [(namespace, "catalog")]
+    assert sorted(any_catalog.list_namespaces()) == [("_LakeStream",), ("_lakestream",)]
