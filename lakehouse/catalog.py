@@ -70,7 +70,7 @@ from lakehouse.errors import CorruptCatalogError, InvalidArgument, LakestreamErr
 from lakehouse.fileio import STORE_OPTION_PROPERTIES
 from lakehouse.iceberg_table import LakeTable, apply_updates
 from lakehouse.lake import check_tiering_fence
-from lakehouse.tables import check_catalog_part, check_namespace, decode_catalog_part, encode_catalog_part
+from lakehouse.tables import RESERVED_NAMESPACE, check_catalog_part, decode_catalog_part, encode_catalog_part
 from object_store import NotFound, ObjectStore, PreconditionFailed, StoreError, StoreUnavailable, open_store
 
 if TYPE_CHECKING:
@@ -186,7 +186,6 @@ class ObjectStoreCatalog(MetastoreCatalog):
         parts = ns.split(".")
         for part in parts:
             check_catalog_part(part, namespace)
-        check_namespace(parts[0])  # the catalog's own objects live under it
         return ns
 
     @staticmethod
@@ -203,7 +202,12 @@ class ObjectStoreCatalog(MetastoreCatalog):
 
     @staticmethod
     def _encoded(namespace: str) -> str:
-        return ".".join(encode_catalog_part(p) for p in namespace.split("."))
+        """A namespace in keys and locations: its parts encoded, and a first part that reads as lakestream's
+        own folder (``_lakestream``, in any case) with its '_' escaped, so the name stays the user's."""
+        parts = [encode_catalog_part(p) for p in namespace.split(".")]
+        if parts[0].lower() == RESERVED_NAMESPACE:
+            parts[0] = "%5F" + parts[0][1:]
+        return ".".join(parts)
 
     @staticmethod
     def _decoded(text: str) -> tuple[str, ...]:
@@ -834,12 +838,6 @@ class ObjectStoreCatalog(MetastoreCatalog):
 
     def __repr__(self) -> str:
         return f"ObjectStoreCatalog({self.name!r}, warehouse={self.warehouse!r})"
-
-
-def _check_parts(ident: tuple[str, ...], identifier: object) -> None:
-    for part in ident:
-        check_catalog_part(part, identifier)
-    check_namespace(ident[0])  # the catalog's own objects live under it
 
 
 __all__ = ["DEFAULT_TABLE_PROPERTIES", "STORE_OPTION_PROPERTIES", "ObjectStoreCatalog"]
