@@ -780,9 +780,10 @@ class ObjectStoreCatalog(MetastoreCatalog):
                 pointer = self._read_pointer(ns, table)
             except NoSuchTableError:
                 continue  # resolved as the other side of a rename already
-            other = pointer.renaming_to or pointer.renamed_from
-            if other is None:
+            marker = pointer.renaming_to or pointer.renamed_from
+            if marker is None:
                 continue
+            other = ".".join(self._from_marker(marker))
             try:
                 self._current_pointer(ns, table)
             except NoSuchTableError:

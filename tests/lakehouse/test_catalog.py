@@ -252,6 +252,23 @@ def test_rename_and_crash_between_steps(catalog) -> None:
     assert catalog.repair() == []
 
 
+def test_a_rename_interrupted_at_any_depth_is_repaired(catalog) -> None:
+    """Rename markers name the other table with encoded parts: a table name may hold '.', '/' and '%'."""
+    old, new = ("com", "org-1", "销售 部", "t.v1/a"), ("com", "org-2", "x%y", "t.v2")
+    catalog.create_namespace(old[:-1])
+    catalog.create_namespace(new[:-1])
+    catalog.create_table(old, SCHEMA).append(rows(1, 1))
+    ns, table = ".".join(old[:-1]), old[-1]
+    pointer = catalog._read_pointer(ns, table)
+    marker = catalog._marker(".".join(new[:-1]), new[-1])
+    catalog.store.put(catalog._pointer_key(ns, table), pointer.to_json(renaming_to=marker), if_match=pointer.etag)
+    assert catalog.repair() == [f"{'.'.join(old)}: resolved rename ({'.'.join(new)})"]
+    assert catalog.list_tables(new[:-1]) == [new] and catalog.list_tables(old[:-1]) == []
+    assert catalog.load_table(new).scan().to_arrow().num_rows == 1
+    assert catalog.rename_table(new, old).name() == old
+    assert catalog.repair() == []
+
+
 def test_rename_racing_a_commit_loses_nothing(catalog_props, catalog) -> None:
     catalog.create_namespace("ods")
     catalog.create_table("ods.r", SCHEMA)
