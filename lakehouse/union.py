@@ -365,6 +365,8 @@ def plan_as_of(table: Table, definition: TableDefinition, ends: dict[int, int]) 
     while need:
         snapshot_id, offsets = max(candidates, key=lambda c: sum(c[1][b] == bases[b] for b in need))
         covered = frozenset(b for b in need if offsets[b] == bases[b])
+        if not covered:  # cannot happen: every base is some candidate's offset
+            raise AssertionError(f"no snapshot holds {sorted(need)} at {bases}")
         need -= covered
         others = any(o > 0 for b, o in offsets.items() if b not in covered)
         scans.append((snapshot_id, covered if others else None))
