@@ -566,22 +566,47 @@ def table_read(
     lake_only: Annotated[bool, typer.Option("--lake", help="the lake only (what other engines see)")] = False,
     columns: Annotated[str | None, typer.Option(help="comma-separated columns")] = None,
     where: Annotated[str | None, typer.Option(help='row filter, e.g. "o_orderkey < 10"')] = None,
+    as_of: Annotated[
+        str | None,
+        typer.Option("--as-of", help='the table as of log offsets, every bucket: "0:120,1:98,..." (bucket:offset)'),
+    ] = None,
     limit: Annotated[int, typer.Option(min=0, help="rows to print (0: only count them)")] = 20,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Read a table: union read (lake + log tail, fresh) or, with --lake, the lake only."""
+    """Read a table: union read (lake + log tail, fresh) or, with --lake, the lake only; --as-of reads either as
+    of log offsets."""
     cols = [c.strip() for c in columns.split(",")] if columns else None
     try:
+        offsets = _as_of(as_of) if as_of is not None else None
         lh = _lakehouse(warehouse, config)
-        data = lh.lake_read(name, cols, where) if lake_only else lh.union_read(name, cols, where)
+        if lake_only:
+            data = lh.lake_read(name, cols, where, as_of=offsets)
+        else:
+            data = lh.union_read(name, cols, where, as_of=offsets)
     except (LakestreamError, ValueError) as exc:
         _fail(exc)
     out = _data_table(data.column_names, data.slice(0, limit).to_pylist())
     console.print(out)
     console.print(
-        f"{data.num_rows:,} rows ({'lake' if lake_only else 'union read'}); showing {min(limit, data.num_rows)}"
+        f"{data.num_rows:,} rows ({'lake' if lake_only else 'union read'}{f' as of {as_of}' if as_of else ''}); "
+        f"showing {min(limit, data.num_rows)}"
     )
+
+
+def _as_of(text: str) -> dict[int, int]:
+    """``"0:120, 1:98"`` as {0: 120, 1: 98}."""
+    from lakehouse.errors import InvalidArgument
+
+    offsets: dict[int, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        bucket, sep, offset = part.partition(":")
+        if not sep or not bucket.strip().isdigit() or not offset.strip().isdigit():
+            raise InvalidArgument(f'--as-of takes "bucket:offset,..." (e.g. "0:120,1:98"), got {part!r} in {text!r}')
+        if int(bucket) in offsets:
+            raise InvalidArgument(f"--as-of names bucket {int(bucket)} twice ({text!r})")
+        offsets[int(bucket)] = int(offset)
+    return offsets
 
 
 @app.command()

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AppendIncomplete",
+    "AsOfUnavailable",
     "BatchError",
     "ConfigError",
     "CorruptCatalogError",
@@ -130,3 +131,15 @@ class TieringConflict(LakestreamError, ValidationException):
 class MaintenanceError(LakestreamError):
     """A maintenance run (compaction) could not commit: a task failed or another writer replaced its input
     files first. The table is unchanged and the run's own files were deleted; run it again."""
+
+
+class AsOfUnavailable(LakestreamError):
+    """A read as of log offsets (``as_of=``) that neither the lake's retained snapshots nor the retained log
+    can serve: snapshot expiry removed the snapshots and log retention the records it would need. Nothing
+    is returned (never an approximate state). ``unavailable`` maps each such bucket to the oldest offset it
+    can still be read as of; ``bucket`` and ``oldest`` name the first of them."""
+
+    def __init__(self, message: str, *, unavailable: dict[int, int]) -> None:
+        super().__init__(message)
+        self.unavailable = dict(unavailable)
+        self.bucket, self.oldest = min(self.unavailable.items())

@@ -412,6 +412,24 @@ def lake_offsets(metadata: TableMetadata, buckets: int, *, name: str = "") -> di
     return {b: parsed.get(b, 0) for b in range(buckets)}
 
 
+def tiering_snapshots(metadata: TableMetadata, buckets: int) -> list[tuple[Snapshot, dict[int, int]]]:
+    """Every retained tiering snapshot with its offsets of every bucket (0 where none is recorded), newest
+    first by sequence number; snapshots whose offsets do not parse are left out (`lake_offsets` reports the
+    newest one's)."""
+    out = []
+    for snap in metadata.snapshots:
+        if snap.summary is None or snap.summary[COMMIT_USER_PROPERTY] != TIERING_USER:
+            continue
+        try:
+            parsed = {int(b): int(o) for b, o in json.loads(snap.summary[OFFSETS_PROPERTY]).items()}
+        except (TypeError, ValueError, AttributeError):
+            continue
+        if all(0 <= b < buckets and o >= 0 for b, o in parsed.items()):
+            out.append((snap, {b: parsed.get(b, 0) for b in range(buckets)}))
+    out.sort(key=lambda so: (so[0].sequence_number or 0, so[0].timestamp_ms), reverse=True)
+    return out
+
+
 def tiering_summary(offsets: dict[int, int], base: Snapshot | None) -> dict[str, str]:
     """Snapshot summary properties of a tiering commit."""
     return {
@@ -463,5 +481,6 @@ __all__ = [
     "parse_partition_by",
     "partition_groups",
     "tiering_snapshot",
+    "tiering_snapshots",
     "tiering_summary",
 ]

@@ -41,7 +41,7 @@ from lakehouse.log.producer import close_all
 from lakehouse.settings import Settings, load_settings
 from lakehouse.tables import TABLES_PREFIX, TableDefinition, TableName
 from lakehouse.tiering import TieringResult, load_lake_table, tier
-from lakehouse.union import RowFilter, lake_read, union_batches, union_read
+from lakehouse.union import AsOf, RowFilter, as_of_unavailable, lake_read, union_batches, union_read
 from object_store import NotFound, ObjectStore, PreconditionFailed, open_store
 
 _log = logging.getLogger(__name__)
@@ -350,38 +350,69 @@ class Lakehouse:
         return SparkExecutor(spark) if spark is not None else LocalExecutor(workers)
 
     def union_read(
-        self, name: str | TableName, columns: Sequence[str] | None = None, row_filter: RowFilter = None
+        self,
+        name: str | TableName,
+        columns: Sequence[str] | None = None,
+        row_filter: RowFilter = None,
+        *,
+        as_of: AsOf | None = None,
     ) -> pa.Table:
         """The lake snapshot plus the log tail after its offsets, merged by key (see `lakehouse.union`):
-        every record whose append has returned is visible."""
+        every record whose append has returned is visible. With ``as_of={bucket: offset, ...}`` (every bucket),
+        the table exactly as the log defines it below those offsets, whether the lake is ahead of them (time
+        travel to a retained snapshot), behind them or both; `AsOfUnavailable` if snapshot expiry and log
+        retention removed what that needs."""
         return self._reading(
-            name, lambda table: union_read(table, self.log(name), columns=columns, row_filter=row_filter)
+            name,
+            lambda table: union_read(table, self.log(name), columns=columns, row_filter=row_filter, as_of=as_of),
+            as_of=as_of,
         )
 
     def union_batches(
-        self, name: str | TableName, columns: Sequence[str] | None = None, row_filter: RowFilter = None
+        self,
+        name: str | TableName,
+        columns: Sequence[str] | None = None,
+        row_filter: RowFilter = None,
+        *,
+        as_of: AsOf | None = None,
     ) -> Iterator[pa.RecordBatch]:
         """`union_read` as a stream of record batches, for large results."""
         return self._reading(
-            name, lambda table: union_batches(table, self.log(name), columns=columns, row_filter=row_filter)
+            name,
+            lambda table: union_batches(table, self.log(name), columns=columns, row_filter=row_filter, as_of=as_of),
+            as_of=as_of,
         )
 
-    def _reading(self, name: str | TableName, read: Any, attempts: int = 3) -> Any:
+    def _reading(self, name: str | TableName, read: Any, attempts: int = 3, *, as_of: AsOf | None = None) -> Any:
         """Run a union read; if log retention removed the tail's start meanwhile (a newer tiering commit made
-        those records part of the lake), reload the lake and read again."""
+        those records part of the lake), reload the lake and read again. A read ``as_of`` offsets that the
+        reloaded lake and the retained log cannot serve raises `AsOfUnavailable` at once."""
         for attempt in range(attempts):
             try:
                 return read(self.lake_table(name))
-            except OffsetOutOfRange:
+            except OffsetOutOfRange as exc:
+                if as_of is not None:
+                    log = self.log(name)
+                    ends = {int(b): int(o) for b, o in as_of.items()}  # checked by the read that failed
+                    error = as_of_unavailable(self.lake_table(name), log.definition, ends, log.start_offsets())
+                    if error is not None:
+                        raise error from exc
                 if attempt == attempts - 1:
                     raise
         raise AssertionError("unreachable")
 
     def lake_read(
-        self, name: str | TableName, columns: Sequence[str] | None = None, row_filter: RowFilter = None
+        self,
+        name: str | TableName,
+        columns: Sequence[str] | None = None,
+        row_filter: RowFilter = None,
+        *,
+        as_of: AsOf | None = None,
     ) -> pa.Table:
-        """The lake only (what other engines see)."""
-        return lake_read(self.lake_table(name), columns=columns, row_filter=row_filter)
+        """The lake only (what other engines see). With ``as_of``, the lake as it held exactly those offsets
+        (offsets a tiering round committed, still retained), else `AsOfUnavailable`."""
+        log = None if as_of is None else self.log(name)
+        return lake_read(self.lake_table(name), columns=columns, row_filter=row_filter, as_of=as_of, log_=log)
 
     def table(self, name: str | TableName) -> TableDefinition:
         """The definition of an existing table. Raises `TableNotFound`."""

@@ -8,29 +8,42 @@ The offsets come from the same table metadata as the scanned snapshot, so a tier
 while we read neither hides nor doubles records. Projection and filters go into the lake scan; the
 tail gets the same filter, applied after the merge (a key updated so that it no longer matches still
 hides its old lake version).
+
+Reads as of log offsets (``as_of={bucket: offset}``, every bucket named) return the table exactly as the
+log defines it below those offsets. Per bucket, the lake part comes from the retained snapshot holding
+the most of that bucket without passing ``as_of`` (the current snapshot where the lake is at or behind
+``as_of``, else the newest tiering snapshot at or below it: time travel), and the log tail from that
+snapshot's offset up to ``as_of``. Buckets are grouped by snapshot (one scan each, filtered on
+``__bucket`` only if other buckets of that snapshot hold rows). A bucket neither can serve raises
+`AsOfUnavailable`, never an approximate state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import itertools
+import operator
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.expressions import AlwaysTrue, BooleanExpression, parser
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In, parser
 from pyiceberg.expressions.visitors import bind
 from pyiceberg.io.pyarrow import expression_to_pyarrow
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyparsing import ParseException
 
-from lakehouse.errors import CorruptDataFileError, InvalidArgument, SchemaError
-from lakehouse.lake import check_lake_layout, lake_offsets, log_to_lake_rows
+from lakehouse.errors import AsOfUnavailable, CorruptDataFileError, InvalidArgument, SchemaError
+from lakehouse.lake import BUCKET_COLUMN, check_lake_layout, lake_offsets, log_to_lake_rows, tiering_snapshots
 from lakehouse.log import Log
+from lakehouse.tables import TableDefinition
 from lakehouse.tiering import KeySet, reduce_changes, upserts_of
 
 RowFilter = str | BooleanExpression | None
+AsOf = Mapping[int, int]
 
 
 def parse_filter(row_filter: RowFilter, schema: Schema) -> BooleanExpression:
@@ -75,12 +88,17 @@ def output_columns(table: Table, columns: Sequence[str] | None) -> list[str]:
     return list(columns)
 
 
-def read_tail(log_: Log, offsets: dict[int, int], *, primary_key: Sequence[str] = ()) -> pa.Table:
-    """Every bucket's log records from ``offsets`` on, as lake rows with ``_op`` (reduced per key for
-    primary-key tables)."""
+def read_tail(
+    log_: Log, offsets: dict[int, int], *, primary_key: Sequence[str] = (), ends: dict[int, int] | None = None
+) -> pa.Table:
+    """Every bucket's log records from ``offsets`` on (up to ``ends``, default the log's end), as lake rows
+    with ``_op`` (reduced per key for primary-key tables)."""
     parts = []
     for bucket, start in sorted(offsets.items()):
-        data = log_.read(bucket, start)
+        end = None if ends is None else ends[bucket]
+        if end is not None and start >= end:
+            continue  # nothing to read: no request
+        data = log_.read(bucket, start, end)
         if data.num_rows == 0:
             continue
         if primary_key:
@@ -148,7 +166,13 @@ def _named(table: Table, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
 
 
 def _union(
-    table: Table, log_: Log, columns: Sequence[str] | None, row_filter: RowFilter, *, stream: bool
+    table: Table,
+    log_: Log,
+    columns: Sequence[str] | None,
+    row_filter: RowFilter,
+    *,
+    stream: bool,
+    as_of: AsOf | None = None,
 ) -> Iterator[pa.RecordBatch]:
     definition = log_.definition
     check_lake_layout(table.metadata, definition)
@@ -156,6 +180,13 @@ def _union(
     out = output_columns(table, columns)
     scan_cols = out + [c for c in pk if c not in out]
     expr = parse_filter(row_filter, table.schema())
+    if as_of is not None:
+        ends = check_as_of(as_of, definition, log_)
+        plan = plan_as_of(table, definition, ends)
+        tail = read_tail(log_, plan.bases, primary_key=pk, ends=ends)
+        tail_filter = expression_to_pyarrow(bind(table.schema(), expr, case_sensitive=True))
+        lake, schema = plan.lake(table, expr, tuple(scan_cols), stream=stream)
+        return merge_batches(lake, tail, primary_key=pk, columns=out, tail_filter=tail_filter, schema=schema)
     offsets = lake_offsets(table.metadata, definition.buckets, name=str(definition.name))
     tail = read_tail(log_, offsets, primary_key=pk)
     tail_filter = expression_to_pyarrow(bind(table.schema(), expr, case_sensitive=True))
@@ -172,16 +203,26 @@ def _union(
 
 
 def union_batches(
-    table: Table, log_: Log, *, columns: Sequence[str] | None = None, row_filter: RowFilter = None
+    table: Table,
+    log_: Log,
+    *,
+    columns: Sequence[str] | None = None,
+    row_filter: RowFilter = None,
+    as_of: AsOf | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Union read as a stream of record batches (memory: one lake batch plus the log tail)."""
-    return _union(table, log_, columns, row_filter, stream=True)
+    return _union(table, log_, columns, row_filter, stream=True, as_of=as_of)
 
 
 def union_read(
-    table: Table, log_: Log, *, columns: Sequence[str] | None = None, row_filter: RowFilter = None
+    table: Table,
+    log_: Log,
+    *,
+    columns: Sequence[str] | None = None,
+    row_filter: RowFilter = None,
+    as_of: AsOf | None = None,
 ) -> pa.Table:
-    batches = _union(table, log_, columns, row_filter, stream=False)
+    batches = _union(table, log_, columns, row_filter, stream=False, as_of=as_of)
     first = next(batches, None)
     if first is None:
         out = output_columns(table, columns)
@@ -189,11 +230,38 @@ def union_read(
     return pa.Table.from_batches([first, *batches])
 
 
-def lake_read(table: Table, *, columns: Sequence[str] | None = None, row_filter: RowFilter = None) -> pa.Table:
-    """The lake only: what any Iceberg reader sees."""
+def lake_read(
+    table: Table,
+    *,
+    columns: Sequence[str] | None = None,
+    row_filter: RowFilter = None,
+    as_of: AsOf | None = None,
+    log_: Log | None = None,
+) -> pa.Table:
+    """The lake only: what any Iceberg reader sees. With ``as_of`` (and the table's ``log_``), the lake as it
+    held exactly those offsets: per bucket, a retained snapshot must hold the bucket at exactly that offset
+    (offsets a tiering round committed), else `AsOfUnavailable`."""
     out = output_columns(table, columns)
-    scan = table.scan(row_filter=parse_filter(row_filter, table.schema()), selected_fields=tuple(out))
-    return _read(table, scan.to_arrow)
+    expr = parse_filter(row_filter, table.schema())
+    if as_of is None:
+        return _read(table, table.scan(row_filter=expr, selected_fields=tuple(out)).to_arrow)
+    if log_ is None:
+        raise InvalidArgument("lake_read as_of needs the table's log (to check the offsets against its end)")
+    definition = log_.definition
+    check_lake_layout(table.metadata, definition)
+    ends = check_as_of(as_of, definition, log_)
+    plan = plan_as_of(table, definition, ends)
+    missing = {b: o for b, o in ends.items() if plan.bases[b] != o}
+    if missing:
+        held = {b: sorted(plan.held[b]) for b in missing}
+        raise AsOfUnavailable(
+            f"{definition.name}: the lake holds no snapshot at "
+            + "; ".join(f"bucket {b} offset {o} (its retained snapshots hold {held[b]})" for b, o in missing.items())
+            + ". lake_read as_of serves offsets a tiering round committed; union_read as_of serves any offset",
+            unavailable={b: min([o for o in held[b] if o > 0], default=0) for b in missing},
+        )
+    lake, schema = plan.lake(table, expr, tuple(out), stream=False)
+    return pa.Table.from_batches(list(lake), schema=schema).select(out)
 
 
 def _read(table: Table, read: Any) -> Any:
@@ -201,3 +269,135 @@ def _read(table: Table, read: Any) -> Any:
         return read()
     except (pa.ArrowInvalid, OSError) as exc:
         raise corrupt_file_error(table, exc) from exc
+
+
+# ---- reads as of log offsets ---------------------------------------------------------------------------
+
+
+def check_as_of(as_of: AsOf, definition: TableDefinition, log_: Log) -> dict[int, int]:
+    """``as_of`` as {bucket: offset} for every bucket of the table, checked before any lake read: every bucket
+    named (a missing one would mean "now", which no later read could repeat), offsets integers from 0 to the
+    bucket's end offset (one listing per bucket).
+
+    Raises:
+        InvalidArgument: not a mapping of integers; a bucket missing or one the table lacks; a negative offset;
+            an offset beyond the bucket's end.
+    """
+    name, buckets = definition.name, definition.buckets
+    if not isinstance(as_of, Mapping):
+        raise InvalidArgument(f"as_of must map every bucket to an offset ({{0: 120, 1: 98, ...}}), got {as_of!r}")
+    offsets: dict[int, int] = {}
+    for b, o in as_of.items():
+        try:
+            if isinstance(b, bool) or isinstance(o, bool):
+                raise TypeError
+            offsets[operator.index(b)] = operator.index(o)
+        except TypeError:
+            raise InvalidArgument(f"as_of maps bucket numbers to offsets (integers), got {b!r}: {o!r}") from None
+    unknown = sorted(b for b in offsets if not 0 <= b < buckets)
+    if unknown:
+        raise InvalidArgument(f"as_of names bucket(s) {unknown}; {name} has buckets 0..{buckets - 1}")
+    missing = sorted(set(range(buckets)) - set(offsets))
+    if missing:
+        raise InvalidArgument(
+            f"as_of must name every bucket of {name} (0..{buckets - 1}); it lacks bucket(s) {missing}. A missing "
+            "bucket is not read 'as of now': that would not be repeatable"
+        )
+    negative = {b: o for b, o in offsets.items() if o < 0}
+    if negative:
+        raise InvalidArgument(f"as_of offsets must be >= 0, got {negative}")
+    ends = log_.end_offsets()
+    beyond = {b: o for b, o in sorted(offsets.items()) if o > ends[b]}
+    if beyond:
+        raise InvalidArgument(
+            f"as_of is beyond the end of {name}'s log: "
+            + ", ".join(f"bucket {b} offset {o} (its end is {ends[b]})" for b, o in beyond.items())
+        )
+    return dict(sorted(offsets.items()))
+
+
+@dataclass
+class AsOfPlan:
+    """Where a read as of ``ends`` takes each bucket's lake part from."""
+
+    bases: dict[int, int]  # bucket -> the lake offset its part is read at (0: no lake part)
+    scans: list[tuple[int, frozenset[int] | None]]  # (snapshot id, buckets to keep; None: all of it)
+    held: dict[int, set[int]]  # bucket -> every offset a retained snapshot holds it at (and 0)
+
+    def lake(
+        self, table: Table, expr: BooleanExpression, fields: tuple[str, ...], *, stream: bool
+    ) -> tuple[Iterator[pa.RecordBatch], pa.Schema]:
+        """The lake part's batches (one scan per snapshot, pushed-down filter and projection) and schema."""
+        scans = [
+            table.scan(
+                row_filter=expr if keep is None else And(expr, In(BUCKET_COLUMN, set(keep))),
+                selected_fields=fields,
+                snapshot_id=snapshot_id,
+            )
+            for snapshot_id, keep in self.scans
+        ]
+        if not scans:
+            return iter(()), table.scan(selected_fields=fields).projection().as_arrow()
+        if not stream:  # pyiceberg reads each snapshot's files in parallel
+            parts = [_read(table, scan.to_arrow) for scan in scans]
+            return itertools.chain.from_iterable(p.to_batches() for p in parts), parts[0].schema
+        first = _read(table, scans[0].to_arrow_batch_reader)
+        rest = (_read(table, scan.to_arrow_batch_reader) for scan in scans[1:])
+        return _named(table, itertools.chain(first, itertools.chain.from_iterable(rest))), first.schema
+
+
+def plan_as_of(table: Table, definition: TableDefinition, ends: dict[int, int]) -> AsOfPlan:
+    """Per bucket, the retained snapshot holding the most of it without passing ``ends``: the current
+    snapshot if the lake's offset is at or below the bucket's end, else the newest tiering snapshot that is;
+    none (an empty lake part) where every snapshot is past it. Buckets are then grouped so that as few
+    snapshots as possible are scanned (the one serving the most buckets first; the current one first on a tie,
+    then the newest)."""
+    metadata, buckets = table.metadata, definition.buckets
+    current = lake_offsets(metadata, buckets, name=str(definition.name))  # checks the newest tiering snapshot
+    candidates: list[tuple[int, dict[int, int]]] = []
+    if metadata.current_snapshot_id is not None:
+        candidates.append((metadata.current_snapshot_id, current))
+    candidates += [(s.snapshot_id, o) for s, o in tiering_snapshots(metadata, buckets)]
+    held = {b: {0, *(o[b] for _, o in candidates)} for b in range(buckets)}
+    bases = {b: max(o for o in held[b] if o <= ends[b]) for b in range(buckets)}
+    need = {b for b in range(buckets) if bases[b] > 0}
+    scans: list[tuple[int, frozenset[int] | None]] = []
+    while need:
+        snapshot_id, offsets = max(candidates, key=lambda c: sum(c[1][b] == bases[b] for b in need))
+        covered = frozenset(b for b in need if offsets[b] == bases[b])
+        if not covered:  # cannot happen: every base is some candidate's offset
+            raise AssertionError(f"no snapshot holds {sorted(need)} at {bases}")
+        need -= covered
+        others = any(o > 0 for b, o in offsets.items() if b not in covered)
+        scans.append((snapshot_id, covered if others else None))
+    return AsOfPlan(bases, scans, held)
+
+
+def as_of_unavailable(
+    table: Table, definition: TableDefinition, ends: dict[int, int], starts: dict[int, int]
+) -> AsOfUnavailable | None:
+    """The error of a read as of ``ends`` that the lake's retained snapshots and the log retained from
+    ``starts`` (`Log.start_offsets`) cannot serve, or None if they can (a race: read again)."""
+    plan = plan_as_of(table, definition, ends)
+    unavailable, lines = {}, []
+    for b, end in ends.items():
+        base = plan.bases[b]
+        if base == end or starts[b] <= base:
+            continue
+        points = sorted(o for o in plan.held[b] if o > 0)
+        servable_from = min((o for o in plan.held[b] if o >= starts[b]), default=None)
+        oldest = min([*points, *([servable_from] if servable_from is not None else [])], default=0)
+        unavailable[b] = oldest
+        lines.append(
+            f"bucket {b} as of offset {end} (the log holds it from offset {starts[b]}, the retained lake snapshots "
+            f"at offsets {points or [0]}: the oldest offset it can still be read as of is {oldest}"
+            + (f", and any offset from {servable_from} on)" if servable_from is not None else ")")
+        )
+    if not unavailable:
+        return None
+    return AsOfUnavailable(
+        f"{definition.name}: cannot read "
+        + "; ".join(lines)
+        + ". Snapshot expiry and log retention removed what that state needs; nothing was returned",
+        unavailable=unavailable,
+    )
