@@ -398,17 +398,25 @@ def lake_offsets(metadata: TableMetadata, buckets: int, *, name: str = "") -> di
         return dict.fromkeys(range(buckets), 0)
     raw = snap.summary[OFFSETS_PROPERTY]
     try:
-        parsed = {int(b): int(o) for b, o in json.loads(raw).items()}
+        return _snapshot_offsets(snap, buckets)
     except (TypeError, ValueError, AttributeError):
         raise LakeStateError(
             f"lake table {name}: tiering snapshot {snap.snapshot_id} has no valid {OFFSETS_PROPERTY} "
             f"({raw!r}); the table's tiered offsets are unknown. Restore the property or re-tier into a fresh table"
         ) from None
-    if any(b < 0 or b >= buckets or o < 0 for b, o in parsed.items()):
+    except IndexError:
         raise LakeStateError(
             f"lake table {name}: {OFFSETS_PROPERTY} of snapshot {snap.snapshot_id} names buckets or offsets outside "
-            f"the table's {buckets} buckets: {parsed}"
-        )
+            f"the table's {buckets} buckets: {raw}"
+        ) from None
+
+
+def _snapshot_offsets(snap: Snapshot, buckets: int) -> dict[int, int]:
+    """A tiering snapshot's offsets of every bucket (0 where none is recorded). Raises TypeError, ValueError or
+    AttributeError if the property does not parse, IndexError if it names a bucket or offset out of range."""
+    parsed = {int(b): int(o) for b, o in json.loads(snap.summary[OFFSETS_PROPERTY]).items()}
+    if any(b < 0 or b >= buckets or o < 0 for b, o in parsed.items()):
+        raise IndexError(f"offsets outside the table's {buckets} buckets: {parsed}")
     return {b: parsed.get(b, 0) for b in range(buckets)}
 
 
@@ -421,11 +429,9 @@ def tiering_snapshots(metadata: TableMetadata, buckets: int) -> list[tuple[Snaps
         if snap.summary is None or snap.summary[COMMIT_USER_PROPERTY] != TIERING_USER:
             continue
         try:
-            parsed = {int(b): int(o) for b, o in json.loads(snap.summary[OFFSETS_PROPERTY]).items()}
-        except (TypeError, ValueError, AttributeError):
+            out.append((snap, _snapshot_offsets(snap, buckets)))
+        except (TypeError, ValueError, AttributeError, IndexError):
             continue
-        if all(0 <= b < buckets and o >= 0 for b, o in parsed.items()):
-            out.append((snap, {b: parsed.get(b, 0) for b in range(buckets)}))
     out.sort(key=lambda so: (so[0].sequence_number or 0, so[0].timestamp_ms), reverse=True)
     return out
 

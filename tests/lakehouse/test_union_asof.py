@@ -254,3 +254,29 @@ def test_cli_reads_as_of(tmp_path) -> None:
     assert missing.exit_code == 1 and "lacks bucket(s) [1]" in missing.output
     bad = runner.invoke(app, ["table", "read", NAME, "-w", wh, "--as-of", "0=1"])
     assert bad.exit_code == 1 and "bucket:offset" in bad.output
+
+
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [("nope", "has no valid lakestream.offsets"), ('{"0": 5, "9": 1}', "outside"), ('{"0": -1}', "outside")],
+)
+def test_a_malformed_offsets_property_is_an_error_for_the_newest_and_skipped_among_older(raw, error) -> None:
+    """`lake_offsets` and `tiering_snapshots` parse the property with one function: strict for the newest
+    tiering snapshot, skipping it among the retained ones."""
+    from types import SimpleNamespace
+
+    from pyiceberg.table.snapshots import Operation, Snapshot, Summary
+
+    from lakehouse.errors import LakeStateError
+    from lakehouse.lake import COMMIT_USER_PROPERTY, OFFSETS_PROPERTY, TIERING_USER, lake_offsets, tiering_snapshots
+
+    def snap(i: int, offsets: str) -> Snapshot:
+        summary = Summary(Operation.APPEND, **{COMMIT_USER_PROPERTY: TIERING_USER, OFFSETS_PROPERTY: offsets})
+        return Snapshot(snapshot_id=i, sequence_number=i, timestamp_ms=i, manifest_list="m", summary=summary)
+
+    metadata = SimpleNamespace(snapshots=[snap(1, '{"0": 1}'), snap(2, raw)], current_snapshot_id=2)
+    with pytest.raises(LakeStateError, match=error):
+        lake_offsets(metadata, 2, name="t.x")
+    assert [(s.snapshot_id, o) for s, o in tiering_snapshots(metadata, 2)] == [(1, {0: 1, 1: 0})]
+    good = SimpleNamespace(snapshots=[snap(1, '{"0": 1}'), snap(2, '{"0": 5, "1": 7}')], current_snapshot_id=2)
+    assert lake_offsets(good, 2) == {0: 5, 1: 7}
