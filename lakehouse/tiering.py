@@ -28,12 +28,9 @@ import traceback
 import uuid
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from functools import cached_property
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pydantic import ValidationError as PydanticValidationError
 from pyiceberg.exceptions import (
     CommitFailedException,
@@ -45,6 +42,7 @@ from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
+from lakehouse.changelog import reduce_changes, rewrite_bucket
 from lakehouse.datafiles import LakeContext, added_or_raise, locations
 from lakehouse.errors import InvalidArgument, LakeStateError, LakestreamError, TieringConflict
 from lakehouse.executor import LocalExecutor, TaskExecutor
@@ -206,87 +204,8 @@ def _write_split(task: _Task, definition: TableDefinition, log_: Log, result: _T
         )
 
 
-def reduce_changes(data: pa.Table, primary_key: tuple[str, ...]) -> pa.Table:
-    """The last change of every key, in offset order. ``data`` holds one bucket's records in offset order
-    (offsets are unique within a bucket)."""
-    if data.num_rows == 0:
-        return data
-    if len(primary_key) == 1 and pa.types.is_integer(data.schema.field(primary_key[0]).type):
-        keys = data.column(primary_key[0]).to_numpy()
-        order = np.argsort(keys, kind="stable")  # equal keys keep offset order: the last one is the newest
-        sorted_keys = keys[order]
-        last = np.ones(len(keys), dtype=bool)
-        last[:-1] = sorted_keys[1:] != sorted_keys[:-1]
-        if last.all():
-            return data  # every key once (an initial load): nothing to reduce
-        keep = np.zeros(len(keys), dtype=bool)
-        keep[order[last]] = True
-        return data.filter(pa.array(keep))
-    last = data.group_by(list(primary_key), use_threads=False).aggregate([("_offset", "max")])
-    return data.filter(pc.is_in(data.column("_offset"), value_set=last.column("_offset_max")))
-
-
-def upserts_of(changes: pa.Table) -> pa.Table:
-    """The changes that leave a row (not deletes), compared on the ``_op`` dictionary's codes."""
-    ops = changes.column("_op")
-    masks = []
-    for chunk in ops.chunks:
-        codes = chunk.indices.to_numpy(zero_copy_only=False)
-        is_delete = np.asarray(chunk.dictionary.to_pylist(), dtype=object) == "delete"
-        masks.append(~is_delete[codes] if len(is_delete) else np.ones(len(codes), dtype=bool))
-    mask = np.concatenate(masks) if masks else np.zeros(0, dtype=bool)
-    return changes if mask.all() else changes.filter(pa.array(mask))
-
-
-class KeySet:
-    """A set of primary keys, built once and probed many times. A single integer key column uses a sorted
-    numpy array (binary search: no hash table rebuilt per probe, as ``pc.is_in`` would); other keys fall
-    back to ``pc.is_in`` / a semi join."""
-
-    def __init__(self, keys: pa.Table, primary_key: tuple[str, ...]) -> None:
-        self.primary_key = primary_key
-        self.keys = keys.select(list(primary_key))
-
-    def __len__(self) -> int:
-        return self.keys.num_rows
-
-    @cached_property
-    def _sorted(self) -> np.ndarray | None:
-        """The distinct integer keys, sorted (built on first probe: an initial load probes nothing). Sort
-        and drop repeats: numpy 2.4's hash-based ``np.unique`` takes ~1 s per million int64 keys, 50x more."""
-        if len(self.primary_key) != 1 or not pa.types.is_integer(self.keys.schema.field(0).type):
-            return None
-        keys = np.sort(self.keys.column(0).to_numpy())
-        if len(keys) > 1:
-            keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
-        return keys
-
-    def hits(self, rows: pa.Table | pa.RecordBatch) -> pa.BooleanArray:
-        """For every row, whether its key is in the set."""
-        pk = self.primary_key
-        if self._sorted is not None:
-            values = rows.column(pk[0])
-            if isinstance(values, pa.ChunkedArray):
-                values = values.combine_chunks()
-            if not len(self._sorted):
-                return pa.array(np.zeros(len(values), dtype=bool))
-            vals = values.fill_null(0).to_numpy() if values.null_count else values.to_numpy()
-            found = self._sorted[np.minimum(np.searchsorted(self._sorted, vals), len(self._sorted) - 1)] == vals
-            if values.null_count:  # primary keys are never null; be safe for foreign files
-                found &= values.is_valid().to_numpy(zero_copy_only=False)
-            return pa.array(found)
-        if isinstance(rows, pa.RecordBatch):
-            rows = pa.Table.from_batches([rows])
-        keys = self.keys.cast(pa.schema([rows.schema.field(c) for c in pk]))  # string vs large_string
-        if len(pk) == 1:
-            return pc.fill_null(pc.is_in(rows.column(pk[0]), value_set=keys.column(0).combine_chunks()), False)
-        positions = pa.array(np.arange(rows.num_rows, dtype=np.int64))
-        found = rows.select(list(pk)).append_column("__row", positions).join(keys, keys=list(pk), join_type="left semi")
-        return pc.is_in(positions, value_set=found.column("__row").combine_chunks())
-
-
 def _rewrite_bucket(task: _Task, definition: TableDefinition, log_: Log, result: _TaskResult) -> None:
-    split, ctx, pk = task.split, task.ctx, task.primary_key
+    split = task.split
     data = log_.read(split.bucket, split.start, split.end)
     if data.num_rows != split.rows:
         raise LakeStateError(
@@ -294,24 +213,10 @@ def _rewrite_bucket(task: _Task, definition: TableDefinition, log_: Log, result:
             f"[{split.start}, {split.end}), expected {split.rows}"
         )
     result.rows = data.num_rows
-    changes = reduce_changes(data, pk)
-    keys = KeySet(changes, pk)
     stem = f"{task.stem}-{split.bucket:05d}-{split.start}"
-    for data_file in task.candidates:  # copy-on-write: only files that hold a changed key
-        hits = keys.hits(ctx.read(data_file.file_path, columns=list(pk)))
-        if not pc.any(hits).as_py():
-            continue
-        keep = ctx.read(data_file.file_path).filter(pc.invert(hits))  # same file, same row order
-        result.removed.append(data_file.file_path)
-        if keep.num_rows:
-            partition = tuple(data_file.partition[i] for i in range(len(data_file.partition)))
-            result.added.append(ctx.write(keep, partition, stem))
-    upserts = upserts_of(changes)
-    if upserts.num_rows:
-        parts = parse_partition_by(definition, definition.schema)
-        new_rows = log_to_lake_rows(upserts, split.bucket)
-        for partition, rows in partition_groups(definition, new_rows, split.bucket, parts):
-            result.added.append(ctx.write(rows, partition, stem))
+    rewrite_bucket(
+        task.ctx, definition, split.bucket, reduce_changes(data, task.primary_key), task.candidates, stem, result
+    )
 
 
 # ---- driver --------------------------------------------------------------------------------------------

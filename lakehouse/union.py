@@ -36,11 +36,11 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyparsing import ParseException
 
+from lakehouse.changelog import KeySet, reduce_changes, upserts_of
 from lakehouse.errors import AsOfUnavailable, CorruptDataFileError, InvalidArgument, SchemaError
 from lakehouse.lake import BUCKET_COLUMN, check_lake_layout, lake_offsets, log_to_lake_rows, tiering_snapshots
 from lakehouse.log import Log
 from lakehouse.tables import TableDefinition
-from lakehouse.tiering import KeySet, reduce_changes, upserts_of
 
 RowFilter = str | BooleanExpression | None
 AsOf = Mapping[int, int]

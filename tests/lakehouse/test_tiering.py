@@ -842,7 +842,7 @@ def test_composite_primary_key(tmp_path) -> None:
     ],
 )
 def test_key_set_membership(keys, rows, expected) -> None:
-    from lakehouse.tiering import KeySet
+    from lakehouse.changelog import KeySet
 
     pk = tuple(keys)
     assert KeySet(pa.table(keys), pk).hits(pa.table(rows)).to_pylist() == expected
