@@ -578,7 +578,9 @@ def table_read(
     of log offsets."""
     cols = [c.strip() for c in columns.split(",")] if columns else None
     try:
-        offsets = _as_of(as_of) if as_of is not None else None
+        from lakehouse.union import parse_offsets
+
+        offsets = parse_offsets(as_of, "--as-of") if as_of is not None else None
         lh = _lakehouse(warehouse, config)
         if lake_only:
             data = lh.lake_read(name, cols, where, as_of=offsets)
@@ -594,19 +596,34 @@ def table_read(
     )
 
 
-def _as_of(text: str) -> dict[int, int]:
-    """``"0:120, 1:98"`` as {0: 120, 1: 98}."""
-    from lakehouse.errors import InvalidArgument
+@table_app.command("changes")
+def table_changes(
+    name: str,
+    start: Annotated[str, typer.Option(help='offsets to start at, every bucket: "0:120,1:98,..." (bucket:offset)')],
+    end: Annotated[str | None, typer.Option(help="offsets to end at (default: the log's end, printed)")] = None,
+    before_images: Annotated[
+        bool, typer.Option("--before-images", help="also the old row of every update (update_before)")
+    ] = False,
+    columns: Annotated[str | None, typer.Option(help="comma-separated columns (the key is always included)")] = None,
+    limit: Annotated[int, typer.Option(min=0, help="rows to print (0: only count them)")] = 20,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """What changed between two offset maps: a log table's records; a primary-key table's net change per key
+    (_op: insert, update_before, update_after, delete)."""
+    cols = [c.strip() for c in columns.split(",")] if columns else None
+    try:
+        from lakehouse.union import parse_offsets
 
-    offsets: dict[int, int] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        bucket, sep, offset = part.partition(":")
-        if not sep or not bucket.strip().isdigit() or not offset.strip().isdigit():
-            raise InvalidArgument(f'--as-of takes "bucket:offset,..." (e.g. "0:120,1:98"), got {part!r} in {text!r}')
-        if int(bucket) in offsets:
-            raise InvalidArgument(f"--as-of names bucket {int(bucket)} twice ({text!r})")
-        offsets[int(bucket)] = int(offset)
-    return offsets
+        starts = parse_offsets(start, "--start")
+        lh = _lakehouse(warehouse, config)
+        ends = parse_offsets(end, "--end") if end is not None else lh.log(name).end_offsets()
+        data = lh.changes(name, starts, ends, before_images=before_images, columns=cols)
+    except (LakestreamError, ValueError) as exc:
+        _fail(exc)
+    console.print(_data_table(data.column_names, data.slice(0, limit).to_pylist()))
+    upto = ",".join(f"{b}:{o}" for b, o in sorted(ends.items()))
+    console.print(f"{data.num_rows:,} changes from {start} up to {upto}; showing {min(limit, data.num_rows)}")
 
 
 @app.command()

@@ -401,6 +401,74 @@ class Lakehouse:
                     raise
         raise AssertionError("unreachable")
 
+    def changes(
+        self,
+        name: str | TableName,
+        start: AsOf,
+        end: AsOf,
+        *,
+        before_images: bool = False,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
+        """What changed between the offset maps ``start`` and ``end`` (every bucket, ``start`` <= ``end``): the
+        log tables' records in the range; for primary-key tables one row per changed key, ``_op`` one of insert,
+        update_after, delete (and update_before, the old row, with ``before_images``). See `lakehouse.changes`.
+
+        Raises:
+            InvalidArgument: a bad offset map, or ``start`` after ``end``; nothing is read.
+            AsOfUnavailable: log retention (or snapshot expiry, for the old rows) removed what the range needs.
+        """
+        from lakehouse.changes import changes_schema
+
+        batches = list(self.changes_batches(name, start, end, before_images=before_images, columns=columns))
+        return pa.Table.from_batches(batches, schema=changes_schema(self.table(name), columns))
+
+    def changes_batches(
+        self,
+        name: str | TableName,
+        start: AsOf,
+        end: AsOf,
+        *,
+        before_images: bool = False,
+        columns: Sequence[str] | None = None,
+        attempts: int = 3,
+    ) -> Iterator[pa.RecordBatch]:
+        """`changes` one bucket at a time (memory: one bucket's changes and their old rows). The offsets are
+        checked before the first batch. If expiry or retention removed the old rows' snapshot or log meanwhile,
+        that bucket is planned again (up to ``attempts`` times) and read from what is retained, or
+        `AsOfUnavailable` is raised: never a wrong change."""
+        from lakehouse.changes import plan_changes
+
+        plan = plan_changes(
+            self.lake_table(name), self.log(name), start, end, before_images=before_images, columns=columns
+        )
+        return self._changes(name, plan, attempts)
+
+    def _changes(self, name: str | TableName, plan: Any, attempts: int) -> Iterator[pa.RecordBatch]:
+        from lakehouse.changes import plan_changes, read_bucket_changes
+        from lakehouse.datafiles import LakeContext
+
+        log = self.log(name)
+        ctx = LakeContext.of(self.store, self.lake_table(name))
+        for item in plan.buckets:
+            for attempt in range(attempts):
+                try:
+                    rows = read_bucket_changes(plan, item, log, ctx)
+                    break
+                except (OffsetOutOfRange, OSError) as exc:  # the old rows' log or snapshot went meanwhile
+                    table = self.lake_table(name)
+                    error = as_of_unavailable(table, log.definition, plan.start, log.start_offsets())
+                    if error is not None:
+                        raise error from exc
+                    if attempt == attempts - 1:
+                        raise
+                    replanned = plan_changes(
+                        table, log, plan.start, plan.end, before_images=plan.before_images, columns=plan.columns
+                    )
+                    item = next(b for b in replanned.buckets if b.bucket == item.bucket)  # noqa: PLW2901
+                    ctx = LakeContext.of(self.store, table)
+            yield from rows.to_batches()
+
     def lake_read(
         self,
         name: str | TableName,

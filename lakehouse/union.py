@@ -21,6 +21,7 @@ snapshot's offset up to ``as_of``. Buckets are grouped by snapshot (one scan eac
 from __future__ import annotations
 
 import itertools
+import json
 import operator
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -272,6 +273,28 @@ def _read(table: Table, read: Any) -> Any:
 
 
 # ---- reads as of log offsets ---------------------------------------------------------------------------
+
+
+def parse_offsets(text: str, what: str = "offsets") -> dict[int, int]:
+    """``"0:120, 1:98"`` (the CLI's and the Spark source's form of an offset map) as {0: 120, 1: 98}; a JSON
+    object (``{"0": 120, "1": 98}``) is accepted too. Values are checked against a table by `check_as_of`."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            return {int(b): int(o) for b, o in json.loads(text).items()}
+        except (ValueError, TypeError, AttributeError):
+            raise InvalidArgument(
+                f'{what} as JSON maps bucket numbers to offsets, e.g. {{"0": 120}}; got {text!r}'
+            ) from None
+    offsets: dict[int, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        bucket, sep, offset = part.partition(":")
+        if not sep or not bucket.strip().isdigit() or not offset.strip().isdigit():
+            raise InvalidArgument(f'{what} takes "bucket:offset,..." (e.g. "0:120,1:98"), got {part!r} in {text!r}')
+        if int(bucket) in offsets:
+            raise InvalidArgument(f"{what} names bucket {int(bucket)} twice ({text!r})")
+        offsets[int(bucket)] = int(offset)
+    return offsets
 
 
 def check_as_of(as_of: AsOf, definition: TableDefinition, log_: Log) -> dict[int, int]:

@@ -1,0 +1,281 @@
+"""Net changelogs: what changed in a table between two per-bucket offset maps.
+
+``changes(table, log_, start, end)`` returns, per bucket, the change of the log range [start, end):
+
+- **Log tables**: the records in the range, each with ``_op = "insert"``.
+- **Primary-key tables**: one row per key written in the range (the last change wins), classified against
+  the key's state as of ``start`` (the table exactly as the log defines it below ``start``, as
+  ``union_read(as_of=start)`` returns it):
+
+  ========================  ========================  ==========================================
+  state as of ``start``     last change in the range   rows
+  ========================  ========================  ==========================================
+  absent                    insert / upsert            ``insert`` (the new row)
+  present                   insert / upsert            [``update_before`` (the old row)], ``update_after``
+  present                   delete                     ``delete`` (the old row: what was deleted)
+  absent                    delete                     nothing
+  ========================  ========================  ==========================================
+
+  ``update_before`` rows come only with ``before_images=True`` (Flink's RowKind vocabulary). Before-images
+  and deletes carry the old row, including its ``__offset`` and ``__timestamp``; after-images carry the
+  change's own. Within a bucket every before-image comes before every after-image, so a consumer applying
+  the rows in order never sees a key twice at once. A key rewritten with the same values is reported as an
+  update (changes are per key written, not per value compared).
+
+The old state of the changed keys is looked up, not read in full: per bucket, the lake snapshot an as-of
+read at ``start`` would use (`plan_as_of`), only its files of that bucket (partition pruning), only files
+whose key statistics (lower/upper bounds) can hold a changed key, the key column first and whole rows only
+where a key matched; plus the log between that snapshot's offset and ``start``. The cost grows with the
+changes in the range (and the lake's lag behind ``start``), not with the table's size.
+
+Applying the rows to the state as of ``start`` (remove the keys of ``update_before``/``delete`` rows, add
+``insert``/``update_after`` rows) gives the state as of ``end``: the property the tests check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.conversions import from_bytes
+from pyiceberg.expressions import EqualTo
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+
+from lakehouse.changelog import KeySet, reduce_changes, upserts_of
+from lakehouse.errors import AsOfUnavailable, InvalidArgument, OffsetOutOfRange, SchemaError
+from lakehouse.lake import BUCKET_COLUMN, check_lake_layout, lake_arrow_schema, log_to_lake_rows
+from lakehouse.log import Log
+from lakehouse.tables import TableDefinition
+from lakehouse.union import AsOf, check_as_of, plan_as_of
+
+OP_COLUMN = "_op"
+INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "insert", "update_before", "update_after", "delete"
+CHANGE_KINDS = (INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE)
+
+
+@dataclass(frozen=True)
+class BucketChanges:
+    """One bucket's share of a changes read (picklable: a Spark task runs it with `read_bucket_changes`)."""
+
+    bucket: int
+    start: int
+    end: int
+    base: int = 0  # the offset the lake part of the state as of ``start`` is read at (0: no lake part)
+    files: tuple[DataFile, ...] = ()  # that snapshot's data files of this bucket
+
+
+@dataclass(frozen=True)
+class ChangesPlan:
+    """A changes read, planned once (offsets checked, snapshots chosen) and executed per bucket."""
+
+    definition_json: bytes
+    columns: tuple[str, ...]  # the user columns returned (plus the system columns and ``_op``)
+    before_images: bool
+    buckets: tuple[BucketChanges, ...]  # the buckets with changes
+    start: dict[int, int]  # the whole range, checked
+    end: dict[int, int]
+    schema: pa.Schema = field(compare=False)
+
+    @property
+    def definition(self) -> TableDefinition:
+        return TableDefinition.from_json(self.definition_json)
+
+
+def changes_schema(definition: TableDefinition, columns: Sequence[str] | None = None) -> pa.Schema:
+    """The schema of a changes read: the chosen user columns (default all), ``__bucket``, ``__offset``,
+    ``__timestamp`` and ``_op`` (string)."""
+    lake = lake_arrow_schema(definition)
+    user = [f.name for f in definition.schema]
+    chosen = user if columns is None else list(columns)
+    unknown = [c for c in chosen if c not in user]
+    if unknown:
+        raise SchemaError(f"unknown column(s) {unknown}; {definition.name} has {user}")
+    keep = [*chosen, *(c for c in definition.primary_key if c not in chosen)]
+    system = [f.name for f in lake if f.name not in user]
+    return pa.schema([*(lake.field(c) for c in keep + system), pa.field(OP_COLUMN, pa.string(), False)])
+
+
+def check_range(start: AsOf, end: AsOf, definition: TableDefinition, log_: Log) -> tuple[dict, dict]:
+    """``start`` and ``end`` as complete offset maps, checked as `check_as_of` does, ``start`` <= ``end``.
+
+    Raises:
+        InvalidArgument: a bad offset map (see `check_as_of`), or ``start`` after ``end`` in some bucket.
+    """
+    starts = check_as_of(start, definition, log_)
+    ends = check_as_of(end, definition, log_)
+    after = {b: (starts[b], ends[b]) for b in starts if starts[b] > ends[b]}
+    if after:
+        raise InvalidArgument(
+            f"{definition.name}: changes start after their end in "
+            + ", ".join(f"bucket {b} (start {s} > end {e})" for b, (s, e) in after.items())
+            + "; start is the older position"
+        )
+    return starts, ends
+
+
+def plan_changes(
+    table: Table,
+    log_: Log,
+    start: AsOf,
+    end: AsOf,
+    *,
+    before_images: bool = False,
+    columns: Sequence[str] | None = None,
+) -> ChangesPlan:
+    """Check the range and choose, per bucket with changes, where its state as of ``start`` comes from."""
+    definition = log_.definition
+    check_lake_layout(table.metadata, definition)
+    schema = changes_schema(definition, columns)
+    starts, ends = check_range(start, end, definition, log_)
+    changed = [b for b in starts if ends[b] > starts[b]]
+    files: dict[int, list[DataFile]] = {b: [] for b in changed}
+    bases = dict.fromkeys(starts, 0)
+    if definition.has_primary_key and changed:
+        plan = plan_as_of(table, definition, starts)
+        bases = plan.bases
+        for snapshot_id, keep in plan.scans:
+            wanted = [b for b in changed if bases[b] > 0 and (keep is None or b in keep) and not files[b]]
+            if not wanted:
+                continue
+            scan = table.scan(snapshot_id=snapshot_id)
+            if len(wanted) == 1:  # partition pruning: only that bucket's manifests entries
+                scan = table.scan(snapshot_id=snapshot_id, row_filter=EqualTo(BUCKET_COLUMN, wanted[0]))
+            for task in scan.plan_files():
+                partition = task.file.partition
+                bucket = partition[len(partition) - 1]
+                if bucket in files and bucket in wanted:
+                    files[bucket].append(task.file)
+    user = [f.name for f in definition.schema]
+    return ChangesPlan(
+        definition_json=definition.to_json(),
+        columns=tuple(c for c in schema.names if c in user),
+        before_images=before_images,
+        buckets=tuple(BucketChanges(b, starts[b], ends[b], bases[b], tuple(files[b])) for b in changed),
+        start=starts,
+        end=ends,
+        schema=schema,
+    )
+
+
+def read_bucket_changes(plan: ChangesPlan, item: BucketChanges, log_: Log, ctx: Any) -> pa.Table:
+    """One bucket's changes (see the module docstring). ``ctx`` reads the lake's data files
+    (`lakehouse.datafiles.LakeContext`).
+
+    Raises:
+        AsOfUnavailable: log retention removed records of the range.
+        OffsetOutOfRange, OSError: what the old state needs (log records before ``start``, a snapshot's data
+            files) was removed since the plan was made: plan again (`Lakehouse.changes` does).
+    """
+    definition = log_.definition
+    pk = definition.primary_key
+    try:
+        data = log_.read(item.bucket, item.start, item.end)
+    except OffsetOutOfRange as exc:
+        raise changes_unavailable(log_, item, exc) from exc
+    if not pk:
+        rows = log_to_lake_rows(data, item.bucket)
+        return _shaped(rows, plan.schema, INSERT)
+    changes = reduce_changes(data, pk)
+    keys = KeySet(changes, pk)
+    before = _state_before(definition, item, log_, ctx, keys)
+    existed = KeySet(before, pk).hits(changes) if before.num_rows else pa.array(np.zeros(changes.num_rows, bool))
+    ops = changes.column("_op").cast(pa.string())
+    deleted = pc.equal(ops, "delete")
+    after = log_to_lake_rows(changes.filter(pc.invert(deleted)), item.bucket)
+    after_ops = pc.if_else(existed.filter(pc.invert(deleted)), UPDATE_AFTER, INSERT)
+    parts = []
+    if before.num_rows:
+        gone = KeySet(changes.filter(deleted), pk).hits(before)
+        parts.append(_shaped(before.filter(gone), plan.schema, DELETE))
+        if plan.before_images:
+            parts.append(_shaped(before.filter(pc.invert(gone)), plan.schema, UPDATE_BEFORE))
+    parts.append(_shaped(after, plan.schema, after_ops))
+    return pa.concat_tables(parts)
+
+
+def _shaped(rows: pa.Table, schema: pa.Schema, op: str | pa.Array) -> pa.Table:
+    ops = pa.repeat(pa.scalar(op, pa.string()), rows.num_rows) if isinstance(op, str) else op.cast(pa.string())
+    names = schema.names[:-1]
+    return pa.Table.from_arrays([*(rows.column(n) for n in names), ops], names=schema.names).cast(schema)
+
+
+def _state_before(definition: TableDefinition, item: BucketChanges, log_: Log, ctx: Any, keys: KeySet) -> pa.Table:
+    """The rows, as of ``item.start``, of the keys in ``keys`` that existed then (lake rows: user columns and
+    the system columns)."""
+    pk = definition.primary_key
+    between = log_.read(item.bucket, item.base, item.start) if item.start > item.base else None
+    parts = []
+    overridden = None
+    if between is not None and between.num_rows:
+        between = reduce_changes(between, pk)
+        between = between.filter(keys.hits(between))
+        overridden = KeySet(between, pk)
+        parts.append(log_to_lake_rows(upserts_of(between), item.bucket))
+    for data_file in item.files:
+        if not _may_hold(data_file, ctx, keys):
+            continue
+        file_keys = ctx.read(data_file.file_path, columns=list(pk))
+        hits = keys.hits(file_keys)
+        if overridden is not None and len(overridden):  # the log after the snapshot has the newer version
+            hits = pc.and_(hits, pc.invert(overridden.hits(file_keys)))
+        if not pc.any(hits).as_py():
+            continue
+        parts.append(ctx.read(data_file.file_path).filter(hits))
+    if not parts:
+        return log_to_lake_rows(log_.read_schema.empty_table(), item.bucket)
+    names = parts[-1].schema.names if between is None else parts[0].schema.names
+    return pa.concat_tables([p.select(names) for p in parts], promote_options="permissive")
+
+
+def _may_hold(data_file: DataFile, ctx: Any, keys: KeySet) -> bool:
+    """Whether ``data_file``'s key statistics allow it to hold one of ``keys`` (every key column within its
+    lower and upper bound for some key). Missing statistics: it may."""
+    lower, upper = data_file.lower_bounds or {}, data_file.upper_bounds or {}
+    schema = ctx.schema
+    mask = None
+    for name in keys.primary_key:
+        iceberg_field = schema.find_field(name)
+        fid = iceberg_field.field_id
+        if fid not in lower or fid not in upper:
+            continue
+        try:
+            lo = from_bytes(iceberg_field.field_type, lower[fid])
+            hi = from_bytes(iceberg_field.field_type, upper[fid])
+        except (ValueError, TypeError, NotImplementedError):  # a type whose bounds we cannot decode: read it
+            continue
+        values = keys.keys.column(name)
+        try:
+            inside = pc.and_(pc.greater_equal(values, pa.scalar(lo)), pc.less_equal(values, pa.scalar(hi)))
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+            continue
+        inside = pc.fill_null(inside, True)
+        mask = inside if mask is None else pc.and_(mask, inside)
+    return mask is None or pc.any(mask).as_py() is True
+
+
+def changes_unavailable(log_: Log, item: BucketChanges, exc: Exception) -> AsOfUnavailable:
+    """The error of a changes read whose log range retention removed."""
+    first = log_.start_offsets()[item.bucket]
+    return AsOfUnavailable(
+        f"{log_.definition.name}: cannot read the changes of bucket {item.bucket} from offset {item.start}: the log "
+        f"holds it from offset {first} on (log retention removed the rest; {' '.join(str(exc).split())}). Changes "
+        f"can be read from offset {first}; a subscription pins the log it still needs",
+        unavailable={item.bucket: first},
+    )
+
+
+def apply_changes(state: pa.Table, changes: pa.Table, primary_key: Sequence[str]) -> pa.Table:
+    """``state`` (rows of a primary-key table) with ``changes`` applied: the keys of ``update_before`` and
+    ``delete`` rows removed, ``insert`` and ``update_after`` rows added (the columns ``state`` has). For
+    consumers and tests."""
+    pk = tuple(primary_key)
+    ops = changes.column(OP_COLUMN)
+    removed = changes.filter(pc.is_in(ops, pa.array([UPDATE_BEFORE, DELETE, UPDATE_AFTER])))
+    added = changes.filter(pc.is_in(ops, pa.array([INSERT, UPDATE_AFTER])))
+    kept = state.filter(pc.invert(KeySet(removed, pk).hits(state))) if removed.num_rows else state
+    return pa.concat_tables([kept, added.select(state.column_names).cast(kept.schema)])
