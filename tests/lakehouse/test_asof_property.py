@@ -1,0 +1,138 @@
+"""The as-of and changes contract as a property (issue 24): for random appends, upserts and deletes interleaved
+with tiering rounds, compactions, snapshot expiry and log retention,
+
+- ``union_read(as_of=X)`` equals replaying the log to X for every X recorded along the way, or raises
+  `AsOfUnavailable` (never a wrong state); X at or after the lake's offsets is always servable;
+- ``changes(X, Y, before_images=True)`` applied to the state at X gives the state at Y, or raises
+  `AsOfUnavailable`.
+
+The oracle replays a copy of every appended batch kept by the test (the log itself loses records to retention).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lakehouse import Lakehouse
+from lakehouse.changes import apply_changes
+from lakehouse.errors import AsOfUnavailable
+
+SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+NAME = "ods.p"
+BUCKETS = 2
+COLS = ["k", "v", "__bucket", "__offset"]
+
+step = st.one_of(
+    st.tuples(st.just("upsert"), st.lists(st.integers(0, 30), min_size=1, max_size=12, unique=True)),
+    st.tuples(st.just("delete"), st.lists(st.integers(0, 30), min_size=1, max_size=6, unique=True)),
+    st.tuples(st.just("tier"), st.sampled_from([None, 3])),
+    st.tuples(st.just("compact"), st.just(None)),
+    st.tuples(st.just("expire"), st.integers(1, 3)),
+    st.tuples(st.just("retain"), st.just(None)),
+)
+
+
+def rows(table: pa.Table) -> list[tuple]:
+    return sorted(zip(*(table.column(c).to_pylist() for c in COLS), strict=True))
+
+
+class Replay:
+    """Every record ever appended, per bucket, in offset order (from the log right after each append)."""
+
+    def __init__(self, pk: bool) -> None:
+        self.pk = pk
+        self.records: dict[int, list[dict]] = {b: [] for b in range(BUCKETS)}
+
+    def catch_up(self, lh: Lakehouse) -> None:
+        log = lh.log(NAME)
+        for b, end in log.end_offsets().items():
+            if end > len(self.records[b]):
+                self.records[b] += log.read(b, len(self.records[b]), end).to_pylist()
+
+    def state(self, m: dict[int, int]) -> list[tuple]:
+        if not self.pk:
+            return sorted((r["k"], r["v"], b, r["_offset"]) for b in range(BUCKETS) for r in self.records[b][: m[b]])
+        state = {}
+        for b in range(BUCKETS):
+            for r in self.records[b][: m[b]]:
+                if r["_op"] == "delete":
+                    state.pop(r["k"], None)
+                else:
+                    state[r["k"]] = (r["k"], r["v"], b, r["_offset"])
+        return sorted(state.values())
+
+
+def run(steps: list[tuple], pk: bool) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        lh = Lakehouse.open(Path(tmp).as_uri())
+        try:
+            if pk:
+                lh.create_table(NAME, SCHEMA, primary_key=["k"], buckets=BUCKETS)
+            else:
+                lh.create_table(NAME, SCHEMA, bucket_key="k", buckets=BUCKETS)
+            log = lh.log(NAME)
+            replay = Replay(pk)
+            points = [dict.fromkeys(range(BUCKETS), 0)]
+            for i, (kind, arg) in enumerate(steps):
+                if kind == "upsert" or (kind == "delete" and pk):
+                    keys = pa.array(arg, pa.int64())
+                    data = pa.table({"k": keys, "v": pa.array([i * 100 + k for k in arg], pa.int64())})
+                    log.append(data, op=kind if pk else "insert")
+                    replay.catch_up(lh)
+                    points.append(log.end_offsets())
+                elif kind == "tier":
+                    lh.tier(NAME, max_split_rows=arg)
+                elif kind == "compact":
+                    lh.compact(NAME, min_input_files=2)
+                elif kind == "expire":
+                    lh.expire_snapshots(NAME, older_than=timedelta(0), retain_last=arg)
+                elif kind == "retain":
+                    lh.apply_log_retention(NAME, retention=timedelta(0))
+            lake = lh.lake_offsets(NAME)
+            served = []
+            for m in points:
+                try:
+                    got = rows(lh.union_read(NAME, as_of=m))
+                except AsOfUnavailable:
+                    assert any(m[b] < lake[b] for b in range(BUCKETS)), (m, lake)  # at/after the lake: servable
+                    continue
+                assert got == replay.state(m), m
+                served.append(m)
+            for x, y in zip(points, points[1:], strict=False):
+                try:
+                    changes = lh.changes(NAME, x, y, before_images=True)
+                except AsOfUnavailable:
+                    continue
+                if pk:
+                    state = pa.Table.from_pylist(
+                        [dict(zip(COLS, r, strict=True)) for r in replay.state(x)],
+                        schema=pa.schema(
+                            [("k", pa.int64()), ("v", pa.int64()), ("__bucket", pa.int32()), ("__offset", pa.int64())]
+                        ),
+                    )
+                    assert rows(apply_changes(state, changes, ["k"])) == replay.state(y), (x, y)
+                    plain = changes.filter(pc.not_equal(changes.column("_op"), "update_before"))
+                    assert rows(apply_changes(state, plain, ["k"])) == replay.state(y), (x, y)
+                    old = {r[0] for r in replay.state(x)}
+                    for k, op in zip(changes["k"].to_pylist(), changes["_op"].to_pylist(), strict=True):
+                        assert (k in old) == (op != "insert"), (k, op, x, y)
+                else:
+                    assert len(replay.state(y)) - len(replay.state(x)) == changes.num_rows
+            assert points[-1] in served  # the newest state is always servable
+        finally:
+            lh.close()
+
+
+@pytest.mark.parametrize("pk", [True, False], ids=["pk", "log"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(step, min_size=3, max_size=14))
+def test_as_of_and_changes_never_return_a_wrong_state(pk: bool, steps: list[tuple]) -> None:
+    run(steps, pk)
