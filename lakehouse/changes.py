@@ -217,41 +217,72 @@ def _state_before(definition: TableDefinition, item: BucketChanges, log_: Log, c
         overridden = KeySet(between, pk)
         parts.append(log_to_lake_rows(upserts_of(between), item.bucket))
     for data_file in item.files:
-        if not _may_hold(data_file, ctx, keys):
-            continue
-        file_keys = ctx.read(data_file.file_path, columns=list(pk))
-        hits = keys.hits(file_keys)
-        if overridden is not None and len(overridden):  # the log after the snapshot has the newer version
-            hits = pc.and_(hits, pc.invert(overridden.hits(file_keys)))
-        if not pc.any(hits).as_py():
-            continue
-        parts.append(ctx.read(data_file.file_path).filter(hits))
+        if _may_hold(keys, _file_bounds(data_file, ctx.schema, pk)):
+            parts += _look_up(ctx, data_file.file_path, keys, overridden)
     if not parts:
         return log_to_lake_rows(log_.read_schema.empty_table(), item.bucket)
     names = parts[-1].schema.names if between is None else parts[0].schema.names
     return pa.concat_tables([p.select(names) for p in parts], promote_options="permissive")
 
 
-def _may_hold(data_file: DataFile, ctx: Any, keys: KeySet) -> bool:
-    """Whether ``data_file``'s key statistics allow it to hold one of ``keys`` (every key column within its
-    lower and upper bound for some key). Missing statistics: it may."""
+def _look_up(ctx: Any, location: str, keys: KeySet, overridden: KeySet | None) -> list[pa.Table]:
+    """The rows of one data file whose key is in ``keys`` and not in ``overridden``: only row groups whose key
+    statistics may hold one are read, their key column first, whole rows only where a key matched."""
+    pk = list(keys.primary_key)
+    out = []
+    with ctx.open_parquet(location) as parquet:
+        metadata = parquet.metadata
+        names = parquet.schema_arrow.names
+        for i in range(metadata.num_row_groups):
+            if not _may_hold(keys, _group_bounds(metadata.row_group(i), names, pk)):
+                continue
+            group_keys = parquet.read_row_group(i, columns=pk)
+            hits = keys.hits(group_keys)
+            if overridden is not None and len(overridden):  # the log after the snapshot has the newer version
+                hits = pc.and_(hits, pc.invert(overridden.hits(group_keys)))
+            if pc.any(hits).as_py():
+                out.append(parquet.read_row_group(i).filter(hits))
+    return out
+
+
+Bounds = dict[str, tuple[Any, Any]]
+
+
+def _file_bounds(data_file: DataFile, schema: Any, pk: Sequence[str]) -> Bounds:
+    """The key columns' lower and upper bounds in a data file's Iceberg statistics (those it has)."""
     lower, upper = data_file.lower_bounds or {}, data_file.upper_bounds or {}
-    schema = ctx.schema
+    out = {}
+    for name in pk:
+        field_ = schema.find_field(name)
+        if field_.field_id in lower and field_.field_id in upper:
+            try:
+                out[name] = (
+                    from_bytes(field_.field_type, lower[field_.field_id]),
+                    from_bytes(field_.field_type, upper[field_.field_id]),
+                )
+            except (ValueError, TypeError, NotImplementedError):  # bounds we cannot decode: no pruning on them
+                continue
+    return out
+
+
+def _group_bounds(group: Any, names: list[str], pk: Sequence[str]) -> Bounds:
+    """The key columns' min and max in a Parquet row group's statistics (those it has)."""
+    out = {}
+    for name in pk:
+        stats = group.column(names.index(name)).statistics
+        if stats is not None and stats.has_min_max:
+            out[name] = (stats.min, stats.max)
+    return out
+
+
+def _may_hold(keys: KeySet, bounds: Bounds) -> bool:
+    """Whether some key of ``keys`` lies within ``bounds`` in every bounded key column (no bounds: it may)."""
     mask = None
-    for name in keys.primary_key:
-        iceberg_field = schema.find_field(name)
-        fid = iceberg_field.field_id
-        if fid not in lower or fid not in upper:
-            continue
-        try:
-            lo = from_bytes(iceberg_field.field_type, lower[fid])
-            hi = from_bytes(iceberg_field.field_type, upper[fid])
-        except (ValueError, TypeError, NotImplementedError):  # a type whose bounds we cannot decode: read it
-            continue
+    for name, (lo, hi) in bounds.items():
         values = keys.keys.column(name)
         try:
             inside = pc.and_(pc.greater_equal(values, pa.scalar(lo)), pc.less_equal(values, pa.scalar(hi)))
-        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):  # not comparable: no pruning
             continue
         inside = pc.fill_null(inside, True)
         mask = inside if mask is None else pc.and_(mask, inside)

@@ -184,6 +184,10 @@ class LakeContext:
         """Read a data file written by `write` (our own files: same schema, no deletes)."""
         return pq.read_table(self.key_of(location), filesystem=self.fs, columns=columns)
 
+    def open_parquet(self, location: str) -> pq.ParquetFile:
+        """A data file for reading by row group (a context manager: closes the file)."""
+        return pq.ParquetFile(self.fs.open_input_file(self.key_of(location)))
+
     def delete(self, locations: list[str]) -> None:
         """Delete files this run wrote (best effort: what cannot be deleted stays an orphan)."""
         for location in locations:

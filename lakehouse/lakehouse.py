@@ -46,6 +46,9 @@ from object_store import NotFound, ObjectStore, PreconditionFailed, open_store
 
 _log = logging.getLogger(__name__)
 
+#: Buckets a changes read works on at once (their file reads overlap; pyarrow decodes with its own threads).
+CHANGES_WORKERS = 2
+
 
 @dataclass(frozen=True)
 class DropResult:
@@ -445,29 +448,49 @@ class Lakehouse:
         return self._changes(name, plan, attempts)
 
     def _changes(self, name: str | TableName, plan: Any, attempts: int) -> Iterator[pa.RecordBatch]:
+        """The buckets' changes in bucket order, up to ``CHANGES_WORKERS`` buckets read at once."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from lakehouse.datafiles import LakeContext
+
+        ctx = LakeContext.of(self.store, self.lake_table(name))
+        items = list(plan.buckets)
+        with ThreadPoolExecutor(CHANGES_WORKERS, thread_name_prefix="lakestream-changes") as pool:
+            pending = [
+                pool.submit(self._bucket_changes, name, plan, item, ctx, attempts) for item in items[:CHANGES_WORKERS]
+            ]
+            for i in range(len(items)):
+                rows = pending[i].result()
+                if i + CHANGES_WORKERS < len(items):
+                    pending.append(
+                        pool.submit(self._bucket_changes, name, plan, items[i + CHANGES_WORKERS], ctx, attempts)
+                    )
+                pending[i] = None  # type: ignore[call-overload]  # its rows go out now: do not keep them
+                yield from rows.to_batches()
+
+    def _bucket_changes(self, name: str | TableName, plan: Any, item: Any, ctx: Any, attempts: int) -> pa.Table:
+        """One bucket's changes; planned again if expiry or retention removed its old rows' snapshot or log
+        meanwhile (`AsOfUnavailable` once nothing retained can serve them)."""
         from lakehouse.changes import plan_changes, read_bucket_changes
         from lakehouse.datafiles import LakeContext
 
         log = self.log(name)
-        ctx = LakeContext.of(self.store, self.lake_table(name))
-        for item in plan.buckets:
-            for attempt in range(attempts):
-                try:
-                    rows = read_bucket_changes(plan, item, log, ctx)
-                    break
-                except (OffsetOutOfRange, OSError) as exc:  # the old rows' log or snapshot went meanwhile
-                    table = self.lake_table(name)
-                    error = as_of_unavailable(table, log.definition, plan.start, log.start_offsets())
-                    if error is not None:
-                        raise error from exc
-                    if attempt == attempts - 1:
-                        raise
-                    replanned = plan_changes(
-                        table, log, plan.start, plan.end, before_images=plan.before_images, columns=plan.columns
-                    )
-                    item = next(b for b in replanned.buckets if b.bucket == item.bucket)  # noqa: PLW2901
-                    ctx = LakeContext.of(self.store, table)
-            yield from rows.to_batches()
+        for attempt in range(attempts):
+            try:
+                return read_bucket_changes(plan, item, log, ctx)
+            except (OffsetOutOfRange, OSError) as exc:
+                table = self.lake_table(name)
+                error = as_of_unavailable(table, log.definition, plan.start, log.start_offsets())
+                if error is not None:
+                    raise error from exc
+                if attempt == attempts - 1:
+                    raise
+                replanned = plan_changes(
+                    table, log, plan.start, plan.end, before_images=plan.before_images, columns=plan.columns
+                )
+                item = next(b for b in replanned.buckets if b.bucket == item.bucket)
+                ctx = LakeContext.of(self.store, table)
+        raise AssertionError("unreachable")
 
     def lake_read(
         self,

@@ -158,9 +158,11 @@ def test_bad_ranges_are_refused_before_anything_is_read(lakehouse: Lakehouse) ->
 
 
 def test_old_rows_are_looked_up_in_the_files_that_can_hold_them(lakehouse: Lakehouse, monkeypatch) -> None:
-    """Three tiering rounds of disjoint key ranges (one file each per bucket): a change of keys from the second
-    range reads only the second round's files, and whole rows only of the files holding a changed key."""
+    """Three tiering rounds of disjoint key ranges (one file each per bucket, row groups of 100 rows): a change of
+    keys from the second range reads only the second round's files, in them only the row groups whose key range
+    holds a changed key, and whole rows only of the row groups holding one."""
     lh = lakehouse
+    monkeypatch.setattr("lakehouse.datafiles.ROW_GROUP_ROWS", 100)
     lh.create_table(NAME, SCHEMA, primary_key=["k"], buckets=2)
     log = lh.log(NAME)
     for r in range(3):
@@ -171,13 +173,26 @@ def test_old_rows_are_looked_up_in_the_files_that_can_hold_them(lakehouse: Lakeh
     log.append(batch([2999], "new"), op="delete")
     end = log.end_offsets()
     reads: list[tuple[str, tuple | None]] = []
-    real = LakeContext.read
+    real = LakeContext.open_parquet
 
-    def counting(self, location, columns=None):
-        reads.append((location.rsplit("/", 1)[-1], tuple(columns) if columns else None))
-        return real(self, location, columns)
+    class Counting:  # a spy around the real file: which row groups are read, with which columns
+        def __init__(self, location: str, parquet) -> None:
+            self.name, self.parquet = location.rsplit("/", 1)[-1], parquet
 
-    monkeypatch.setattr(LakeContext, "read", counting)
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            self.parquet.close()
+
+        def __getattr__(self, attr: str):
+            return getattr(self.parquet, attr)
+
+        def read_row_group(self, i: int, columns=None):
+            reads.append((self.name, tuple(columns) if columns else None))
+            return self.parquet.read_row_group(i, columns=columns)
+
+    monkeypatch.setattr(LakeContext, "open_parquet", lambda self, location: Counting(location, real(self, location)))
     got = lh.changes(NAME, start, end, before_images=True)
     assert sorted((r["k"], r["_op"]) for r in got.to_pylist()) == [
         (1500, UPDATE_AFTER),
@@ -192,6 +207,8 @@ def test_old_rows_are_looked_up_in_the_files_that_can_hold_them(lakehouse: Lakeh
     # first for its key column; whole rows only where a key matched
     assert len(files) <= 4, reads
     assert {cols for _, cols in reads} == {("k",), None}
+    # ~5 row groups per file; 3 keys: at most 3 groups (one per key) read, each for its key column, then whole
+    assert sum(cols == ("k",) for _, cols in reads) <= 3, reads
     assert sum(cols is None for _, cols in reads) <= 3
 
 
