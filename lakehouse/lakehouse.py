@@ -19,6 +19,7 @@ from lakehouse import maintenance
 from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog
 from lakehouse.errors import (
     CorruptCatalogError,
+    CorruptDataFileError,
     InvalidArgument,
     InvalidTableName,
     LakestreamError,
@@ -388,11 +389,13 @@ class Lakehouse:
 
     def _reading(self, name: str | TableName, read: Any, attempts: int = 3, *, as_of: AsOf | None = None) -> Any:
         """Run a union read; if log retention removed the tail's start meanwhile (a newer tiering commit made
-        those records part of the lake), reload the lake and read again. A read ``as_of`` offsets that the
-        reloaded lake and the retained log cannot serve raises `AsOfUnavailable` at once."""
+        those records part of the lake), or snapshot expiry deleted files of the snapshot being read (a newer
+        commit replaced them), reload the lake and read again. A read ``as_of`` offsets that the reloaded lake
+        and the retained log cannot serve raises `AsOfUnavailable` at once."""
         for attempt in range(attempts):
+            table = self.lake_table(name)
             try:
-                return read(self.lake_table(name))
+                return read(table)
             except OffsetOutOfRange as exc:
                 if as_of is not None:
                     log = self.log(name)
@@ -401,6 +404,10 @@ class Lakehouse:
                     if error is not None:
                         raise error from exc
                 if attempt == attempts - 1:
+                    raise
+            except (CorruptDataFileError, OSError):
+                # a file of the snapshot read is gone: corruption, unless the table moved on meanwhile
+                if attempt == attempts - 1 or self.lake_table(name).metadata_location == table.metadata_location:
                     raise
         raise AssertionError("unreachable")
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from lakehouse import Lakehouse
 from lakehouse.cli import app
-from lakehouse.errors import AsOfUnavailable, InvalidArgument
+from lakehouse.errors import AsOfUnavailable, CorruptDataFileError, InvalidArgument
 from lakehouse.union import plan_as_of
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string()), ("n", pa.int32())])
@@ -280,3 +280,35 @@ def test_a_malformed_offsets_property_is_an_error_for_the_newest_and_skipped_amo
     assert [(s.snapshot_id, o) for s, o in tiering_snapshots(metadata, 2)] == [(1, {0: 1, 1: 0})]
     good = SimpleNamespace(snapshots=[snap(1, '{"0": 1}'), snap(2, '{"0": 5, "1": 7}')], current_snapshot_id=2)
     assert lake_offsets(good, 2) == {0: 5, 1: 7}
+
+
+@pytest.mark.parametrize("as_of", [False, True])
+def test_a_read_racing_compaction_and_expiry_reads_again(lakehouse: Lakehouse, as_of: bool) -> None:
+    """The lake table is loaded, then a compaction and an expiry delete the files of its snapshot before they
+    are read (a fault-injecting wrapper hands the read the table as it was): the read loads the lake again and
+    returns the right rows, not a CorruptDataFileError."""
+    lh = lakehouse
+    ends = build(lh, "pk")
+    expected = oracle(lh, "pk")
+    lh.tier(NAME)
+    stale = lh.lake_table(NAME)
+    assert lh.compact(NAME, min_input_files=2).files_rewritten
+    assert lh.expire_snapshots(NAME, older_than=timedelta(0), retain_last=1).files_deleted
+    real, handed = lh.lake_table, []
+
+    def racing(name):
+        if not handed:
+            handed.append(stale)
+            return stale
+        return real(name)
+
+    lh.lake_table = racing
+    m = ends[-1] if as_of else None
+    assert got(lh.union_read(NAME, as_of=m)) == expected(ends[-1])
+    assert handed  # the stale table was read first
+    # a file missing from the current snapshot is still corruption, named as such
+    lh.lake_table = real
+    victim = next(iter(lh.lake_table(NAME).scan().plan_files())).file.file_path
+    lh.store.delete(victim[len(lh.store.url.rstrip("/")) + 1 :])
+    with pytest.raises(CorruptDataFileError, match="is missing"):
+        lh.union_read(NAME, as_of=m)
