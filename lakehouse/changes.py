@@ -181,11 +181,13 @@ def read_bucket_changes(plan: ChangesPlan, item: BucketChanges, log_: Log, ctx: 
         rows = log_to_lake_rows(data, item.bucket)
         return _shaped(rows, plan.schema, INSERT)
     changes = reduce_changes(data, pk)
-    keys = KeySet(changes, pk)
-    before = _state_before(definition, item, log_, ctx, keys)
-    existed = KeySet(before, pk).hits(changes) if before.num_rows else pa.array(np.zeros(changes.num_rows, bool))
     ops = changes.column("_op").cast(pa.string())
     deleted = pc.equal(ops, "delete")
+    keys = KeySet(changes, pk)
+    # whole old rows are needed for deletes (what was deleted) and before-images; for the rest, existence
+    wanted = keys if plan.before_images else KeySet(changes.filter(deleted), pk)
+    existing, before = _state_before(definition, item, log_, ctx, keys, wanted)
+    existed = KeySet(existing, pk).hits(changes) if existing.num_rows else pa.array(np.zeros(changes.num_rows, bool))
     after = log_to_lake_rows(changes.filter(pc.invert(deleted)), item.bucket)
     after_ops = pc.if_else(existed.filter(pc.invert(deleted)), UPDATE_AFTER, INSERT)
     parts = []
@@ -204,32 +206,49 @@ def _shaped(rows: pa.Table, schema: pa.Schema, op: str | pa.Array) -> pa.Table:
     return pa.Table.from_arrays([*(rows.column(n) for n in names), ops], names=schema.names).cast(schema)
 
 
-def _state_before(definition: TableDefinition, item: BucketChanges, log_: Log, ctx: Any, keys: KeySet) -> pa.Table:
-    """The rows, as of ``item.start``, of the keys in ``keys`` that existed then (lake rows: user columns and
-    the system columns)."""
+def _state_before(
+    definition: TableDefinition, item: BucketChanges, log_: Log, ctx: Any, keys: KeySet, wanted: KeySet
+) -> tuple[pa.Table, pa.Table]:
+    """Which of ``keys`` existed as of ``item.start`` (their key columns), and the rows then of those also in
+    ``wanted`` (lake rows: user columns and the system columns)."""
     pk = definition.primary_key
     between = log_.read(item.bucket, item.base, item.start) if item.start > item.base else None
-    parts = []
+    found: list[pa.Table] = []
+    rows: list[pa.Table] = []
     overridden = None
     if between is not None and between.num_rows:
         between = reduce_changes(between, pk)
         between = between.filter(keys.hits(between))
         overridden = KeySet(between, pk)
-        parts.append(log_to_lake_rows(upserts_of(between), item.bucket))
+        live = log_to_lake_rows(upserts_of(between), item.bucket)
+        found.append(live.select(list(pk)))
+        rows.append(live.filter(wanted.hits(live)) if len(wanted) else live.slice(0, 0))
     for data_file in item.files:
         if _may_hold(keys, _file_bounds(data_file, ctx.schema, pk)):
-            parts += _look_up(ctx, data_file.file_path, keys, overridden)
-    if not parts:
-        return log_to_lake_rows(log_.read_schema.empty_table(), item.bucket)
-    names = parts[-1].schema.names if between is None else parts[0].schema.names
-    return pa.concat_tables([p.select(names) for p in parts], promote_options="permissive")
+            _look_up(ctx, data_file.file_path, keys, wanted, overridden, found, rows)
+    empty = log_to_lake_rows(log_.read_schema.empty_table(), item.bucket)
+    existing = (
+        pa.concat_tables([f.cast(empty.select(list(pk)).schema) for f in found]) if found else empty.select(list(pk))
+    )
+    if not rows:
+        return existing, empty
+    names = rows[0].schema.names
+    return existing, pa.concat_tables([r.select(names) for r in rows], promote_options="permissive")
 
 
-def _look_up(ctx: Any, location: str, keys: KeySet, overridden: KeySet | None) -> list[pa.Table]:
-    """The rows of one data file whose key is in ``keys`` and not in ``overridden``: only row groups whose key
-    statistics may hold one are read, their key column first, whole rows only where a key matched."""
+def _look_up(
+    ctx: Any,
+    location: str,
+    keys: KeySet,
+    wanted: KeySet,
+    overridden: KeySet | None,
+    found: list[pa.Table],
+    rows: list[pa.Table],
+) -> None:
+    """One data file's keys in ``keys`` and not in ``overridden`` (appended to ``found``), and the rows of those
+    also in ``wanted`` (to ``rows``): only row groups whose key statistics may hold one are read, their key
+    column first, whole rows only of row groups holding a wanted key."""
     pk = list(keys.primary_key)
-    out = []
     with ctx.open_parquet(location) as parquet:
         metadata = parquet.metadata
         names = parquet.schema_arrow.names
@@ -240,9 +259,13 @@ def _look_up(ctx: Any, location: str, keys: KeySet, overridden: KeySet | None) -
             hits = keys.hits(group_keys)
             if overridden is not None and len(overridden):  # the log after the snapshot has the newer version
                 hits = pc.and_(hits, pc.invert(overridden.hits(group_keys)))
-            if pc.any(hits).as_py():
-                out.append(parquet.read_row_group(i).filter(hits))
-    return out
+            if not pc.any(hits).as_py():
+                continue
+            found.append(group_keys.filter(hits))
+            if len(wanted):
+                want = pc.and_(hits, wanted.hits(group_keys)) if wanted is not keys else hits
+                if pc.any(want).as_py():
+                    rows.append(parquet.read_row_group(i).filter(want))
 
 
 Bounds = dict[str, tuple[Any, Any]]

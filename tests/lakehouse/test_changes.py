@@ -170,6 +170,7 @@ def test_old_rows_are_looked_up_in_the_files_that_can_hold_them(lakehouse: Lakeh
         lh.tier(NAME)
     start = log.end_offsets()
     log.append(batch([1500, 1501], "new"), op="upsert")
+    updated = log.end_offsets()
     log.append(batch([2999], "new"), op="delete")
     end = log.end_offsets()
     reads: list[tuple[str, tuple | None]] = []
@@ -210,6 +211,11 @@ def test_old_rows_are_looked_up_in_the_files_that_can_hold_them(lakehouse: Lakeh
     # ~5 row groups per file; 3 keys: at most 3 groups (one per key) read, each for its key column, then whole
     assert sum(cols == ("k",) for _, cols in reads) <= 3, reads
     assert sum(cols is None for _, cols in reads) <= 3
+    # without before-images, updates need only to know the key existed: no whole row is read
+    reads.clear()
+    got = lh.changes(NAME, start, updated)
+    assert sorted((r["k"], r["_op"]) for r in got.to_pylist()) == [(1500, UPDATE_AFTER), (1501, UPDATE_AFTER)]
+    assert reads and all(cols == ("k",) for _, cols in reads), reads
 
 
 def test_retention_of_the_range_is_a_clear_error(lakehouse: Lakehouse) -> None:
