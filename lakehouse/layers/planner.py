@@ -215,7 +215,7 @@ def _blocker(select: exp.Select) -> str | None:
         if node is not select:
             return f"a subquery in an expression ({_sql(node)})"
     group = select.args.get("group")
-    if group and any(group.args.get(k) for k in ("grouping_sets", "cube", "rollup")):
+    if group and group.find(exp.Rollup, exp.Cube, exp.GroupingSets):
         return "GROUPING SETS, CUBE or ROLLUP"
     return None
 
@@ -441,7 +441,7 @@ def _aggregate(agg: exp.AggFunc, output: str, schemas: Mapping[str, pa.Schema | 
     elif isinstance(agg, exp.Sum | exp.Avg | exp.Min | exp.Max):
         kind = name
     else:
-        kind = agg.sql_name().lower() if hasattr(agg, "sql_name") else name
+        kind = agg.sql(dialect=DIALECT).split("(")[0].lower()  # Spark's name (collect_list, not array_agg)
     retractable = kind in RETRACTABLE and not distinct and (kind == "count" or _exact(arg, schemas))
     return Aggregate(kind, argument, output, retractable)
 

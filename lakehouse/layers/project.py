@@ -269,14 +269,16 @@ def _parse_models(root: Path, sources: Mapping[str, Source]) -> dict[str, _Parse
 def _parse_model_file(file: Path, name: str) -> _Parsed:
     where = f"{file} (model {name})"
     text = file.read_text()
-    header_lines, sql_lines, in_header = [], [], True
+    header_lines, sql_lines, in_header, skipped = [], [], True, 0
     for line in text.splitlines():
         stripped = line.strip()
         if in_header and stripped.startswith("--"):
             content = stripped[2:]
             header_lines.append(content[1:] if content.startswith(" ") else content)
+            skipped += 1
             continue
         if in_header and not stripped and not header_lines:
+            skipped += 1
             continue  # blank lines before the header
         in_header = False
         sql_lines.append(line)
@@ -292,7 +294,8 @@ def _parse_model_file(file: Path, name: str) -> _Parsed:
     sql = "\n".join(sql_lines).strip()
     if not sql:
         raise ModelSqlError(f"{where}: no SQL after the header; write the model's SELECT", path=str(file), model=name)
-    query = parse_query(sql, where=where, model=name, path=str(file))
+    # parsed with the header's lines blank, so that sqlglot's line numbers are the file's
+    query = parse_query("\n" * skipped + "\n".join(sql_lines), where=where, model=name, path=str(file))
     check_output_names(query, where=where, model=name, path=str(file))
     return _Parsed(name=name, path=str(file), sql=sql, header=header, query=query, inputs=())
 
@@ -422,8 +425,9 @@ def _analyse_model(parsed: _Parsed, schemas: Mapping[str, pa.Schema]) -> Model:
 
 def _check_group_key(qualified: exp.Query, primary_key: Sequence[str], where: str, parsed: _Parsed) -> None:
     """A GROUP BY model's key columns must be GROUP BY expressions (else two groups can share a key)."""
-    if not isinstance(qualified, exp.Select) or not qualified.args.get("group"):
-        return
+    group = qualified.args.get("group") if isinstance(qualified, exp.Select) else None
+    if not group or group.find(exp.Rollup, exp.Cube, exp.GroupingSets):
+        return  # no GROUP BY, or groups of several levels (recomputed in full)
     groups = {g.sql() for g in qualified.args["group"].expressions}
     for projection in qualified.expressions:
         if projection.alias_or_name in primary_key and projection.unalias().sql() not in groups:

@@ -16,6 +16,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import OptimizeError, ParseError, SqlglotError
+from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
@@ -147,6 +148,8 @@ def qualify_query(
 
 def output_columns(qualified: exp.Query, schemas: Mapping[str, pa.Schema]) -> list[OutputColumn]:
     """The output columns of a qualified query, with the types that follow from ``schemas`` (see the module)."""
+    if isinstance(qualified, exp.Select):  # CTEs and subqueries in FROM merged away where they can be
+        qualified = merge_subqueries(qualified.copy())
     select = _first_select(qualified)
     sources = _alias_tables(select) if isinstance(qualified, exp.Select) else {}
     columns = []
