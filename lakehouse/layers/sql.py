@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import OptimizeError, ParseError, SqlglotError
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
@@ -23,6 +24,9 @@ from sqlglot.schema import MappingSchema
 from lakehouse.errors import ModelSqlError
 
 DIALECT = "spark"
+#: Qualification matches column names with their case, as declared (Spark would match them without regard to
+#: case; the stricter rule keeps output column names exactly as the inputs and aliases spell them).
+_QUALIFY_DIALECT = Dialect.get_or_raise("spark, normalization_strategy = case_sensitive")
 
 __all__ = [
     "DIALECT",
@@ -131,14 +135,16 @@ def qualify_query(
     try:
         return qualify(
             query.copy(),
-            schema=MappingSchema(mapping, dialect=DIALECT, normalize=False),
-            dialect=DIALECT,
+            schema=MappingSchema(mapping, dialect=_QUALIFY_DIALECT, normalize=False),
+            dialect=_QUALIFY_DIALECT,
             validate_qualify_columns=True,
             quote_identifiers=False,
             identify=False,
         )
     except (OptimizeError, SqlglotError) as exc:
         message = " ".join(str(exc).split())
+        if "could not be resolved" in message:
+            message += " (column names are matched with their case, as declared)"
         raise ModelSqlError(
             f"{where}: {message} (inputs: {', '.join(sorted(schemas)) or 'none'}); use a column of its inputs",
             path=path,
@@ -163,7 +169,8 @@ def _infer(e: exp.Expression, sources: Mapping[str, str], schemas: Mapping[str, 
         table = sources.get(e.table)
         schema = schemas.get(table) if table else None
         if schema is not None and e.name in schema.names:
-            return schema.field(e.name).type
+            t = schema.field(e.name).type
+            return None if pa.types.is_null(t) else t  # null: a model's column whose type is not known
         return None
     if isinstance(e, exp.Cast):
         return arrow_type(e.to)

@@ -440,3 +440,44 @@ def test_cli_validate_ok_and_error(tmp_path) -> None:
     untyped = make_project(tmp_path / "u", {"dwd.a": model("SELECT f_id, f_qty * 2 AS q FROM ods.f")})
     result = runner.invoke(layers_app, ["validate", "--project", str(untyped)])
     assert result.exit_code == 0 and "dwd.a: types of q are checked at deploy" in result.output
+
+
+def test_column_names_keep_their_case_and_are_matched_with_it(tmp_path) -> None:
+    sources = "sources:\n  ods.t:\n    columns: {Id: int64, Amount: int64}\n    primary_key: Id\n"
+    root = make_project(
+        tmp_path / "ok", {"dwd.m": model("SELECT Id, Amount AS MyA, `Amount` FROM ods.t", "[Id]")}, sources
+    )
+    m = load_project(root).models["dwd.m"]
+    assert m.column_names == ("Id", "MyA", "Amount")
+    root = make_project(tmp_path / "bad", {"dwd.m": model("SELECT Id, amount FROM ods.t", "[Id]")}, sources)
+    with pytest.raises(ModelSqlError, match="Column 'amount' could not be resolved.*with their case"):
+        load_project(root)
+
+
+def test_a_model_reads_a_model_whose_types_are_unknown(tmp_path) -> None:
+    root = make_project(
+        tmp_path,
+        {
+            "dwd.a": model("SELECT f_id, f_qty * 2 AS q2 FROM ods.f"),
+            "ads.b": model(
+                "SELECT a.f_id, a.q2, d.d_name FROM dwd.a a JOIN ods.f f ON a.f_id = f.f_id "
+                "JOIN ods.d d ON f.f_dim = d.d_id"
+            ),
+        },
+    )
+    project = load_project(root)
+    assert project.order == ("dwd.a", "ads.b") and project.levels() == [["dwd.a"], ["ads.b"]]
+    assert project.models["ads.b"].untyped_columns == ("q2",)
+    assert project.readers_of("dwd.a") == ["ads.b"]
+    plan = plan_model(project, "ads.b")
+    assert plan.strategy == KEYED and plan.driving == "dwd.a", plan.reason
+    assert [h.describe() for h in plan.mapping("ods.d").path] == [
+        "ods.d(d_id) -> ods.f(f_dim)",
+        "ods.f(f_id) -> dwd.a(f_id)",
+    ]
+
+
+def test_the_driving_table_need_not_come_first_in_from(tmp_path) -> None:
+    plan = plan_of(tmp_path, "SELECT f.f_id, d.d_name FROM ods.d d JOIN ods.f f ON f.f_dim = d.d_id")
+    assert plan.strategy == KEYED and plan.driving == "ods.f", plan.reason
+    assert plan.mapping("ods.d").path == (Hop("d", "ods.d", ("d_id",), "f", "ods.f", ("f_dim",)),)
