@@ -136,10 +136,13 @@ class Aggregate:
     argument: str | None
     output: str
     retractable: bool
+    distinct: bool = False
 
     def describe(self) -> str:
         inner = "*" if self.argument is None else self.argument
-        return f"count(DISTINCT {inner})" if self.kind == "count_distinct" else f"{self.kind}({inner})"
+        if self.kind == "count_distinct":
+            return f"count(DISTINCT {inner})"
+        return f"{self.kind}(DISTINCT {inner})" if self.distinct else f"{self.kind}({inner})"
 
 
 @dataclass(frozen=True)
@@ -243,10 +246,10 @@ def _join_tree(select: exp.Select) -> _JoinTree | str:
         table = join.this
         aliases[table.alias_or_name] = f"{table.db}.{table.name}"
         side, kind = (join.args.get("side") or "").upper(), (join.args.get("kind") or "").upper()
+        if kind in ("SEMI", "ANTI"):
+            return f"{side} {kind} JOIN {aliases[table.alias_or_name]}".strip()
         if side:
             return f"{side} OUTER JOIN {aliases[table.alias_or_name]} (rows without a match)"
-        if kind in ("SEMI", "ANTI"):
-            return f"{kind} JOIN {aliases[table.alias_or_name]}"
         on = join.args.get("on")
         if kind == "CROSS" or on is None:
             return f"a cross join with {aliases[table.alias_or_name]} (write it as JOIN ... ON equalities)"
@@ -443,7 +446,7 @@ def _aggregate(agg: exp.AggFunc, output: str, schemas: Mapping[str, pa.Schema | 
     else:
         kind = agg.sql(dialect=DIALECT).split("(")[0].lower()  # Spark's name (collect_list, not array_agg)
     retractable = kind in RETRACTABLE and not distinct and (kind == "count" or _exact(arg, schemas))
-    return Aggregate(kind, argument, output, retractable)
+    return Aggregate(kind, argument, output, retractable, distinct)
 
 
 def _exact(arg: exp.Expression | None, schemas: Mapping[str, pa.Schema | None]) -> bool:

@@ -339,6 +339,17 @@ STRATEGY_CASES = [
     ),
     ("SELECT f.f_id, d.d_name FROM ods.f f LEFT JOIN ods.d d ON f.f_dim = d.d_id", "[f_id]", RECOMPUTE, ["LEFT"]),
     ("SELECT f.f_id, d.d_name FROM ods.f f JOIN ods.d d ON f.f_dim < d.d_id", "[f_id]", RECOMPUTE, ["equality"]),
+    ("SELECT f.f_id FROM ods.f f LEFT SEMI JOIN ods.d d ON f.f_dim = d.d_id", "[f_id]", RECOMPUTE, ["LEFT SEMI JOIN"]),
+    ("SELECT f_id, explode(array(1, 2)) AS x FROM ods.f", "[f_id]", RECOMPUTE, ["generator"]),
+    (
+        "SELECT f_dim, sum(DISTINCT f_qty) AS s FROM ods.f GROUP BY f_dim",
+        "[f_dim]",
+        REGROUP,
+        ["sum(DISTINCT f.f_qty) needs"],
+    ),
+    ("SELECT f_dim, sum(f_qty * 2) AS s FROM ods.f GROUP BY f_dim", "[f_dim]", RETRACT, ["sum(f.f_qty * 2)"]),
+    ("SELECT f_dim, avg(abs(f_qty)) AS s FROM ods.f GROUP BY f_dim", "[f_dim]", REGROUP, ["avg(ABS(f.f_qty))"]),
+    ("SELECT count(*) AS n FROM ods.f", "[n]", RECOMPUTE, ["aggregate without GROUP BY"]),
     ("SELECT f.f_id, d.d_name FROM ods.f f CROSS JOIN ods.d d", "[f_id]", RECOMPUTE, ["cross join"]),
     (
         "SELECT d.d_id, f.f_qty FROM ods.d d JOIN ods.f f ON f.f_dim = d.d_id",
