@@ -492,3 +492,33 @@ def test_the_driving_table_need_not_come_first_in_from(tmp_path) -> None:
     plan = plan_of(tmp_path, "SELECT f.f_id, d.d_name FROM ods.d d JOIN ods.f f ON f.f_dim = d.d_id")
     assert plan.strategy == KEYED and plan.driving == "ods.f", plan.reason
     assert plan.mapping("ods.d").path == (Hop("d", "ods.d", ("d_id",), "f", "ods.f", ("f_dim",)),)
+
+
+def test_the_sub_app_under_the_main_command_group(tmp_path) -> None:
+    """As the main command wires it (``app.add_typer(layers_app, name="layers")``), errors stay one line."""
+    import typer
+
+    from lakehouse.cli import _Boundary
+
+    main = typer.Typer(cls=_Boundary)
+    main.command("config")(lambda: None)  # a group needs a command of its own to keep sub-apps as groups
+    main.add_typer(layers_app, name="layers")
+    ok = runner.invoke(main, ["layers", "validate", "--project", str(EXAMPLE)])
+    assert ok.exit_code == 0 and "3 sources, 2 models" in ok.output, ok.output
+    root = make_project(tmp_path, {"dwd.a": model("SELECT f_id FROM dwd.a")})
+    bad = runner.invoke(main, ["layers", "explain", "--project", str(root)], env={"COLUMNS": "500"})
+    assert bad.exit_code == 1 and "error: " in bad.output and "dwd.a -> dwd.a" in bad.output, bad.output
+
+
+def test_layers_import_neither_spark_nor_airflow() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, lakehouse.layers, lakehouse.layers.cli; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j', 'airflow')))"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
