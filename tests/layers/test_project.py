@@ -55,6 +55,8 @@ def model(sql: str, key: str = "[f_id]", extra: str = "") -> str:
 
 
 def plan_of(tmp_path: Path, sql: str, key: str = "[f_id]", extra: str = ""):
+    if "," in key:  # a composite key needs its bucket key
+        extra += f"-- bucket_key: {key.strip('[]').split(',')[0]}\n"
     project = load_project(make_project(tmp_path, {"dwd.m": model(sql, key, extra)}))
     return plan_model(project, "dwd.m")
 
@@ -350,6 +352,12 @@ STRATEGY_CASES = [
     ("SELECT f_dim, sum(f_qty * 2) AS s FROM ods.f GROUP BY f_dim", "[f_dim]", RETRACT, ["sum(f.f_qty * 2)"]),
     ("SELECT f_dim, avg(abs(f_qty)) AS s FROM ods.f GROUP BY f_dim", "[f_dim]", REGROUP, ["avg(ABS(f.f_qty))"]),
     ("SELECT count(*) AS n FROM ods.f", "[n]", RECOMPUTE, ["aggregate without GROUP BY"]),
+    (
+        "SELECT f_dim, f_day AS day, count(*) AS n FROM ods.f GROUP BY 1, day",  # an ordinal and an alias
+        "[f_dim, day]",
+        RETRACT,
+        ["GROUP BY f_dim, day with count(*)"],
+    ),
     ("SELECT f.f_id, d.d_name FROM ods.f f CROSS JOIN ods.d d", "[f_id]", RECOMPUTE, ["cross join"]),
     (
         "SELECT d.d_id, f.f_qty FROM ods.d d JOIN ods.f f ON f.f_dim = d.d_id",
