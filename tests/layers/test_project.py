@@ -360,6 +360,13 @@ STRATEGY_CASES = [
     ),
     ("SELECT f.f_id, d.d_name FROM ods.f f CROSS JOIN ods.d d", "[f_id]", RECOMPUTE, ["cross join"]),
     (
+        "SELECT f.f_id FROM ods.f f JOIN ods.d d ON f.f_dim = d.d_id JOIN ods.r r ON d.d_region = r.r_id "
+        "AND f.f_qty = r.r_id",
+        "[f_id]",
+        RECOMPUTE,
+        ["join conditions form a cycle through ods.r"],
+    ),
+    (
         "SELECT d.d_id, f.f_qty FROM ods.d d JOIN ods.f f ON f.f_dim = d.d_id",
         "[d_id]",
         RECOMPUTE,
