@@ -210,6 +210,8 @@ def _blocker(select: exp.Select) -> str | None:
         return "LIMIT/OFFSET (which rows it keeps depends on all of them)"
     if select.args.get("with_") or select.args.get("with"):
         return "a CTE that could not be merged into the query"
+    if not (select.args.get("from_") or select.args.get("from")):
+        return "a SELECT without FROM"
     relations = _relations(select)
     for relation in relations:
         if not isinstance(relation, exp.Table) or not relation.db:
@@ -281,7 +283,7 @@ def _mappings(project: Project, tree: _JoinTree, driving: str) -> tuple[InputMap
                     return f"join conditions form a cycle through {tree.aliases[b]}"
                 key = project.primary_key_of(tree.aliases[b])
                 child_columns = [p[1] for p in pairs]
-                if not key or sorted(set(child_columns)) != sorted(key):
+                if not key or not set(key) <= set(child_columns):
                     return (
                         f"{tree.aliases[b]} is joined on {child_columns}, not on its primary key {list(key)}, so a "
                         f"row of {tree.aliases[driving]} may match several of its rows"
@@ -301,7 +303,9 @@ def _mappings(project: Project, tree: _JoinTree, driving: str) -> tuple[InputMap
         path, child = [], alias
         while child != driving:
             parent = parents[child]
-            pairs = tree.edges[(child, parent)]  # the child's side is its whole primary key
+            # the child's whole primary key, in key order (further equalities only filter joined rows)
+            key_of_child = project.primary_key_of(tree.aliases[child])
+            pairs = [next(p for p in tree.edges[(child, parent)] if p[0] == k) for k in key_of_child]
             columns = tuple(p[0] for p in pairs)
             to_columns = tuple(p[1] for p in pairs)
             path.append(Hop(child, tree.aliases[child], columns, parent, tree.aliases[parent], to_columns))

@@ -206,6 +206,9 @@ def _load_sources(root: Path) -> dict[str, Source]:
                 path=where,
                 model=table,
             )
+        odd = [c for c in columns if not isinstance(c, str) or any(ch in c for ch in ",:")]
+        if odd:
+            raise ProjectFormatError(f"{at}: column names {odd} must be text without ',' or ':'", path=where)
         try:
             spec = ", ".join(f"{column}:{kind}" for column, kind in columns.items())
             schema = parse_schema(spec)
@@ -237,7 +240,8 @@ def _parse_models(root: Path, sources: Mapping[str, Source]) -> dict[str, _Parse
             "(an empty folder is a project of sources only)",
             path=str(folder),
         )
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    hidden = lambda p: any(part.startswith(".") for part in p.relative_to(folder).parts)  # noqa: E731
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and not hidden(p))
     parsed: dict[str, _Parsed] = {}
     by_lower = {name.lower(): (name, source.path) for name, source in sources.items()}
     for file in files:

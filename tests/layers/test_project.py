@@ -359,6 +359,13 @@ STRATEGY_CASES = [
         ["GROUP BY f_dim, day with count(*)"],
     ),
     ("SELECT f.f_id, d.d_name FROM ods.f f CROSS JOIN ods.d d", "[f_id]", RECOMPUTE, ["cross join"]),
+    ("SELECT 1 AS f_id", "[f_id]", RECOMPUTE, ["without FROM"]),
+    (
+        "SELECT f.f_id, d.d_name FROM ods.f f JOIN ods.d d ON f.f_qty = d.d_region AND d.d_id = f.f_dim",
+        "[f_id]",
+        KEYED,
+        ["inner equi-joins from ods.f"],
+    ),
     (
         "SELECT f.f_id FROM ods.f f JOIN ods.d d ON f.f_dim = d.d_id JOIN ods.r r ON d.d_region = r.r_id "
         "AND f.f_qty = r.r_id",
@@ -501,6 +508,12 @@ def test_a_model_reads_a_model_whose_types_are_unknown(tmp_path) -> None:
         "ods.d(d_id) -> ods.f(f_dim)",
         "ods.f(f_id) -> dwd.a(f_id)",
     ]
+
+
+def test_equalities_beyond_the_key_filter_and_the_hop_follows_the_key(tmp_path) -> None:
+    sql = "SELECT f.f_id, d.d_name FROM ods.f f JOIN ods.d d ON f.f_qty = d.d_region AND d.d_id = f.f_dim"
+    plan = plan_of(tmp_path, sql)
+    assert plan.mapping("ods.d").path == (Hop("d", "ods.d", ("d_id",), "f", "ods.f", ("f_dim",)),)
 
 
 def test_the_driving_table_need_not_come_first_in_from(tmp_path) -> None:
