@@ -539,14 +539,24 @@ def test_the_sub_app_under_the_main_command_group(tmp_path) -> None:
 
 
 def test_layers_import_neither_spark_nor_airflow() -> None:
+    """Nor sqlglot until a project is loaded: ``lakestream`` imports the sub-app on every start."""
     import subprocess
     import sys
 
     code = (
         "import sys, lakehouse.layers, lakehouse.layers.cli; "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j', 'airflow')))"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j', 'airflow', 'sqlglot')))"
     )
     repo = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_package_exports_what_it_lists() -> None:
+    import lakehouse.layers as layers
+
+    assert sorted(layers.__all__) == sorted(layers._EXPORTS)
+    assert all(getattr(layers, name) is not None for name in layers.__all__)
+    with pytest.raises(AttributeError):
+        layers.nothing  # noqa: B018
