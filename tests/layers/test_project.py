@@ -560,3 +560,14 @@ def test_the_package_exports_what_it_lists() -> None:
     assert all(getattr(layers, name) is not None for name in layers.__all__)
     with pytest.raises(AttributeError):
         layers.nothing  # noqa: B018
+
+
+def test_a_group_model_over_a_keyless_log_table(tmp_path) -> None:
+    sources = SOURCES + "  ods.e:\n    columns: {e_kind: string, e_n: int64}\n"
+    sql = "SELECT e_kind, count(*) AS events, sum(e_n) AS total FROM ods.e GROUP BY e_kind"
+    root = make_project(tmp_path, {"ads.kinds": model(sql, "[e_kind]")}, sources)
+    project = load_project(root)
+    assert project.sources["ods.e"].primary_key == ()
+    plan = plan_model(project, "ads.kinds")
+    assert plan.strategy == RETRACT, plan.reason
+    assert plan.mapping("ods.e").role == "driving" and plan.mapping("ods.e").key == ()
