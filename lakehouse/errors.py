@@ -19,19 +19,25 @@ __all__ = [
     "CorruptCatalogError",
     "CorruptDataFileError",
     "CorruptSegmentError",
+    "DependencyCycleError",
     "InvalidArgument",
     "InvalidTableName",
     "LakeStateError",
     "LakestreamError",
     "LogClosed",
     "MaintenanceError",
+    "ModelKeyError",
+    "ModelSqlError",
     "OffsetOutOfRange",
     "ProducerError",
+    "ProjectError",
+    "ProjectFormatError",
     "SchemaError",
     "SequenceConflict",
     "TableAlreadyExists",
     "TableNotFound",
     "TieringConflict",
+    "UnknownTableError",
 ]
 
 
@@ -41,6 +47,46 @@ class ConfigError(LakestreamError, ValueError):
 
 class SchemaError(LakestreamError, ValueError):
     """A schema, column or value does not fit the table (missing/extra column, unsafe cast, bad type)."""
+
+
+class ProjectError(LakestreamError, ValueError):
+    """A warehouse-layers project (``lakehouse.layers``: ``sources.yml`` and ``models/*.sql``) is invalid.
+    Raised by ``load_project`` before anything is written; the message names the file and the model and says
+    what to do. ``path`` is the file, ``model`` the model's (or source's) name, if the error has one; the
+    subclasses say which kind of error it is."""
+
+    def __init__(self, message: str, *, path: str | None = None, model: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.model = model
+
+
+class ProjectFormatError(ProjectError):
+    """A project file is not in the documented format (docs/layers.md): a missing ``sources.yml`` or
+    ``models/``, YAML that does not parse, an unknown setting, an invalid primary key, bucket count, bucket
+    key, partition or column type, two models or sources with one name."""
+
+
+class ModelSqlError(ProjectError):
+    """A model's SQL does not parse, is not a single query, has an output column without a name (or two with
+    one name), or names a column its inputs do not have."""
+
+
+class UnknownTableError(ProjectError):
+    """A model reads a table that is neither a source nor a model of the project."""
+
+
+class DependencyCycleError(ProjectError):
+    """Models read each other in a cycle; ``cycle`` lists the models in it, the first again at the end."""
+
+    def __init__(self, message: str, *, cycle: list[str], path: str | None = None) -> None:
+        super().__init__(message, path=path, model=cycle[0])
+        self.cycle = list(cycle)
+
+
+class ModelKeyError(ProjectError):
+    """A model's output lacks a column of its declared primary key, or a GROUP BY model's key column is not
+    one of its GROUP BY expressions."""
 
 
 class InvalidTableName(LakestreamError, ValueError):
