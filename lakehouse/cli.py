@@ -17,6 +17,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from lakehouse.errors import LakestreamError
+from lakehouse.layers.cli import layers_app
 from lakehouse.settings import load_settings
 
 #: Errors from below the library that the CLI reports in one line instead of a traceback (the facade
@@ -63,6 +64,7 @@ log_app = typer.Typer(help="Inspect a table's log.", no_args_is_help=True)
 app.add_typer(log_app, name="log")
 catalog_app = typer.Typer(help="The Iceberg catalog on the object store.", no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")
+app.add_typer(layers_app, name="layers")
 console = Console()
 err = Console(stderr=True)
 
