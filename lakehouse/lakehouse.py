@@ -16,7 +16,7 @@ from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, 
 from pyiceberg.table import Table
 
 from lakehouse import maintenance
-from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog
+from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog, register_commit_check
 from lakehouse.errors import (
     CorruptCatalogError,
     InvalidArgument,
@@ -31,6 +31,7 @@ from lakehouse.lake import (
     LAKE_TABLE_PROPERTIES,
     TABLE_UUID_PROPERTY,
     check_lake_types,
+    check_tiering_fence,
     lake_offsets,
     lake_partition_spec,
     lake_schema,
@@ -45,6 +46,11 @@ from lakehouse.union import AsOf, RowFilter, as_of_unavailable, lake_read, union
 from object_store import NotFound, ObjectStore, PreconditionFailed, open_store
 
 _log = logging.getLogger(__name__)
+
+# The catalog's commits pass the tiering fence (a tiering round commits only on the tiering snapshot it planned
+# on). Registered for every ObjectStoreCatalog, also those pyiceberg's load_catalog builds: importing any
+# lakehouse module imports this one (the package does).
+register_commit_check(check_tiering_fence)
 
 
 @dataclass(frozen=True)
