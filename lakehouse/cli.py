@@ -224,6 +224,8 @@ def table_drop(
         f"{r.objects_deleted} objects (log segments, data and metadata files)",
         "definition" if r.definition else "no definition (it was gone already)",
     ]
+    if r.subscriptions:
+        parts.insert(2, f"{r.subscriptions} subscription{'s' if r.subscriptions != 1 else ''}")
     console.print(f"[green]dropped[/] {escape(r.table)}: {escape(', '.join(parts))}")
     if r.lake_location:
         console.print(

@@ -417,3 +417,7 @@ def test_cli_list_show_drop_and_maintain(tmp_path) -> None:
     assert lh.subscriptions() == []
     result = runner.invoke(app, ["subscription", "list", "-w", wh])
     assert result.exit_code == 0 and "no subscriptions" in result.output
+    lh.subscription(NAME, "audit")
+    result = runner.invoke(app, ["table", "drop", NAME, "-w", wh, "--yes"])
+    assert result.exit_code == 0 and "1 subscription," in result.output, result.output
+    assert lh.subscriptions() == []
