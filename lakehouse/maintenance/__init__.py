@@ -3,7 +3,9 @@
 `compaction` bin-packs small data files into target-sized ones; `expiry` expires old snapshots (never
 the current one nor the newest tiering snapshot) and deletes the files only they referenced;
 `orphans` deletes files under a table's location that no snapshot references, after a grace period;
-`retention` deletes log segments that are both tiered and older than the retention period. `maintain`
+`retention` deletes log segments that are both tiered and older than the retention period. Expiry and
+retention also keep what the caller pins for subscriptions (`lakehouse.subscriptions.pins`, passed as
+arguments: these modules never read subscriptions). `maintain`
 runs them in that order (compaction first, so expiry can free what it replaced; retention last).
 """
 
