@@ -4,7 +4,9 @@
     spark-submit jobs/maintenance.py                   # every table of the warehouse
     spark-submit jobs/maintenance.py --compact-only    # compaction only (jobs/compaction.py does the same)
 
-Prints one JSON line per table and exits non-zero if any table failed.
+Prints one JSON line per table and exits non-zero if any table failed. Expiry and log retention keep what the
+table's subscriptions need (``pinned`` in the JSON line); subscriptions idle for longer than
+--subscription-idle-hours are listed under ``idle_subscriptions`` (and logged as warnings).
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ def main(argv: list[str] | None = None, *, compact_only: bool = False) -> int:
         "whose commits then reference missing files; only when none can run",
     )
     p.add_argument("--retention-hours", type=float, default=7 * 24)
+    p.add_argument(
+        "--subscription-idle-hours",
+        type=float,
+        default=7 * 24,
+        help="report subscriptions not advanced for longer than this (idle_subscriptions in the JSON line)",
+    )
     args = p.parse_args(argv)
     compaction = {"target_file_size": args.target_file_size_mib << 20, "min_input_files": args.min_input_files}
 
@@ -41,6 +49,7 @@ def main(argv: list[str] | None = None, *, compact_only: bool = False) -> int:
             snapshot_age=timedelta(hours=args.snapshot_age_hours),
             orphan_age=timedelta(hours=args.orphan_age_hours),
             retention=timedelta(hours=args.retention_hours),
+            subscription_idle=timedelta(hours=args.subscription_idle_hours),
             unsafe_orphan_age=args.unsafe_orphan_age,
             **compaction,
         )

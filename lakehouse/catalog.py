@@ -35,6 +35,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -69,7 +70,6 @@ from lakehouse.contention import (
 from lakehouse.errors import CorruptCatalogError, InvalidArgument, LakestreamError
 from lakehouse.fileio import STORE_OPTION_PROPERTIES
 from lakehouse.iceberg_table import LakeTable, apply_updates
-from lakehouse.lake import check_tiering_fence
 from lakehouse.tables import RESERVED_NAMESPACE, check_catalog_part, decode_catalog_part, encode_catalog_part
 from object_store import NotFound, ObjectStore, PreconditionFailed, StoreError, StoreUnavailable, open_store
 
@@ -103,6 +103,27 @@ DEFAULT_TABLE_PROPERTIES = {
     QUIET_MS: str(DEFAULT_QUIET_MS),
     QUIET_MAX_MS: str(DEFAULT_QUIET_MAX_MS),
 }
+
+#: A commit check: ``check(base, updates, name=...)`` with the metadata the commit will compare-and-swap (None
+#: for a create) and the commit's updates; it raises to refuse the commit (nothing is written then).
+CommitCheck = Callable[..., None]
+
+#: Checks every `ObjectStoreCatalog` runs on every commit, registered by the code that needs them: the catalog
+#: itself knows nothing of lakestream's tables. `lakehouse.lakehouse` registers the tiering fence
+#: (`lakehouse.lake.check_tiering_fence`) when it is imported, which importing any ``lakehouse`` module does
+#: (the package imports it), so a catalog pyiceberg's ``load_catalog`` builds from ``py-catalog-impl`` gets it too.
+_DEFAULT_COMMIT_CHECKS: list[CommitCheck] = []
+
+
+def register_commit_check(check: CommitCheck) -> None:
+    """Run ``check`` on every commit of every `ObjectStoreCatalog` (once, however often it is registered)."""
+    if check not in _DEFAULT_COMMIT_CHECKS:
+        _DEFAULT_COMMIT_CHECKS.append(check)
+
+
+def default_commit_checks() -> tuple[CommitCheck, ...]:
+    return tuple(_DEFAULT_COMMIT_CHECKS)
+
 
 #: The FileIO of our tables unless the catalog's properties name another (``py-io-impl``).
 DEFAULT_FILE_IO = "lakehouse.fileio.LakeFileIO"
@@ -157,12 +178,23 @@ class ObjectStoreCatalog(MetastoreCatalog):
             except (StoreError, InvalidArgument) as exc:
                 raise LakestreamError(f"catalog {name!r}: cannot open warehouse {warehouse!r}: {exc}") from None
         self.store = store
+        self._commit_checks: list[CommitCheck] = []
         self._io_cache: dict[tuple, FileIO] = {}
         self._io_lock = threading.Lock()
         self.warehouse = store.url.rstrip("/")
         self.properties.setdefault("warehouse", self.warehouse)
         for ours, value in store.connection_options().items():  # pyiceberg's FileIO reaches the same store
             self.properties.setdefault(STORE_OPTION_PROPERTIES[ours], value)
+
+    def add_commit_check(self, check: CommitCheck) -> None:
+        """Run ``check`` on this catalog's commits too, after the registered ones (`register_commit_check`)."""
+        if check not in self._commit_checks:
+            self._commit_checks.append(check)
+
+    @property
+    def commit_checks(self) -> tuple[CommitCheck, ...]:
+        """The checks a commit passes before it is staged: the registered ones, then this catalog's own."""
+        return (*_DEFAULT_COMMIT_CHECKS, *(c for c in self._commit_checks if c not in _DEFAULT_COMMIT_CHECKS))
 
     # ---- keys and names -----------------------------------------------------------------------------
 
@@ -303,8 +335,10 @@ class ObjectStoreCatalog(MetastoreCatalog):
         if pointer.renaming_to is not None:  # we are the old name
             to_ns, to_table = self._from_marker(pointer.renaming_to)
             target = self._pointer_or_none(to_ns, to_table)
-            if target is not None and target.renamed_from is not None and (
-                self._from_marker(target.renamed_from) == (namespace, table)
+            if (
+                target is not None
+                and target.renamed_from is not None
+                and (self._from_marker(target.renamed_from) == (namespace, table))
             ):
                 # our rename's target exists (it may have moved on since): finish by dropping the old name
                 self._delete_if_match(self._pointer_key(namespace, table), pointer.etag)
@@ -330,8 +364,10 @@ class ObjectStoreCatalog(MetastoreCatalog):
         if pointer.renamed_from is not None:  # we are the new name
             from_ns, from_table = self._from_marker(pointer.renamed_from)
             source = self._pointer_or_none(from_ns, from_table)
-            if source is not None and source.renaming_to is not None and (
-                self._from_marker(source.renaming_to) == (namespace, table)
+            if (
+                source is not None
+                and source.renaming_to is not None
+                and (self._from_marker(source.renaming_to) == (namespace, table))
             ):
                 self._delete_if_match(self._pointer_key(from_ns, from_table), source.etag)  # finish step 3
             # drop the marker so later loads need no look-up
@@ -537,7 +573,8 @@ class ObjectStoreCatalog(MetastoreCatalog):
         Raises:
             CommitFailedException: the pointer moved (pyiceberg retries on a fresh base) or a requirement failed.
             CommitStateUnknownException: the store never answered the CAS and the outcome cannot be read back.
-            TieringConflict: a tiering snapshot planned on an older tiering snapshot (not retried by pyiceberg).
+            TieringConflict: a tiering snapshot planned on an older tiering snapshot (not retried by pyiceberg),
+                refused by the tiering fence a `Lakehouse` registers (`register_commit_check`).
         """
         namespace, name = self._split(table.name())
         try:
@@ -570,8 +607,10 @@ class ObjectStoreCatalog(MetastoreCatalog):
             current = table if same else self._table(namespace, name, pointer)
         if current is not None and not updates:
             return CommitTableResponse(metadata=current.metadata, metadata_location=current.metadata_location)
-        # A tiering snapshot commits only on the tiering snapshot it was planned on (lakehouse.lake).
-        check_tiering_fence(current.metadata if current is not None else None, updates, name=f"{namespace}.{name}")
+        # The registered checks (the tiering fence: a tiering snapshot commits only on the tiering snapshot it
+        # was planned on, lakehouse.lake), against the exact metadata the pointer's CAS will replace.
+        for check in self.commit_checks:
+            check(current.metadata if current is not None else None, updates, name=f"{namespace}.{name}")
         staged = self._update_and_stage_table(current, table.name(), requirements, updates)
         if pointer is None:  # a create-table transaction
             self._create(namespace, name, staged.metadata, staged.metadata_location)

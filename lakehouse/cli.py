@@ -65,6 +65,8 @@ app.add_typer(log_app, name="log")
 catalog_app = typer.Typer(help="The Iceberg catalog on the object store.", no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")
 app.add_typer(layers_app, name="layers")
+subscription_app = typer.Typer(help="Durable consumer positions of tables (subscriptions).", no_args_is_help=True)
+app.add_typer(subscription_app, name="subscription")
 console = Console()
 err = Console(stderr=True)
 
@@ -224,6 +226,8 @@ def table_drop(
         f"{r.objects_deleted} objects (log segments, data and metadata files)",
         "definition" if r.definition else "no definition (it was gone already)",
     ]
+    if r.subscriptions:
+        parts.insert(2, f"{r.subscriptions} subscription{'s' if r.subscriptions != 1 else ''}")
     console.print(f"[green]dropped[/] {escape(r.table)}: {escape(', '.join(parts))}")
     if r.lake_location:
         console.print(
@@ -507,6 +511,9 @@ def maintain(
     retain_last: Annotated[int, typer.Option(help="always keep this many newest snapshots")] = 1,
     orphan_age: Annotated[str, typer.Option(help="grace period before an unreferenced file is deleted")] = "3d",
     retention: Annotated[str, typer.Option(help="delete tiered log segments older than this")] = "7d",
+    subscription_idle: Annotated[
+        str, typer.Option(help="report subscriptions not advanced for longer than this")
+    ] = "7d",
     unsafe_orphan_age: Annotated[
         bool,
         typer.Option(
@@ -530,6 +537,7 @@ def maintain(
             "retain_last": retain_last,
             "orphan_age": _duration(orphan_age),
             "retention": _duration(retention),
+            "subscription_idle": _duration(subscription_idle),
             "target_file_size": _size(target_file_size),
             "unsafe_orphan_age": unsafe_orphan_age,
         }
@@ -559,6 +567,12 @@ def maintain(
         )
         if t.overdue:
             console.print(f"  [bold yellow]warning:[/] {escape(t.message)}")
+        for snapshot_id, who in sorted(e.pinned.items()):
+            console.print(f"  pinned      snapshot {snapshot_id} kept for {who}", markup=False)
+        for bucket, (offset, who) in sorted(t.pinned.items()):
+            console.print(f"  pinned      bucket {bucket} log kept from offset {offset} for {who}", markup=False)
+        for message in run.result.idle_subscriptions:
+            console.print(f"  [bold yellow]idle:[/] {escape(message)}")
     _finish(runs)
 
 
@@ -626,6 +640,108 @@ def table_changes(
     console.print(_data_table(data.column_names, data.slice(0, limit).to_pylist()))
     upto = ",".join(f"{b}:{o}" for b, o in sorted(ends.items()))
     console.print(f"{data.num_rows:,} changes from {start} up to {upto}; showing {min(limit, data.num_rows)}")
+
+
+@subscription_app.command("list")
+def subscription_list(
+    table: Annotated[str | None, typer.Argument(help="only this table's (namespace.table)")] = None,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """List subscriptions: table, consumer, position, records behind, last advanced."""
+    try:
+        lh = _lakehouse(warehouse, config)
+        subs = lh.subscriptions(table)
+        rows = []
+        for sub in subs:
+            behind = "-" if sub.stale else str(sum(lag.records for lag in sub.lag().values()))
+            rows.append(
+                {
+                    "table": sub.table,
+                    "consumer": sub.consumer,
+                    "position": _offsets(sub.position),
+                    "records behind": behind,
+                    "advanced": f"{sub.advanced_at:%Y-%m-%d %H:%M:%S} ({_ago(sub.idle_for())} ago)"
+                    + (" stale: its table was dropped" if sub.stale else ""),
+                }
+            )
+    except LakestreamError as exc:
+        _fail(exc)
+    if rows:
+        console.print(_data_table(list(rows[0]), rows))
+    else:
+        console.print(f"no subscriptions{f' of {table}' if table else ''} in {lh.url}", markup=False)
+
+
+@subscription_app.command("show")
+def subscription_show(
+    table: Annotated[str, typer.Argument(help="namespace.table")],
+    consumer: Annotated[str, typer.Argument(help="the consumer's name")],
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """A subscription's position, lag per bucket, last advance and what it pins (snapshots, log)."""
+    try:
+        lh = _lakehouse(warehouse, config)
+        sub = lh.subscription(table, consumer, create=False)
+        lag = sub.lag()
+        pins = lh.subscription_pins(table)
+    except LakestreamError as exc:
+        _fail(exc)
+    _print_mapping(
+        {
+            "table": sub.table,
+            "consumer": sub.consumer,
+            "created": f"{sub.created_at:%Y-%m-%d %H:%M:%S}",
+            "advanced": f"{sub.advanced_at:%Y-%m-%d %H:%M:%S} ({_ago(sub.idle_for())} ago, "
+            f"{sub.record.advances} advances)",
+        }
+    )
+    who = f"subscription {sub.consumer}"
+    out = Table("bucket", "position", "records behind", "seconds behind", "log kept from")
+    for b, lg in lag.items():
+        floor = pins.log.get(b)
+        kept = str(floor[0]) if floor is not None and who in floor[1].split(", ") else "-"
+        seconds = "?" if lg.seconds is None else f"{lg.seconds:.1f}"
+        out.add_row(*_cells(b, sub.position[b], lg.records, seconds, kept))
+    console.print(out)
+    snapshots = sorted(s for s, names in pins.snapshots.items() if who in names.split(", "))
+    console.print(f"{'pins snapshots':14} {', '.join(map(str, snapshots)) or '- (none: its state is the log alone)'}")
+
+
+@subscription_app.command("drop")
+def subscription_drop(
+    table: Annotated[str, typer.Argument(help="namespace.table")],
+    consumer: Annotated[str, typer.Argument(help="the consumer's name")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Drop a subscription: maintenance may then delete the log and snapshots its position needed."""
+    try:
+        lh = _lakehouse(warehouse, config)
+        if not yes:
+            typer.confirm(
+                f"drop subscription {consumer} of {table} in {lh.url}? Its position is lost, and maintenance may "
+                "delete what it needed",
+                abort=True,
+            )
+        lh.drop_subscription(table, consumer)
+    except LakestreamError as exc:
+        _fail(exc)
+    console.print(f"[green]dropped[/] subscription {escape(consumer)} of {escape(table)}")
+
+
+def _offsets(position: dict[int, int]) -> str:
+    return ",".join(f"{b}:{o}" for b, o in sorted(position.items()))
+
+
+def _ago(age: timedelta) -> str:
+    seconds = int(age.total_seconds())
+    days, rest = divmod(seconds, 86400)
+    if days:
+        return f"{days}d {rest // 3600}h"
+    return f"{rest // 3600}h {rest % 3600 // 60}m" if rest >= 3600 else f"{rest // 60}m {rest % 60}s"
 
 
 @app.command()

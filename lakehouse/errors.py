@@ -21,6 +21,7 @@ __all__ = [
     "CorruptSegmentError",
     "DependencyCycleError",
     "InvalidArgument",
+    "InvalidSubscriptionName",
     "InvalidTableName",
     "LakeStateError",
     "LakestreamError",
@@ -34,6 +35,9 @@ __all__ = [
     "ProjectFormatError",
     "SchemaError",
     "SequenceConflict",
+    "SubscriptionBackwards",
+    "SubscriptionConflict",
+    "SubscriptionNotFound",
     "TableAlreadyExists",
     "TableNotFound",
     "TieringConflict",
@@ -189,3 +193,31 @@ class AsOfUnavailable(LakestreamError):
         super().__init__(message)
         self.unavailable = dict(unavailable)
         self.bucket, self.oldest = min(self.unavailable.items())
+
+
+class InvalidSubscriptionName(LakestreamError, ValueError):
+    """A subscription's consumer name is not an identifier: a letter or ``_``, then letters, digits, ``_``,
+    ``.`` or ``-`` (at most 128 characters). Nothing was read or written."""
+
+
+class SubscriptionNotFound(LakestreamError, KeyError):
+    """No subscription of this consumer to this table (never created, or dropped; or it belonged to an
+    earlier table of the same name, dropped and created again)."""
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class SubscriptionConflict(LakestreamError):
+    """A subscription changed since it was read: another runner of the same consumer advanced it (or dropped
+    it). Nothing was written; ``current`` is the position now stored (None if it was dropped). Two runners of one
+    consumer never both advance it."""
+
+    def __init__(self, message: str, *, current: dict[int, int] | None = None) -> None:
+        super().__init__(message)
+        self.current = current
+
+
+class SubscriptionBackwards(InvalidArgument):
+    """A subscription was asked to move back (a bucket's new offset below its position). Nothing was written.
+    Positions only move forward, which is what lets maintenance free what lies behind them."""

@@ -16,7 +16,7 @@ from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, 
 from pyiceberg.table import Table
 
 from lakehouse import maintenance
-from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog
+from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog, register_commit_check
 from lakehouse.errors import (
     CorruptCatalogError,
     CorruptDataFileError,
@@ -24,6 +24,7 @@ from lakehouse.errors import (
     InvalidTableName,
     LakestreamError,
     OffsetOutOfRange,
+    SubscriptionNotFound,
     TableAlreadyExists,
     TableNotFound,
 )
@@ -32,6 +33,7 @@ from lakehouse.lake import (
     LAKE_TABLE_PROPERTIES,
     TABLE_UUID_PROPERTY,
     check_lake_types,
+    check_tiering_fence,
     lake_offsets,
     lake_partition_spec,
     lake_schema,
@@ -40,15 +42,40 @@ from lakehouse.lake import (
 from lakehouse.log import Log
 from lakehouse.log.producer import close_all
 from lakehouse.settings import Settings, load_settings
+from lakehouse.subscriptions import (
+    DEFAULT_IDLE_AGE,
+    Pins,
+    Subscription,
+    SubscriptionRecord,
+    check_consumer,
+    delete_subscriptions,
+    idle_message,
+    list_subscriptions,
+    pins,
+    read_subscription,
+)
 from lakehouse.tables import TABLES_PREFIX, TableDefinition, TableName
 from lakehouse.tiering import TieringResult, load_lake_table, tier
-from lakehouse.union import AsOf, RowFilter, as_of_unavailable, lake_read, union_batches, union_read
+from lakehouse.union import (
+    AsOf,
+    RowFilter,
+    as_of_unavailable,
+    check_as_of,
+    lake_read,
+    plan_as_of,
+    union_batches,
+    union_read,
+)
 from object_store import NotFound, ObjectStore, PreconditionFailed, open_store
 
 _log = logging.getLogger(__name__)
 
 #: Buckets a changes read works on at once (their file reads overlap; pyarrow decodes with its own threads).
 CHANGES_WORKERS = 2
+# The catalog's commits pass the tiering fence (a tiering round commits only on the tiering snapshot it planned
+# on). Registered for every ObjectStoreCatalog, also those pyiceberg's load_catalog builds: importing any
+# lakehouse module imports this one (the package does).
+register_commit_check(check_tiering_fence)
 
 
 @dataclass(frozen=True)
@@ -60,6 +87,7 @@ class DropResult:
     objects_deleted: int  # under the table's folder: log segments, data and metadata files
     definition: bool  # the definition was deleted (False: it was gone already)
     lake_location: str | None = None  # a lake table location outside the table's folder, left as it was
+    subscriptions: int = 0  # the table's subscriptions deleted
 
 
 @dataclass(frozen=True)
@@ -213,10 +241,10 @@ class Lakehouse:
 
     def drop_table(self, name: str | TableName) -> DropResult:
         """Drop a table: its lake table (the catalog's pointer), every object under its folder ``<ns>/<table>/``
-        (log segments, the lake's data and metadata files: a purge), then its definition. Works on a table in
-        any state: half-created, with metadata pyiceberg cannot load, with an unreadable definition, or half
-        dropped. Stop its producers, tiering and maintenance first: a write that lands during the drop may be
-        left under the folder (drop it again).
+        (log segments, the lake's data and metadata files: a purge), its subscriptions, then its definition.
+        Works on a table in any state: half-created, with metadata pyiceberg cannot load, with an unreadable
+        definition, or half dropped. Stop its producers, tiering and maintenance first: a write that lands
+        during the drop may be left under the folder (drop it again).
 
         Order: the definition goes last, so a drop interrupted at any point leaves the table listed and
         ``drop_table`` finishes it; the pointer goes first, so no commit lands on a lake table whose files
@@ -250,12 +278,13 @@ class Lakehouse:
         for info in self.store.list(table_name.prefix):
             self.store.delete(info.key)
             deleted += 1
+        subscriptions = delete_subscriptions(self.store, table_name)
         had_definition = self.store.exists(table_name.definition_key)
         if had_definition:
             self.store.delete(table_name.definition_key)
-        if not (lake_table or deleted or had_definition):
+        if not (lake_table or deleted or had_definition or subscriptions):
             raise TableNotFound(f"no table {table_name} in {self.url}: nothing to drop")
-        return DropResult(str(table_name), lake_table, deleted, had_definition, outside)
+        return DropResult(str(table_name), lake_table, deleted, had_definition, outside, subscriptions)
 
     def ensure_lake_table(self, definition: TableDefinition) -> Table:
         """The Iceberg table of a lakestream table, created if missing (idempotent: safe after a crash
@@ -589,10 +618,17 @@ class Lakehouse:
         *,
         older_than: timedelta | datetime = maintenance.expiry.DEFAULT_SNAPSHOT_AGE,
         retain_last: int = maintenance.expiry.DEFAULT_RETAIN_LAST,
+        pinned: Pins | None = None,
     ) -> maintenance.ExpiryResult:
-        """Expire old snapshots (never the current or the newest tiering one) and delete files only they used."""
+        """Expire old snapshots (never the current or the newest tiering one, nor one an as-of read at a
+        subscription's position needs) and delete files only they used. ``pinned``: the subscriptions' pins read
+        earlier (`subscription_pins`; `maintain` reads them once for expiry and retention), else read now."""
+        if pinned is None:
+            pinned = self.subscription_pins(name)
         table = self.lake_table(name)
-        return maintenance.expire_snapshots(self.store, table, older_than=older_than, retain_last=retain_last)
+        return maintenance.expire_snapshots(
+            self.store, table, older_than=older_than, retain_last=retain_last, keep=pinned.snapshots
+        )
 
     def remove_orphans(
         self,
@@ -615,10 +651,19 @@ class Lakehouse:
         )
 
     def apply_log_retention(
-        self, name: str | TableName, *, retention: timedelta = maintenance.retention.DEFAULT_RETENTION
+        self,
+        name: str | TableName,
+        *,
+        retention: timedelta = maintenance.retention.DEFAULT_RETENTION,
+        pinned: Pins | None = None,
     ) -> maintenance.RetentionResult:
-        """Delete log segments that are tiered and older than ``retention``; never an un-tiered one."""
-        return maintenance.apply_log_retention(self.log(name), self.lake_offsets(name), retention=retention)
+        """Delete log segments that are tiered and older than ``retention``; never an un-tiered one, nor one a
+        subscription's as-of read needs (``pinned``: as in `expire_snapshots`)."""
+        if pinned is None:
+            pinned = self.subscription_pins(name)
+        return maintenance.apply_log_retention(
+            self.log(name), self.lake_offsets(name), retention=retention, pinned=pinned.log
+        )
 
     def maintain(
         self,
@@ -633,19 +678,166 @@ class Lakehouse:
         orphan_age: timedelta = maintenance.orphans.DEFAULT_ORPHAN_AGE,
         retention: timedelta = maintenance.retention.DEFAULT_RETENTION,
         unsafe_orphan_age: bool = False,
+        subscription_idle: timedelta = DEFAULT_IDLE_AGE,
     ) -> maintenance.MaintenanceReport:
         """Compaction, snapshot expiry, orphan removal and log retention, in that order. An ``orphan_age``
-        below one hour is refused before anything runs, unless ``unsafe_orphan_age`` (see `remove_orphans`)."""
+        below one hour is refused before anything runs, unless ``unsafe_orphan_age`` (see `remove_orphans`).
+        The table's subscriptions are read once, after compaction and before expiry: expiry and retention keep
+        what their positions need (see `lakehouse.subscriptions`); those not advanced for longer than
+        ``subscription_idle`` are reported (``idle_subscriptions``, and a warning each)."""
         maintenance.orphans.check_orphan_age(orphan_age, unsafe_orphan_age=unsafe_orphan_age)
-        return maintenance.MaintenanceReport(
-            table=str(TableName.parse(name)),
-            compaction=self.compact(
-                name, target_file_size=target_file_size, min_input_files=min_input_files, spark=spark, workers=workers
-            ),
-            expiry=self.expire_snapshots(name, older_than=snapshot_age, retain_last=retain_last),
-            orphans=self.remove_orphans(name, older_than=orphan_age, unsafe_orphan_age=unsafe_orphan_age),
-            retention=self.apply_log_retention(name, retention=retention),
+        if not isinstance(subscription_idle, timedelta) or subscription_idle < timedelta(0):
+            raise InvalidArgument(f"subscription_idle must be a timedelta >= 0, got {subscription_idle!r}")
+        table_name = str(TableName.parse(name))
+        compaction = self.compact(
+            name, target_file_size=target_file_size, min_input_files=min_input_files, spark=spark, workers=workers
         )
+        pinned = self.subscription_pins(name)
+        expiry = self.expire_snapshots(name, older_than=snapshot_age, retain_last=retain_last, pinned=pinned)
+        orphans = self.remove_orphans(name, older_than=orphan_age, unsafe_orphan_age=unsafe_orphan_age)
+        retention_result = self.apply_log_retention(name, retention=retention, pinned=pinned)
+        idle = [idle_message(s.record) for s in self.idle_subscriptions(name, older_than=subscription_idle)]
+        for message in idle:
+            _log.warning(message)
+        return maintenance.MaintenanceReport(
+            table=table_name,
+            compaction=compaction,
+            expiry=expiry,
+            orphans=orphans,
+            retention=retention_result,
+            idle_subscriptions=idle,
+        )
+
+    # ---- subscriptions -------------------------------------------------------------------------------
+
+    def subscription(
+        self,
+        name: str | TableName,
+        consumer: str,
+        *,
+        create: bool = True,
+        start: str | AsOf = "latest",
+    ) -> Subscription:
+        """The durable position of ``consumer`` in table ``name`` (see `lakehouse.subscriptions`), created if
+        missing (unless ``create`` is False) at ``start``: ``"latest"`` (the log's end: only what is appended
+        from now on is new to it), ``"earliest"`` (per bucket the oldest offset from which the retained log and
+        snapshots serve both the as-of read and every change after it), or an offset map of every bucket. An
+        existing subscription is returned as stored (``start`` applies to a new one only).
+
+        Raises:
+            InvalidSubscriptionName: ``consumer`` is not an identifier. Nothing was read or written.
+            TableNotFound: no such table.
+            SubscriptionNotFound: ``create`` is False and there is none, or the stored one belongs to an earlier
+                table of this name (drop it first).
+            InvalidArgument: ``start`` is not "latest", "earliest" or a valid offset map (a bucket the table
+                lacks, a negative offset, one past the log's end). Nothing was written.
+            AsOfUnavailable: the retained snapshots and log cannot serve ``start``. Nothing was kept.
+        """
+        check_consumer(consumer)
+        definition = self.table(name)
+        found = read_subscription(self.store, definition.name, consumer)
+        if found is None and not create:
+            raise SubscriptionNotFound(
+                f"no subscription {consumer} of {definition.name} in {self.url}; create it (Lakehouse.subscription)"
+            )
+        if found is None:
+            log = self.log(definition.name)
+            position = self._start_position(definition, log, start)
+            record = SubscriptionRecord(definition.name, consumer, definition.table_uuid, position)
+            try:
+                etag = self.store.put(record.key, record.to_json(), if_none_match=True)
+            except PreconditionFailed:  # another runner created it first: use theirs
+                found = read_subscription(self.store, definition.name, consumer)
+                if found is None:
+                    raise SubscriptionNotFound(
+                        f"subscription {consumer} of {definition.name} was created and dropped meanwhile; retry"
+                    ) from None
+            else:
+                if start != "latest":
+                    # Maintenance that read the subscriptions before this one existed may have deleted what its
+                    # position needs since it was checked: check again now that it pins (module docstring).
+                    ends = dict(position)
+                    error = as_of_unavailable(self.lake_table(definition.name), definition, ends, log.start_offsets())
+                    if error is not None:
+                        self.store.delete(record.key, if_match=etag)
+                        raise error
+                return self._subscription(record, etag)
+        record, etag = found
+        if record.table_uuid != definition.table_uuid:
+            raise SubscriptionNotFound(
+                f"subscription {consumer} of {definition.name} belongs to an earlier table of this name (dropped "
+                f"and created again; table uuid {record.table_uuid}, now {definition.table_uuid}): it does not apply. "
+                f"Drop it (lakestream subscription drop {definition.name} {consumer}) and create it again"
+            )
+        return self._subscription(record, etag)
+
+    def _start_position(self, definition: TableDefinition, log: Log, start: str | AsOf) -> dict[int, int]:
+        if isinstance(start, str) and start == "latest":
+            return log.end_offsets()
+        if isinstance(start, str) and start == "earliest":
+            ends = log.end_offsets()
+            starts = log.start_offsets()
+            held = plan_as_of(self.lake_table(definition.name), definition, ends).held
+            # the log from the position on must be retained (for the changes after it), and the as-of read at it
+            # must be servable: a snapshot at that offset, or the log's start when nothing was deleted yet
+            return {
+                b: 0 if starts[b] == 0 else min((o for o in held[b] if o >= starts[b]), default=ends[b])
+                for b in range(definition.buckets)
+            }
+        if isinstance(start, str):
+            raise InvalidArgument(
+                f"start must be 'latest', 'earliest' or an offset map of every bucket ({{0: 120, 1: 98, ...}}), "
+                f"got {start!r}"
+            )
+        position = check_as_of(start, definition, log)
+        error = as_of_unavailable(self.lake_table(definition.name), definition, position, log.start_offsets())
+        if error is not None:
+            raise error
+        return position
+
+    def _subscription(self, record: SubscriptionRecord, etag: str, *, stale: bool = False) -> Subscription:
+        return Subscription(self.store, record, etag, log=lambda: self.log(record.table), stale=stale)
+
+    def subscriptions(self, name: str | TableName | None = None) -> list[Subscription]:
+        """Every subscription (of table ``name``), by table and consumer. Those of an earlier table of the same
+        name, or of a table that no longer exists, are listed with ``stale`` set: they pin nothing."""
+        table_name = TableName.parse(name) if name is not None else None
+        uuids: dict[TableName, str | None] = {}
+        out = []
+        for record, etag in list_subscriptions(self.store, table_name):
+            if record.table not in uuids:
+                try:
+                    uuids[record.table] = self.table(record.table).table_uuid
+                except TableNotFound:
+                    uuids[record.table] = None
+            out.append(self._subscription(record, etag, stale=uuids[record.table] != record.table_uuid))
+        return out
+
+    def drop_subscription(self, name: str | TableName, consumer: str) -> None:
+        """Delete a subscription (stale ones too). Raises `SubscriptionNotFound` if there is none."""
+        check_consumer(consumer)
+        table_name = TableName.parse(name)
+        found = read_subscription(self.store, table_name, consumer)
+        if found is None:
+            raise SubscriptionNotFound(f"no subscription {consumer} of {table_name} in {self.url}: nothing to drop")
+        self.store.delete(found[0].key)
+
+    def subscription_pins(self, name: str | TableName) -> Pins:
+        """What the subscriptions of ``name`` need kept (`lakehouse.subscriptions.pins`): the lake snapshots
+        their as-of reads scan, and per bucket the first log offset they read."""
+        definition = self.table(name)
+        records = [r for r, _ in list_subscriptions(self.store, definition.name)]
+        if not records:
+            return Pins()
+        return pins(records, self.lake_table(definition.name), definition)
+
+    def idle_subscriptions(
+        self, name: str | TableName | None = None, *, older_than: timedelta = DEFAULT_IDLE_AGE
+    ) -> list[Subscription]:
+        """The subscriptions (of ``name``) not advanced for longer than ``older_than``."""
+        if not isinstance(older_than, timedelta) or older_than < timedelta(0):
+            raise InvalidArgument(f"an idle age must be a timedelta >= 0, got {older_than!r}")
+        return [s for s in self.subscriptions(name) if s.idle_for() > older_than]
 
     def close(self) -> None:
         """Close every table's log (flushing the `Producer`s still open on them) and the store. Raises the

@@ -505,6 +505,26 @@ class Log:
         self._check_open()
         return dict(enumerate(self._pool.map(lambda ix: ix.list_start(), self._indexes)))
 
+    def appended_at(self, bucket: int, offset: int) -> int | None:
+        """When the record at ``offset`` of ``bucket`` was appended (its ``_timestamp``, in microseconds since the
+        epoch), from its segment's header: one HEAD, no data read. None if ``offset`` is at or past the bucket's
+        end or its segment is gone (removed by log retention)."""
+        self._check_open()
+        bucket, offset = _integer("bucket", bucket), _integer("offset", offset)
+        if not 0 <= bucket < self.definition.buckets:
+            raise InvalidArgument(f"{self.name} has buckets 0..{self.definition.buckets - 1}, not {bucket}")
+        index = self._indexes[bucket]
+        if offset < 0 or offset >= index.refresh():
+            return None
+        segs = index.segments(offset, offset + 1)
+        if not segs:
+            return None
+        key = self.name.segment_key(bucket, segs[0][0])
+        try:
+            return SegmentHeader.from_metadata(self.store.head(key).metadata, key=key).timestamp_us
+        except NotFound:
+            return None
+
     def read(self, bucket: int, start: int = 0, end: int | None = None) -> pa.Table:
         """Records of ``bucket`` with offsets in [start, end), oldest first, with ``_op``, ``_offset`` and
         ``_timestamp``. ``end`` defaults to the bucket's end offset.

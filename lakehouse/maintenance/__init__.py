@@ -3,11 +3,13 @@
 `compaction` bin-packs small data files into target-sized ones; `expiry` expires old snapshots (never
 the current one nor the newest tiering snapshot) and deletes the files only they referenced;
 `orphans` deletes files under a table's location that no snapshot references, after a grace period;
-`retention` deletes log segments that are both tiered and older than the retention period. `maintain`
+`retention` deletes log segments that are both tiered and older than the retention period. Expiry and
+retention also keep what the caller pins for subscriptions (`lakehouse.subscriptions.pins`, passed as
+arguments: these modules never read subscriptions). `maintain`
 runs them in that order (compaction first, so expiry can free what it replaced; retention last).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lakehouse.maintenance import compaction, expiry, orphans, retention
@@ -24,6 +26,8 @@ class MaintenanceReport:
     expiry: ExpiryResult
     orphans: OrphanResult
     retention: RetentionResult
+    #: one message per subscription of the table not advanced for longer than the idle age
+    idle_subscriptions: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -32,6 +36,7 @@ class MaintenanceReport:
             "expiry": self.expiry.to_dict(),
             "orphans": self.orphans.to_dict(),
             "retention": self.retention.to_dict(),
+            "idle_subscriptions": list(self.idle_subscriptions),
         }
 
 

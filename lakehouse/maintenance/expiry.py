@@ -1,7 +1,9 @@
 """Snapshot expiry: drop old snapshots from the metadata and delete the files only they referenced.
 
 Never expired: the current snapshot, the newest tiering snapshot (its ``lakestream.offsets`` are the
-lake's offsets), the newest ``retain_last`` snapshots, and branch or tag heads. When compactions followed
+lake's offsets), the newest ``retain_last`` snapshots, branch or tag heads, and the snapshots the caller
+pins (``keep``: those an as-of read at a subscription's position scans, `lakehouse.subscriptions.pins`;
+the result's ``pinned`` says which of them would have been expired otherwise, and for whom). When compactions followed
 the newest tiering snapshot, its offsets are first carried forward by an empty tiering commit (see
 `_checkpoint_offsets`), so the files a compaction replaced can be freed without waiting for new data.
 Files are deleted only if no remaining snapshot references them, computed from the metadata after the
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -32,6 +35,8 @@ class ExpiryResult:
     table: str
     expired: list[int] = field(default_factory=list)
     snapshots_left: int = 0
+    #: snapshot id -> who pinned it (e.g. "subscription dwd.x"): kept only because of that pin
+    pinned: dict[int, str] = field(default_factory=dict)
     files_deleted: int = 0
     bytes_freed: int = 0
     seconds: float = 0.0
@@ -81,24 +86,29 @@ def expire_snapshots(
     *,
     older_than: timedelta | datetime = DEFAULT_SNAPSHOT_AGE,
     retain_last: int = DEFAULT_RETAIN_LAST,
+    keep: Mapping[int, str] | None = None,
 ) -> ExpiryResult:
-    """Expire snapshots older than ``older_than`` (an age or a point in time), keeping the protected ones."""
+    """Expire snapshots older than ``older_than`` (an age or a point in time), keeping the protected ones and
+    those in ``keep`` (snapshot id -> who needs it)."""
     if not isinstance(retain_last, int) or retain_last < 1:
         raise InvalidArgument(f"retain_last must be an integer >= 1, got {retain_last!r}")
     cutoff_ms = int(cutoff_of(older_than).timestamp() * 1000)
+    pinned = dict(keep or {})
     started = time.perf_counter()
     name = ".".join(table.name())
     _checkpoint_offsets(table, cutoff_ms)
     metadata = table.metadata
     newest = sorted(metadata.snapshots, key=lambda s: (s.sequence_number or 0, s.timestamp_ms), reverse=True)
-    keep = {s.snapshot_id for s in newest[:retain_last]}
-    keep |= {ref.snapshot_id for ref in metadata.refs.values()}
+    protected = {s.snapshot_id for s in newest[:retain_last]}
+    protected |= {ref.snapshot_id for ref in metadata.refs.values()}
     if metadata.current_snapshot_id is not None:
-        keep.add(metadata.current_snapshot_id)
+        protected.add(metadata.current_snapshot_id)
     if (tiering := tiering_snapshot(metadata)) is not None:
-        keep.add(tiering.snapshot_id)
-    expire = [s.snapshot_id for s in metadata.snapshots if s.timestamp_ms < cutoff_ms and s.snapshot_id not in keep]
+        protected.add(tiering.snapshot_id)
+    old = [s.snapshot_id for s in metadata.snapshots if s.timestamp_ms < cutoff_ms and s.snapshot_id not in protected]
+    expire = [s for s in old if s not in pinned]
     result = ExpiryResult(name, snapshots_left=len(metadata.snapshots))
+    result.pinned = {s: pinned[s] for s in old if s in pinned}
     if not expire:
         result.seconds = time.perf_counter() - started
         return result

@@ -8,6 +8,10 @@ emptied bucket would restart at offset 0 (offsets must never be reused). A segme
 holding an un-tiered record is never deleted, whatever its age: if retention is overdue because
 tiering lags, the result says so (``overdue``) and a warning is logged.
 
+Subscriptions pin the log too: the caller passes ``pinned`` (bucket -> the first offset a subscription's as-of
+read needs, and who needs it; `lakehouse.subscriptions.pins`), and a segment holding any offset at or above
+it is kept however old and tiered it is; the result's ``pinned`` says where that held retention back.
+
 Readers below the earliest retained offset are served by the lake: union read starts each bucket's
 tail at the lake's offset, which is never below it; a log read of a deleted range raises
 `OffsetOutOfRange` naming the earliest available offset.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -43,6 +48,8 @@ class RetentionResult:
     bytes_freed: int = 0
     start_offsets: dict[int, int] = field(default_factory=dict)
     overdue: dict[int, int] = field(default_factory=dict)  # bucket -> expired but un-tiered records
+    #: bucket -> (offset, who): expired, tiered records from that offset on kept only because of a pin
+    pinned: dict[int, tuple[int, str]] = field(default_factory=dict)
     message: str = ""
     seconds: float = 0.0
 
@@ -50,13 +57,19 @@ class RetentionResult:
         doc = asdict(self)
         doc["start_offsets"] = {str(k): v for k, v in self.start_offsets.items()}
         doc["overdue"] = {str(k): v for k, v in self.overdue.items()}
+        doc["pinned"] = {str(k): {"offset": o, "by": who} for k, (o, who) in self.pinned.items()}
         return doc
 
 
 def apply_log_retention(
-    log_: Log, lake_offsets: dict[int, int], *, retention: timedelta = DEFAULT_RETENTION
+    log_: Log,
+    lake_offsets: dict[int, int],
+    *,
+    retention: timedelta = DEFAULT_RETENTION,
+    pinned: Mapping[int, tuple[int, str]] | None = None,
 ) -> RetentionResult:
-    """Delete tiered segments older than ``retention`` (see the module docstring)."""
+    """Delete tiered segments older than ``retention`` and wholly below the ``pinned`` offsets (see the module
+    docstring)."""
     if not isinstance(retention, timedelta):
         raise InvalidArgument(f"retention must be a timedelta, got {retention!r}")
     cutoff = cutoff_of(retention, "retention")
@@ -82,6 +95,7 @@ def apply_log_retention(
                 segments.append((int(stem[:-6]), info))
         segments.sort(key=lambda s: s[0])
         tiered = lake_offsets.get(bucket, 0)
+        pin, pinned_by = (pinned or {}).get(bucket, (tiered, ""))
         start = segments[0][0] if segments else 0
 
         def end_of(j: int, segments: list = segments) -> int:
@@ -99,6 +113,9 @@ def apply_log_retention(
                 last_expired = max(j for j, (_, inf) in enumerate(segments) if inf.last_modified < cutoff)
                 result.overdue[bucket] = end_of(last_expired) - max(base, tiered)
                 break
+            if end > pin:  # tiered and expired, but a subscription's as-of read needs offsets from `pin` on
+                result.pinned[bucket] = (pin, pinned_by)
+                break
             if i == len(segments) - 1:
                 break  # the newest segment stays: its key and header are where the bucket's end offset lives
             store.delete(info.key)
@@ -107,6 +124,12 @@ def apply_log_retention(
             result.bytes_freed += info.size
             start = end
         result.start_offsets[bucket] = start
+    if result.pinned:
+        log.info(
+            "%s: log retention kept segments subscriptions need: %s",
+            name,
+            "; ".join(f"bucket {b} from offset {o} ({who})" for b, (o, who) in sorted(result.pinned.items())),
+        )
     if result.overdue:
         result.message = (
             f"{name}: retention is overdue: {sum(result.overdue.values()):,} records older than {retention} are not "
