@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lakehouse import Lakehouse
+from lakehouse.changes import apply_changes
 from lakehouse.cli import app
 from lakehouse.errors import (
     AsOfUnavailable,
@@ -331,6 +332,11 @@ def test_maintain_keeps_what_subscriptions_need_and_reports_idle_ones(lakehouse:
     assert report.expiry.expired and set(report.expiry.pinned.values()) == {f"subscription {CONSUMER}"}
     assert report.retention.segments_deleted > 0 and report.retention.pinned
     assert rows(lh.union_read(NAME, as_of=m)) == want
+    # the consumer's next step reads the changes from its position: they are all still there
+    end = lh.log(NAME).end_offsets()
+    changes = lh.changes(NAME, m, end, before_images=True)
+    state = lh.union_read(NAME, as_of=m).select(["k", "v"])
+    assert rows(apply_changes(state, changes, ["k"])) == expected(end)
     sub = lh.subscription(NAME, CONSUMER, create=False)
     sub.advance(sub.position)  # an advance in place is a heartbeat
     time.sleep(0.1)
