@@ -299,7 +299,10 @@ class LakestreamDataSource(DataSource):
     def schema(self) -> StructType:
         lh, definition, table = self._open()
         try:
-            return _spark_schema(_plan_columns(table, definition, self.read_options).arrow_schema)
+            plan = _plan_columns(table, definition, self.read_options)
+            if self.read_options.changes:
+                return _spark_schema(changes_hook("schema")(plan, definition, self.read_options))
+            return _spark_schema(plan.arrow_schema)
         finally:
             lh.close()
 
@@ -310,7 +313,7 @@ class LakestreamDataSource(DataSource):
             columns = options.columns
             names = [f.name for f in schema.fields]
             full = _plan_columns(table, definition, options)
-            if list(full.columns) != names:  # a reader schema naming fewer columns: read only those
+            if list(full.columns) != names and not options.changes:  # a reader schema naming fewer columns
                 columns = tuple(names)
             plan = _plan_columns(table, definition, options, columns=columns)
             url = self._warehouse()
@@ -362,11 +365,28 @@ class LakestreamPartition(InputPartition):
         return f"LakestreamPartition({self.mode}, bucket {self.bucket}, {self.read!r})"
 
 
-#: mode -> function(reader, partition) -> record batches. "changes" is where `lakehouse.changes` plugs in:
-#: ``CHANGES["plan"](reader) -> [LakestreamPartition("changes", bucket, None, payload), ...]`` on the driver and
-#: ``CHANGES["execute"](reader, partition) -> Iterator[pa.RecordBatch]`` on the workers; its schema is
-#: ``CHANGES["schema"](plan) -> pa.Schema``. Until then changes=true raises `InvalidArgument`.
+#: Where the net changelog (``changes=true``) plugs in: `lakehouse.changes` fills these three functions.
+#:
+#: * ``CHANGES["schema"](plan, definition, options) -> pa.Schema``: the changelog's Arrow schema (``plan`` is
+#:   the `ReadPlan` of the requested columns and filter, not located; ``options`` the `ReadOptions`, with
+#:   ``start``, ``end``, ``before_images``). Runs where Spark asks for the schema (at ``load()``).
+#: * ``CHANGES["plan"](reader) -> list[LakestreamPartition]``: on the driver, one
+#:   ``LakestreamPartition("changes", bucket, None, payload)`` per bucket; ``reader.plan`` (the `ReadPlan`
+#:   with Spark's pushed filters), ``reader.options``, ``reader._table`` (the lake table) and ``reader._log``
+#:   (the table's log, closed after this returns) are there to plan with. ``payload`` must pickle.
+#: * ``CHANGES["execute"](reader, partition) -> Iterator[pa.RecordBatch]``: on an executor;
+#:   ``reader.open_log()`` gives the table's log (close it), ``reader.plan`` the metadata and FileIO
+#:   properties. Batches are cast to the schema Spark expects.
 CHANGES: dict[str, Callable[..., Any]] = {}
+
+
+def changes_hook(name: str) -> Callable[..., Any]:
+    try:
+        return CHANGES[name]
+    except KeyError:
+        raise InvalidArgument(
+            "changes=true: the net changelog read is not available in this build (lakehouse.changes registers it)"
+        ) from None
 
 
 class LakestreamReader(DataSourceReader):
@@ -410,9 +430,7 @@ class LakestreamReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         try:
             if self.options.changes:
-                if "plan" not in CHANGES:
-                    raise InvalidArgument("changes=true: the changelog read is not available in this build")
-                return list(CHANGES["plan"](self))
+                return list(changes_hook("plan")(self))
             from lakehouse.tables import TableDefinition
 
             definition = TableDefinition.from_json(self.definition_json)
@@ -427,7 +445,7 @@ class LakestreamReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, LakestreamPartition)
         if partition.mode == "changes":
-            batches = CHANGES["execute"](self, partition)
+            batches = changes_hook("execute")(self, partition)
         else:
             batches = self._read(partition)
         target = self.target

@@ -292,3 +292,40 @@ def test_duckdb_agrees_with_spark_on_the_lake_part(tmp_path, spark) -> None:
     theirs = duckdb_connection().execute(f"SELECT k, v, n, __bucket, __offset FROM iceberg_scan('{location}')")
     ours = spark_rows(lakestream(spark, lh, lake_only="true").load(NAME))
     assert sorted(theirs.fetchall()) == ours and ours
+
+
+def test_changes_dispatch_to_the_changes_hooks(tmp_path, monkeypatch) -> None:
+    """changes=true goes through `spark_source.CHANGES` (filled by `lakehouse.changes`); without it, a clear
+    error. Here a stand-in hook returns each bucket's log records in [start, end)."""
+    from lakehouse import spark_source
+
+    lh = Lakehouse.open(tmp_path.as_uri())
+    build(lh, pk=False)
+    ends = lh.log(NAME).end_offsets()
+    options = {"changes": "true", "start": "0:0,1:0,2:0", "end": ",".join(f"{b}:{o}" for b, o in ends.items())}
+    source = source_class({lh.url: {}})({"path": NAME, "warehouse": lh.url, **options})
+    with pytest.raises(InvalidArgument, match="not available in this build"):
+        source.schema()
+
+    def plan(reader):
+        return [
+            spark_source.LakestreamPartition("changes", b, None, (reader.options.start[b], reader.options.end[b]))
+            for b in range(BUCKETS)
+        ]
+
+    def execute(reader, partition):
+        log_ = reader.open_log()
+        try:
+            yield from log_.read(partition.bucket, *partition.payload).select(["k", "_op"]).to_batches()
+        finally:
+            log_.close()
+
+    schema = pa.schema([("k", pa.int64()), ("_op", pa.string())])
+    monkeypatch.setitem(spark_source.CHANGES, "schema", lambda plan, definition, options: schema)
+    monkeypatch.setitem(spark_source.CHANGES, "plan", plan)
+    monkeypatch.setitem(spark_source.CHANGES, "execute", execute)
+    reader = source.reader(source.schema())
+    parts = reader.partitions()
+    assert [p.mode for p in parts] == ["changes"] * BUCKETS
+    got = _read_all(reader, parts)
+    assert got.num_rows == sum(ends.values()) and got.schema.names == ["k", "_op"]
