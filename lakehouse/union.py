@@ -433,6 +433,8 @@ class ReadPlan:
         if as_of is not None:
             if log_ is None:
                 raise InvalidArgument(f"a read of {name} as of offsets needs the table's log (to check its end)")
+            if not self.union:  # a union plan checked it already
+                check_lake_layout(table.metadata, definition)
             ends = check_as_of(as_of, definition, log_)
             asof = plan_as_of(table, definition, ends)
             if not self.union:
