@@ -4,6 +4,7 @@ temporary directory, Spark local[2]).
 
     python bench/spark_read.py                    # 10 M rows, 1 M untiered upserts (a few minutes)
     python bench/spark_read.py --quick            # = --rows 1000000 --tail 100000
+    python bench/spark_read.py --driver-java-options=-XX:+UseSerialGC   # the driver JVM with C2 (see BENCHMARKS.md)
 
 Data: ``--rows`` TPC-H-orders-shaped rows (bench/tiering.py's generator) tiered into a primary-key table of
 ``--buckets`` buckets, then ``--tail`` upserts of existing keys left in the log: every read merges a tail.
@@ -173,6 +174,10 @@ def main() -> None:
     p.add_argument("--python-repeats", type=int, default=3)
     p.add_argument("--skip-python", action="store_true", help="no Python union read comparison")
     p.add_argument("--seed", type=int, default=20261125)
+    p.add_argument(
+        "--driver-java-options",
+        help="spark.driver.extraJavaOptions (default: spark_session's, serial GC + C1 only for local masters)",
+    )
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     if args.quick:
@@ -186,7 +191,9 @@ def main() -> None:
         from lakehouse.spark import spark_session
         from lakehouse.spark_source import register
 
-        spark = spark_session(master="local[2]")
+        conf = {"spark.driver.extraJavaOptions": args.driver_java_options} if args.driver_java_options else {}
+        spark = spark_session(master="local[2]", **conf)
+        jvm = args.driver_java_options or "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 (spark_session's default)"
         register(spark, lh)
 
         def new() -> None:
@@ -215,7 +222,8 @@ def main() -> None:
         lines += [
             f"Table: {rows:,} rows tiered into a primary-key table of {args.buckets} buckets, plus {args.tail:,} "
             f"untiered upserts of existing keys (every bucket merges a tail); result {want:,} rows. Spark local[2], "
-            f'each read forced by `df.write.format("noop")`; {args.repeats} interleaved repeats, medians.',
+            f'each read forced by `df.write.format("noop")`; {args.repeats} interleaved repeats, medians. '
+            f"Driver JVM options: `{jvm}`.",
             "",
             "| read | median | rows/s | all runs |",
             "|---|---|---|---|",

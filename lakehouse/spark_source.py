@@ -7,10 +7,15 @@
 
 The driver plans once (`lakehouse.union.plan_read`: the lake snapshot(s), each bucket's files and log range,
 the log ranges ending where the log ended at planning); every bucket is one input partition that a Python
-worker executes (`ReadPlan.execute_bucket`: the bucket's lake files merged with its log range). Spark's
-filters that translate to Iceberg expressions are pushed into the lake scan and the tail (those that do not
-are returned to Spark); pruning columns is not in PySpark's Python data source API, so ask for fewer
-columns with the ``columns`` option or a reader schema naming a subset of the table's columns.
+worker executes (`ReadPlan.execute_bucket`: the bucket's lake files merged with its log range). The
+``filter`` option is always pushed into the lake scan and the tails. Spark's own filters are too, those that
+translate to Iceberg expressions (the others stay with Spark), when ``spark.sql.python.filterPushdown.enabled``
+was true when the format was registered: it is off by default because PySpark 4.2.0 keeps the pushed-down
+read on the DataFrame's relation, so a later unfiltered action on the same DataFrame reuses the filtered read
+(``df.filter(...).count(); df.count()``: wrong count; fixed upstream by scoping the read to the scan), and
+PySpark refuses a reader with ``pushFilters`` while the setting is off. Pruning columns is not in PySpark
+4.2's Python data source API, so ask for fewer columns with the ``columns`` option or a reader schema naming a
+subset of the table's columns.
 
 Options:
     warehouse       the warehouse URL (file:///abs/path or s3://bucket/prefix); default: the settings'
@@ -327,6 +332,7 @@ class LakestreamDataSource(DataSource):
                 io_properties=lh.catalog_properties(),
                 table=table,
                 log_=lh.log(definition.name),
+                closing=lh,
                 spark_schema=schema,
             )
         except BaseException:
@@ -373,7 +379,7 @@ class LakestreamPartition(InputPartition):
 #: * ``CHANGES["plan"](reader) -> list[LakestreamPartition]``: on the driver, one
 #:   ``LakestreamPartition("changes", bucket, None, payload)`` per bucket; ``reader.plan`` (the `ReadPlan`
 #:   with Spark's pushed filters), ``reader.options``, ``reader._table`` (the lake table) and ``reader._log``
-#:   (the table's log, closed after this returns) are there to plan with. ``payload`` must pickle.
+#:   (the table's log; it and its store are closed after this returns) are there to plan with. ``payload`` must pickle.
 #: * ``CHANGES["execute"](reader, partition) -> Iterator[pa.RecordBatch]``: on an executor;
 #:   ``reader.open_log()`` gives the table's log (close it), ``reader.plan`` the metadata and FileIO
 #:   properties. Batches are cast to the schema Spark expects.
@@ -405,6 +411,7 @@ class LakestreamReader(DataSourceReader):
         table: Any,
         log_: Any,
         spark_schema: StructType,
+        closing: Any = None,
     ) -> None:
         from dataclasses import replace
 
@@ -417,14 +424,14 @@ class LakestreamReader(DataSourceReader):
         self._store_options = store_options
         self.pushed: list[Filter] = []  # the filters the lake scan and the tails apply (Spark does not)
         self.target = to_arrow_schema(spark_schema, timezone="UTC")
-        self._table, self._log = table, log_  # planning only: not pickled
+        self._table, self._log, self._closing = table, log_, closing  # planning only: not pickled
 
     def __repr__(self) -> str:
         return f"LakestreamReader({self.plan!r}, pushed={self.pushed})"
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_table"] = state["_log"] = None
+        state["_table"] = state["_log"] = state["_closing"] = None
         return state
 
     def partitions(self) -> list[InputPartition]:
@@ -439,7 +446,9 @@ class LakestreamReader(DataSourceReader):
             )
             return [LakestreamPartition("read", b, read) for b, read in located.buckets.items()]
         finally:
-            if self._log is not None:
+            if self._closing is not None:  # the Lakehouse that opened the table and log: its store too
+                self._closing.close()
+            elif self._log is not None:
                 self._log.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
