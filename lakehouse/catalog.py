@@ -303,10 +303,8 @@ class ObjectStoreCatalog(MetastoreCatalog):
         if pointer.renaming_to is not None:  # we are the old name
             to_ns, to_table = self._from_marker(pointer.renaming_to)
             target = self._pointer_or_none(to_ns, to_table)
-            if (
-                target is not None
-                and target.renamed_from is not None
-                and (self._from_marker(target.renamed_from) == (namespace, table))
+            if target is not None and target.renamed_from is not None and (
+                self._from_marker(target.renamed_from) == (namespace, table)
             ):
                 # our rename's target exists (it may have moved on since): finish by dropping the old name
                 self._delete_if_match(self._pointer_key(namespace, table), pointer.etag)
@@ -332,10 +330,8 @@ class ObjectStoreCatalog(MetastoreCatalog):
         if pointer.renamed_from is not None:  # we are the new name
             from_ns, from_table = self._from_marker(pointer.renamed_from)
             source = self._pointer_or_none(from_ns, from_table)
-            if (
-                source is not None
-                and source.renaming_to is not None
-                and (self._from_marker(source.renaming_to) == (namespace, table))
+            if source is not None and source.renaming_to is not None and (
+                self._from_marker(source.renaming_to) == (namespace, table)
             ):
                 self._delete_if_match(self._pointer_key(from_ns, from_table), source.etag)  # finish step 3
             # drop the marker so later loads need no look-up
