@@ -1,10 +1,12 @@
 """PySpark without jars: a session builder and a distributed read of lakestream tables.
 
 Spark never touches S3 or Iceberg through the JVM here (no iceberg-spark-runtime, no hadoop-aws): the
-driver plans with pyiceberg and the Python workers do all IO with pyarrow inside ``mapInArrow``.
+driver plans with pyiceberg and the Python workers do all IO with pyarrow, through the ``lakestream``
+Python data source (`lakehouse.spark_source`) that every session of `spark_session` has.
 
     spark = spark_session(master="local[2]")
-    df = read_table(spark, lh, "ods.orders", union=True)     # one task per bucket
+    df = spark.read.format("lakestream").option("warehouse", url).load("ods.orders")   # one task per bucket
+    df = read_table(spark, lh, "ods.orders", union=True)     # the same, on a Lakehouse's store
 """
 
 from __future__ import annotations
@@ -13,14 +15,11 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-from pyiceberg.io import load_file_io
-
-from lakehouse.errors import ConfigError
-from lakehouse.union import RowFilter, merge_batches, output_columns, parse_filter, read_tail
+from lakehouse.errors import ConfigError, InvalidArgument
+from lakehouse.union import RowFilter
 
 #: Masters Spark accepts (its check: "yarn", or starting with "spark", "k8s" or "local").
 MASTER = re.compile(r"local(\[(\d+|\*)(,\s*\d+)?\])?|local-cluster\[.+\]|spark://.+|yarn|k8s://.+")
@@ -69,13 +68,10 @@ def spark_session(master: str | None = None, *, app_name: str = "lakestream", **
             "that Java 17 is installed (JAVA_HOME) and the master is reachable; Spark's own output above says more"
         ) from None
     spark.sparkContext.setLogLevel("ERROR")
+    from lakehouse.spark_source import register
+
+    register(spark)  # spark.read.format("lakestream"), with the settings' store
     return spark
-
-
-@dataclass(frozen=True)
-class _BucketRead:
-    bucket: int
-    tasks: tuple  # pyiceberg FileScanTasks of this bucket
 
 
 def read_table(
@@ -88,65 +84,72 @@ def read_table(
     row_filter: RowFilter = None,
 ) -> DataFrame:
     """A DataFrame over the table: the lake snapshot (plus the log tail, if ``union``), one Spark task per
-    bucket. The snapshot and its offsets are fixed when this is called (the driver plans)."""
-    from pyiceberg.expressions.visitors import bind
-    from pyiceberg.io.pyarrow import ArrowScan, expression_to_pyarrow
-    from pyspark.sql.pandas.types import from_arrow_schema
+    bucket: ``spark.read.format("lakestream")`` on ``lh``'s warehouse (whose store this binds, see
+    `lakehouse.spark_source.register`). Spark plans (the snapshot, offsets and log ends are fixed) when the
+    DataFrame is first analysed for an action."""
+    from lakehouse.spark_source import register
 
-    from lakehouse.lake import check_lake_layout, lake_offsets
+    register(spark, lh)
+    reader = spark.read.format("lakestream").option("warehouse", lh.url).option("lake_only", str(not union).lower())
+    if columns is not None:
+        reader = reader.option("columns", ",".join(columns))
+    if row_filter is not None:
+        reader = reader.option("filter", filter_text(row_filter))
+    return reader.load(str(name))
 
-    definition = lh.table(name)
-    table = lh.lake_table(name)
-    if union:
-        check_lake_layout(table.metadata, definition)
-    pk = definition.primary_key
-    out = output_columns(table, columns)
-    scan_cols = out + [c for c in pk if c not in out]
-    expr = parse_filter(row_filter, table.schema())
-    scan = table.scan(row_filter=expr, selected_fields=tuple(scan_cols))
-    projected = scan.projection()
-    arrow_out = projected.as_arrow()
-    target = pa.schema([arrow_out.field(c) for c in out])
-    by_bucket: dict[int, list] = {b: [] for b in range(definition.buckets)}
-    if table.current_snapshot() is not None:
-        for task in scan.plan_files():
-            partition = task.file.partition
-            by_bucket[partition[len(partition) - 1]].append(task)
-    offsets = lake_offsets(table.metadata, definition.buckets, name=str(definition.name))
-    metadata = table.metadata
-    io_props: dict[str, Any] = dict(lh.catalog.properties)
-    store_url, store_options = lh.store.url, lh.store.connection_options()
-    definition_json = definition.to_json()
-    items = [_BucketRead(b, tuple(tasks)) for b, tasks in sorted(by_bucket.items())]
 
-    def run(batches):  # on the Python workers
-        from lakehouse.datafiles import shared_store
-        from lakehouse.log import Log
-        from lakehouse.tables import TableDefinition
+def filter_text(row_filter: RowFilter) -> str:
+    """``row_filter`` in Iceberg's filter syntax (a string as given; a pyiceberg expression written out)."""
+    from pyiceberg import expressions as ex
 
-        for batch in batches:
-            for i in batch.column(0).to_pylist():
-                item = items[i]
-                io = load_file_io(io_props, metadata.location)
-                scan_ = ArrowScan(metadata, io, projected, expr)
-                lake = scan_.to_record_batches(item.tasks) if item.tasks else iter(())
-                tail_filter = expression_to_pyarrow(bind(metadata.schema(), expr, case_sensitive=True))
-                if union:
-                    store = shared_store(store_url, store_options)
-                    log_ = Log(store, TableDefinition.from_json(definition_json), max_workers=4)
-                    try:
-                        tail = read_tail(log_, {item.bucket: offsets[item.bucket]}, primary_key=pk)
-                    finally:
-                        log_.close()
-                else:
-                    tail = None
-                if tail is None:
-                    for b in lake:
-                        yield b.select(out).cast(target)
-                    continue
-                yield from merge_batches(
-                    lake, tail, primary_key=pk, columns=out, tail_filter=tail_filter, schema=arrow_out
-                )
+    if isinstance(row_filter, str):
+        return row_filter
+    ops = {
+        ex.EqualTo: "=",
+        ex.NotEqualTo: "!=",
+        ex.LessThan: "<",
+        ex.LessThanOrEqual: "<=",
+        ex.GreaterThan: ">",
+        ex.GreaterThanOrEqual: ">=",
+    }
 
-    n = len(items)
-    return spark.range(0, n, 1, numPartitions=n).mapInArrow(run, from_arrow_schema(target))
+    def literal(value: Any) -> str:
+        if isinstance(value, bool):
+            return str(value).lower()
+        if isinstance(value, str):
+            return "'" + value.replace("'", "''") + "'"
+        if isinstance(value, (int, float, Decimal)):
+            return str(value)
+        raise InvalidArgument(f"row_filter: cannot write the literal {value!r} as Iceberg filter text; give a string")
+
+    def column(term: Any) -> str:
+        return '"' + term.name.replace('"', '\\"') + '"'
+
+    def text(e: Any) -> str:
+        if isinstance(e, ex.AlwaysTrue):
+            return "true"
+        if isinstance(e, ex.AlwaysFalse):
+            return "false"
+        if isinstance(e, ex.And):
+            return f"({text(e.left)} and {text(e.right)})"
+        if isinstance(e, ex.Or):
+            return f"({text(e.left)} or {text(e.right)})"
+        if isinstance(e, ex.Not):
+            return f"not ({text(e.child)})"
+        if type(e) in ops:
+            return f"{column(e.term)} {ops[type(e)]} {literal(e.literal.value)}"
+        if isinstance(e, (ex.In, ex.NotIn)):
+            values = ", ".join(sorted(literal(v.value) for v in e.literals))
+            return f"{column(e.term)} {'not in' if isinstance(e, ex.NotIn) else 'in'} ({values})"
+        if isinstance(e, ex.IsNull):
+            return f"{column(e.term)} is null"
+        if isinstance(e, ex.NotNull):
+            return f"{column(e.term)} is not null"
+        if isinstance(e, (ex.StartsWith, ex.NotStartsWith)):
+            like = literal(e.literal.value + "%")
+            return f"{column(e.term)} {'not like' if isinstance(e, ex.NotStartsWith) else 'like'} {like}"
+        raise InvalidArgument(f"row_filter: cannot write {e!r} as Iceberg filter text; give the filter as a string")
+
+    if not isinstance(row_filter, ex.BooleanExpression):
+        raise InvalidArgument(f"row_filter must be a string or a pyiceberg expression, not {type(row_filter).__name__}")
+    return text(row_filter)

@@ -24,7 +24,7 @@ import itertools
 import json
 import operator
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -32,9 +32,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In, parser
 from pyiceberg.expressions.visitors import bind
-from pyiceberg.io.pyarrow import expression_to_pyarrow
+from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.io.pyarrow import ArrowScan, expression_to_pyarrow, schema_to_pyarrow
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table
+from pyiceberg.table import FileScanTask, Table
+from pyiceberg.table.metadata import TableMetadata
 from pyparsing import ParseException
 
 from lakehouse.changelog import KeySet, reduce_changes, upserts_of
@@ -175,32 +177,8 @@ def _union(
     stream: bool,
     as_of: AsOf | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    definition = log_.definition
-    check_lake_layout(table.metadata, definition)
-    pk = definition.primary_key
-    out = output_columns(table, columns)
-    scan_cols = out + [c for c in pk if c not in out]
-    expr = parse_filter(row_filter, table.schema())
-    if as_of is not None:
-        ends = check_as_of(as_of, definition, log_)
-        plan = plan_as_of(table, definition, ends)
-        tail = read_tail(log_, plan.bases, primary_key=pk, ends=ends)
-        tail_filter = expression_to_pyarrow(bind(table.schema(), expr, case_sensitive=True))
-        lake, schema = plan.lake(table, expr, tuple(scan_cols), stream=stream)
-        return merge_batches(lake, tail, primary_key=pk, columns=out, tail_filter=tail_filter, schema=schema)
-    offsets = lake_offsets(table.metadata, definition.buckets, name=str(definition.name))
-    tail = read_tail(log_, offsets, primary_key=pk)
-    tail_filter = expression_to_pyarrow(bind(table.schema(), expr, case_sensitive=True))
-    scan = table.scan(row_filter=expr, selected_fields=tuple(scan_cols))
-    if table.current_snapshot() is None:
-        lake, schema = iter(()), scan.projection().as_arrow()
-    elif stream:
-        reader = _read(table, scan.to_arrow_batch_reader)
-        lake, schema = _named(table, iter(reader)), reader.schema
-    else:  # pyiceberg reads the files in parallel
-        data = _read(table, scan.to_arrow)
-        lake, schema = iter(data.to_batches()), data.schema
-    return merge_batches(lake, tail, primary_key=pk, columns=out, tail_filter=tail_filter, schema=schema)
+    plan = plan_read(table, log_.definition, columns=columns, row_filter=row_filter, as_of=as_of, log_=log_)
+    return plan.execute_all(log_, table=table, stream=stream)
 
 
 def union_batches(
@@ -242,27 +220,16 @@ def lake_read(
     """The lake only: what any Iceberg reader sees. With ``as_of`` (and the table's ``log_``), the lake as it
     held exactly those offsets: per bucket, a retained snapshot must hold the bucket at exactly that offset
     (offsets a tiering round committed), else `AsOfUnavailable`."""
-    out = output_columns(table, columns)
-    expr = parse_filter(row_filter, table.schema())
     if as_of is None:
+        out = output_columns(table, columns)
+        expr = parse_filter(row_filter, table.schema())
         return _read(table, table.scan(row_filter=expr, selected_fields=tuple(out)).to_arrow)
     if log_ is None:
         raise InvalidArgument("lake_read as_of needs the table's log (to check the offsets against its end)")
-    definition = log_.definition
-    check_lake_layout(table.metadata, definition)
-    ends = check_as_of(as_of, definition, log_)
-    plan = plan_as_of(table, definition, ends)
-    missing = {b: o for b, o in ends.items() if plan.bases[b] != o}
-    if missing:
-        held = {b: sorted(plan.held[b]) for b in missing}
-        raise AsOfUnavailable(
-            f"{definition.name}: the lake holds no snapshot at "
-            + "; ".join(f"bucket {b} offset {o} (its retained snapshots hold {held[b]})" for b, o in missing.items())
-            + ". lake_read as_of serves offsets a tiering round committed; union_read as_of serves any offset",
-            unavailable={b: min([o for o in held[b] if o > 0], default=0) for b in missing},
-        )
-    lake, schema = plan.lake(table, expr, tuple(out), stream=False)
-    return pa.Table.from_batches(list(lake), schema=schema).select(out)
+    plan = plan_read(
+        table, log_.definition, columns=columns, row_filter=row_filter, as_of=as_of, lake_only=True, log_=log_
+    )
+    return pa.Table.from_batches(list(plan.execute_all(None, table=table, stream=False)), schema=plan.arrow_schema)
 
 
 def _read(table: Table, read: Any) -> Any:
@@ -424,3 +391,244 @@ def as_of_unavailable(
         + ". Snapshot expiry and log retention removed what that state needs; nothing was returned",
         unavailable=unavailable,
     )
+
+
+# ---- one read plan for Python and Spark ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BucketRead:
+    """One bucket of a `ReadPlan`: its lake files (from the snapshot serving it) and its log range."""
+
+    bucket: int
+    tasks: tuple[FileScanTask, ...]  # pyiceberg FileScanTasks of this bucket's lake part
+    base: int  # the log offset the lake part holds the bucket at: the tail starts here
+    end: int | None  # the tail's end (exclusive); None: the log's end when executed
+
+    def __repr__(self) -> str:
+        end = "end" if self.end is None else self.end
+        return f"BucketRead(bucket={self.bucket}, files={len(self.tasks)}, log=[{self.base}, {end}))"
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """A union read (or lake read), planned once and executable anywhere: the table metadata and what rebuilds
+    pyiceberg's `ArrowScan` (projected schema, filter; the FileIO from ``io_properties``), the output columns,
+    and per bucket the lake files and the log range to read. Nothing in it depends on the planning process:
+    Spark pickles it to its executors; the Python reads execute it in place. Planned with fixed ends, it is
+    repeatable (a retried task reads exactly what the first attempt read).
+
+    ``io_properties`` may hold store credentials: they never appear in ``repr``."""
+
+    name: str
+    metadata: TableMetadata
+    projected: Schema  # what the lake scan reads: the output columns and the primary key
+    expr: BooleanExpression
+    columns: tuple[str, ...]
+    primary_key: tuple[str, ...]
+    union: bool  # False: the lake part only
+    buckets: dict[int, BucketRead] = field(default_factory=dict)  # empty until `located`
+    tasks: tuple[FileScanTask, ...] = ()  # every bucket's files, in planning order (the parallel Python read)
+    io_properties: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        return (
+            f"ReadPlan({self.name}, snapshot={self.metadata.current_snapshot_id}, columns={list(self.columns)}, "
+            f"filter={self.expr}, union={self.union}, buckets={list(self.buckets.values())})"
+        )
+
+    def filtered(self, expr: BooleanExpression) -> ReadPlan:
+        """This plan (not yet located) with ``expr`` and-ed to its filter."""
+        if self.buckets:
+            raise AssertionError("filter a plan before locating its buckets")
+        return replace(self, expr=expr if isinstance(self.expr, AlwaysTrue) else And(self.expr, expr))
+
+    def located(
+        self, table: Table, definition: TableDefinition, *, as_of: AsOf | None, log_: Log | None, fix_ends: bool
+    ) -> ReadPlan:
+        """This plan with its buckets located: per bucket the lake files (of the snapshot serving it), the lake
+        offset and the log range. ``table`` must be the table this plan was made from (same metadata)."""
+        if table.metadata is not self.metadata and table.metadata != self.metadata:
+            raise AssertionError("locate a plan on the table metadata it was planned on")
+        fields = tuple(f.name for f in self.projected.fields)
+        buckets, name, expr = definition.buckets, self.name, self.expr
+        ends: dict[int, int] | None
+        if as_of is not None:
+            if log_ is None:
+                raise InvalidArgument(f"a read of {name} as of offsets needs the table's log (to check its end)")
+            if not self.union:  # a union plan checked it already
+                check_lake_layout(table.metadata, definition)
+            ends = check_as_of(as_of, definition, log_)
+            asof = plan_as_of(table, definition, ends)
+            if not self.union:
+                _check_lake_holds(definition, ends, asof)
+            bases = asof.bases
+            scans = [(table.scan(row_filter=expr, selected_fields=fields, snapshot_id=s), k) for s, k in asof.scans]
+        else:
+            bases = lake_offsets(table.metadata, buckets, name=name)
+            ends = log_.end_offsets() if fix_ends and log_ is not None and self.union else None
+            scan = table.scan(row_filter=expr, selected_fields=fields)
+            scans = [(scan, None)] if table.current_snapshot() is not None else []
+        by_bucket: dict[int, list[FileScanTask]] = {b: [] for b in range(buckets)}
+        ordered: list[FileScanTask] = []
+        for scan_, keep in scans:
+            for task in scan_.plan_files():
+                partition = task.file.partition
+                bucket = partition[len(partition) - 1]  # the lake is partitioned by __bucket, last
+                if keep is None or bucket in keep:
+                    by_bucket[bucket].append(task)
+                    ordered.append(task)
+        reads = {
+            b: BucketRead(b, tuple(by_bucket[b]), bases[b], None if ends is None else max(ends[b], bases[b]))
+            for b in range(buckets)
+        }
+        return replace(self, buckets=reads, tasks=tuple(ordered))
+
+    @property
+    def scan_schema(self) -> pa.Schema:
+        """The Arrow schema of the lake batches (output columns and primary key)."""
+        return schema_to_pyarrow(self.projected, include_field_ids=False)
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """The Arrow schema of the result."""
+        scan = self.scan_schema
+        return pa.schema([scan.field(c) for c in self.columns])
+
+    def _scan(self, io: FileIO | None) -> ArrowScan:
+        if io is None:
+            io = load_file_io(self.io_properties, self.metadata.location)
+        return ArrowScan(self.metadata, io, self.projected, self.expr)
+
+    def _tail(self, log_: Log, buckets: Sequence[int]) -> pa.Table:
+        reads = [self.buckets[b] for b in buckets]
+        ends = None if any(r.end is None for r in reads) else {r.bucket: r.end for r in reads}  # type: ignore[misc]
+        return read_tail(log_, {r.bucket: r.base for r in reads}, primary_key=self.primary_key, ends=ends)
+
+    def _merge(self, lake: Iterator[pa.RecordBatch], tail: pa.Table | None) -> Iterator[pa.RecordBatch]:
+        if tail is None:
+            target, columns = self.arrow_schema, list(self.columns)
+            for batch in lake:
+                batch = batch.select(columns)
+                yield batch if batch.schema.equals(target) else batch.cast(target)
+            return
+        tail_filter = expression_to_pyarrow(bind(self.metadata.schema(), self.expr, case_sensitive=True))
+        yield from merge_batches(
+            lake,
+            tail,
+            primary_key=self.primary_key,
+            columns=list(self.columns),
+            tail_filter=tail_filter,
+            schema=self.scan_schema,
+        )
+
+    def execute(
+        self, bucket: int, log_: Log | None, *, io: FileIO | None = None, table: Table | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """One bucket's part of the result (Spark runs one per task): its lake files, streamed, merged with
+        its log range (``log_`` may be None for a lake-only plan). ``table`` names a corrupt data file in
+        errors (rebuilt from the plan if not given)."""
+        return self.execute_bucket(self.buckets[bucket], log_, io=io, table=table)
+
+    def execute_bucket(
+        self, read: BucketRead, log_: Log | None, *, io: FileIO | None = None, table: Table | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """`execute` of a `BucketRead` this plan located (it may travel apart from the plan: a Spark input
+        partition carries it, the reader the plan without its buckets)."""
+        io = io if io is not None else (table.io if table is not None else None)
+        lake = self._scan(io).to_record_batches(read.tasks) if read.tasks else iter(())
+        tail = None
+        if self.union and log_ is not None:
+            ends = None if read.end is None else {read.bucket: read.end}
+            tail = read_tail(log_, {read.bucket: read.base}, primary_key=self.primary_key, ends=ends)
+        return _named(table or self._table(io), self._merge(lake, tail))
+
+    def execute_all(
+        self, log_: Log | None, *, table: Table | None = None, stream: bool = False
+    ) -> Iterator[pa.RecordBatch]:
+        """Every bucket's part (the Python reads): the lake files read in parallel by pyiceberg (or streamed,
+        one batch at a time, if ``stream``), then the tails merged by key."""
+        table = table or self._table(None)
+        tail = self._tail(log_, list(self.buckets)) if self.union and log_ is not None else None
+        if not self.tasks:
+            lake: Iterator[pa.RecordBatch] = iter(())
+        elif stream:
+            lake = _named(table, self._scan(table.io).to_record_batches(self.tasks))
+        else:  # pyiceberg reads the files in parallel
+            lake = iter(_read(table, lambda: self._scan(table.io).to_table(self.tasks)).to_batches())
+        return self._merge(lake, tail)
+
+    def _table(self, io: FileIO | None) -> Table:
+        from pyiceberg.table import Table as IcebergTable
+
+        io = io if io is not None else load_file_io(self.io_properties, self.metadata.location)
+        identifier = tuple(self.name.split("."))
+        return IcebergTable(identifier, self.metadata, self.metadata.location, io, None)  # type: ignore[arg-type]
+
+
+def plan_read(
+    table: Table,
+    definition: TableDefinition,
+    *,
+    columns: Sequence[str] | None = None,
+    row_filter: RowFilter = None,
+    as_of: AsOf | None = None,
+    lake_only: bool = False,
+    log_: Log | None = None,
+    fix_ends: bool = False,
+    io_properties: Mapping[str, str] | None = None,
+) -> ReadPlan:
+    """Plan a union read of ``table`` (the lake table of ``definition``): checks every argument, fixes the
+    snapshot(s), the lake offsets and, per bucket, the files and the log range. Reads nothing but metadata
+    (and, with ``as_of`` or ``fix_ends``, the log's end offsets: one listing per bucket).
+
+    ``as_of``: see `check_as_of` (needs ``log_``). ``lake_only``: the lake part only; with ``as_of`` every
+    bucket must be held at exactly its offset by a retained snapshot, else `AsOfUnavailable` (see `lake_read`).
+    ``fix_ends``: the log ranges end at the log's current ends (a repeatable plan) instead of the ends when
+    executed. ``io_properties``: the pyiceberg FileIO properties a worker needs (default: the table's).
+    """
+    plan = plan_columns(
+        table, definition, columns=columns, row_filter=row_filter, lake_only=lake_only, io_properties=io_properties
+    )
+    return plan.located(table, definition, as_of=as_of, log_=log_, fix_ends=fix_ends)
+
+
+def plan_columns(
+    table: Table,
+    definition: TableDefinition,
+    *,
+    columns: Sequence[str] | None = None,
+    row_filter: RowFilter = None,
+    lake_only: bool = False,
+    io_properties: Mapping[str, str] | None = None,
+) -> ReadPlan:
+    """The first half of `plan_read`: the layout check, output columns, projection and filter, with no
+    bucket located yet (`ReadPlan.located` does that). Spark's reader holds this and adds pushed filters."""
+    if not lake_only:
+        check_lake_layout(table.metadata, definition)
+    pk = tuple(definition.primary_key)
+    out = output_columns(table, columns)
+    scan_cols = out + [c for c in pk if c not in out] if not lake_only else out
+    expr = parse_filter(row_filter, table.schema())
+    return ReadPlan(
+        name=str(definition.name),
+        metadata=table.metadata,
+        projected=table.scan(selected_fields=tuple(scan_cols)).projection(),
+        expr=expr,
+        columns=tuple(out),
+        primary_key=pk,
+        union=not lake_only,
+        io_properties=dict(io_properties if io_properties is not None else table.io.properties),
+    )
+
+
+def _check_lake_holds(definition: TableDefinition, ends: dict[int, int], plan: AsOfPlan) -> None:
+    missing = {b: o for b, o in ends.items() if plan.bases[b] != o}
+    if missing:
+        held = {b: sorted(plan.held[b]) for b in missing}
+        raise AsOfUnavailable(
+            f"{definition.name}: the lake holds no snapshot at "
+            + "; ".join(f"bucket {b} offset {o} (its retained snapshots hold {held[b]})" for b, o in missing.items())
+            + ". lake_read as_of serves offsets a tiering round committed; union_read as_of serves any offset",
+            unavailable={b: min([o for o in held[b] if o > 0], default=0) for b in missing},
+        )

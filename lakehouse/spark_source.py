@@ -1,0 +1,548 @@
+"""``spark.read.format("lakestream")``: lakestream tables as a PySpark Python data source (no jars).
+
+    df = (spark.read.format("lakestream")
+          .option("warehouse", "s3://lake/warehouse")
+          .option("as_of", "0:120,1:98")            # optional: every bucket's offset ("b:o,..." or JSON)
+          .load("ods.orders"))
+
+The driver plans once (`lakehouse.union.plan_read`: the lake snapshot(s), each bucket's files and log range,
+the log ranges ending where the log ended at planning); every bucket is one input partition that a Python
+worker executes (`ReadPlan.execute_bucket`: the bucket's lake files merged with its log range). The
+``filter`` option is always pushed into the lake scan and the tails. Spark's own filters are too, those that
+translate to Iceberg expressions (the others stay with Spark), when ``spark.sql.python.filterPushdown.enabled``
+was true when the format was registered: it is off by default because PySpark 4.2.0 keeps the pushed-down
+read on the DataFrame's relation, so a later unfiltered action on the same DataFrame reuses the filtered read
+(``df.filter(...).count(); df.count()``: wrong count; fixed upstream by scoping the read to the scan), and
+PySpark refuses a reader with ``pushFilters`` while the setting is off. Pruning columns is not in PySpark
+4.2's Python data source API, so ask for fewer columns with the ``columns`` option or a reader schema naming a
+subset of the table's columns.
+
+Options:
+    warehouse       the warehouse URL (file:///abs/path or s3://bucket/prefix); default: the settings'
+    path            the table (what ``load("ods.orders")`` sets); ``table`` is an alias
+    columns         comma-separated output columns (default: all)
+    filter          an Iceberg filter ("o_orderkey < 100 and o_orderstatus = 'F'")
+    as_of           every bucket's offset: "0:120,1:98" (as the CLI's --as-of) or JSON {"0": 120, "1": 98}
+    lake_only       "true": the lake snapshot only (with as_of: offsets a tiering round committed)
+    changes         "true": the net changelog between ``start`` and ``end`` (offset maps, as ``as_of``),
+                    with ``before_images`` ("true"/"false"); see `CHANGES`
+
+Credentials never travel as options (options are shown in the plan and the Spark UI): they come from
+lakestream's settings (`lakehouse.settings`: environment / YAML) resolved on the driver when the source is
+registered (`register`, done by `lakehouse.spark.spark_session`), or from the store of a `Lakehouse` given to
+`register` (what `lakehouse.spark.read_table` does). They ride inside the pickled data source class and reader
+(Spark shows neither), never in a ``repr``, the plan or a log line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualNullSafe,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    IsNotNull,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    Not,
+    StringStartsWith,
+)
+
+from lakehouse.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.schema import Schema
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+    from lakehouse.union import BucketRead, ReadPlan
+
+NAME = "lakestream"
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+OPTIONS = (
+    "path",
+    "table",
+    "warehouse",
+    "columns",
+    "filter",
+    "as_of",
+    "lake_only",
+    "changes",
+    "start",
+    "end",
+    "before_images",
+)
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no", "")
+
+
+# ---- options ---------------------------------------------------------------------------------------------
+
+
+def parse_offsets(text: str, option: str = "as_of") -> dict[int, int]:
+    """An offset map option: "0:120,1:98" or JSON ({"0": 120, "1": 98}); checked against the table later."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise InvalidArgument(f"option {option}: not valid JSON ({exc}): {text!r}") from None
+        try:
+            return {int(b): int(o) for b, o in raw.items()}
+        except (TypeError, ValueError):
+            raise InvalidArgument(f"option {option} maps bucket numbers to offsets, got {text!r}") from None
+    offsets: dict[int, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        bucket, sep, offset = part.partition(":")
+        if not sep or not bucket.strip().isdigit() or not offset.strip().isdigit():
+            raise InvalidArgument(
+                f'option {option} takes "bucket:offset,..." (e.g. "0:120,1:98") or JSON, got {part!r} in {text!r}'
+            )
+        if int(bucket) in offsets:
+            raise InvalidArgument(f"option {option} names bucket {int(bucket)} twice ({text!r})")
+        offsets[int(bucket)] = int(offset)
+    if not offsets:
+        raise InvalidArgument(f"option {option} is empty: give every bucket's offset, e.g. 0:120,1:98")
+    return offsets
+
+
+def _flag(options: Mapping[str, str], key: str) -> bool:
+    value = str(options.get(key, "false")).strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise InvalidArgument(f"option {key} is true or false, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The data source's options, checked (nothing secret among them)."""
+
+    warehouse: str | None
+    table: str
+    columns: tuple[str, ...] | None
+    filter: str | None
+    as_of: dict[int, int] | None
+    lake_only: bool
+    changes: bool
+    start: dict[int, int] | None
+    end: dict[int, int] | None
+    before_images: bool
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        opts = {str(k).lower(): v for k, v in options.items()}
+        unknown = sorted(set(opts) - set(OPTIONS))
+        if unknown:
+            raise InvalidArgument(
+                f"unknown option(s) {unknown} for format {NAME!r}; it takes {list(OPTIONS)}. Store credentials are "
+                "never options (the plan shows options): they come from lakestream's settings (environment / YAML) "
+                "or lakehouse.spark_source.register(spark, lakehouse)"
+            )
+        table = opts.get("path") or opts.get("table")
+        if not table:
+            raise InvalidArgument(f'name the table: spark.read.format("{NAME}").load("ods.orders")')
+        columns = None
+        if opts.get("columns"):
+            columns = tuple(c.strip() for c in opts["columns"].split(",") if c.strip())
+        changes = _flag(opts, "changes")
+        for key in ("start", "end", "before_images"):
+            if key in opts and not changes:
+                raise InvalidArgument(f"option {key} belongs to changes=true (the net changelog)")
+        if changes and ("as_of" in opts or "lake_only" in opts):
+            raise InvalidArgument("changes=true reads between start and end: as_of and lake_only do not apply")
+        if changes and "end" not in opts:
+            raise InvalidArgument("changes=true needs start and end offset maps (start defaults to the log's start)")
+        return cls(
+            warehouse=opts.get("warehouse") or None,
+            table=str(table),
+            columns=columns,
+            filter=opts.get("filter") or None,
+            as_of=parse_offsets(opts["as_of"]) if opts.get("as_of") else None,
+            lake_only=_flag(opts, "lake_only"),
+            changes=changes,
+            start=parse_offsets(opts["start"], "start") if opts.get("start") else None,
+            end=parse_offsets(opts["end"], "end") if opts.get("end") else None,
+            before_images=_flag(opts, "before_images"),
+        )
+
+
+# ---- filters ---------------------------------------------------------------------------------------------
+
+
+def to_iceberg(f: Filter, schema: Schema) -> BooleanExpression | None:
+    """Spark's pushed filter as a pyiceberg expression bound-checked against ``schema``; None if it does not
+    translate exactly (Spark then applies it). Timestamps are left to Spark (time zones)."""
+    from pyiceberg import expressions as ex
+    from pyiceberg.expressions.visitors import bind
+    from pyiceberg.types import DateType, TimestampNanoType, TimestampType, TimestamptzNanoType, TimestamptzType
+
+    temporal = (TimestampType, TimestamptzType, TimestampNanoType, TimestamptzNanoType, DateType)
+
+    def column(attribute: tuple[str, ...]) -> str | None:
+        if len(attribute) != 1:
+            return None
+        try:
+            field = schema.find_field(attribute[0], case_sensitive=True)
+        except ValueError:
+            return None
+        return None if isinstance(field.field_type, temporal) else attribute[0]
+
+    def translate(f: Filter) -> BooleanExpression | None:
+        if isinstance(f, Not):
+            inner = f.child
+            if isinstance(inner, EqualTo):
+                name = column(inner.attribute)
+                return None if name is None else ex.NotEqualTo(name, inner.value)
+            if isinstance(inner, In):
+                name = column(inner.attribute)
+                return None if name is None or not inner.value else ex.NotIn(name, set(inner.value))
+            if isinstance(inner, StringStartsWith):
+                name = column(inner.attribute)
+                return None if name is None else ex.NotStartsWith(name, inner.value)
+            child = translate(inner)
+            return None if child is None else ex.Not(child)
+        name = column(getattr(f, "attribute", ()))
+        if name is None:
+            return None
+        simple: dict[type, Callable[..., BooleanExpression]] = {
+            EqualTo: ex.EqualTo,
+            GreaterThan: ex.GreaterThan,
+            GreaterThanOrEqual: ex.GreaterThanOrEqual,
+            LessThan: ex.LessThan,
+            LessThanOrEqual: ex.LessThanOrEqual,
+            StringStartsWith: ex.StartsWith,
+        }
+        if type(f) in simple:
+            value = f.value  # type: ignore[attr-defined]
+            if value is None or isinstance(value, (list, tuple, dict)):
+                return None
+            return simple[type(f)](name, value)
+        if isinstance(f, EqualNullSafe):
+            return ex.IsNull(name) if f.value is None else ex.EqualTo(name, f.value)
+        if isinstance(f, In):
+            values = [v for v in f.value if v is not None]
+            return ex.In(name, set(values)) if values and len(values) == len(f.value) else None
+        if isinstance(f, IsNull):
+            return ex.IsNull(name)
+        if isinstance(f, IsNotNull):
+            return ex.NotNull(name)
+        return None
+
+    expr = translate(f)
+    if expr is None:
+        return None
+    try:
+        bind(schema, expr, case_sensitive=True)
+    except (ValueError, TypeError):  # a literal the column's type cannot hold exactly
+        return None
+    return expr
+
+
+# ---- the data source -------------------------------------------------------------------------------------
+
+
+class LakestreamDataSource(DataSource):
+    """The ``lakestream`` format. Register it with `register` (which binds the stores it may open)."""
+
+    #: warehouse URL -> store options (credentials): bound by `register`, pickled with the class, never shown
+    stores: ClassVar[dict[str, dict[str, str]]] = {}
+    #: the warehouse when the option is absent (the settings' on the driver)
+    default_warehouse: ClassVar[str | None] = None
+    #: spark.sql.python.filterPushdown.enabled when registered: take Spark's filters (`LakestreamPushdownReader`)
+    pushdown: ClassVar[bool] = False
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.read_options = ReadOptions.parse(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def __repr__(self) -> str:
+        o = self.read_options
+        return f"LakestreamDataSource({o.table} in {self._warehouse()})"
+
+    def _warehouse(self) -> str:
+        from lakehouse.settings import normalize_warehouse
+
+        url = self.read_options.warehouse or self.default_warehouse
+        if not url:
+            raise InvalidArgument(f'set the warehouse: spark.read.format("{NAME}").option("warehouse", "s3://...")')
+        return normalize_warehouse(url)
+
+    def _store_options(self, url: str) -> dict[str, str]:
+        if url in self.stores:
+            return dict(self.stores[url])
+        from lakehouse.settings import load_settings
+
+        return load_settings(warehouse=url).store_options()  # this process' environment (an executor's own)
+
+    def _open(self) -> tuple[Any, Any, Any]:
+        """(Lakehouse, definition, lake table), opened in the planning process."""
+        from lakehouse.lakehouse import Lakehouse
+
+        url = self._warehouse()
+        lh = Lakehouse.open(url, **self._store_options(url))
+        definition = lh.table(self.read_options.table)
+        return lh, definition, lh.lake_table(definition.name)
+
+    def schema(self) -> StructType:
+        lh, definition, table = self._open()
+        try:
+            plan = _plan_columns(table, definition, self.read_options)
+            if self.read_options.changes:
+                return _spark_schema(changes_hook("schema")(plan, definition, self.read_options))
+            return _spark_schema(plan.arrow_schema)
+        finally:
+            lh.close()
+
+    def reader(self, schema: StructType) -> LakestreamReader:
+        lh, definition, table = self._open()
+        options = self.read_options
+        try:
+            columns = options.columns
+            names = [f.name for f in schema.fields]
+            full = _plan_columns(table, definition, options)
+            if list(full.columns) != names and not options.changes:  # a reader schema naming fewer columns
+                columns = tuple(names)
+            plan = _plan_columns(table, definition, options, columns=columns)
+            url = self._warehouse()
+            reader_class = LakestreamPushdownReader if self.pushdown else LakestreamReader
+            return reader_class(
+                plan,
+                options,
+                definition.to_json(),
+                store_url=url,
+                store_options=self._store_options(url),
+                io_properties=lh.catalog_properties(),
+                table=table,
+                log_=lh.log(definition.name),
+                closing=lh,
+                spark_schema=schema,
+            )
+        except BaseException:
+            lh.close()
+            raise
+
+
+def _plan_columns(table: Any, definition: Any, options: ReadOptions, columns: Sequence[str] | None = None) -> ReadPlan:
+    from lakehouse.union import plan_columns
+
+    return plan_columns(
+        table,
+        definition,
+        columns=columns if columns is not None else options.columns,
+        row_filter=options.filter,
+        lake_only=options.lake_only,
+    )
+
+
+def _spark_schema(arrow: pa.Schema) -> StructType:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow)
+
+
+@dataclass(frozen=True)
+class LakestreamPartition(InputPartition):
+    """One bucket: what to do (``mode``: "read", or "changes") and the bucket's located read."""
+
+    mode: str
+    bucket: int
+    read: BucketRead | None  # "read": the bucket's files and log range
+    payload: Any = None  # "changes": whatever the changes plan needs per bucket
+
+    def __repr__(self) -> str:
+        return f"LakestreamPartition({self.mode}, bucket {self.bucket}, {self.read!r})"
+
+
+#: Where the net changelog (``changes=true``) plugs in: `lakehouse.changes` fills these three functions.
+#:
+#: * ``CHANGES["schema"](plan, definition, options) -> pa.Schema``: the changelog's Arrow schema (``plan`` is
+#:   the `ReadPlan` of the requested columns and filter, not located; ``options`` the `ReadOptions`, with
+#:   ``start``, ``end``, ``before_images``). Runs where Spark asks for the schema (at ``load()``).
+#: * ``CHANGES["plan"](reader) -> list[LakestreamPartition]``: on the driver, one
+#:   ``LakestreamPartition("changes", bucket, None, payload)`` per bucket; ``reader.plan`` (the `ReadPlan`
+#:   with Spark's pushed filters), ``reader.options``, ``reader._table`` (the lake table) and ``reader._log``
+#:   (the table's log; it and its store are closed after this returns) are there to plan with. ``payload`` must pickle.
+#: * ``CHANGES["execute"](reader, partition) -> Iterator[pa.RecordBatch]``: on an executor;
+#:   ``reader.open_log()`` gives the table's log (close it), ``reader.plan`` the metadata and FileIO
+#:   properties. Batches are cast to the schema Spark expects.
+CHANGES: dict[str, Callable[..., Any]] = {}
+
+
+def changes_hook(name: str) -> Callable[..., Any]:
+    try:
+        return CHANGES[name]
+    except KeyError:
+        raise InvalidArgument(
+            "changes=true: the net changelog read is not available in this build (lakehouse.changes registers it)"
+        ) from None
+
+
+class LakestreamReader(DataSourceReader):
+    """Plans on the driver (`partitions`: one per bucket), reads on the workers (`read`). Holds the plan
+    without its buckets (each partition carries its own) and the store's options, never shown."""
+
+    def __init__(
+        self,
+        plan: ReadPlan,
+        options: ReadOptions,
+        definition_json: str,
+        *,
+        store_url: str,
+        store_options: dict[str, str],
+        io_properties: dict[str, str],
+        table: Any,
+        log_: Any,
+        spark_schema: StructType,
+        closing: Any = None,
+    ) -> None:
+        from dataclasses import replace
+
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self.plan = replace(plan, io_properties=io_properties)
+        self.options = options
+        self.definition_json = definition_json
+        self.store_url = store_url
+        self._store_options = store_options
+        self.pushed: list[Filter] = []  # the filters the lake scan and the tails apply (Spark does not)
+        self.target = to_arrow_schema(spark_schema, timezone="UTC")
+        self._table, self._log, self._closing = table, log_, closing  # planning only: not pickled
+
+    def __repr__(self) -> str:
+        return f"LakestreamReader({self.plan!r}, pushed={self.pushed})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_table"] = state["_log"] = state["_closing"] = None
+        return state
+
+    def partitions(self) -> list[InputPartition]:
+        try:
+            if self.options.changes:
+                return list(changes_hook("plan")(self))
+            from lakehouse.tables import TableDefinition
+
+            definition = TableDefinition.from_json(self.definition_json)
+            located = self.plan.located(
+                self._table, definition, as_of=self.options.as_of, log_=self._log, fix_ends=True
+            )
+            return [LakestreamPartition("read", b, read) for b, read in located.buckets.items()]
+        finally:
+            if self._closing is not None:  # the Lakehouse that opened the table and log: its store too
+                self._closing.close()
+            elif self._log is not None:
+                self._log.close()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, LakestreamPartition)
+        if partition.mode == "changes":
+            batches = changes_hook("execute")(self, partition)
+        else:
+            batches = self._read(partition)
+        target = self.target
+        for batch in batches:
+            if batch.num_rows:
+                yield batch if batch.schema.equals(target) else batch.cast(target)
+
+    def _read(self, partition: LakestreamPartition) -> Iterator[pa.RecordBatch]:
+        assert partition.read is not None
+        if not self.plan.union:
+            yield from self.plan.execute_bucket(partition.read, None)
+            return
+        log_ = self.open_log()
+        try:
+            yield from self.plan.execute_bucket(partition.read, log_)
+        finally:
+            log_.close()
+
+    def open_log(self) -> Any:
+        """The table's log on a worker (the process' shared store; close it after use)."""
+        from lakehouse.datafiles import shared_store
+        from lakehouse.log import Log
+        from lakehouse.tables import TableDefinition
+
+        store = shared_store(self.store_url, self._store_options)
+        return Log(store, TableDefinition.from_json(self.definition_json), max_workers=4)
+
+
+class LakestreamPushdownReader(LakestreamReader):
+    """`LakestreamReader` taking Spark's filters (PySpark refuses a reader with ``pushFilters`` unless
+    ``spark.sql.python.filterPushdown.enabled``; the source picks this one when it was on at `register`)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        schema = self.plan.metadata.schema()
+        for f in filters:
+            expr = to_iceberg(f, schema)
+            if expr is None:
+                yield f
+            else:
+                self.plan = self.plan.filtered(expr)
+                self.pushed.append(f)
+
+
+# ---- registration ----------------------------------------------------------------------------------------
+
+
+def register(spark: SparkSession, lakehouse: Any = None) -> None:
+    """Register the ``lakestream`` format in ``spark``, binding the stores it may open: the warehouse of
+    lakestream's settings (environment / YAML, resolved here, on the driver) and, if given, the store of
+    ``lakehouse``. Registering again adds to the bound stores (the last registration replaces the source)."""
+    from lakehouse.errors import ConfigError
+    from lakehouse.settings import load_settings, normalize_warehouse
+
+    bound: dict[str, Any] = getattr(spark, "_lakestream_stores", None) or {"stores": {}, "default": None}
+    stores = dict(bound["stores"])
+    default = bound["default"]
+    pushdown = str(spark.conf.get(PUSHDOWN_CONF, "false")).lower() == "true"
+    try:
+        settings = load_settings()
+    except ConfigError:
+        settings = None  # a broken config file: reads that need it say so when they open the store
+    if settings is not None:
+        stores.setdefault(settings.warehouse, settings.store_options())
+        default = default or settings.warehouse
+    if lakehouse is not None:
+        stores[normalize_warehouse(lakehouse.url)] = dict(lakehouse.store.connection_options())
+    now = {"stores": stores, "default": default, "pushdown": pushdown}
+    if bound.get("registered") and all(bound.get(k) == v for k, v in now.items()):
+        return
+    spark.dataSource.register(source_class(stores, default, pushdown=pushdown))
+    spark._lakestream_stores = {**now, "registered": True}  # type: ignore[attr-defined]
+
+
+def source_class(
+    stores: Mapping[str, Mapping[str, str]], default: str | None = None, *, pushdown: bool = False
+) -> type[LakestreamDataSource]:
+    """A `LakestreamDataSource` bound to ``stores`` ({warehouse URL: store options}) and a default warehouse.
+    Not importable by name, so cloudpickle sends it by value: the stores travel inside the pickled class."""
+    from lakehouse.settings import normalize_warehouse
+
+    return type(
+        "LakestreamDataSource",
+        (LakestreamDataSource,),
+        {
+            "stores": {normalize_warehouse(url): dict(options) for url, options in stores.items()},
+            "default_warehouse": default,
+            "pushdown": pushdown,
+            "__module__": __name__,
+            "__qualname__": "LakestreamDataSource.bound",
+        },
+    )
