@@ -25,7 +25,7 @@ Options:
     as_of           every bucket's offset: "0:120,1:98" (as the CLI's --as-of) or JSON {"0": 120, "1": 98}
     lake_only       "true": the lake snapshot only (with as_of: offsets a tiering round committed)
     changes         "true": the net changelog between ``start`` and ``end`` (offset maps, as ``as_of``),
-                    with ``before_images`` ("true"/"false"); see `CHANGES`
+                    with ``before_images`` ("true"/"false"): `lakehouse.changes`, one partition per bucket with changes
 
 Credentials never travel as options (options are shown in the plan and the Spark UI): they come from
 lakestream's settings (`lakehouse.settings`: environment / YAML) resolved on the driver when the source is
@@ -162,8 +162,11 @@ class ReadOptions:
         for key in ("start", "end", "before_images"):
             if key in opts and not changes:
                 raise InvalidArgument(f"option {key} belongs to changes=true (the net changelog)")
-        if changes and ("as_of" in opts or "lake_only" in opts):
-            raise InvalidArgument("changes=true reads between start and end: as_of and lake_only do not apply")
+        if changes and ("as_of" in opts or "lake_only" in opts or "filter" in opts):
+            raise InvalidArgument(
+                "changes=true reads between start and end: as_of, lake_only and filter do not apply (filter the "
+                "DataFrame: a change row is kept or dropped as a whole)"
+            )
         if changes and "end" not in opts:
             raise InvalidArgument("changes=true needs start and end offset maps (start defaults to the log's start)")
         return cls(
@@ -306,7 +309,9 @@ class LakestreamDataSource(DataSource):
         try:
             plan = _plan_columns(table, definition, self.read_options)
             if self.read_options.changes:
-                return _spark_schema(changes_hook("schema")(plan, definition, self.read_options))
+                from lakehouse.changes import changes_schema
+
+                return _spark_schema(changes_schema(definition, self.read_options.columns))
             return _spark_schema(plan.arrow_schema)
         finally:
             lh.close()
@@ -371,30 +376,6 @@ class LakestreamPartition(InputPartition):
         return f"LakestreamPartition({self.mode}, bucket {self.bucket}, {self.read!r})"
 
 
-#: Where the net changelog (``changes=true``) plugs in: `lakehouse.changes` fills these three functions.
-#:
-#: * ``CHANGES["schema"](plan, definition, options) -> pa.Schema``: the changelog's Arrow schema (``plan`` is
-#:   the `ReadPlan` of the requested columns and filter, not located; ``options`` the `ReadOptions`, with
-#:   ``start``, ``end``, ``before_images``). Runs where Spark asks for the schema (at ``load()``).
-#: * ``CHANGES["plan"](reader) -> list[LakestreamPartition]``: on the driver, one
-#:   ``LakestreamPartition("changes", bucket, None, payload)`` per bucket; ``reader.plan`` (the `ReadPlan`
-#:   with Spark's pushed filters), ``reader.options``, ``reader._table`` (the lake table) and ``reader._log``
-#:   (the table's log; it and its store are closed after this returns) are there to plan with. ``payload`` must pickle.
-#: * ``CHANGES["execute"](reader, partition) -> Iterator[pa.RecordBatch]``: on an executor;
-#:   ``reader.open_log()`` gives the table's log (close it), ``reader.plan`` the metadata and FileIO
-#:   properties. Batches are cast to the schema Spark expects.
-CHANGES: dict[str, Callable[..., Any]] = {}
-
-
-def changes_hook(name: str) -> Callable[..., Any]:
-    try:
-        return CHANGES[name]
-    except KeyError:
-        raise InvalidArgument(
-            "changes=true: the net changelog read is not available in this build (lakehouse.changes registers it)"
-        ) from None
-
-
 class LakestreamReader(DataSourceReader):
     """Plans on the driver (`partitions`: one per bucket), reads on the workers (`read`). Holds the plan
     without its buckets (each partition carries its own) and the store's options, never shown."""
@@ -437,7 +418,7 @@ class LakestreamReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         try:
             if self.options.changes:
-                return list(changes_hook("plan")(self))
+                return self._changes_partitions()
             from lakehouse.tables import TableDefinition
 
             definition = TableDefinition.from_json(self.definition_json)
@@ -454,7 +435,7 @@ class LakestreamReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, LakestreamPartition)
         if partition.mode == "changes":
-            batches = changes_hook("execute")(self, partition)
+            batches = self._read_changes(partition)
         else:
             batches = self._read(partition)
         target = self.target
@@ -473,6 +454,38 @@ class LakestreamReader(DataSourceReader):
         finally:
             log_.close()
 
+    def _changes_partitions(self) -> list[InputPartition]:
+        """changes=true, on the driver: the changes plan (offsets checked, the old rows' snapshot chosen),
+        one partition per bucket with changes, each carrying its `BucketChanges` and the plan without the
+        other buckets."""
+        from dataclasses import replace
+
+        from lakehouse.changes import plan_changes
+        from lakehouse.datafiles import LakeContext, shared_store
+
+        start = self.options.start if self.options.start is not None else self._log.start_offsets()
+        plan = plan_changes(
+            self._table,
+            self._log,
+            start,
+            self.options.end,
+            before_images=self.options.before_images,
+            columns=self.options.columns,
+        )
+        ctx = LakeContext.of(shared_store(self.store_url, self._store_options), self._table)
+        bare = replace(plan, buckets=())
+        return [LakestreamPartition("changes", item.bucket, None, (bare, item, ctx)) for item in plan.buckets]
+
+    def _read_changes(self, partition: LakestreamPartition) -> Iterator[pa.RecordBatch]:
+        from lakehouse.changes import read_bucket_changes
+
+        plan, item, ctx = partition.payload
+        log_ = self.open_log()
+        try:
+            yield from read_bucket_changes(plan, item, log_, ctx).to_batches()
+        finally:
+            log_.close()
+
     def open_log(self) -> Any:
         """The table's log on a worker (the process' shared store; close it after use)."""
         from lakehouse.datafiles import shared_store
@@ -488,6 +501,9 @@ class LakestreamPushdownReader(LakestreamReader):
     ``spark.sql.python.filterPushdown.enabled``; the source picks this one when it was on at `register`)."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        if self.options.changes:  # change rows are filtered by Spark, after the changes are computed
+            yield from filters
+            return
         schema = self.plan.metadata.schema()
         for f in filters:
             expr = to_iceberg(f, schema)

@@ -294,38 +294,52 @@ def test_duckdb_agrees_with_spark_on_the_lake_part(tmp_path, spark) -> None:
     assert sorted(theirs.fetchall()) == ours and ours
 
 
-def test_changes_dispatch_to_the_changes_hooks(tmp_path, monkeypatch) -> None:
-    """changes=true goes through `spark_source.CHANGES` (filled by `lakehouse.changes`); without it, a clear
-    error. Here a stand-in hook returns each bucket's log records in [start, end)."""
-    from lakehouse import spark_source
-
-    lh = Lakehouse.open(tmp_path.as_uri())
-    build(lh, pk=False)
+@pytest.mark.parametrize("pk", [True, False], ids=["pk", "log"])
+def test_changes_through_the_source_equal_lh_changes(lakehouse, pk) -> None:
+    """changes=true (driver and worker code in this process, pickled as Spark would): one partition per bucket
+    with changes, the same rows as lh.changes, with and without before-images, on both backends."""
+    lh = lakehouse
+    middle = build(lh, pk)
     ends = lh.log(NAME).end_offsets()
-    options = {"changes": "true", "start": "0:0,1:0,2:0", "end": ",".join(f"{b}:{o}" for b, o in ends.items())}
-    source = source_class({lh.url: {}})({"path": NAME, "warehouse": lh.url, **options})
-    with pytest.raises(InvalidArgument, match="not available in this build"):
-        source.schema()
+    text = ",".join(f"{b}:{o}" for b, o in middle.items())
+    end = ",".join(f"{b}:{o}" for b, o in ends.items())
+    for before in (True, False):
+        source = source_class({lh.url: dict(lh.store.connection_options())})(
+            {
+                "path": NAME,
+                "warehouse": lh.url,
+                "changes": "true",
+                "start": text,
+                "end": end,
+                "before_images": str(before).lower(),
+            }
+        )
+        schema = source.schema()
+        assert schema.names[-1] == "_op"
+        reader = source.reader(schema)
+        parts = reader.partitions()
+        assert [p.mode for p in parts] == ["changes"] * len(parts) and 0 < len(parts) <= BUCKETS
+        got = _read_all(reader, parts)
+        want = lh.changes(NAME, middle, ends, before_images=before)
+        assert rows(got, [*COMPARED, "_op"]) == rows(want, [*COMPARED, "_op"]) and want.num_rows
+    with pytest.raises(InvalidArgument, match="filter do not apply"):
+        source_class({lh.url: {}})({"path": NAME, "changes": "true", "end": end, "filter": "k < 3"})
 
-    def plan(reader):
-        return [
-            spark_source.LakestreamPartition("changes", b, None, (reader.options.start[b], reader.options.end[b]))
-            for b in range(BUCKETS)
-        ]
 
-    def execute(reader, partition):
-        log_ = reader.open_log()
-        try:
-            yield from log_.read(partition.bucket, *partition.payload).select(["k", "_op"]).to_batches()
-        finally:
-            log_.close()
-
-    schema = pa.schema([("k", pa.int64()), ("_op", pa.string())])
-    monkeypatch.setitem(spark_source.CHANGES, "schema", lambda plan, definition, options: schema)
-    monkeypatch.setitem(spark_source.CHANGES, "plan", plan)
-    monkeypatch.setitem(spark_source.CHANGES, "execute", execute)
-    reader = source.reader(source.schema())
-    parts = reader.partitions()
-    assert [p.mode for p in parts] == ["changes"] * BUCKETS
-    got = _read_all(reader, parts)
-    assert got.num_rows == sum(ends.values()) and got.schema.names == ["k", "_op"]
+@pytest.mark.slow
+def test_spark_reads_changes(tmp_path, spark) -> None:
+    lh = Lakehouse.open(tmp_path.as_uri())
+    middle = build(lh, pk=True)
+    ends = lh.log(NAME).end_offsets()
+    df = lakestream(
+        spark,
+        lh,
+        changes="true",
+        start=",".join(f"{b}:{o}" for b, o in middle.items()),
+        end=",".join(f"{b}:{o}" for b, o in ends.items()),
+        before_images="true",
+    ).load(NAME)
+    assert df.columns[-1] == "_op"
+    want = lh.changes(NAME, middle, ends, before_images=True)
+    assert spark_rows(df, [*COMPARED, "_op"]) == rows(want, [*COMPARED, "_op"])
+    assert {r["_op"] for r in want.to_pylist()} == {"insert", "update_before", "update_after", "delete"}
