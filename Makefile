@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/catalog.py $(BENCH_ARGS)
 	$(BIN)/python bench/tiering.py $(BENCH_ARGS)
 	$(BIN)/python bench/maintenance.py $(BENCH_ARGS)
+	$(BIN)/python bench/changes.py $(BENCH_ARGS)
 	$(BIN)/python bench/spark_read.py $(BENCH_ARGS)
 
 clean:
