@@ -106,8 +106,8 @@ def check_range(start: AsOf, end: AsOf, definition: TableDefinition, log_: Log) 
     Raises:
         InvalidArgument: a bad offset map (see `check_as_of`), or ``start`` after ``end`` in some bucket.
     """
-    starts = check_as_of(start, definition, log_)
-    ends = check_as_of(end, definition, log_)
+    starts = check_as_of(start, definition, log_, what="start")
+    ends = check_as_of(end, definition, log_, what="end")
     after = {b: (starts[b], ends[b]) for b in starts if starts[b] > ends[b]}
     if after:
         raise InvalidArgument(

@@ -264,7 +264,7 @@ def parse_offsets(text: str, what: str = "offsets") -> dict[int, int]:
     return offsets
 
 
-def check_as_of(as_of: AsOf, definition: TableDefinition, log_: Log) -> dict[int, int]:
+def check_as_of(as_of: AsOf, definition: TableDefinition, log_: Log, *, what: str = "as_of") -> dict[int, int]:
     """``as_of`` as {bucket: offset} for every bucket of the table, checked before any lake read: every bucket
     named (a missing one would mean "now", which no later read could repeat), offsets integers from 0 to the
     bucket's end offset (one listing per bucket).
@@ -275,7 +275,7 @@ def check_as_of(as_of: AsOf, definition: TableDefinition, log_: Log) -> dict[int
     """
     name, buckets = definition.name, definition.buckets
     if not isinstance(as_of, Mapping):
-        raise InvalidArgument(f"as_of must map every bucket to an offset ({{0: 120, 1: 98, ...}}), got {as_of!r}")
+        raise InvalidArgument(f"{what} must map every bucket to an offset ({{0: 120, 1: 98, ...}}), got {as_of!r}")
     offsets: dict[int, int] = {}
     for b, o in as_of.items():
         try:
@@ -283,24 +283,24 @@ def check_as_of(as_of: AsOf, definition: TableDefinition, log_: Log) -> dict[int
                 raise TypeError
             offsets[operator.index(b)] = operator.index(o)
         except TypeError:
-            raise InvalidArgument(f"as_of maps bucket numbers to offsets (integers), got {b!r}: {o!r}") from None
+            raise InvalidArgument(f"{what} maps bucket numbers to offsets (integers), got {b!r}: {o!r}") from None
     unknown = sorted(b for b in offsets if not 0 <= b < buckets)
     if unknown:
-        raise InvalidArgument(f"as_of names bucket(s) {unknown}; {name} has buckets 0..{buckets - 1}")
+        raise InvalidArgument(f"{what} names bucket(s) {unknown}; {name} has buckets 0..{buckets - 1}")
     missing = sorted(set(range(buckets)) - set(offsets))
     if missing:
         raise InvalidArgument(
-            f"as_of must name every bucket of {name} (0..{buckets - 1}); it lacks bucket(s) {missing}. A missing "
+            f"{what} must name every bucket of {name} (0..{buckets - 1}); it lacks bucket(s) {missing}. A missing "
             "bucket is not read 'as of now': that would not be repeatable"
         )
     negative = {b: o for b, o in offsets.items() if o < 0}
     if negative:
-        raise InvalidArgument(f"as_of offsets must be >= 0, got {negative}")
+        raise InvalidArgument(f"{what} offsets must be >= 0, got {negative}")
     ends = log_.end_offsets()
     beyond = {b: o for b, o in sorted(offsets.items()) if o > ends[b]}
     if beyond:
         raise InvalidArgument(
-            f"as_of is beyond the end of {name}'s log: "
+            f"{what} is beyond the end of {name}'s log: "
             + ", ".join(f"bucket {b} offset {o} (its end is {ends[b]})" for b, o in beyond.items())
         )
     return dict(sorted(offsets.items()))
