@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -82,9 +82,11 @@ def read_table(
     union: bool = True,
     columns: Sequence[str] | None = None,
     row_filter: RowFilter = None,
+    as_of: Mapping[int, int] | None = None,
 ) -> DataFrame:
-    """A DataFrame over the table: the lake snapshot (plus the log tail, if ``union``), one Spark task per
-    bucket: ``spark.read.format("lakestream")`` on ``lh``'s warehouse (whose store this binds, see
+    """A DataFrame over the table: the lake snapshot (plus the log tail, if ``union``; as of log offsets with
+    ``as_of``, as `Lakehouse.union_read` and `Lakehouse.lake_read`), one Spark task per bucket:
+    ``spark.read.format("lakestream")`` on ``lh``'s warehouse (whose store this binds, see
     `lakehouse.spark_source.register`). Spark plans (the snapshot, offsets and log ends are fixed) when the
     DataFrame is first analysed for an action."""
     from lakehouse.spark_source import register
@@ -95,6 +97,8 @@ def read_table(
         reader = reader.option("columns", ",".join(columns))
     if row_filter is not None:
         reader = reader.option("filter", filter_text(row_filter))
+    if as_of is not None:
+        reader = reader.option("as_of", ",".join(f"{int(b)}:{int(o)}" for b, o in sorted(as_of.items())))
     return reader.load(str(name))
 
 

@@ -99,6 +99,7 @@ def test_spark_reads_equal_python_reads(lakehouse, spark, pk) -> None:
     as_of = ",".join(f"{b}:{o}" for b, o in middle.items())  # the lake is ahead: time travel + log
     assert any(lh.lake_offsets(NAME)[b] > o for b, o in middle.items())
     assert spark_rows(lakestream(spark, lh, as_of=as_of).load(NAME)) == rows(lh.union_read(NAME, as_of=middle))
+    assert spark_rows(read_table(spark, lh, NAME, as_of=middle)) == rows(lh.union_read(NAME, as_of=middle))
 
     assert spark_rows(lakestream(spark, lh, lake_only="true").load(NAME)) == rows(lh.lake_read(NAME))
 
