@@ -9,6 +9,7 @@ import contextlib
 import io
 import pickle
 import random
+import re
 
 import pyarrow as pa
 import pytest
@@ -123,7 +124,9 @@ def test_spark_pushes_filters_down_when_enabled(tmp_path, spark) -> None:
     try:
         df = lakestream(spark, lh).load(NAME).filter("k < 60 and v like '%a%' and n in (1, 2, 3)")
         optimized = df._jdf.queryExecution().optimizedPlan().toString()
-        assert "Contains" in optimized and "60" not in optimized and "IN (1,2,3)" not in optimized.upper()
+        # the translatable filters left the plan (matched as expressions: attribute ids like #600 vary)
+        assert "Contains" in optimized and not re.search(r"<\s*60\b", optimized), optimized
+        assert not re.search(r"IN \(1,\s*2,\s*3\)", optimized.upper()), optimized
         want = lh.union_read(NAME, row_filter="k < 60 and n in (1, 2, 3)")
         assert spark_rows(df) == rows(want.filter(pa.compute.match_substring(want["v"], "a"))) and want.num_rows
     finally:
