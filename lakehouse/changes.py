@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.conversions import from_bytes
-from pyiceberg.expressions import EqualTo
+from pyiceberg.expressions import In
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
@@ -142,9 +142,8 @@ def plan_changes(
             wanted = [b for b in changed if bases[b] > 0 and (keep is None or b in keep) and not files[b]]
             if not wanted:
                 continue
-            scan = table.scan(snapshot_id=snapshot_id)
-            if len(wanted) == 1:  # partition pruning: only that bucket's manifests entries
-                scan = table.scan(snapshot_id=snapshot_id, row_filter=EqualTo(BUCKET_COLUMN, wanted[0]))
+            # partition pruning: only the wanted buckets' manifest entries
+            scan = table.scan(snapshot_id=snapshot_id, row_filter=In(BUCKET_COLUMN, set(wanted)))
             for task in scan.plan_files():
                 partition = task.file.partition
                 bucket = partition[len(partition) - 1]

@@ -457,10 +457,12 @@ class Lakehouse:
             InvalidArgument: a bad offset map, or ``start`` after ``end``; nothing is read.
             AsOfUnavailable: log retention (or snapshot expiry, for the old rows) removed what the range needs.
         """
-        from lakehouse.changes import changes_schema
+        from lakehouse.changes import plan_changes
 
-        batches = list(self.changes_batches(name, start, end, before_images=before_images, columns=columns))
-        return pa.Table.from_batches(batches, schema=changes_schema(self.table(name), columns))
+        plan = plan_changes(
+            self.lake_table(name), self.log(name), start, end, before_images=before_images, columns=columns
+        )
+        return pa.Table.from_batches(list(self._changes(name, plan, 3)), schema=plan.schema)
 
     def changes_batches(
         self,
