@@ -35,3 +35,31 @@ def run_per_table(args: argparse.Namespace, app_name: str, work: Callable[[Any, 
         failed = [r.table for r in runs if not r.ok]
         print(json.dumps({"summary": summarize(runs), "tables": len(runs), "failed": failed}), flush=True)
     return 1 if failed else 0
+
+
+def app_name(default: str) -> str:
+    """The name spark-submit's ``--name`` gave the application, else ``default``.
+
+    `lakehouse.spark.spark_session` sets the name it is given, which would override ``--name``. Under
+    spark-submit (the Python driver connects to spark-submit's JVM: PYSPARK_GATEWAY_PORT is set) the JVM holds
+    ``spark.app.name``: the ``--name`` given, or the script's file name when none was (then ``default``).
+    """
+    import os
+    import sys
+
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return default
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM (started already)
+    return submitted_name(SparkConf().get("spark.app.name", None), sys.argv[0], default)
+
+
+def submitted_name(current: str | None, script: str, default: str) -> str:
+    """``current`` (spark.app.name in spark-submit's JVM) unless it is spark-submit's default (the script's
+    file name, or pyspark-shell), else ``default``."""
+    import os
+
+    if not current or current in (os.path.basename(script), "pyspark-shell"):
+        return default
+    return current

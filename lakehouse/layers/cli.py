@@ -24,6 +24,11 @@ console = Console()
 ProjectOpt = Annotated[
     Path, typer.Option("--project", "-p", help="the project folder (sources.yml, models/)", show_default=False)
 ]
+# as lakehouse.cli's (which imports this module, so they cannot be imported from it at module level)
+WarehouseOpt = Annotated[
+    str | None, typer.Option("--warehouse", "-w", help="file:///path or s3://bucket/prefix (else settings)")
+]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML settings file (else LAKESTREAM_CONFIG)")]
 
 
 def _fail(exc: Exception):
@@ -73,3 +78,240 @@ def validate_command(project: ProjectOpt) -> None:
     )
     for name, columns in untyped.items():
         console.print(Text(f"{name}: types of {', '.join(columns)} are checked at deploy"), soft_wrap=True)
+
+
+# -- running the layers (lakehouse.layers.runner) ------------------------------------------------------------
+
+ModelOpt = Annotated[
+    list[str] | None,
+    typer.Option("--model", "-m", help="namespace.table of a model (repeatable; default: every model)"),
+]
+SparkMasterOpt = Annotated[
+    str, typer.Option("--spark-master", help="Spark master for the rounds (local[N], spark://host:port, ...)")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine output: one JSON object per line")]
+
+
+def _open_layers(project: Path, warehouse, config, spark_master: str | None = None):
+    """(Lakehouse, Project, Layers): settings first, then the project, so that either fails before Spark."""
+    from lakehouse.cli import _lakehouse
+    from lakehouse.layers.project import load_project
+    from lakehouse.layers.runner import Layers
+
+    lh = _lakehouse(warehouse, config)
+    try:
+        loaded = load_project(project)
+        return lh, loaded, Layers(lh, loaded, spark_master=spark_master)
+    except BaseException:
+        lh.close()
+        raise
+
+
+def _count(n: int) -> str:
+    return f"{n:,}"
+
+
+def _rounds_table(reports) -> Table:
+    table = Table(title=None)
+    for name in ("model", "round", "strategy", "input changes", "affected", "upserts", "deletes", "seconds"):
+        table.add_column(name, justify="left" if name in ("model", "strategy") else "right")
+    for r in reports:
+        strategy = f"{r.strategy} (idle)" if r.idle else r.strategy
+        cells = (
+            r.model,
+            "-" if r.round < 0 else r.round,
+            strategy,
+            _count(r.input_changes),
+            _count(r.affected),
+            _count(r.upserts),
+            _count(r.deletes),
+            f"{r.seconds:.2f}",
+        )
+        table.add_row(*(Text(str(c)) for c in cells))
+    return table
+
+
+def _print_json(obj) -> None:
+    import json
+
+    print(json.dumps(obj, default=str), flush=True)
+
+
+@layers_app.command("deploy")
+def deploy_command(project: ProjectOpt, warehouse: WarehouseOpt = None, config: ConfigOpt = None) -> None:
+    """Create every table the project declares (sources and models) that does not exist yet; idempotent."""
+    try:
+        lh, loaded, layers = _open_layers(project, warehouse, config)
+        with lh:
+            try:
+                created = set(layers.deploy())
+            finally:
+                layers.close()
+    except LakestreamError as exc:
+        _fail(exc)
+    table = Table("table", "kind", "state")
+    for name in loaded.tables:
+        kind = "source" if name in loaded.sources else "model"
+        table.add_row(Text(name), kind, "[green]created[/]" if name in created else "already there")
+    console.print(table)
+    console.print(f"{len(created)} created, {len(loaded.tables) - len(created)} already there")
+
+
+@layers_app.command("run")
+def run_command(
+    project: ProjectOpt,
+    once: Annotated[bool, typer.Option("--once", help="one round per model, in dependency order")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", help="rounds as soon as inputs advance, until Ctrl+C (SIGINT/SIGTERM)")
+    ] = False,
+    model: ModelOpt = None,
+    spark_master: SparkMasterOpt = "local[2]",
+    poll_seconds: Annotated[float, typer.Option("--poll-seconds", help="--follow: how often inputs are checked")] = 0.2,
+    max_rounds: Annotated[int | None, typer.Option("--max-rounds", help="--follow: stop after N rounds")] = None,
+    json_output: JsonOpt = False,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Run the models' rounds: each consumes what its inputs appended since its last round, exactly once."""
+    from lakehouse.errors import InvalidArgument
+    from lakehouse.layers.selection import select_models
+
+    try:
+        if once == follow:
+            raise InvalidArgument("give one of --once (one round per model) and --follow (rounds until Ctrl+C)")
+        if poll_seconds <= 0:
+            raise InvalidArgument(f"--poll-seconds {poll_seconds}: must be > 0")
+        if max_rounds is not None and max_rounds < 1:
+            raise InvalidArgument(f"--max-rounds {max_rounds}: must be >= 1")
+        lh, loaded, layers = _open_layers(project, warehouse, config, spark_master)
+        with lh:
+            try:
+                models = select_models(loaded, model)
+                if follow and model:
+                    raise InvalidArgument("--follow runs every model of the project: leave out --model")
+                if once:
+                    reports = layers.run_once(models if model else None)
+                    if json_output:
+                        for report in reports:
+                            _print_json(report.to_json())
+                    else:
+                        console.print(_rounds_table(reports))
+                else:
+                    _follow(layers, models, poll_seconds, max_rounds, json_output)
+            finally:
+                layers.close()
+    except LakestreamError as exc:
+        _fail(exc)
+
+
+def _follow(layers, models: list[str], poll_seconds: float, max_rounds: int | None, json_output: bool) -> None:
+    """``layers.follow`` until SIGINT/SIGTERM (exit 0): a table per pass over the models that did work (or a
+    JSON line per round)."""
+    import signal
+    import threading
+
+    stop = threading.Event()
+    pending: list = []
+
+    def flush() -> None:
+        if pending:
+            console.print(_rounds_table(pending))
+            pending.clear()
+
+    def on_round(report) -> None:
+        if report.idle:
+            return
+        if json_output:
+            _print_json(report.to_json())
+            return
+        if any(r.model == report.model for r in pending):
+            flush()
+        pending.append(report)
+        if report.model == models[-1]:  # the last model of a pass
+            flush()
+
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    if not json_output:
+        console.print(f"following {len(models)} models; Ctrl+C stops", style="dim")
+    try:
+        layers.follow(poll_seconds=poll_seconds, stop=stop, max_rounds=max_rounds, on_round=on_round)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if not json_output:
+            flush()
+
+
+@layers_app.command("rebuild")
+def rebuild_command(
+    project: ProjectOpt,
+    model: Annotated[str, typer.Option("--model", "-m", help="namespace.table of the model", show_default=False)],
+    spark_master: SparkMasterOpt = "local[2]",
+    json_output: JsonOpt = False,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Recompute one model in full and write the difference to its table (the same exactly-once write path)."""
+    from lakehouse.layers.selection import select_models
+
+    try:
+        lh, loaded, layers = _open_layers(project, warehouse, config, spark_master)
+        with lh:
+            try:
+                (name,) = select_models(loaded, [model])
+                report = layers.rebuild(name)
+            finally:
+                layers.close()
+    except LakestreamError as exc:
+        _fail(exc)
+    if json_output:
+        _print_json(report.to_json())
+    else:
+        console.print(_rounds_table([report]))
+
+
+def _positions(positions: dict[str, dict[int, int]]) -> str:
+    """Per input: the records consumed (the sum of the bucket offsets) and the bucket count."""
+    lines = []
+    for table, offsets in positions.items():
+        lines.append(f"{table} @ {_count(sum(offsets.values()))} ({len(offsets)} buckets)")
+    return "\n".join(lines) or "-"
+
+
+@layers_app.command("status")
+def status_command(
+    project: ProjectOpt,
+    json_output: JsonOpt = False,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Each model's position, lag (records appended after it, age of the oldest one) and last round."""
+    try:
+        lh, _, layers = _open_layers(project, warehouse, config)
+        with lh:
+            try:
+                statuses = layers.status()
+            finally:
+                layers.close()
+    except LakestreamError as exc:
+        _fail(exc)
+    if json_output:
+        for status in statuses:
+            _print_json(status.to_json())
+        return
+    table = Table(show_lines=True)
+    for name in ("model", "strategy", "position", "lag records", "lag seconds", "last round"):
+        table.add_column(name, overflow="fold")
+    for s in statuses:
+        lag = "\n".join(f"{t}: {_count(n)}" for t, n in s.lag_records.items()) or "-"
+        seconds = "caught up" if s.lag_seconds is None else f"{s.lag_seconds:.1f}"
+        last = s.last_round
+        if last is None:
+            last_text = "-"
+        else:
+            last_text = (
+                f"round {last.round} {last.strategy}: {_count(last.input_changes)} changes -> "
+                f"{_count(last.upserts)} upserts, {_count(last.deletes)} deletes in {last.seconds:.2f} s"
+            )
+        table.add_row(*(Text(str(c)) for c in (s.model, s.strategy, _positions(s.positions), lag, seconds, last_text)))
+    console.print(table)

@@ -1,0 +1,50 @@
+"""Run the warehouse layers every minute: one `spark-submit jobs/layers.py --model M` per model of the project,
+each after the models it reads, each producing the asset `lakestream://<namespace.table>` of its table.
+
+Configuration (environment; see dags/README.md):
+    LAKESTREAM_LAYERS_PROJECT      the project folder (default: <repo>/examples/tpch)
+    AIRFLOW_CONN_LAKESTREAM_SPARK  the Spark master, e.g. 'spark://local%5B2%5D' for local[2]
+    LAKESTREAM_JOBS_DIR            where layers.py lives (default: <repo>/jobs)
+"""
+
+from __future__ import annotations
+
+import os
+
+from _lakestream_common import SPARK_CONN_ID, forward_environment, jobs_dir, spark_env_vars, task_id
+from _layers_graph import layers_graph, model_order, project_folder
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset, dag
+
+ASSET_SCHEME = "lakestream://"  # lakestream://<namespace.table>: the table a task writes (log and lake)
+
+
+def asset(table: str) -> Asset:
+    return Asset(f"{ASSET_SCHEME}{table}")
+
+
+@dag(schedule="* * * * *", catchup=False, max_active_runs=1, tags=["lakestream", "layers"], doc_md=__doc__)
+def warehouse_layers():
+    project = project_folder()
+    graph = layers_graph(project)
+    application = os.path.join(jobs_dir(), "layers.py")
+    env_vars = spark_env_vars()
+    tasks: dict[str, SparkSubmitOperator] = {}
+    for model in model_order(graph):
+        tid = task_id("run", model)
+        tasks[model] = SparkSubmitOperator(
+            task_id=tid,
+            conn_id=SPARK_CONN_ID,
+            application=application,
+            application_args=["--project", project, "--model", model],
+            name=f"lakestream-{tid}",
+            env_vars=env_vars,
+            pre_execute=forward_environment,
+            outlets=[asset(model)],
+        )
+        for upstream in graph[model]:
+            if upstream in tasks:  # a model it reads (sources have no task: producers feed them)
+                tasks[upstream] >> tasks[model]
+
+
+warehouse_layers()

@@ -1,0 +1,114 @@
+"""spark-submit entry point: run the warehouse layers of a project (docs/layers.md).
+
+    spark-submit jobs/layers.py --project examples/tpch                       # one round of every model
+    spark-submit jobs/layers.py --project DIR --model dwd.orders_enriched     # one round of one model
+    spark-submit jobs/layers.py --project DIR --rebuild --model M             # recompute M in full
+    spark-submit jobs/layers.py --project DIR --follow                        # rounds as inputs advance (SIGTERM stops)
+
+The project folder defaults to LAKESTREAM_LAYERS_PROJECT, else examples/tpch of this repository. Tables the
+project declares that do not exist yet are created first (as `lakestream layers deploy`). Settings come from
+the environment / LAKESTREAM_CONFIG (see `lakehouse.settings`); ``--warehouse`` overrides the warehouse. The
+Spark master is spark-submit's (``--master``), and so is the application name if ``--name`` was given.
+Prints one JSON line per round (`RoundReport.to_json`), and for an error one line
+``{"error": ..., "type": ...}`` and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from jobs._common import app_name
+
+REPO = Path(__file__).resolve().parents[1]
+APP_NAME = "lakestream-layers"
+
+
+def default_project() -> str:
+    return os.environ.get("LAKESTREAM_LAYERS_PROJECT") or str(REPO / "examples" / "tpch")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jobs/layers.py", description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--project", default=None, help="the project folder (default: LAKESTREAM_LAYERS_PROJECT, else examples/tpch)"
+    )
+    p.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        help="namespace.table of a model (repeatable; default: all, in dependency order)",
+    )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--rebuild", action="store_true", help="recompute the models in full (exactly once)")
+    mode.add_argument("--follow", action="store_true", help="run rounds as inputs advance until SIGTERM/SIGINT")
+    p.add_argument("--poll-seconds", type=float, default=0.2, help="--follow: how often inputs are checked")
+    p.add_argument("--max-rounds", type=int, default=None, help="--follow: stop after this many rounds")
+    p.add_argument("--warehouse", help="file:///path or s3://bucket/prefix (default: settings)")
+    p.add_argument("--config", help="YAML settings file (default: LAKESTREAM_CONFIG)")
+    return p
+
+
+def emit(obj: dict) -> None:
+    print(json.dumps(obj, default=str), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from lakehouse import Lakehouse
+    from lakehouse.errors import LakestreamError
+
+    try:
+        # settings and the project first: a bad configuration or model fails at once, not after Spark's start
+        with Lakehouse.from_env(args.config, warehouse=args.warehouse) as lh:
+            return run(lh, args)
+    except LakestreamError as exc:
+        emit({"error": str(exc), "type": type(exc).__name__})
+        return 1
+
+
+def run(lh, args: argparse.Namespace) -> int:
+    from lakehouse.errors import InvalidArgument
+    from lakehouse.layers.project import load_project
+    from lakehouse.layers.runner import Layers
+    from lakehouse.layers.selection import select_models
+    from lakehouse.spark import spark_session
+
+    project = load_project(args.project or default_project())
+    models = select_models(project, args.model)
+    if args.follow and args.model:
+        raise InvalidArgument("--follow runs every model of the project: leave out --model")
+    spark = spark_session(app_name=app_name(APP_NAME))  # no master: spark-submit's --master
+    layers = Layers(lh, project, spark)
+    try:
+        created = layers.deploy()
+        if created:
+            emit({"deployed": created})
+        if args.rebuild:
+            for model in models:
+                emit(layers.rebuild(model).to_json())
+        elif args.follow:
+            stop = threading.Event()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, lambda *_: stop.set())
+            layers.follow(
+                poll_seconds=args.poll_seconds,
+                stop=stop,
+                max_rounds=args.max_rounds,
+                on_round=lambda report: None if report.idle else emit(report.to_json()),
+            )
+        else:
+            for report in layers.run_once(models if args.model else None):
+                emit(report.to_json())
+    finally:
+        layers.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
