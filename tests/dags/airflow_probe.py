@@ -38,6 +38,8 @@ def dagbag(dags_folder: str, *connections: str) -> dict:
                 "application": getattr(task, "application", None),
                 "application_args": getattr(task, "application_args", None),
                 "env_vars": getattr(task, "env_vars", None),
+                "upstream": sorted(task.upstream_task_ids),
+                "outlets": [getattr(o, "uri", str(o)) for o in task.outlets],
             }
             if task._pre_execute_hook is not None:  # what the task runner calls just before execute()
                 task._pre_execute_hook({"task": task})
