@@ -75,14 +75,15 @@ def main(argv: list[str] | None = None) -> int:
 def run(lh, args: argparse.Namespace) -> int:
     from lakehouse.errors import InvalidArgument
     from lakehouse.layers.project import load_project
-    from lakehouse.layers.runner import Layers
     from lakehouse.layers.selection import select_models
-    from lakehouse.spark import spark_session
 
     project = load_project(args.project or default_project())
     models = select_models(project, args.model)
     if args.follow and args.model:
         raise InvalidArgument("--follow runs every model of the project: leave out --model")
+    from lakehouse.layers.runner import Layers
+    from lakehouse.spark import spark_session
+
     spark = spark_session(app_name=app_name(APP_NAME))  # no master: spark-submit's --master
     layers = Layers(lh, project, spark)
     try:

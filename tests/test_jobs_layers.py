@@ -1,0 +1,92 @@
+"""jobs/layers.py, the spark-submit entry point of the warehouse layers: what it does before Spark starts, and a
+real run of the example project."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jobs import _common
+from jobs import layers as job
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tpch"
+
+
+def json_lines(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture
+def no_spark(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("Spark was started before the settings, the project and --model were checked")
+
+    monkeypatch.setattr("lakehouse.spark.spark_session", refuse)
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        (["--config", "{tmp}/missing.yaml"], "ConfigError", "does not exist"),
+        (["--project", "{tmp}/nowhere"], "ProjectFormatError", "does not exist"),
+        (["--model", "dwd.nope"], "InvalidArgument", "its models are dwd.orders_enriched, ads.revenue_by_nation_month"),
+    ],
+    ids=["config", "project", "model"],
+)
+def test_errors_before_spark_are_one_json_line_and_exit_1(no_spark, tmp_path, capsys, args, error, message) -> None:
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    assert job.main(["--warehouse", tmp_path.as_uri(), "--project", str(EXAMPLE), *args]) == 1
+    (line,) = json_lines(capsys.readouterr().out)
+    assert line["type"] == error and message in line["error"], line
+
+
+def test_the_project_defaults_to_the_environment_then_the_example(monkeypatch) -> None:
+    monkeypatch.delenv("LAKESTREAM_LAYERS_PROJECT", raising=False)
+    assert job.default_project() == str(EXAMPLE)
+    monkeypatch.setenv("LAKESTREAM_LAYERS_PROJECT", "/srv/project")
+    assert job.default_project() == "/srv/project"
+    with pytest.raises(SystemExit):
+        job.parser().parse_args(["--rebuild", "--follow"])
+
+
+def test_spark_submit_name_wins_over_the_job_default(monkeypatch) -> None:
+    assert _common.submitted_name("lakestream-run__dwd__m", "/repo/jobs/layers.py", "lakestream-layers") == (
+        "lakestream-run__dwd__m"
+    )
+    # spark-submit without --name names the application after the script; pyspark's own gateway: pyspark-shell
+    assert _common.submitted_name("layers.py", "/repo/jobs/layers.py", "lakestream-layers") == "lakestream-layers"
+    assert _common.submitted_name("pyspark-shell", "jobs/layers.py", "lakestream-layers") == "lakestream-layers"
+    assert _common.submitted_name(None, "jobs/layers.py", "lakestream-layers") == "lakestream-layers"
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)  # not under spark-submit
+    assert _common.app_name("lakestream-layers") == "lakestream-layers"
+
+
+def test_a_round_of_every_model_then_a_rebuild(spark, tmp_path, capsys) -> None:
+    """The job deploys what is missing, runs one round per model (JSON lines), and the tables are what the SQL
+    gives; --rebuild of one model changes nothing then."""
+    from lakehouse import Lakehouse
+    from lakehouse.layers import load_project
+    from lakehouse.layers.runner import Layers
+    from tests.layers._tpch import produce, sql_rows, table_rows
+
+    wh = tmp_path.as_uri()
+    project = load_project(EXAMPLE)
+    with Lakehouse.open(wh) as lh:
+        layers = Layers(lh, project, spark)
+        layers.deploy()
+        layers.close()
+        produce(lh, project)
+
+    assert job.main(["--warehouse", wh, "--project", str(EXAMPLE)]) == 0
+    lines = json_lines(capsys.readouterr().out)
+    assert [line["model"] for line in lines] == list(project.order), lines
+    assert all(line["input_changes"] > 0 and line["upserts"] > 0 for line in lines), lines
+    with Lakehouse.open(wh) as lh:
+        for model in project.order:
+            assert table_rows(lh, project, model) == sql_rows(spark, lh, project, model), model
+
+    assert job.main(["--warehouse", wh, "--project", str(EXAMPLE), "--rebuild", "--model", "dwd.orders_enriched"]) == 0
+    (line,) = json_lines(capsys.readouterr().out)
+    assert line["model"] == "dwd.orders_enriched" and line["upserts"] == line["deletes"] == 0, line
