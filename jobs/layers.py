@@ -73,14 +73,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(lh, args: argparse.Namespace) -> int:
-    from lakehouse.errors import InvalidArgument
     from lakehouse.layers.project import load_project
     from lakehouse.layers.selection import select_models
 
     project = load_project(args.project or default_project())
     models = select_models(project, args.model)
-    if args.follow and args.model:
-        raise InvalidArgument("--follow runs every model of the project: leave out --model")
     from lakehouse.layers.runner import Layers
     from lakehouse.spark import spark_session
 
@@ -101,7 +98,8 @@ def run(lh, args: argparse.Namespace) -> int:
                 poll_seconds=args.poll_seconds,
                 stop=stop,
                 max_rounds=args.max_rounds,
-                on_round=lambda report: None if report.idle else emit(report.to_json()),
+                on_round=lambda report: emit(report.to_json()),  # rounds that did work
+                models=models if args.model else None,
             )
         else:
             for report in layers.run_once(models if args.model else None):

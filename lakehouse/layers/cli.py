@@ -116,7 +116,7 @@ def _rounds_table(reports) -> Table:
     for name in ("model", "round", "strategy", "input changes", "affected", "upserts", "deletes", "seconds"):
         table.add_column(name, justify="left" if name in ("model", "strategy") else "right")
     for r in reports:
-        strategy = f"{r.strategy} (idle)" if r.idle else r.strategy
+        strategy = f"{r.strategy} (idle)" if r.idle else f"{r.strategy} (resumed)" if r.resumed else r.strategy
         cells = (
             r.model,
             "-" if r.round < 0 else r.round,
@@ -187,8 +187,6 @@ def run_command(
         with lh:
             try:
                 models = select_models(loaded, model)
-                if follow and model:
-                    raise InvalidArgument("--follow runs every model of the project: leave out --model")
                 if once:
                     reports = layers.run_once(models if model else None)
                     if json_output:
@@ -197,16 +195,18 @@ def run_command(
                     else:
                         console.print(_rounds_table(reports))
                 else:
-                    _follow(layers, models, poll_seconds, max_rounds, json_output)
+                    _follow(layers, models, bool(model), poll_seconds, max_rounds, json_output)
             finally:
                 layers.close()
     except LakestreamError as exc:
         _fail(exc)
 
 
-def _follow(layers, models: list[str], poll_seconds: float, max_rounds: int | None, json_output: bool) -> None:
-    """``layers.follow`` until SIGINT/SIGTERM (exit 0): a table per pass over the models that did work (or a
-    JSON line per round)."""
+def _follow(
+    layers, models: list[str], chosen: bool, poll_seconds: float, max_rounds: int | None, json_output: bool
+) -> None:
+    """``layers.follow`` until SIGINT/SIGTERM or ``max_rounds`` rounds that did work (exit 0): a table per pass
+    over the models that did work (or a JSON line per round); idle rounds are not shown."""
     import signal
     import threading
 
@@ -234,7 +234,13 @@ def _follow(layers, models: list[str], poll_seconds: float, max_rounds: int | No
     if not json_output:
         console.print(f"following {len(models)} models; Ctrl+C stops", style="dim")
     try:
-        layers.follow(poll_seconds=poll_seconds, stop=stop, max_rounds=max_rounds, on_round=on_round)
+        layers.follow(
+            poll_seconds=poll_seconds,
+            stop=stop,
+            max_rounds=max_rounds,
+            on_round=on_round,
+            models=models if chosen else None,
+        )
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

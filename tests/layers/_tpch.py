@@ -87,9 +87,14 @@ def rows(table: pa.Table, key) -> list[dict]:
     return sorted(table.to_pylist(), key=lambda row: tuple(row[k] for k in key))
 
 
+def current(lh, name: str) -> pa.Table:
+    """The table now: its union read, without the system columns."""
+    return lh.union_read(name).select(lh.table(name).schema.names)
+
+
 def table_rows(lh, project, name: str) -> list[dict]:
-    """The table now (union read), sorted by its key."""
-    return rows(lh.union_read(name), project.primary_key_of(name))
+    """The table now, sorted by its key."""
+    return rows(current(lh, name), project.primary_key_of(name))
 
 
 def sql_rows(spark, lh, project, name: str) -> list[dict]:
@@ -98,7 +103,8 @@ def sql_rows(spark, lh, project, name: str) -> list[dict]:
     sql = model.sql
     for table in model.inputs:
         view = table.replace(".", "__")
-        spark.createDataFrame(lh.union_read(table)).createOrReplaceTempView(view)
+        rows_now = current(lh, table).combine_chunks()  # one chunk: see lakehouse/layers/engine.py
+        spark.createDataFrame(rows_now).createOrReplaceTempView(view)
         namespace, bare = table.split(".")
         sql = re.sub(rf"`?\b{namespace}\b`?\.`?\b{bare}\b`?", view, sql, flags=re.IGNORECASE)
     return rows(spark.sql(sql).toArrow(), model.primary_key)

@@ -44,6 +44,7 @@ class Report:
     deletes: int = 0
     seconds: float = 0.5
     idle: bool = False
+    resumed: bool = False
 
     def to_json(self) -> dict:
         return {"model": self.model, "round": self.round, "strategy": self.strategy, "idle": self.idle}
@@ -88,8 +89,8 @@ class FakeLayers:
             Status("ads.revenue_by_nation_month", "regroup", {}, {}, None, None),
         ]
 
-    def follow(self, *, poll_seconds=0.2, stop=None, max_rounds=None, on_round=None):
-        self.calls.append(("follow", poll_seconds, max_rounds))
+    def follow(self, *, poll_seconds=0.2, stop=None, max_rounds=None, on_round=None, models=None):
+        self.calls.append(("follow", poll_seconds, max_rounds, models))
         type(self).follow_behaviour(stop, on_round)
 
     def close(self):
@@ -168,7 +169,7 @@ def test_follow_prints_rounds_until_sigint_and_exits_0(fake) -> None:
     result = invoke("run", "--follow", "--project", str(TPCH), "--poll-seconds", "0.5", "--max-rounds", "9")
     assert result.exit_code == 0, result.output
     assert signal.getsignal(signal.SIGINT) is before  # restored
-    assert ("follow", 0.5, 9) in fake.calls and fake.calls[-1] == ("close",)
+    assert ("follow", 0.5, 9, None) in fake.calls and fake.calls[-1] == ("close",)
     assert result.output.count("┃ model") == 2  # one table per pass: rounds 0, then round 2 (flushed at the end)
 
     result = invoke("run", "--follow", "--json", "--project", str(TPCH))
@@ -179,8 +180,10 @@ def test_follow_prints_rounds_until_sigint_and_exits_0(fake) -> None:
         ("dwd.orders_enriched", 2),
     ]
 
-    result = invoke("run", "--follow", "--project", str(TPCH), "--model", "dwd.orders_enriched")
-    assert result.exit_code == 1 and "leave out --model" in result.output
+    fake.calls.clear()
+    result = invoke("run", "--follow", "--json", "--project", str(TPCH), "--model", "DWD.orders_enriched")
+    assert result.exit_code == 0, result.output
+    assert ("follow", 0.2, None, ["dwd.orders_enriched"]) in fake.calls
 
 
 def test_rebuild_and_status(fake) -> None:
@@ -196,3 +199,96 @@ def test_rebuild_and_status(fake) -> None:
     result = invoke("status", "--project", str(TPCH), "--json")
     lines = [json.loads(line) for line in result.output.splitlines()]
     assert [line["model"] for line in lines] == MODELS
+
+
+# -- the real runner on a file:// warehouse -------------------------------------------------------------------
+
+
+@pytest.fixture
+def warehouse(monkeypatch, tmp_path) -> str:
+    url = (tmp_path / "wh").as_uri()
+    monkeypatch.setenv("LAKESTREAM_WAREHOUSE", url)
+    return url
+
+
+def test_deploy_twice_is_idempotent(warehouse) -> None:
+    from lakehouse import Lakehouse
+
+    first = invoke("deploy", "--project", str(TPCH))
+    assert first.exit_code == 0, first.output
+    assert "5 created, 0 already there" in first.output
+    second = invoke("deploy", "--project", str(TPCH))
+    assert second.exit_code == 0, second.output
+    assert "0 created, 5 already there" in second.output
+    with Lakehouse.open(warehouse) as lh:
+        assert sorted(str(t) for t in lh.list_tables()) == sorted(["ods.nation", "ods.customer", "ods.orders", *MODELS])
+
+
+def test_deploy_over_a_table_of_another_shape_is_one_line_and_exit_1(warehouse) -> None:
+    import pyarrow as pa
+
+    from lakehouse import Lakehouse
+
+    with Lakehouse.open(warehouse) as lh:
+        lh.create_table(
+            "ods.nation",
+            pa.schema([pa.field("n_nationkey", pa.int64(), nullable=False)]),
+            primary_key=["n_nationkey"],
+            buckets=1,
+        )
+    result = invoke("deploy", "--project", str(TPCH))
+    assert result.exit_code == 1
+    assert result.output.startswith("error: table ods.nation exists") and len(result.output.splitlines()) == 1
+
+
+def test_run_once_status_rebuild_equal_the_sql(warehouse, spark, monkeypatch) -> None:
+    """The commands build their own session: in this process that is the tests' session (getOrCreate), which
+    they must not stop."""
+    from lakehouse import Lakehouse
+    from lakehouse.layers import load_project
+    from tests.layers._tpch import produce, sql_rows, table_rows
+
+    monkeypatch.setattr(spark, "stop", lambda: None)
+    project = load_project(TPCH)
+    assert invoke("deploy", "--project", str(TPCH)).exit_code == 0
+    with Lakehouse.open(warehouse) as lh:
+        produce(lh, project)
+
+    def run_and_check(expected_strategies: list[str]) -> list[dict]:
+        result = invoke("run", "--once", "--json", "--project", str(TPCH))
+        assert result.exit_code == 0, result.output
+        reports = [json.loads(line) for line in result.output.splitlines()]
+        assert [(r["model"], r["strategy"]) for r in reports] == list(zip(MODELS, expected_strategies, strict=True))
+        with Lakehouse.open(warehouse) as lh:
+            for model in MODELS:
+                got = table_rows(lh, project, model)
+                assert got and got == sql_rows(spark, lh, project, model), model
+        return reports
+
+    first = run_and_check(["recompute", "recompute"])  # a model's first round: the whole SQL
+    assert all(r["upserts"] > 0 and r["round"] == 0 for r in first)
+
+    # the nation 9 customer's orders wait: not in dwd; then changes that move keys between joins and groups
+    with Lakehouse.open(warehouse) as lh:
+        assert all(row["o_custkey"] != 4 for row in table_rows(lh, project, "dwd.orders_enriched"))
+        produce(lh, project, round_=1)
+    second = run_and_check(["keyed", "regroup"])
+    assert all(r["round"] == 1 and r["input_changes"] > 0 for r in second), second
+    assert second[0]["deletes"] == 1  # order 5
+
+    table = invoke("run", "--once", "--project", str(TPCH))  # nothing new: idle rounds, shown as such
+    assert table.exit_code == 0 and table.output.count("(idle)") == 2, table.output
+
+    status = invoke("status", "--json", "--project", str(TPCH))
+    assert status.exit_code == 0, status.output
+    lines = [json.loads(line) for line in status.output.splitlines()]
+    assert [s["model"] for s in lines] == MODELS
+    assert all(s["lag_seconds"] is None and set(s["lag_records"].values()) == {0} for s in lines), lines
+    assert [s["last_round"]["round"] for s in lines] == [1, 1]
+    text = invoke("status", "--project", str(TPCH))
+    assert text.exit_code == 0 and "caught up" in text.output and "round 1 keyed" in text.output, text.output
+
+    rebuilt = invoke("rebuild", "--json", "--project", str(TPCH), "--model", "ads.revenue_by_nation_month")
+    assert rebuilt.exit_code == 0, rebuilt.output
+    report = json.loads(rebuilt.output)
+    assert (report["strategy"], report["upserts"], report["deletes"]) == ("rebuild", 0, 0)  # == incremental state
