@@ -82,7 +82,18 @@ def test_a_round_of_every_model_then_a_rebuild(spark, tmp_path, capsys) -> None:
     assert job.main(["--warehouse", wh, "--project", str(EXAMPLE)]) == 0
     lines = json_lines(capsys.readouterr().out)
     assert [line["model"] for line in lines] == list(project.order), lines
-    assert all(line["input_changes"] > 0 and line["upserts"] > 0 for line in lines), lines
+    assert all(line["round"] == 0 and line["upserts"] > 0 for line in lines), lines
+    with Lakehouse.open(wh) as lh:
+        for model in project.order:
+            assert table_rows(lh, project, model) == sql_rows(spark, lh, project, model), model
+        produce(lh, project, round_=1)
+
+    assert job.main(["--warehouse", wh, "--project", str(EXAMPLE), "--model", "dwd.orders_enriched"]) == 0
+    (line,) = json_lines(capsys.readouterr().out)
+    assert (line["model"], line["round"], line["strategy"]) == ("dwd.orders_enriched", 1, "keyed"), line
+    assert job.main(["--warehouse", wh, "--project", str(EXAMPLE)]) == 0
+    lines = json_lines(capsys.readouterr().out)
+    assert [(r["model"], r["idle"]) for r in lines] == [(project.order[0], True), (project.order[1], False)], lines
     with Lakehouse.open(wh) as lh:
         for model in project.order:
             assert table_rows(lh, project, model) == sql_rows(spark, lh, project, model), model
