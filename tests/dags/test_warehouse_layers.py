@@ -113,6 +113,9 @@ def test_dag_test_runs_every_model_in_order(run_probe, airflow_db: Path, tmp_pat
             "AIRFLOW_CONN_LAKESTREAM_SPARK": LOCAL_2,
             "PYSPARK_PYTHON": sys.executable,
             "SPARK_LOCAL_IP": "127.0.0.1",
+            # spark-submit runs jobs/layers.py with jobs/ first on sys.path: this checkout's lakehouse and jobs
+            # packages, not an editable install's of another one
+            "PYTHONPATH": str(REPO),
         },
         timeout=540,
     )

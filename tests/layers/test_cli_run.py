@@ -288,6 +288,29 @@ def test_run_once_status_rebuild_equal_the_sql(warehouse, spark, monkeypatch) ->
     text = invoke("status", "--project", str(TPCH))
     assert text.exit_code == 0 and "caught up" in text.output and "round 1 keyed" in text.output, text.output
 
+    # --follow: a new order flows through both layers; --max-rounds 2 ends it after those two rounds
+    import datetime
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    with Lakehouse.open(warehouse) as lh:
+        order = {
+            "o_orderkey": 100,
+            "o_custkey": 0,
+            "o_orderstatus": "O",
+            "o_totalprice": Decimal("5.00"),
+            "o_orderdate": datetime.date(2024, 1, 20),
+            "o_orderpriority": "3-MEDIUM",
+        }
+        lh.log("ods.orders").append(pa.Table.from_pylist([order], schema=project.schema_of("ods.orders")), "upsert")
+    followed = invoke("run", "--follow", "--max-rounds", "2", "--poll-seconds", "0.05", "--project", str(TPCH))
+    assert followed.exit_code == 0, followed.output
+    assert "dwd.orders_enriched" in followed.output and "ads.revenue_by_nation_month" in followed.output
+    with Lakehouse.open(warehouse) as lh:
+        for model in MODELS:
+            assert table_rows(lh, project, model) == sql_rows(spark, lh, project, model), model
+
     rebuilt = invoke("rebuild", "--json", "--project", str(TPCH), "--model", "ads.revenue_by_nation_month")
     assert rebuilt.exit_code == 0, rebuilt.output
     report = json.loads(rebuilt.output)
