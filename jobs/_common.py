@@ -25,7 +25,7 @@ def run_per_table(args: argparse.Namespace, app_name: str, work: Callable[[Any, 
 
     # settings first: a bad configuration fails at once, not after Spark's start (~15 s)
     with Lakehouse.from_env(args.config, warehouse=args.warehouse) as lh:
-        spark = spark_session(app_name=app_name)
+        spark = spark_session(app_name=submitted_app_name(app_name))  # spark-submit's --name wins
         runs = []
         # a table that fails (a broken definition, a lake table that cannot be loaded) does not stop the others
         for run in lh.for_each_table(lambda name: work(lh, name, spark), args.table or None):
@@ -37,7 +37,7 @@ def run_per_table(args: argparse.Namespace, app_name: str, work: Callable[[Any, 
     return 1 if failed else 0
 
 
-def app_name(default: str) -> str:
+def submitted_app_name(default: str) -> str:
     """The name spark-submit's ``--name`` gave the application, else ``default``.
 
     `lakehouse.spark.spark_session` sets the name it is given, which would override ``--name``. Under

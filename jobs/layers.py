@@ -23,7 +23,7 @@ import sys
 import threading
 from pathlib import Path
 
-from jobs._common import app_name
+from jobs._common import submitted_app_name
 
 REPO = Path(__file__).resolve().parents[1]
 APP_NAME = "lakestream-layers"
@@ -81,7 +81,7 @@ def run(lh, args: argparse.Namespace) -> int:
     from lakehouse.layers.runner import Layers
     from lakehouse.spark import spark_session
 
-    spark = spark_session(app_name=app_name(APP_NAME))  # no master: spark-submit's --master
+    spark = spark_session(app_name=submitted_app_name(APP_NAME))  # no master: spark-submit's --master
     layers = Layers(lh, project, spark)
     try:
         created = layers.deploy()

@@ -60,7 +60,7 @@ def test_spark_submit_name_wins_over_the_job_default(monkeypatch) -> None:
     assert _common.submitted_name("pyspark-shell", "jobs/layers.py", "lakestream-layers") == "lakestream-layers"
     assert _common.submitted_name(None, "jobs/layers.py", "lakestream-layers") == "lakestream-layers"
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)  # not under spark-submit
-    assert _common.app_name("lakestream-layers") == "lakestream-layers"
+    assert _common.submitted_app_name("lakestream-layers") == "lakestream-layers"
 
 
 def test_a_round_of_every_model_then_a_rebuild(spark, tmp_path, capsys) -> None:
