@@ -167,7 +167,9 @@ def run_command(
     model: ModelOpt = None,
     spark_master: SparkMasterOpt = "local[2]",
     poll_seconds: Annotated[float, typer.Option("--poll-seconds", help="--follow: how often inputs are checked")] = 0.2,
-    max_rounds: Annotated[int | None, typer.Option("--max-rounds", help="--follow: stop after N rounds")] = None,
+    max_rounds: Annotated[
+        int | None, typer.Option("--max-rounds", help="--follow: stop after N rounds that did work")
+    ] = None,
     json_output: JsonOpt = False,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
