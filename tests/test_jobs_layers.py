@@ -69,7 +69,7 @@ def test_a_round_of_every_model_then_a_rebuild(spark, tmp_path, capsys) -> None:
     from lakehouse import Lakehouse
     from lakehouse.layers import load_project
     from lakehouse.layers.runner import Layers
-    from tests.layers._tpch import produce, sql_rows, table_rows
+    from tests.layers._tpch_sql import produce, sql_rows, table_rows
 
     wh = tmp_path.as_uri()
     project = load_project(EXAMPLE)

@@ -93,7 +93,7 @@ def test_dag_test_runs_every_model_in_order(run_probe, airflow_db: Path, tmp_pat
     from lakehouse import Lakehouse
     from lakehouse.layers import load_project
     from lakehouse.layers.runner import Layers
-    from tests.layers._tpch import produce, sql_rows, table_rows
+    from tests.layers._tpch_sql import produce, sql_rows, table_rows
 
     project = load_project(EXAMPLE)
     warehouse = tmp_path / "warehouse"

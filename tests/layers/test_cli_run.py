@@ -246,7 +246,7 @@ def test_run_once_status_rebuild_equal_the_sql(warehouse, spark, monkeypatch) ->
     they must not stop."""
     from lakehouse import Lakehouse
     from lakehouse.layers import load_project
-    from tests.layers._tpch import produce, sql_rows, table_rows
+    from tests.layers._tpch_sql import produce, sql_rows, table_rows
 
     monkeypatch.setattr(spark, "stop", lambda: None)
     project = load_project(TPCH)
