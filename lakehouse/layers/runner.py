@@ -59,6 +59,7 @@ from lakehouse.layers.rounds import (
     latest_round,
     prune,
     read_report,
+    report_exists,
     write_report,
 )
 
@@ -279,9 +280,14 @@ class Layers:
         model = self.project.models[name]
         plan = self.plans[name]
         store = self.lh.store
-        subs = self._subscriptions(name)
         latest = latest_round(store, name)
-        if latest is not None and any(subs[t].position != latest.end.get(t) for t in model.inputs):
+        subs = self._subscriptions(name)
+        if latest is not None and any(_after(subs[t].position, latest.end.get(t, {})) for t in model.inputs):
+            raise LayerConflict(
+                f"model {name}: another runner finished a round after round {latest.number} while this one started; "
+                "only one runner of a model may run. Nothing was written by this one"
+            )
+        if latest is not None and not report_exists(store, name, latest.number):
             report = self._execute(latest, subs, started, resumed=True)  # a round a runner left unfinished
             if not rebuild:
                 return report
@@ -588,6 +594,11 @@ def _restrict_to_groups(select: exp.Select, view: str) -> exp.Select:
     )
     out.set("joins", [*(out.args.get("joins") or []), join])
     return out
+
+
+def _after(position: Mapping[int, int], end: Mapping[int, int]) -> bool:
+    """Whether a subscription ``position`` is past a round's ``end`` in some bucket."""
+    return any(offset > end.get(bucket, 0) for bucket, offset in position.items())
 
 
 def _distinct(table: pa.Table) -> pa.Table:
