@@ -4,10 +4,10 @@ A round of model M is numbered ``r`` (0, 1, ...). Before it writes, its *intent*
 ``If-None-Match: *`` at ``_lakestream/layers/<M>/round-<r>.json``: the input range (``start``, ``end`` per input
 table; ``start`` is None for a full round), and the output log's end offsets when it began (``output``). Only one
 runner can create round ``r``: the other gets `LayerConflict`. The round is done when every input subscription
-of M stands at ``end``; until then any runner resumes it from its intent: the same range, the same as-of reads,
-so the same rows, appended under the same producer id and sequences (the log recognises what already landed).
-After the round, its report is written next to it (``report-<r>.json``) for ``lakestream layers status``; old
-intents and reports are deleted (the newest few are kept).
+of M stands at ``end`` and then its report is written next to it (``report-<r>.json``); until then any runner
+resumes it from its intent: the same range, the same as-of reads, so the same rows, appended under the same
+producer id and sequences (the log recognises what already landed).
+The report also feeds ``lakestream layers status``; old intents and reports are deleted (the newest few are kept).
 """
 
 from __future__ import annotations
@@ -154,6 +154,11 @@ def create_round(store: ObjectStore, record: RoundRecord) -> None:
 
 def write_report(store: ObjectStore, report: RoundReport) -> None:
     store.put(_key(report.model, "report", report.round), json.dumps(report.to_json(), sort_keys=True).encode())
+
+
+def report_exists(store: ObjectStore, model: str, number: int) -> bool:
+    """Whether round ``number`` of ``model`` finished: its report is written after its subscriptions advanced."""
+    return store.exists(_key(model, "report", number))
 
 
 def read_report(store: ObjectStore, model: str) -> RoundReport | None:

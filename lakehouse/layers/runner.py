@@ -51,7 +51,7 @@ from lakehouse.errors import (
     TableNotFound,
 )
 from lakehouse.layers.engine import SparkSql, user_columns
-from lakehouse.layers.planner import KEYED, RECOMPUTE, ModelPlan, explain
+from lakehouse.layers.planner import KEYED, RECOMPUTE, RECOMPUTE_GROUP, ModelPlan, Retraction, explain
 from lakehouse.layers.rounds import (
     RoundRecord,
     RoundReport,
@@ -59,6 +59,7 @@ from lakehouse.layers.rounds import (
     latest_round,
     prune,
     read_report,
+    report_exists,
     write_report,
 )
 
@@ -279,9 +280,14 @@ class Layers:
         model = self.project.models[name]
         plan = self.plans[name]
         store = self.lh.store
-        subs = self._subscriptions(name)
         latest = latest_round(store, name)
-        if latest is not None and any(subs[t].position != latest.end.get(t) for t in model.inputs):
+        subs = self._subscriptions(name)
+        if latest is not None and any(_after(subs[t].position, latest.end.get(t, {})) for t in model.inputs):
+            raise LayerConflict(
+                f"model {name}: another runner finished a round after round {latest.number} while this one started; "
+                "only one runner of a model may run. Nothing was written by this one"
+            )
+        if latest is not None and not report_exists(store, name, latest.number):
             report = self._execute(latest, subs, started, resumed=True)  # a round a runner left unfinished
             if not rebuild:
                 return report
@@ -310,7 +316,8 @@ class Layers:
             upserts, deletes, changes, affected = self._full(record)
         else:
             strategy, reason = plan.strategy, plan.reason
-            upserts, deletes, changes, affected = self._incremental(record, plan)
+            upserts, deletes, changes, affected, note = self._incremental(record, plan)
+            reason = f"{reason} ({note})" if note else reason
         self._append(record, upserts, deletes)
         for table, sub in subs.items():
             target = record.end[table]
@@ -374,15 +381,16 @@ class Layers:
         upserts, deletes = self._diff(record.model, new, old)
         return upserts, deletes, 0, new.num_rows
 
-    def _incremental(self, record: RoundRecord, plan: ModelPlan) -> tuple[pa.Table, pa.Table, int, int]:
+    def _incremental(self, record: RoundRecord, plan: ModelPlan) -> tuple[pa.Table, pa.Table, int, int, str]:
         assert record.start is not None
         model = self.project.models[record.model]
         driving_keys, changes = self._affected_driving_keys(plan, record.start, record.end)
         key = model.primary_key
         empty = self._output_schema(record.model).empty_table()
         if driving_keys.num_rows == 0:
-            return empty, empty.select(list(key)), changes, 0
+            return empty, empty.select(list(key)), changes, 0, ""
         select = _merged(model.qualified)
+        note = ""
         if plan.strategy == KEYED:
             views = self._restricted(plan, driving_keys, record.end)
             new = self.sql.run(select, views)
@@ -390,26 +398,78 @@ class Layers:
                 [next(o for o, d in plan.output_key if d == c) for c in driving_keys.column_names]
             ).select(list(key))
         else:
-            groups_query = _groups_query(select)
-            groups = pa.concat_tables(
-                [
-                    self.sql.run(groups_query, self._restricted(plan, driving_keys, record.start)),
-                    self.sql.run(groups_query, self._restricted(plan, driving_keys, record.end)),
-                ],
-                promote_options="permissive",
-            )
-            groups = _distinct(groups)
-            if groups.num_rows == 0:
-                return empty, empty.select(list(key)), changes, 0
-            views: dict[str, Any] = {t: record.end[t] for t in model.inputs}
-            views["__groups"] = groups
-            new = self.sql.run(_restrict_to_groups(select, "__groups"), views)
-            index = {g.output: i for i, g in enumerate(plan.group_by) if g.output}
-            wanted = pa.table({k: groups[f"__g{index[k]}"] for k in key})
+            before = self._restricted(plan, driving_keys, record.start)
+            after = self._restricted(plan, driving_keys, record.end)
+            retraction = plan.retraction
+            if retraction is not None:
+                new, wanted, regrouped = self._retract(record, select, retraction, before, after)
+                note = (
+                    f"this round: {wanted.num_rows} group(s) by retraction, {regrouped} of them recomputed from their "
+                    "rows"
+                )
+            else:
+                groups_query = _groups_query(select)
+                groups = _distinct(
+                    pa.concat_tables(
+                        [self.sql.run(groups_query, before), self.sql.run(groups_query, after)],
+                        promote_options="permissive",
+                    )
+                )
+                new = self._regroup(record, select, groups)
+                index = {g.output: i for i, g in enumerate(plan.group_by) if g.output}
+                wanted = pa.table({k: groups[f"__g{index[k]}"] for k in key})
+                note = f"this round: {groups.num_rows} group(s) recomputed from their rows"
         new = _semi_join(new, wanted, key)  # keys outside the round's (a table read under two aliases)
         old = self._read_rows(record.model, record.output, wanted)
         upserts, deletes = self._diff(record.model, new, old)
-        return upserts, deletes, changes, wanted.num_rows
+        return upserts, deletes, changes, wanted.num_rows, note
+
+    def _regroup(self, record: RoundRecord, select: exp.Select, groups: pa.Table) -> pa.Table:
+        """The model's rows of ``groups`` (``__g0``, ... in GROUP BY order), from all their rows as of the
+        round's end."""
+        views: dict[str, Any] = {t: record.end[t] for t in self.project.models[record.model].inputs}
+        views["__groups"] = groups
+        return self.sql.run(_restrict_to_groups(select, "__groups"), views)
+
+    def _retract(
+        self,
+        record: RoundRecord,
+        select: exp.Select,
+        retraction: Retraction,
+        before: Mapping[str, pa.Table],
+        after: Mapping[str, pa.Table],
+    ) -> tuple[pa.Table, pa.Table, int]:
+        """New rows of the groups the changed rows left or joined: the old row minus the aggregates of the
+        changed rows as of the start plus those as of the end (the model's own SQL over the restricted inputs
+        computes both). A group is recomputed from its rows when retraction cannot settle it: the row holding
+        its max/min left, a sum reached zero from rows that may be null, no ``count(*)`` says it emptied.
+        Returns (new rows, the keys they cover, groups recomputed)."""
+        model = record.model
+        schema = self._output_schema(model)
+        key = list(self.project.models[model].primary_key)
+        gone, came = (self.sql.run(select, v).select(schema.names).cast(schema) for v in (before, after))
+        keys = _distinct(pa.concat_tables([gone.select(key), came.select(key)]))
+        old = self._read_rows(model, record.output, keys)
+        group_of = retraction.group_outputs
+
+        def by_group(table: pa.Table) -> dict[tuple, dict]:
+            return {tuple(r[c] for c in group_of): r for r in table.to_pylist()}
+
+        olds, befores, afters = by_group(old), by_group(gone), by_group(came)
+        rows, regroup = [], []
+        for group in {**olds, **befores, **afters}:
+            row = retraction.combine(olds.get(group), befores.get(group), afters.get(group))
+            if row is RECOMPUTE_GROUP:
+                regroup.append(group)
+            elif row is not None:
+                rows.append(row)
+        new = pa.Table.from_pylist(rows, schema=schema)
+        if regroup:
+            types = [schema.field(c).type for c in group_of]
+            groups = pa.table({f"__g{i}": pa.array([g[i] for g in regroup], t) for i, t in enumerate(types)})
+            recomputed = self._regroup(record, select, groups).select(schema.names).cast(schema)
+            new = pa.concat_tables([new, recomputed])
+        return new, keys, len(regroup)
 
     def _affected_driving_keys(self, plan: ModelPlan, start: Positions, end: Positions) -> tuple[pa.Table, int]:
         """The driving table's keys a change in the range can affect (see the module), and the number of
@@ -588,6 +648,11 @@ def _restrict_to_groups(select: exp.Select, view: str) -> exp.Select:
     )
     out.set("joins", [*(out.args.get("joins") or []), join])
     return out
+
+
+def _after(position: Mapping[int, int], end: Mapping[int, int]) -> bool:
+    """Whether a subscription ``position`` is past a round's ``end`` in some bucket."""
+    return any(offset > end.get(bucket, 0) for bucket, offset in position.items())
 
 
 def _distinct(table: pa.Table) -> pa.Table:
