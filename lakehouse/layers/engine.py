@@ -45,8 +45,7 @@ class SparkSql:
         if isinstance(view, pa.Table):
             if view.num_rows == 0 and schema is not None:
                 view = schema.empty_table()
-            # one chunk: Spark's createDataFrame drops every record batch after an empty one (PySpark 4.2)
-            return self.spark.createDataFrame(_spark_friendly(view.combine_chunks()))
+            return self.spark.createDataFrame(_spark_friendly(view))
         from lakehouse.spark import read_table
 
         definition = self.lh.table(name)
