@@ -92,7 +92,7 @@ SparkMasterOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine output: one JSON object per line")]
 
 
-def _open_layers(project: Path, warehouse, config, spark_master: str | None = None):
+def _open_layers(project: Path, warehouse, config, spark_master: str | None = "local[2]"):
     """(Lakehouse, Project, Layers): settings first, then the project, so that either fails before Spark."""
     from lakehouse.cli import _lakehouse
     from lakehouse.layers.project import load_project

@@ -138,7 +138,7 @@ def test_deploy_prints_created_and_already_there(fake) -> None:
     result = invoke("deploy", "--project", str(TPCH))
     assert result.exit_code == 0, result.output
     assert "1 created, 4 already there" in result.output
-    assert fake.calls == [("init", None), ("deploy",), ("close",)]
+    assert fake.calls == [("init", "local[2]"), ("deploy",), ("close",)]  # Spark only to infer types
 
 
 def test_run_once_prints_a_table_or_json_lines(fake) -> None:
