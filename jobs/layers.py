@@ -91,16 +91,19 @@ def run(lh, args: argparse.Namespace) -> int:
             for model in models:
                 emit(layers.rebuild(model).to_json())
         elif args.follow:
-            stop = threading.Event()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, lambda *_: stop.set())
-            layers.follow(
-                poll_seconds=args.poll_seconds,
-                stop=stop,
-                max_rounds=args.max_rounds,
-                on_round=lambda report: emit(report.to_json()),  # rounds that did work
-                models=models if args.model else None,
-            )
+            stop = threading.Event()  # SIGTERM (Airflow, spark-submit's kill) or SIGINT: after the round, exit 0
+            previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                layers.follow(
+                    poll_seconds=args.poll_seconds,
+                    stop=stop,
+                    max_rounds=args.max_rounds,
+                    on_round=lambda report: emit(report.to_json()),  # rounds that did work
+                    models=models if args.model else None,
+                )
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
         else:
             for report in layers.run_once(models if args.model else None):
                 emit(report.to_json())

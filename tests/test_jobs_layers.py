@@ -101,3 +101,51 @@ def test_a_round_of_every_model_then_a_rebuild(spark, tmp_path, capsys) -> None:
     assert job.main(["--warehouse", wh, "--project", str(EXAMPLE), "--rebuild", "--model", "dwd.orders_enriched"]) == 0
     (line,) = json_lines(capsys.readouterr().out)
     assert line["model"] == "dwd.orders_enriched" and line["upserts"] == line["deletes"] == 0, line
+
+
+def test_follow_runs_rounds_until_sigterm_and_exits_0(spark, tmp_path, capsys) -> None:
+    """--follow: rounds as inputs advance; SIGTERM (what Airflow sends a task it stops) ends it with exit 0."""
+    import os
+    import signal
+    import threading
+
+    from lakehouse import Lakehouse
+    from lakehouse.layers import load_project
+    from tests.layers._tpch_sql import produce, sql_rows, table_rows
+
+    wh = tmp_path.as_uri()
+    project = load_project(EXAMPLE)
+    before = signal.getsignal(signal.SIGTERM)
+    assert job.main(["--warehouse", wh, "--project", str(EXAMPLE)]) == 0  # deploys; idle rounds
+    with Lakehouse.open(wh) as lh:
+        produce(lh, project)
+    capsys.readouterr()
+
+    def terminate_when_caught_up() -> None:
+        with Lakehouse.open(wh) as lh:
+            for _ in range(600):
+                if all(s.lag_seconds is None and s.last_round for s in _status(lh, project)):
+                    break
+                threading.Event().wait(0.1)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    killer = threading.Thread(target=terminate_when_caught_up)
+    killer.start()
+    assert job.main(["--warehouse", wh, "--project", str(EXAMPLE), "--follow", "--poll-seconds", "0.05"]) == 0
+    killer.join()
+    assert signal.getsignal(signal.SIGTERM) is before
+    lines = json_lines(capsys.readouterr().out)
+    assert [line["model"] for line in lines] == list(project.order), lines
+    with Lakehouse.open(wh) as lh:
+        for model in project.order:
+            assert table_rows(lh, project, model) == sql_rows(spark, lh, project, model), model
+
+
+def _status(lh, project):
+    from lakehouse.layers.runner import Layers
+
+    layers = Layers(lh, project)
+    try:
+        return layers.status()
+    finally:
+        layers.close()
