@@ -216,8 +216,14 @@ class Retraction:
                 out[column] = total
             else:  # max, min
                 better = (lambda a, b: a >= b) if kind == "max" else (lambda a, b: a <= b)
-                if g is not None and (o is None or better(g, o)):
-                    return RECOMPUTE_GROUP  # the row holding the extreme (or a tie) left
+                if (
+                    g is not None
+                    and (o is None or better(g, o))
+                    and not (c is not None and o is not None and better(c, o))
+                ):
+                    # the row holding the extreme (or a tie) left, and no new row reaches it: the runner-up is
+                    # among the rows that stayed, which only the group's rows can tell
+                    return RECOMPUTE_GROUP
                 candidates = [v for v in (o, c) if v is not None]
                 out[column] = (max if kind == "max" else min)(candidates) if candidates else None
         if self.count_column is None:
