@@ -41,16 +41,14 @@ from sqlglot import exp
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 
 from lakehouse.errors import (
-    AppendIncomplete,
     DeployMismatch,
     InvalidArgument,
     LayerConflict,
-    ModelKeyError,
     SubscriptionConflict,
     TableAlreadyExists,
     TableNotFound,
 )
-from lakehouse.layers.engine import SparkSql, user_columns
+from lakehouse.layers.engine import SparkSql
 from lakehouse.layers.planner import KEYED, RECOMPUTE, RECOMPUTE_GROUP, ModelPlan, Retraction, explain
 from lakehouse.layers.rounds import (
     RoundRecord,
@@ -62,6 +60,7 @@ from lakehouse.layers.rounds import (
     report_exists,
     write_report,
 )
+from lakehouse.layers.writer import append_once, diff_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -318,9 +317,10 @@ class Layers:
             upserts, deletes, changes, affected = self._full(record)
         else:
             strategy, reason = plan.strategy, plan.reason
-            upserts, deletes, changes, affected, note = self._incremental(record, plan)
+            rows, gone, changes, affected, note = self._incremental(record, plan)
             reason = f"{reason} ({note})" if note else reason
-        self._append(record, upserts, deletes)
+            self._append(record, rows, gone)
+            upserts, deletes = rows.num_rows, gone.num_rows
         for table, sub in subs.items():
             target = record.end[table]
             if sub.position == target:
@@ -341,8 +341,8 @@ class Layers:
             record.end,
             input_changes=changes,
             affected=affected,
-            upserts=upserts.num_rows,
-            deletes=deletes.num_rows,
+            upserts=upserts,
+            deletes=deletes,
             seconds=time.monotonic() - started,
             resumed=resumed,
             finished_at=time.time(),
@@ -362,26 +362,22 @@ class Layers:
     def _append(self, record: RoundRecord, upserts: pa.Table, deletes: pa.Table) -> None:
         out = self.lh.log(record.model)
         producer = producer_of(record.model)
-        for data, op, sequence in ((upserts, "upsert", 2 * record.number), (deletes, "delete", 2 * record.number + 1)):
-            if data.num_rows == 0:
-                continue
-            for attempt in range(APPEND_ATTEMPTS):
-                try:
-                    out.append(data, op, producer_id=producer, sequence=sequence)
-                    break
-                except AppendIncomplete:
-                    if attempt == APPEND_ATTEMPTS - 1:
-                        raise
-                    time.sleep(0.1 * 2**attempt)
+        append_once(out, upserts, "upsert", producer, 2 * record.number)
+        append_once(out, deletes, "delete", producer, 2 * record.number + 1)
 
     # ---- a round's rows --------------------------------------------------------------------------------
 
-    def _full(self, record: RoundRecord) -> tuple[pa.Table, pa.Table, int, int]:
+    def _full(self, record: RoundRecord) -> tuple[int, int, int, int]:
+        """The whole SQL as of the round's end, diffed and appended per bucket by Spark tasks
+        (`lakehouse.layers.writer`): (upserts, deletes, input changes, rows)."""
+        from lakehouse.layers.writer import write_full
+
         model = self.project.models[record.model]
-        new = self.sql.run(model.qualified, {t: record.end[t] for t in model.inputs})
-        old = user_columns(self.lh.union_read(record.model, as_of=record.output))
-        upserts, deletes = self._diff(record.model, new, old)
-        return upserts, deletes, 0, new.num_rows
+        with self.sql.dataframe(model.qualified, {t: record.end[t] for t in model.inputs}) as new:
+            upserts, deletes, rows = write_full(
+                self.lh, record.model, record.number, producer_of(record.model), record.output, new, model.primary_key
+            )
+        return upserts, deletes, 0, rows
 
     def _incremental(self, record: RoundRecord, plan: ModelPlan) -> tuple[pa.Table, pa.Table, int, int, str]:
         assert record.start is not None
@@ -587,36 +583,7 @@ class Layers:
         return self.lh.table(model).schema
 
     def _diff(self, model: str, new: pa.Table, old: pa.Table) -> tuple[pa.Table, pa.Table]:
-        """(upserts, key-only deletes) that turn ``old`` into ``new`` (both keyed by the model's key), sorted
-        by key. A key ``new`` holds twice is the model's error (its SQL does not yield one row per key)."""
-        schema = self._output_schema(model)
-        key = list(self.project.models[model].primary_key)
-        try:
-            new = new.select(schema.names).cast(schema)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError) as exc:
-            raise ModelKeyError(
-                f"model {model}: its SQL's rows {new.schema} do not fit its table {schema} ({exc}); fix the SQL or "
-                "drop the table and deploy again",
-                model=model,
-            ) from None
-        _check_unique(model, new, key)
-        old = old.select(schema.names).cast(schema)
-        others = [n for n in schema.names if n not in key]
-        left = new.append_column("__in_new", pa.array([True] * new.num_rows, pa.bool_()))
-        right = old.rename_columns([n if n in key else f"{n}__old" for n in old.column_names])
-        right = right.append_column("__in_old", pa.array([True] * old.num_rows, pa.bool_()))
-        joined = left.join(right, keys=key, join_type="full outer")
-        in_new = pc.is_valid(joined["__in_new"])
-        in_old = pc.is_valid(joined["__in_old"])
-        differs = pc.invert(in_old)
-        for name in others:
-            a, b = joined[name], joined[f"{name}__old"]
-            same = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
-            differs = pc.or_(differs, pc.invert(same))
-        order = [(k, "ascending") for k in key]
-        upserts = joined.filter(pc.and_(in_new, differs)).select(schema.names).cast(schema).sort_by(order)
-        deletes = joined.filter(pc.and_(in_old, pc.invert(in_new))).select(key).sort_by(order)
-        return upserts, deletes.cast(pa.schema([schema.field(k) for k in key]))
+        return diff_rows(model, new, old, self._output_schema(model), self.project.models[model].primary_key)
 
     # ---- status ----------------------------------------------------------------------------------------
 
@@ -706,18 +673,3 @@ def _semi_join(table: pa.Table, keys: pa.Table, columns: Sequence[str]) -> pa.Ta
         return table
     keys = _distinct(keys.select(list(columns))).cast(pa.schema([table.schema.field(c) for c in columns]))
     return table.join(keys, keys=list(columns), join_type="left semi").select(table.column_names)
-
-
-def _check_unique(model: str, table: pa.Table, key: Sequence[str]) -> None:
-    if table.num_rows == 0:
-        return
-    counts = table.group_by(list(key)).aggregate([([], "count_all")])
-    twice = counts.filter(pc.greater(counts["count_all"], 1))
-    if twice.num_rows:
-        sample = twice.slice(0, 3).select(list(key)).to_pylist()
-        raise ModelKeyError(
-            f"model {model}: its SQL yields key {sample[0]} ({twice.num_rows} key(s) in all, e.g. {sample}) more "
-            f"than once, so it is not keyed by {list(key)}: a join that is not many-to-one, or a key that is not "
-            "the GROUP BY's. Nothing was written for this round; fix the SQL or the primary_key",
-            model=model,
-        )

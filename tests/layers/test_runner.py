@@ -125,7 +125,7 @@ def test_kill_9_in_a_round_then_rerun_loses_and_doubles_nothing(tmp_path, spark,
         for each in (lh, control):
             change_some(each)
     control_layers.run_once()
-    args = json.dumps([lh.url, point, "dwd.orders_enriched"])
+    args = json.dumps([lh.url, point, "dwd.orders_enriched", first])
     proc = subprocess.run(
         [sys.executable, "-m", "tests.layers._crash_worker", args],
         cwd=Path(__file__).resolve().parents[2],
