@@ -22,7 +22,8 @@ Which keys a range affects follows the model's plan (`lakehouse.layers.planner`)
 * ``retract``/``regroup``: the groups of those driving rows' joined rows, both as of the round's start (where
   they were) and as of its end (where they are); the model's SQL then recomputes exactly those groups (a
   ``LEFT SEMI JOIN`` on the group expressions; a group with no row left is deleted).
-* ``recompute`` and every model's first round: the whole SQL, diffed against the whole table.
+* ``recompute``, every model's first round and a rebuild: the whole SQL, diffed against the whole table bucket by
+  bucket in Spark tasks, which append their buckets themselves (`lakehouse.layers.writer`).
 """
 
 from __future__ import annotations
