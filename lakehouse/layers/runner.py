@@ -303,15 +303,44 @@ class Layers:
             kind, start = "incremental", {t: subs[t].position for t in model.inputs}
             if start == ends:
                 return RoundReport(name, -1, plan.strategy, "no input advanced", ends, idle=True)
-        record = RoundRecord(name, number, kind, start, ends, self.lh.log(name).end_offsets())
+        output = self.lh.log(name).end_offsets()
+        self._pin_own_table(name, output)
+        record = RoundRecord(name, number, kind, start, ends, output)
         create_round(store, record)
         return self._execute(record, subs, started)
+
+    def _pin_own_table(self, name: str, output: dict[int, int]) -> None:
+        """Keep M's own table readable as of ``output`` (the old rows of the round about to start) until the
+        next round: a subscription ``layers.<M>.self`` of M's table, which retention and expiry respect."""
+        own = self.lh.subscription(name, f"{consumer_of(name)}.self", start=output)
+        if own.position != output:
+            try:
+                own.advance(output)
+            except SubscriptionConflict:
+                raise LayerConflict(
+                    f"model {name}: another runner is starting a round at the same time; only one runner of a model "
+                    "may run. Nothing was written by this one"
+                ) from None
 
     def _execute(
         self, record: RoundRecord, subs: Mapping[str, Subscription], started: float, *, resumed: bool = False
     ) -> RoundReport:
         name = record.model
         plan = self.plans[name]
+        if resumed and record.kind == "incremental" and all(subs[t].position == record.end[t] for t in subs):
+            # appended and advanced before the runner died, only the report was missing: the inputs' range may
+            # be gone already (the subscriptions no longer pin it), and there is nothing left to do
+            report = RoundReport(
+                name,
+                record.number,
+                record.kind,
+                "finished before a crash; reported on resume",
+                record.end,
+                resumed=True,
+                finished_at=time.time(),
+            )
+            write_report(self.lh.store, report)
+            return report
         if record.start is None or plan.strategy == RECOMPUTE:
             strategy = record.kind if record.kind == "rebuild" else RECOMPUTE
             reason = plan.reason if record.start is not None else f"{record.kind} round: the whole SQL, diffed"

@@ -50,6 +50,8 @@ def arm_full(point: str, model: str) -> None:
     writer_module.write_full = write_full
     if point == "between_appends":
         writer_module.BucketWriter = KillingWriter
+    elif point == "before_report":
+        arm(point, model)
 
 
 def arm(point: str, model: str) -> None:
@@ -91,6 +93,15 @@ def arm(point: str, model: str) -> None:
                 die()
 
         Subscription.advance = advance
+    elif point == "before_report":
+        original_report = runner_module.write_report
+
+        def write_report(store, report):
+            if report.model == model:
+                die()
+            return original_report(store, report)
+
+        runner_module.write_report = write_report
     else:
         raise SystemExit(f"unknown point {point}")
 
