@@ -28,6 +28,7 @@ Which keys a range affects follows the model's plan (`lakehouse.layers.planner`)
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -45,6 +46,7 @@ from lakehouse.errors import (
     DeployMismatch,
     InvalidArgument,
     LayerConflict,
+    ModelChanged,
     SubscriptionConflict,
     TableAlreadyExists,
     TableNotFound,
@@ -78,6 +80,11 @@ Positions = dict[str, dict[int, int]]
 APPEND_ATTEMPTS = 5
 #: Key lists up to this long are pushed into reads as IN filters; longer ones as their range (see `_read_in`).
 IN_LIST_LIMIT = 64
+
+
+def sql_digest(sql: str) -> str:
+    """The digest a round records of the model's SQL (a changed SQL makes the next round a full one)."""
+    return hashlib.sha256(sql.encode()).hexdigest()
 
 
 def consumer_of(model: str) -> str:
@@ -289,7 +296,16 @@ class Layers:
                 f"model {name}: another runner finished a round after round {latest.number} while this one started; "
                 "only one runner of a model may run. Nothing was written by this one"
             )
+        digest = sql_digest(model.sql)
         if latest is not None and not report_exists(store, name, latest.number):
+            if latest.sql and latest.sql != digest:
+                raise ModelChanged(
+                    f"model {name}: its SQL ({model.path}) changed while round {latest.number} was unfinished; that "
+                    "round must finish with the SQL it started with. Restore the SQL, run once, then change it "
+                    "again (the next round recomputes the model in full)",
+                    path=model.path,
+                    model=name,
+                )
             report = self._execute(latest, subs, started, resumed=True)  # a round a runner left unfinished
             if not rebuild:
                 return report
@@ -297,7 +313,7 @@ class Layers:
             subs = {t: s.refresh() for t, s in subs.items()}
         number = 0 if latest is None else latest.number + 1
         ends = {t: self.lh.log(t).end_offsets() for t in model.inputs}
-        if latest is None or rebuild:
+        if latest is None or rebuild or (latest.sql and latest.sql != digest):
             kind, start = ("rebuild" if rebuild else "full"), None
         else:
             kind, start = "incremental", {t: subs[t].position for t in model.inputs}
@@ -305,7 +321,7 @@ class Layers:
                 return RoundReport(name, -1, plan.strategy, "no input advanced", ends, idle=True)
         output = self.lh.log(name).end_offsets()
         self._pin_own_table(name, output)
-        record = RoundRecord(name, number, kind, start, ends, output)
+        record = RoundRecord(name, number, kind, start, ends, output, digest)
         create_round(store, record)
         return self._execute(record, subs, started)
 
@@ -344,6 +360,8 @@ class Layers:
         if record.start is None or plan.strategy == RECOMPUTE:
             strategy = record.kind if record.kind == "rebuild" else RECOMPUTE
             reason = plan.reason if record.start is not None else f"{record.kind} round: the whole SQL, diffed"
+            if record.kind == "full" and record.number > 0:
+                reason = "the model's SQL changed since its last round: the whole SQL, diffed"
             upserts, deletes, changes, affected = self._full(record)
         else:
             strategy, reason = plan.strategy, plan.reason

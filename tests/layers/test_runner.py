@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from lakehouse.errors import DeployMismatch, InvalidArgument, LayerConflict, ModelKeyError
+from lakehouse.errors import DeployMismatch, InvalidArgument, LayerConflict, ModelChanged, ModelKeyError
 from lakehouse.lakehouse import Lakehouse
 from lakehouse.layers.project import load_project
 from lakehouse.layers.rounds import latest_round, read_report
@@ -209,3 +209,44 @@ def test_a_model_that_yields_a_key_twice_writes_nothing(tmp_path, spark):
     with pytest.raises(ModelKeyError):  # and is tried again, not skipped
         layers.run_once()
     assert log_records(lh, "dwd.orders_enriched") == 0
+
+
+def test_a_changed_model_sql_recomputes_the_model_in_full(tmp_path, spark):
+    root = tmp_path / "project"
+    shutil.copytree(EXAMPLE, root)
+    lh, layers = fresh(tmp_path, "wh", spark, load_project(root))
+    load_base(lh)
+    layers.run_once()
+    sql_file = root / "models" / "dwd.orders_enriched.sql"
+    # the same columns, a different name: an incremental round would leave the untouched orders stale
+    sql_file.write_text(sql_file.read_text().replace("c.c_name,", "upper(c.c_name) AS c_name,"))
+    changed = load_project(root)
+    reports = Layers(lh, changed, spark).run_once(["dwd.orders_enriched"])
+    assert reports[0].strategy == "recompute" and "SQL changed" in reports[0].reason
+    names = state(lh, "dwd.orders_enriched", ["o_orderkey"])["c_name"].to_pylist()
+    assert names and all(n == n.upper() for n in names)
+    assert Layers(lh, changed, spark).run_once(["dwd.orders_enriched"])[0].idle
+
+
+def test_a_model_changed_during_an_unfinished_round_is_refused(tmp_path, spark):
+    root = tmp_path / "project"
+    shutil.copytree(EXAMPLE, root)
+    project = load_project(root)
+    lh, layers = fresh(tmp_path, "wh", spark, project)
+    load_base(lh)
+    layers.run_once()
+    change_some(lh)
+
+    class DiesBeforeAppending(Layers):
+        def _append(self, record, upserts, deletes):
+            raise KeyboardInterrupt  # the runner stops here, its round unfinished
+
+    with pytest.raises(KeyboardInterrupt):
+        DiesBeforeAppending(lh, project, spark).run_once(["dwd.orders_enriched"])
+    sql_file = root / "models" / "dwd.orders_enriched.sql"
+    original = sql_file.read_text()
+    sql_file.write_text(original.replace("c.c_name,", "upper(c.c_name) AS c_name,"))
+    with pytest.raises(ModelChanged, match="changed while round 1 was unfinished"):
+        Layers(lh, load_project(root), spark).run_once(["dwd.orders_enriched"])
+    sql_file.write_text(original)
+    assert Layers(lh, load_project(root), spark).run_once(["dwd.orders_enriched"])[0].resumed
