@@ -64,6 +64,7 @@ from lakehouse.layers.rounds import (
     write_report,
 )
 from lakehouse.layers.writer import append_once, diff_rows
+from object_store import StoreUnavailable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,6 +79,8 @@ log = logging.getLogger(__name__)
 
 Positions = dict[str, dict[int, int]]
 APPEND_ATTEMPTS = 5
+#: The longest pause of `Layers.follow` while the store does not answer.
+FOLLOW_MAX_BACKOFF = 30.0
 #: Key lists up to this long are pushed into reads as IN filters; longer ones as their range (see `_read_in`).
 IN_LIST_LIMIT = 64
 
@@ -253,12 +256,24 @@ class Layers:
         models: Sequence[str] | None = None,
     ) -> None:
         """Run rounds as soon as inputs advance, until ``stop`` is set (or ``max_rounds`` rounds that did
-        something have run), sleeping ``poll_seconds`` when nothing moved."""
+        something have run), sleeping ``poll_seconds`` when nothing moved. A store that stops answering
+        (`StoreUnavailable`) pauses the loop with a growing delay (up to `FOLLOW_MAX_BACKOFF` seconds) and
+        the interrupted round is resumed; any other error ends it."""
         stop = stop or threading.Event()
         ran = 0
+        failures = 0
         while not stop.is_set():
             busy = False
-            for report in self.run_once(models):
+            try:
+                reports = self.run_once(models)
+            except StoreUnavailable as exc:
+                failures += 1
+                delay = min(FOLLOW_MAX_BACKOFF, poll_seconds * 2**failures)
+                log.warning("layers: the store did not answer (%s); the round is resumed in %.1f s", exc, delay)
+                stop.wait(delay)
+                continue
+            failures = 0
+            for report in reports:
                 if report.idle:
                     continue
                 busy = True

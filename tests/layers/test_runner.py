@@ -18,6 +18,7 @@ from lakehouse.lakehouse import Lakehouse
 from lakehouse.layers.project import load_project
 from lakehouse.layers.rounds import latest_round, read_report
 from lakehouse.layers.runner import Layers, consumer_of
+from object_store import StoreUnavailable
 from tests.layers._tpch import EXAMPLE, MODELS, change_some, load_base, log_records, state
 
 pytestmark = pytest.mark.usefixtures("spark")
@@ -250,3 +251,22 @@ def test_a_model_changed_during_an_unfinished_round_is_refused(tmp_path, spark):
         Layers(lh, load_project(root), spark).run_once(["dwd.orders_enriched"])
     sql_file.write_text(original)
     assert Layers(lh, load_project(root), spark).run_once(["dwd.orders_enriched"])[0].resumed
+
+
+def test_follow_waits_out_a_store_that_stops_answering(tmp_path, spark, project):
+    lh, layers = fresh(tmp_path, "wh", spark, project)
+    load_base(lh)
+    calls = []
+
+    class Flaky(Layers):
+        """The store fails the first two rounds' reads (a fault the real store cannot be made to give here)."""
+
+        def run_once(self, models=None):
+            calls.append(1)
+            if len(calls) <= 2:
+                raise StoreUnavailable("the S3 endpoint did not answer (injected)")
+            return super().run_once(models)
+
+    reports = []
+    Flaky(lh, project, spark).follow(poll_seconds=0.01, max_rounds=2, on_round=reports.append)
+    assert len(calls) == 3 and [r.model for r in reports] == list(MODELS)
