@@ -9,9 +9,10 @@ M's table to M's log (tiering then moves them into the lake as for any table):
    next run resumes with the same range.
 2. The new rows of the keys the range can affect are computed with Spark SQL over the inputs **as of the
    round's end** (as-of reads make a round deterministic for its range), the old rows of the same keys read from
-   M's table as of its log's ends when the round began, and the difference appended: upserts under producer
-   ``layers.<M>`` sequence ``2r``, deletes (keys only) under ``2r + 1``, rows sorted by key. A retried round
-   appends the same rows under the same sequences, and the log recognises the buckets that already hold them.
+   M's table as of its log's ends when the round began, and the difference appended: upserts and key-only
+   deletes, sorted by key, in chunks within the log's append limits, under producer ``layers.<M>`` and the
+   round's own sequences (`lakehouse.layers.writer.round_sequence`). A retried round appends the same chunks
+   under the same sequences, and the log recognises the buckets that already hold them.
 3. Only then each input subscription advances to the round's end (a compare-and-swap), which ends the round.
 
 Which keys a range affects follows the model's plan (`lakehouse.layers.planner`):
@@ -63,7 +64,7 @@ from lakehouse.layers.rounds import (
     report_exists,
     write_report,
 )
-from lakehouse.layers.writer import append_once, diff_rows
+from lakehouse.layers.writer import append_round, diff_rows
 from object_store import StoreUnavailable
 
 if TYPE_CHECKING:
@@ -425,8 +426,8 @@ class Layers:
     def _append(self, record: RoundRecord, upserts: pa.Table, deletes: pa.Table) -> None:
         out = self.lh.log(record.model)
         producer = producer_of(record.model)
-        append_once(out, upserts, "upsert", producer, 2 * record.number)
-        append_once(out, deletes, "delete", producer, 2 * record.number + 1)
+        append_round(out, upserts, "upsert", producer, record.number)
+        append_round(out, deletes, "delete", producer, record.number)
 
     # ---- a round's rows --------------------------------------------------------------------------------
 

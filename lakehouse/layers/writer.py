@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from lakehouse.lakehouse import Lakehouse
     from lakehouse.union import ReadPlan
 
-__all__ = ["BucketWriter", "diff_rows", "write_full"]
+__all__ = ["BucketWriter", "append_round", "diff_rows", "round_sequence", "write_full"]
 
 APPEND_ATTEMPTS = 5
 BUCKET = "__lakestream_bucket"
@@ -91,18 +91,35 @@ def _twice_error(model: str, count: int, sample: list[dict], key: Sequence[str])
     )
 
 
-def append_once(log_: Any, data: pa.Table, op: str, producer: str, sequence: int) -> None:
-    """Append under (producer, sequence), retrying an incomplete append (the written buckets are recognised)."""
+#: Sequences of one round: upserts from ``number * ROUND_SEQUENCES``, deletes from half-way (one per chunk).
+ROUND_SEQUENCES = 2**20
+
+
+def round_sequence(number: int, op: str, chunk: int) -> int:
+    """The producer sequence of chunk ``chunk`` of round ``number``'s ``op`` rows: the same on every retry."""
+    return number * ROUND_SEQUENCES + (ROUND_SEQUENCES // 2 if op == "delete" else 0) + chunk
+
+
+def append_round(log_: Any, data: pa.Table, op: str, producer: str, number: int) -> None:
+    """Append round ``number``'s ``op`` rows (sorted: the same chunks on every retry) in chunks within the
+    log's per-append limits, each under its own sequence (`round_sequence`), retrying an incomplete append
+    (the written buckets are recognised)."""
     if data.num_rows == 0:
         return
-    for attempt in range(APPEND_ATTEMPTS):
-        try:
-            log_.append(data, op, producer_id=producer, sequence=sequence)
-            return
-        except AppendIncomplete:
-            if attempt == APPEND_ATTEMPTS - 1:
-                raise
-            time.sleep(0.1 * 2**attempt)
+    limits = log_.limits
+    per_row = max(1, data.nbytes // data.num_rows)
+    rows = max(1, min(limits.max_rows, (limits.max_bytes // 2) // per_row))
+    for chunk, offset in enumerate(range(0, data.num_rows, rows)):
+        part = data.slice(offset, rows)
+        sequence = round_sequence(number, op, chunk)
+        for attempt in range(APPEND_ATTEMPTS):
+            try:
+                log_.append(part, op, producer_id=producer, sequence=sequence)
+                break
+            except AppendIncomplete:
+                if attempt == APPEND_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.1 * 2**attempt)
 
 
 @dataclass(frozen=True)
@@ -149,8 +166,8 @@ class BucketWriter:
                 new = rows.filter(pc.equal(rows[BUCKET], bucket)).drop_columns([BUCKET])
                 old = read_bucket(self.old, bucket, log_, self.schema)
                 upserts, deletes = diff_rows(self.model, new, old, self.schema, self.key)
-                append_once(log_, upserts, "upsert", self.producer, 2 * self.number)
-                append_once(log_, deletes, "delete", self.producer, 2 * self.number + 1)
+                append_round(log_, upserts, "upsert", self.producer, self.number)
+                append_round(log_, deletes, "delete", self.producer, self.number)
                 yield pa.RecordBatch.from_pydict(
                     {
                         "bucket": [bucket],
@@ -206,7 +223,7 @@ def write_full(
     gone = [read_bucket(old, b, log_, schema).select(list(key)) for b in range(definition.buckets) if b not in written]
     gone_rows = pa.concat_tables(gone) if gone else pa.table({})
     if gone_rows.num_rows:
-        append_once(log_, gone_rows.sort_by([(k, "ascending") for k in key]), "delete", producer, 2 * number + 1)
+        append_round(log_, gone_rows.sort_by([(k, "ascending") for k in key]), "delete", producer, number)
     return upserts, deletes + gone_rows.num_rows, sum(r["rows"] for r in summary)
 
 

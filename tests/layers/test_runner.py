@@ -263,3 +263,35 @@ def test_follow_waits_out_a_store_that_stops_answering(tmp_path, spark, project)
     reports = []
     Flaky(lh, project, spark).follow(poll_seconds=0.01, max_rounds=2, on_round=reports.append)
     assert len(calls) == 3 and [r.model for r in reports] == list(MODELS)
+
+
+def test_a_round_larger_than_one_append_goes_in_chunks_exactly_once(tmp_path, spark, project):
+    from lakehouse.log.batch import Limits
+
+    def small_appends(lh: Lakehouse) -> Lakehouse:
+        lh.log("dwd.orders_enriched").limits = Limits(max_rows=7)  # the round's ~190 rows take many appends
+        return lh
+
+    lh, layers = fresh(tmp_path, "wh", spark, project)
+    control, control_layers = fresh(tmp_path, "control", spark, project)
+    for each, each_layers in ((lh, layers), (control, control_layers)):
+        load_base(each)
+        each_layers.run_once()
+        change_some(small_appends(each))
+    control_layers.run_once(["dwd.orders_enriched"])
+    log_ = lh.log("dwd.orders_enriched")
+    original, calls = log_.append, []
+
+    def dies_at_the_third_chunk(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the runner stops between two chunks of its round
+        return original(*args, **kwargs)
+
+    log_.append = dies_at_the_third_chunk
+    with pytest.raises(KeyboardInterrupt):
+        layers.run_once(["dwd.orders_enriched"])
+    resumed = Layers(small_appends(Lakehouse.open(lh.url)), project, spark).run_once(["dwd.orders_enriched"])
+    assert resumed[0].resumed and resumed[0].upserts > 7
+    assert log_records(lh, "dwd.orders_enriched") == log_records(control, "dwd.orders_enriched")
+    assert state(lh, "dwd.orders_enriched", ["o_orderkey"]) == state(control, "dwd.orders_enriched", ["o_orderkey"])
