@@ -171,8 +171,8 @@ class PkState:
         self.key = tuple(key)
         self.rows: dict[tuple, dict] = {}
 
-    def apply(self, op: str, batch: pa.Table) -> None:
-        for row in batch.to_pylist():
+    def apply(self, op: str, batch: pa.Table | Sequence[dict]) -> None:
+        for row in batch.to_pylist() if isinstance(batch, pa.Table) else batch:
             k = tuple(row[c] for c in self.key)
             if op == "delete":
                 self.rows.pop(k, None)
@@ -202,10 +202,10 @@ class OdsReplay:
         self.project = project
         self.tables = {name: PkState(s.schema, s.primary_key) for name, s in project.sources.items()}
 
-    def apply(self, table: str, op: str, batch: pa.Table) -> None:
+    def apply(self, table: str, op: str, batch: pa.Table | Sequence[dict]) -> None:
         self.tables[table].apply(op, batch)
 
-    def apply_all(self, changes: Iterable[tuple[str, str, pa.Table]]) -> None:
+    def apply_all(self, changes: Iterable[tuple[str, str, pa.Table | Sequence[dict]]]) -> None:
         for table, op, batch in changes:
             self.apply(table, op, batch)
 
@@ -227,6 +227,7 @@ def assert_same_rows(actual: pa.Table, expected: pa.Table, key: Sequence[str], *
     """``actual`` (e.g. a union read) holds exactly ``expected``'s rows: compared sorted by ``key``, without
     lakestream's ``__`` columns, cast to ``expected``'s schema. On failure, the first differing keys."""
     label = f"{what}: " if what else ""
+    expected = strip_internal(expected)
     actual = _conform(actual, expected.schema, f"{label}actual")
     expected = _conform(expected, expected.schema, f"{label}expected")
     key = list(key)
