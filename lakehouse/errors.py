@@ -93,6 +93,16 @@ class ModelKeyError(ProjectError):
     one of its GROUP BY expressions."""
 
 
+class LayerConflict(LakestreamError):
+    """Another runner of the same warehouse-layers model started the same round first (``lakehouse.layers``):
+    only one runner of a model may run at a time. Nothing was written by this one; let the other finish (or,
+    if it died, run again: the round it left is resumed exactly once)."""
+
+
+class DeployMismatch(ProjectError):
+    """A table the project declares already exists with another schema or key (``lakestream layers deploy``)."""
+
+
 class InvalidTableName(LakestreamError, ValueError):
     """A table name is not ``namespace.table`` made of letters, digits and underscores."""
 

@@ -1,0 +1,196 @@
+"""The durable record of a model's rounds: what each round consumed, written before it writes anything.
+
+A round of model M is numbered ``r`` (0, 1, ...). Before it writes, its *intent* is created with
+``If-None-Match: *`` at ``_lakestream/layers/<M>/round-<r>.json``: the input range (``start``, ``end`` per input
+table; ``start`` is None for a full round), and the output log's end offsets when it began (``output``). Only one
+runner can create round ``r``: the other gets `LayerConflict`. The round is done when every input subscription
+of M stands at ``end`` and then its report is written next to it (``report-<r>.json``); until then any runner
+resumes it from its intent: the same range, the same as-of reads, so the same rows, appended under the same
+producer id and sequences (the log recognises what already landed).
+The report also feeds ``lakestream layers status``; old intents and reports are deleted (the newest few are kept).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from lakehouse.errors import LayerConflict
+from lakehouse.tables import RESERVED_NAMESPACE
+from object_store import NotFound, ObjectStore, PreconditionFailed
+
+__all__ = ["LAYERS_PREFIX", "RoundRecord", "RoundReport", "create_round", "latest_round", "prune", "read_report"]
+
+LAYERS_PREFIX = f"{RESERVED_NAMESPACE}/layers/"
+#: Rounds whose intent and report are kept (the newest ones; older ones are deleted after each round).
+KEEP_ROUNDS = 8
+
+Positions = dict[str, dict[int, int]]
+
+
+def _key(model: str, kind: str, number: int) -> str:
+    return f"{LAYERS_PREFIX}{model}/{kind}-{number:012d}.json"
+
+
+def _positions(doc: Any) -> Positions | None:
+    if doc is None:
+        return None
+    return {table: {int(b): int(o) for b, o in offsets.items()} for table, offsets in doc.items()}
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """A round's intent: model, number, kind (``incremental``, ``full`` or ``rebuild``), the input range and
+    the output log's ends when it began."""
+
+    model: str
+    number: int
+    kind: str
+    start: Positions | None
+    end: Positions
+    output: dict[int, int]
+
+    @property
+    def key(self) -> str:
+        return _key(self.model, "round", self.number)
+
+    def to_json(self) -> bytes:
+        doc = {
+            "model": self.model,
+            "round": self.number,
+            "kind": self.kind,
+            "start": self.start,
+            "end": self.end,
+            "output": self.output,
+        }
+        return json.dumps(doc, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> RoundRecord:
+        doc = json.loads(data)
+        return cls(
+            model=doc["model"],
+            number=int(doc["round"]),
+            kind=doc["kind"],
+            start=_positions(doc["start"]),
+            end=_positions(doc["end"]) or {},
+            output={int(b): int(o) for b, o in doc["output"].items()},
+        )
+
+
+@dataclass(frozen=True)
+class RoundReport:
+    """What one round of a model did (``lakestream layers run`` prints it; ``status`` shows the last one).
+
+    ``round`` is -1 and ``idle`` True when no input had advanced (nothing ran). ``positions``: every input's
+    offsets after the round. ``input_changes``: change rows read from the inputs; ``affected``: output keys (or
+    groups) recomputed; ``upserts``/``deletes``: rows appended to the model's log."""
+
+    model: str
+    round: int
+    strategy: str
+    reason: str
+    positions: Positions
+    input_changes: int = 0
+    affected: int = 0
+    upserts: int = 0
+    deletes: int = 0
+    seconds: float = 0.0
+    idle: bool = False
+    resumed: bool = False
+    finished_at: float = field(default=0.0, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "round": self.round,
+            "strategy": self.strategy,
+            "reason": self.reason,
+            "positions": {t: {str(b): o for b, o in p.items()} for t, p in self.positions.items()},
+            "input_changes": self.input_changes,
+            "affected": self.affected,
+            "upserts": self.upserts,
+            "deletes": self.deletes,
+            "seconds": round(self.seconds, 3),
+            "idle": self.idle,
+            "resumed": self.resumed,
+            "finished_at": self.finished_at,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> RoundReport:
+        return cls(**{**doc, "positions": _positions(doc["positions"]) or {}})
+
+
+def latest_round(store: ObjectStore, model: str) -> RoundRecord | None:
+    """The newest round's intent of ``model``, or None before its first round."""
+    newest = None
+    for info in store.list(f"{LAYERS_PREFIX}{model}/round-"):
+        newest = info.key  # listed in key order: zero-padded numbers sort
+    if newest is None:
+        return None
+    try:
+        return RoundRecord.from_json(store.get(newest).data)
+    except NotFound:  # pruned meanwhile by a runner that went on: look again
+        return latest_round(store, model)
+
+
+def create_round(store: ObjectStore, record: RoundRecord) -> None:
+    """Create the round's intent, once.
+
+    Raises:
+        LayerConflict: another runner created this round first.
+    """
+    try:
+        store.put(record.key, record.to_json(), if_none_match=True)
+    except PreconditionFailed:
+        raise LayerConflict(
+            f"model {record.model}: round {record.number} was started by another runner at the same time; only one "
+            "runner of a model may run. Nothing was written by this one; if the other died, run again (its round "
+            "is resumed exactly once)"
+        ) from None
+
+
+def write_report(store: ObjectStore, report: RoundReport) -> None:
+    store.put(_key(report.model, "report", report.round), json.dumps(report.to_json(), sort_keys=True).encode())
+
+
+def report_exists(store: ObjectStore, model: str, number: int) -> bool:
+    """Whether round ``number`` of ``model`` finished: its report is written after its subscriptions advanced."""
+    return store.exists(_key(model, "report", number))
+
+
+def read_report(store: ObjectStore, model: str) -> RoundReport | None:
+    """The newest round report of ``model``, or None."""
+    keys = [info.key for info in store.list(f"{LAYERS_PREFIX}{model}/report-")]
+    for key in reversed(keys):
+        try:
+            return RoundReport.from_json(json.loads(store.get(key).data))
+        except NotFound:
+            continue
+    return None
+
+
+def prune(store: ObjectStore, model: str, newest: int) -> None:
+    """Delete intents and reports older than the newest `KEEP_ROUNDS` rounds."""
+    for kind in ("round", "report"):
+        for info in store.list(f"{LAYERS_PREFIX}{model}/{kind}-"):
+            number = int(info.key.rsplit("-", 1)[1].split(".")[0])
+            if number <= newest - KEEP_ROUNDS:
+                try:
+                    store.delete(info.key)
+                except NotFound:
+                    pass
+
+
+def delete_model_state(store: ObjectStore, model: str) -> int:
+    """Delete every round record of ``model`` (when its table is dropped); returns how many."""
+    deleted = 0
+    for info in list(store.list(f"{LAYERS_PREFIX}{model}/")):
+        try:
+            store.delete(info.key)
+            deleted += 1
+        except NotFound:
+            pass
+    return deleted

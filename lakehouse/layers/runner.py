@@ -1,0 +1,629 @@
+"""`Layers`: deploy a project's tables and run its models' rounds, exactly once.
+
+A *round* of model M consumes what its inputs appended since its last round and writes the resulting changes of
+M's table to M's log (tiering then moves them into the lake as for any table):
+
+1. The round's range: per input the position of M's subscription (consumer ``layers.<M>``) to the log's end now.
+   Its intent (`lakehouse.layers.rounds`) is created with ``If-None-Match: *`` before anything is written, so
+   two runners of M cannot both run it (`LayerConflict`), and a runner killed at any point leaves an intent the
+   next run resumes with the same range.
+2. The new rows of the keys the range can affect are computed with Spark SQL over the inputs **as of the
+   round's end** (as-of reads make a round deterministic for its range), the old rows of the same keys read from
+   M's table as of its log's ends when the round began, and the difference appended: upserts under producer
+   ``layers.<M>`` sequence ``2r``, deletes (keys only) under ``2r + 1``, rows sorted by key. A retried round
+   appends the same rows under the same sequences, and the log recognises the buckets that already hold them.
+3. Only then each input subscription advances to the round's end (a compare-and-swap), which ends the round.
+
+Which keys a range affects follows the model's plan (`lakehouse.layers.planner`):
+
+* ``keyed``: the changed keys of the driving table, plus, for each dimension, the driving rows that join to its
+  changed keys (hop by hop, as of the round's end: a row whose join column changed is itself a changed row).
+  Every input is read restricted to those rows and what they join to, so a round reads its changes, not the table.
+* ``retract``/``regroup``: the groups of those driving rows' joined rows, both as of the round's start (where
+  they were) and as of its end (where they are); the model's SQL then recomputes exactly those groups (a
+  ``LEFT SEMI JOIN`` on the group expressions; a group with no row left is deleted).
+* ``recompute`` and every model's first round: the whole SQL, diffed against the whole table.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.expressions import In
+from sqlglot import exp
+from sqlglot.optimizer.merge_subqueries import merge_subqueries
+
+from lakehouse.errors import (
+    AppendIncomplete,
+    DeployMismatch,
+    InvalidArgument,
+    LayerConflict,
+    ModelKeyError,
+    SubscriptionConflict,
+    TableAlreadyExists,
+    TableNotFound,
+)
+from lakehouse.layers.engine import SparkSql, user_columns
+from lakehouse.layers.planner import KEYED, RECOMPUTE, ModelPlan, explain
+from lakehouse.layers.rounds import (
+    RoundRecord,
+    RoundReport,
+    create_round,
+    latest_round,
+    prune,
+    read_report,
+    report_exists,
+    write_report,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakehouse.lakehouse import Lakehouse
+    from lakehouse.layers.project import Project
+    from lakehouse.subscriptions import Subscription
+
+__all__ = ["Layers", "ModelStatus", "RoundReport", "consumer_of", "producer_of"]
+
+log = logging.getLogger(__name__)
+
+Positions = dict[str, dict[int, int]]
+APPEND_ATTEMPTS = 5
+
+
+def consumer_of(model: str) -> str:
+    """The subscription name (in each input table) of ``model``'s rounds."""
+    return f"layers.{model}"
+
+
+def producer_of(model: str) -> str:
+    """The producer id of ``model``'s appends to its own log."""
+    return f"layers.{model}"
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    """Where a model stands: per input its subscription's position and lag, and its last round."""
+
+    model: str
+    strategy: str
+    positions: Positions
+    lag_records: dict[str, int]
+    lag_seconds: float | None
+    last_round: RoundReport | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "strategy": self.strategy,
+            "positions": {t: {str(b): o for b, o in p.items()} for t, p in self.positions.items()},
+            "lag_records": self.lag_records,
+            "lag_seconds": self.lag_seconds,
+            "last_round": self.last_round.to_json() if self.last_round else None,
+        }
+
+
+class Layers:
+    """A project's models over one warehouse (see the module). ``spark`` is started on first need (master
+    ``spark_master``) unless given; `close` stops a session started here."""
+
+    def __init__(
+        self,
+        lh: Lakehouse,
+        project: Project,
+        spark: SparkSession | None = None,
+        *,
+        spark_master: str | None = "local[2]",
+    ) -> None:
+        self.lh = lh
+        self.project = project
+        self.plans: dict[str, ModelPlan] = {p.model: p for p in explain(project)}
+        self.spark_master = spark_master
+        self._spark = spark
+        self._own_spark = False
+        self._sql: SparkSql | None = None
+
+    # ---- Spark -----------------------------------------------------------------------------------------
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            from lakehouse.spark import spark_session
+
+            self._spark = spark_session(master=self.spark_master, app_name="lakestream-layers")
+            self._own_spark = True
+        return self._spark
+
+    @property
+    def sql(self) -> SparkSql:
+        if self._sql is None:
+            from lakehouse.spark_source import register
+
+            register(self.spark, self.lh)
+            self._sql = SparkSql(self.spark, self.lh)
+        return self._sql
+
+    def close(self) -> None:
+        if self._own_spark and self._spark is not None:
+            self._spark.stop()
+        self._spark = self._sql = None
+
+    def __enter__(self) -> Layers:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # ---- deploy ----------------------------------------------------------------------------------------
+
+    def deploy(self) -> list[str]:
+        """Create every table the project declares that does not exist yet (sources, then models in dependency
+        order); returns the names created. Idempotent; a concurrent deploy that created a table first is fine.
+
+        Raises:
+            DeployMismatch: a table exists with other columns, types or key than the project declares.
+        """
+        created = []
+        for name in self.project.tables:
+            schema, settings = self._declared(name)
+            try:
+                existing = self.lh.table(name)
+            except TableNotFound:
+                existing = None
+            if existing is None:
+                try:
+                    self.lh.create_table(name, schema, **settings)
+                    created.append(name)
+                    continue
+                except TableAlreadyExists:
+                    existing = self.lh.table(name)
+            self._check_existing(name, existing, schema, settings)
+        return created
+
+    def _declared(self, name: str) -> tuple[pa.Schema, dict[str, Any]]:
+        if name in self.project.sources:
+            d = self.project.sources[name].definition
+            schema = d.schema
+        else:
+            model = self.project.models[name]
+            schema = model.schema or self._inferred_schema(name)
+            d = model
+        settings = {
+            "buckets": d.buckets,
+            "primary_key": list(d.primary_key) or None,
+            "bucket_key": d.bucket_key,
+            "partition_by": list(d.partition_by) or None,
+        }
+        return schema, settings
+
+    def _inferred_schema(self, name: str) -> pa.Schema:
+        """A model's output schema as Spark computes it (over empty inputs), key columns not null."""
+        model = self.project.models[name]
+        views = {t: self.lh.table(t).schema.empty_table() for t in model.inputs}
+        result = self.sql.run(model.qualified, views).schema
+        return pa.schema([pa.field(f.name, f.type, f.name not in model.primary_key) for f in result])
+
+    def _check_existing(self, name: str, existing: Any, schema: pa.Schema, settings: Mapping[str, Any]) -> None:
+        have = [(f.name, str(f.type)) for f in existing.schema]
+        want = [(f.name, str(f.type)) for f in schema]
+        if have != want or tuple(existing.primary_key) != tuple(settings["primary_key"] or ()):
+            raise DeployMismatch(
+                f"table {name} exists in {self.lh.url} with columns {have} and key {list(existing.primary_key)}, but "
+                f"the project declares {want} and key {settings['primary_key']}; drop it (lakestream table drop "
+                f"{name}) to create it as declared, or change the project",
+                model=name,
+            )
+
+    # ---- running ---------------------------------------------------------------------------------------
+
+    def run_once(self, models: Sequence[str] | None = None) -> list[RoundReport]:
+        """One round of each model (all, or ``models``), in dependency order, each consuming everything its
+        inputs hold now (so a model sees what the models before it wrote in this call)."""
+        return [self._round(name) for name in self._chosen(models)]
+
+    def rebuild(self, model: str) -> RoundReport:
+        """Recompute ``model`` in full over its inputs now and append the difference to its table: the same
+        exactly-once path as a round (an unfinished round is finished first)."""
+        (name,) = self._chosen([model])
+        return self._round(name, rebuild=True)
+
+    def follow(
+        self,
+        *,
+        poll_seconds: float = 0.2,
+        stop: threading.Event | None = None,
+        max_rounds: int | None = None,
+        on_round: Callable[[RoundReport], None] | None = None,
+        models: Sequence[str] | None = None,
+    ) -> None:
+        """Run rounds as soon as inputs advance, until ``stop`` is set (or ``max_rounds`` rounds that did
+        something have run), sleeping ``poll_seconds`` when nothing moved."""
+        stop = stop or threading.Event()
+        ran = 0
+        while not stop.is_set():
+            busy = False
+            for report in self.run_once(models):
+                if report.idle:
+                    continue
+                busy = True
+                ran += 1
+                if on_round is not None:
+                    on_round(report)
+            if max_rounds is not None and ran >= max_rounds:
+                return
+            if not busy:
+                stop.wait(poll_seconds)
+
+    def _chosen(self, models: Sequence[str] | None) -> list[str]:
+        if models is None:
+            return list(self.project.order)
+        unknown = [m for m in models if m not in self.project.models]
+        if unknown:
+            raise InvalidArgument(
+                f"no model {', '.join(unknown)} in project {self.project.path}; its models: "
+                f"{', '.join(self.project.order) or 'none'}"
+            )
+        return [m for m in self.project.order if m in models]
+
+    def _subscriptions(self, name: str) -> dict[str, Subscription]:
+        return {t: self.lh.subscription(t, consumer_of(name), start="latest") for t in self.project.models[name].inputs}
+
+    def _round(self, name: str, *, rebuild: bool = False) -> RoundReport:
+        started = time.monotonic()
+        model = self.project.models[name]
+        plan = self.plans[name]
+        store = self.lh.store
+        latest = latest_round(store, name)
+        subs = self._subscriptions(name)
+        if latest is not None and any(_after(subs[t].position, latest.end.get(t, {})) for t in model.inputs):
+            raise LayerConflict(
+                f"model {name}: another runner finished a round after round {latest.number} while this one started; "
+                "only one runner of a model may run. Nothing was written by this one"
+            )
+        if latest is not None and not report_exists(store, name, latest.number):
+            report = self._execute(latest, subs, started, resumed=True)  # a round a runner left unfinished
+            if not rebuild:
+                return report
+            started = time.monotonic()
+            subs = {t: s.refresh() for t, s in subs.items()}
+        number = 0 if latest is None else latest.number + 1
+        ends = {t: self.lh.log(t).end_offsets() for t in model.inputs}
+        if latest is None or rebuild:
+            kind, start = ("rebuild" if rebuild else "full"), None
+        else:
+            kind, start = "incremental", {t: subs[t].position for t in model.inputs}
+            if start == ends:
+                return RoundReport(name, -1, plan.strategy, "no input advanced", ends, idle=True)
+        record = RoundRecord(name, number, kind, start, ends, self.lh.log(name).end_offsets())
+        create_round(store, record)
+        return self._execute(record, subs, started)
+
+    def _execute(
+        self, record: RoundRecord, subs: Mapping[str, Subscription], started: float, *, resumed: bool = False
+    ) -> RoundReport:
+        name = record.model
+        plan = self.plans[name]
+        if record.start is None or plan.strategy == RECOMPUTE:
+            strategy = record.kind if record.kind == "rebuild" else RECOMPUTE
+            reason = plan.reason if record.start is not None else f"{record.kind} round: the whole SQL, diffed"
+            upserts, deletes, changes, affected = self._full(record)
+        else:
+            strategy, reason = plan.strategy, plan.reason
+            upserts, deletes, changes, affected = self._incremental(record, plan)
+        self._append(record, upserts, deletes)
+        for table, sub in subs.items():
+            target = record.end[table]
+            if sub.position == target:
+                continue
+            try:
+                sub.advance(target)
+            except SubscriptionConflict:
+                if sub.refresh().position != target:
+                    raise LayerConflict(
+                        f"model {name}: another runner moved its position in {table} during round {record.number}; "
+                        "only one runner of a model may run (its output was appended exactly once)"
+                    ) from None
+        report = RoundReport(
+            name,
+            record.number,
+            strategy,
+            reason,
+            record.end,
+            input_changes=changes,
+            affected=affected,
+            upserts=upserts.num_rows,
+            deletes=deletes.num_rows,
+            seconds=time.monotonic() - started,
+            resumed=resumed,
+            finished_at=time.time(),
+        )
+        write_report(self.lh.store, report)
+        prune(self.lh.store, name, record.number)
+        log.info(
+            "layers: %s round %d (%s): %d upserts, %d deletes",
+            name,
+            record.number,
+            strategy,
+            report.upserts,
+            report.deletes,
+        )
+        return report
+
+    def _append(self, record: RoundRecord, upserts: pa.Table, deletes: pa.Table) -> None:
+        out = self.lh.log(record.model)
+        producer = producer_of(record.model)
+        for data, op, sequence in ((upserts, "upsert", 2 * record.number), (deletes, "delete", 2 * record.number + 1)):
+            if data.num_rows == 0:
+                continue
+            for attempt in range(APPEND_ATTEMPTS):
+                try:
+                    out.append(data, op, producer_id=producer, sequence=sequence)
+                    break
+                except AppendIncomplete:
+                    if attempt == APPEND_ATTEMPTS - 1:
+                        raise
+                    time.sleep(0.1 * 2**attempt)
+
+    # ---- a round's rows --------------------------------------------------------------------------------
+
+    def _full(self, record: RoundRecord) -> tuple[pa.Table, pa.Table, int, int]:
+        model = self.project.models[record.model]
+        new = self.sql.run(model.qualified, {t: record.end[t] for t in model.inputs})
+        old = user_columns(self.lh.union_read(record.model, as_of=record.output))
+        upserts, deletes = self._diff(record.model, new, old)
+        return upserts, deletes, 0, new.num_rows
+
+    def _incremental(self, record: RoundRecord, plan: ModelPlan) -> tuple[pa.Table, pa.Table, int, int]:
+        assert record.start is not None
+        model = self.project.models[record.model]
+        driving_keys, changes = self._affected_driving_keys(plan, record.start, record.end)
+        key = model.primary_key
+        empty = self._output_schema(record.model).empty_table()
+        if driving_keys.num_rows == 0:
+            return empty, empty.select(list(key)), changes, 0
+        select = _merged(model.qualified)
+        if plan.strategy == KEYED:
+            views = self._restricted(plan, driving_keys, record.end)
+            new = self.sql.run(select, views)
+            wanted = driving_keys.rename_columns(
+                [next(o for o, d in plan.output_key if d == c) for c in driving_keys.column_names]
+            ).select(list(key))
+        else:
+            groups_query = _groups_query(select)
+            groups = pa.concat_tables(
+                [
+                    self.sql.run(groups_query, self._restricted(plan, driving_keys, record.start)),
+                    self.sql.run(groups_query, self._restricted(plan, driving_keys, record.end)),
+                ],
+                promote_options="permissive",
+            )
+            groups = _distinct(groups)
+            if groups.num_rows == 0:
+                return empty, empty.select(list(key)), changes, 0
+            views: dict[str, Any] = {t: record.end[t] for t in model.inputs}
+            views["__groups"] = groups
+            new = self.sql.run(_restrict_to_groups(select, "__groups"), views)
+            index = {g.output: i for i, g in enumerate(plan.group_by) if g.output}
+            wanted = pa.table({k: groups[f"__g{index[k]}"] for k in key})
+        new = _semi_join(new, wanted, key)  # keys outside the round's (a table read under two aliases)
+        old = self._read_rows(record.model, record.output, wanted)
+        upserts, deletes = self._diff(record.model, new, old)
+        return upserts, deletes, changes, wanted.num_rows
+
+    def _affected_driving_keys(self, plan: ModelPlan, start: Positions, end: Positions) -> tuple[pa.Table, int]:
+        """The driving table's keys a change in the range can affect (see the module), and the number of
+        change rows read."""
+        driving_key = self.project.primary_key_of(plan.driving)
+        changed: dict[str, pa.Table] = {}
+        parts = []
+        for mapping in plan.mappings:
+            table = mapping.table
+            if table not in changed:
+                changed[table] = self._changed_keys(table, start[table], end[table])
+            keys = changed[table]
+            for hop in mapping.path:
+                values = keys.select(list(hop.from_columns)).rename_columns(list(hop.to_columns))
+                rows = self._read_in(hop.to_table, end[hop.to_table], values)
+                keys = rows.select(list(self.project.primary_key_of(hop.to_table)))
+            parts.append(keys.select(list(driving_key)))
+        schema = self.lh.table(plan.driving).schema
+        key_schema = pa.schema([schema.field(k) for k in driving_key])
+        keys = pa.concat_tables([p.cast(key_schema) for p in parts]) if parts else key_schema.empty_table()
+        return _distinct(keys), sum(t.num_rows for t in changed.values())
+
+    def _changed_keys(self, table: str, start: Mapping[int, int], end: Mapping[int, int]) -> pa.Table:
+        key = list(self.project.primary_key_of(table))
+        if dict(start) == dict(end):
+            schema = self.lh.table(table).schema
+            return pa.schema([schema.field(k) for k in key]).empty_table()
+        return _distinct(self.lh.changes(table, start, end, columns=key).select(key))
+
+    def _restricted(self, plan: ModelPlan, driving_keys: pa.Table, offsets: Positions) -> dict[str, pa.Table]:
+        """Each input as of ``offsets``, restricted to the driving rows of ``driving_keys`` and the rows they
+        join to (a table read under several aliases gets the union of its restrictions)."""
+        rows: dict[str, pa.Table] = {}  # alias -> rows
+        by_table: dict[str, list[pa.Table]] = {}
+        driving = next(m for m in plan.mappings if m.role == "driving")
+        rows[driving.alias] = self._read_in(driving.table, offsets[driving.table], driving_keys)
+        pending = [m for m in plan.mappings if m.role != "driving"]
+        while pending:
+            progressed = False
+            for mapping in list(pending):
+                # this alias's hop towards the driving table: its parent must be read already
+                hop = mapping.path[0]
+                if hop.to_alias not in rows:
+                    continue
+                values = rows[hop.to_alias].select(list(hop.to_columns)).rename_columns(list(hop.from_columns))
+                rows[mapping.alias] = self._read_in(mapping.table, offsets[mapping.table], values)
+                pending.remove(mapping)
+                progressed = True
+            if not progressed:  # cannot happen for a planned join tree
+                raise AssertionError(f"unreachable aliases {[m.alias for m in pending]}")
+        for mapping in plan.mappings:
+            by_table.setdefault(mapping.table, []).append(rows[mapping.alias])
+        return {t: _distinct(pa.concat_tables(parts)) if len(parts) > 1 else parts[0] for t, parts in by_table.items()}
+
+    def _read_in(self, table: str, offsets: Mapping[int, int], values: pa.Table) -> pa.Table:
+        """The rows of ``table`` as of ``offsets`` whose columns ``values.column_names`` equal a row of
+        ``values`` (the first column pushed into the read as an IN filter, the rest matched here)."""
+        definition = self.lh.table(table)
+        if values.num_rows == 0:
+            return definition.schema.empty_table()
+        first = values.column_names[0]
+        literals = pc.unique(values[first].drop_null()).to_pylist()
+        if not literals:
+            return definition.schema.empty_table()
+        found = self.lh.union_read(table, row_filter=In(first, literals), as_of=dict(offsets))
+        found = found.select(definition.schema.names)
+        if len(values.column_names) > 1:
+            found = _semi_join(found, values, values.column_names)
+        return found
+
+    def _read_rows(self, model: str, offsets: Mapping[int, int], keys: pa.Table) -> pa.Table:
+        return self._read_in(model, offsets, keys) if keys.num_rows else self._output_schema(model).empty_table()
+
+    def _output_schema(self, model: str) -> pa.Schema:
+        return self.lh.table(model).schema
+
+    def _diff(self, model: str, new: pa.Table, old: pa.Table) -> tuple[pa.Table, pa.Table]:
+        """(upserts, key-only deletes) that turn ``old`` into ``new`` (both keyed by the model's key), sorted
+        by key. A key ``new`` holds twice is the model's error (its SQL does not yield one row per key)."""
+        schema = self._output_schema(model)
+        key = list(self.project.models[model].primary_key)
+        try:
+            new = new.select(schema.names).cast(schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError) as exc:
+            raise ModelKeyError(
+                f"model {model}: its SQL's rows {new.schema} do not fit its table {schema} ({exc}); fix the SQL or "
+                "drop the table and deploy again",
+                model=model,
+            ) from None
+        _check_unique(model, new, key)
+        old = old.select(schema.names).cast(schema)
+        others = [n for n in schema.names if n not in key]
+        left = new.append_column("__in_new", pa.array([True] * new.num_rows, pa.bool_()))
+        right = old.rename_columns([n if n in key else f"{n}__old" for n in old.column_names])
+        right = right.append_column("__in_old", pa.array([True] * old.num_rows, pa.bool_()))
+        joined = left.join(right, keys=key, join_type="full outer")
+        in_new = pc.is_valid(joined["__in_new"])
+        in_old = pc.is_valid(joined["__in_old"])
+        differs = pc.invert(in_old)
+        for name in others:
+            a, b = joined[name], joined[f"{name}__old"]
+            same = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+            differs = pc.or_(differs, pc.invert(same))
+        order = [(k, "ascending") for k in key]
+        upserts = joined.filter(pc.and_(in_new, differs)).select(schema.names).cast(schema).sort_by(order)
+        deletes = joined.filter(pc.and_(in_old, pc.invert(in_new))).select(key).sort_by(order)
+        return upserts, deletes.cast(pa.schema([schema.field(k) for k in key]))
+
+    # ---- status ----------------------------------------------------------------------------------------
+
+    def status(self) -> list[ModelStatus]:
+        """Each model's position per input, its lag (records and seconds) and its last round's report."""
+        from lakehouse.errors import SubscriptionNotFound
+
+        out = []
+        for name in self.project.order:
+            positions: Positions = {}
+            lag_records: dict[str, int] = {}
+            seconds: list[float] = []
+            for table in self.project.models[name].inputs:
+                try:
+                    sub = self.lh.subscription(table, consumer_of(name), create=False)
+                except (SubscriptionNotFound, TableNotFound):
+                    continue
+                positions[table] = sub.position
+                lag = sub.lag()
+                lag_records[table] = sum(b.records for b in lag.values())
+                seconds.extend(b.seconds for b in lag.values() if b.records and b.seconds is not None)
+            out.append(
+                ModelStatus(
+                    name,
+                    self.plans[name].strategy,
+                    positions,
+                    lag_records,
+                    max(seconds) if seconds else None,
+                    read_report(self.lh.store, name),
+                )
+            )
+        return out
+
+
+# ---- helpers ---------------------------------------------------------------------------------------------
+
+
+def _merged(query: exp.Query) -> exp.Query:
+    return merge_subqueries(query.copy()) if isinstance(query, exp.Select) else query
+
+
+def _groups_query(select: exp.Select) -> exp.Select:
+    """``SELECT DISTINCT <group expressions> AS __g0, ... FROM ... WHERE ...`` of a GROUP BY model."""
+    out = select.copy()
+    groups = out.args["group"].expressions
+    out.set("expressions", [exp.alias_(g.copy(), f"__g{i}") for i, g in enumerate(groups)])
+    for part in ("group", "having", "order", "limit"):
+        out.set(part, None)
+    out.set("distinct", exp.Distinct())
+    return out
+
+
+def _restrict_to_groups(select: exp.Select, view: str) -> exp.Select:
+    """The model's query restricted to the groups in ``view`` (``__g0``, ...): a LEFT SEMI JOIN on the group
+    expressions, null-safe."""
+    out = select.copy()
+    groups = out.args["group"].expressions
+    condition = exp.and_(
+        *(
+            exp.NullSafeEQ(this=exp.column(f"__g{i}", table="__groups"), expression=g.copy())
+            for i, g in enumerate(groups)
+        )
+    )
+    join = exp.Join(
+        this=exp.Table(this=exp.to_identifier(view), alias=exp.TableAlias(this=exp.to_identifier("__groups"))),
+        side="LEFT",
+        kind="SEMI",
+        on=condition,
+    )
+    out.set("joins", [*(out.args.get("joins") or []), join])
+    return out
+
+
+def _after(position: Mapping[int, int], end: Mapping[int, int]) -> bool:
+    """Whether a subscription ``position`` is past a round's ``end`` in some bucket."""
+    return any(offset > end.get(bucket, 0) for bucket, offset in position.items())
+
+
+def _distinct(table: pa.Table) -> pa.Table:
+    if table.num_rows == 0:
+        return table
+    return table.group_by(table.column_names, use_threads=False).aggregate([]).select(table.column_names)
+
+
+def _semi_join(table: pa.Table, keys: pa.Table, columns: Sequence[str]) -> pa.Table:
+    if table.num_rows == 0:
+        return table
+    keys = _distinct(keys.select(list(columns))).cast(pa.schema([table.schema.field(c) for c in columns]))
+    return table.join(keys, keys=list(columns), join_type="left semi").select(table.column_names)
+
+
+def _check_unique(model: str, table: pa.Table, key: Sequence[str]) -> None:
+    if table.num_rows == 0:
+        return
+    counts = table.group_by(list(key)).aggregate([([], "count_all")])
+    twice = counts.filter(pc.greater(counts["count_all"], 1))
+    if twice.num_rows:
+        sample = twice.slice(0, 3).select(list(key)).to_pylist()
+        raise ModelKeyError(
+            f"model {model}: its SQL yields key {sample[0]} ({twice.num_rows} key(s) in all, e.g. {sample}) more "
+            f"than once, so it is not keyed by {list(key)}: a join that is not many-to-one, or a key that is not "
+            "the GROUP BY's. Nothing was written for this round; fix the SQL or the primary_key",
+            model=model,
+        )

@@ -1,0 +1,73 @@
+"""Runs one `Layers.run_once` of the example project and kills itself with SIGKILL at a chosen point (run as a
+module by tests/layers/test_runner.py): a fault-injecting wrapper around the real runner, not a mock."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+from lakehouse.lakehouse import Lakehouse
+from lakehouse.layers import runner as runner_module
+from lakehouse.layers.project import load_project
+from lakehouse.layers.runner import Layers
+from lakehouse.log.log import Log
+from lakehouse.subscriptions import Subscription
+from tests.layers._tpch import EXAMPLE
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def arm(point: str, model: str) -> None:
+    """Kill at ``point`` of ``model``'s round."""
+    if point == "before_append":
+        original = Layers._append
+
+        def before(self, record, upserts, deletes):
+            if record.model == model:
+                die()
+            return original(self, record, upserts, deletes)
+
+        Layers._append = before
+    elif point == "between_appends":
+        original_append = Log.append
+
+        def append(self, data, op="insert", **kw):
+            result = original_append(self, data, op, **kw)
+            if str(self.name) == model and op == "upsert":
+                die()
+            return result
+
+        Log.append = append
+    elif point == "before_advance":
+        original = Layers._append
+
+        def after(self, record, upserts, deletes):
+            original(self, record, upserts, deletes)
+            if record.model == model:
+                die()
+
+        Layers._append = after
+    elif point == "between_advances":
+        original_advance = Subscription.advance
+
+        def advance(self, position):
+            original_advance(self, position)
+            if self.consumer == runner_module.consumer_of(model):
+                die()
+
+        Subscription.advance = advance
+    else:
+        raise SystemExit(f"unknown point {point}")
+
+
+if __name__ == "__main__":
+    url, point, model = json.loads(sys.argv[1])
+    arm(point, model)
+    lh = Lakehouse.open(url)
+    layers = Layers(lh, load_project(EXAMPLE), spark_master="local[1]")
+    layers.run_once()
+    print("finished without being killed", flush=True)

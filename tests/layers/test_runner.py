@@ -1,0 +1,207 @@
+"""The layers executor (`lakehouse.layers.runner`): rounds equal a rebuild, survive kill -9 at every step with
+nothing lost or doubled, two runners of one model never both run a round, bad models write nothing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from lakehouse.errors import DeployMismatch, InvalidArgument, LayerConflict, ModelKeyError
+from lakehouse.lakehouse import Lakehouse
+from lakehouse.layers.project import load_project
+from lakehouse.layers.rounds import latest_round, read_report
+from lakehouse.layers.runner import Layers, consumer_of
+from tests.layers._tpch import EXAMPLE, MODELS, change_some, load_base, log_records, state
+
+pytestmark = pytest.mark.usefixtures("spark")
+
+
+@pytest.fixture
+def project():
+    return load_project(EXAMPLE)
+
+
+def fresh(tmp_path: Path, name: str, spark, project) -> tuple[Lakehouse, Layers]:
+    lh = Lakehouse.open(f"file://{tmp_path / name}")
+    layers = Layers(lh, project, spark)
+    layers.deploy()
+    return lh, layers
+
+
+def states(lh: Lakehouse, project) -> dict[str, pa.Table]:
+    return {m: state(lh, m, project.models[m].primary_key) for m in MODELS}
+
+
+def rebuilt(tmp_path: Path, lh: Lakehouse, layers: Layers, project) -> dict[str, pa.Table]:
+    """The models recomputed in full from the ODS, in a copy of the warehouse."""
+    copy = tmp_path / "rebuilt"
+    shutil.copytree(lh.url.removeprefix("file://"), copy)
+    other = Lakehouse.open(f"file://{copy}")
+    again = Layers(other, project, layers.spark)
+    for model in MODELS:
+        again.rebuild(model)
+    return states(other, project)
+
+
+def test_deploy_creates_every_table_once(tmp_path, spark, project):
+    lh = Lakehouse.open(f"file://{tmp_path / 'wh'}")
+    layers = Layers(lh, project, spark)
+    assert layers.deploy() == ["ods.nation", "ods.customer", "ods.orders", *MODELS]
+    assert layers.deploy() == []
+    assert lh.table("ads.revenue_by_nation_month").primary_key == ("n_nationkey", "order_month")
+
+
+def test_deploy_refuses_a_table_of_another_shape(tmp_path, spark, project):
+    lh = Lakehouse.open(f"file://{tmp_path / 'wh'}")
+    lh.create_table(
+        "ods.nation", pa.schema([pa.field("n_nationkey", pa.int64(), False)]), buckets=1, primary_key=["n_nationkey"]
+    )
+    with pytest.raises(DeployMismatch, match="ods.nation exists .* declares"):
+        Layers(lh, project, spark).deploy()
+
+
+def test_rounds_follow_every_kind_of_change_and_equal_a_rebuild(tmp_path, spark, project):
+    lh, layers = fresh(tmp_path, "wh", spark, project)
+    load_base(lh)
+    first = layers.run_once()
+    assert [(r.model, r.round, r.strategy) for r in first] == [(m, 0, "recompute") for m in MODELS]
+    assert all(r.upserts > 0 for r in first)
+    assert [r.idle for r in layers.run_once()] == [True, True]
+    change_some(lh)
+    second = layers.run_once()
+    assert [(r.round, r.strategy) for r in second] == [(1, "keyed"), (1, "regroup")]
+    dwd = second[0]
+    assert dwd.deletes >= 2 and dwd.upserts > 0  # deleted orders and those of the deleted customer
+    assert dwd.affected < 200  # only the keys the changes reach
+    got = states(lh, project)
+    assert got == rebuilt(tmp_path, lh, layers, project)
+    enriched = got["dwd.orders_enriched"].to_pylist()
+    assert not [r for r in enriched if r["o_orderkey"] in (8, 9)]  # deletes propagate
+    assert {r["n_name"] for r in enriched if r["n_nationkey"] == 1} == {"N1-renamed"}  # a rename fans out
+    assert [r for r in enriched if r["o_orderkey"] == 7 and r["c_name"] == "Customer#30"]  # a late customer
+
+
+def test_status_shows_positions_lag_and_the_last_round(tmp_path, spark, project):
+    lh, layers = fresh(tmp_path, "wh", spark, project)
+    load_base(lh)
+    layers.run_once()
+    change_some(lh)
+    status = {s.model: s for s in layers.status()}
+    dwd = status["dwd.orders_enriched"]
+    assert dwd.strategy == "keyed" and dwd.lag_records["ods.orders"] == 7 and dwd.lag_seconds is not None
+    assert dwd.last_round.round == 0
+    layers.run_once()
+    dwd = {s.model: s for s in layers.status()}["dwd.orders_enriched"]
+    assert dwd.lag_records == {"ods.customer": 0, "ods.nation": 0, "ods.orders": 0} and dwd.lag_seconds is None
+    assert dwd.positions["ods.orders"] == lh.log("ods.orders").end_offsets()
+    assert json.loads(json.dumps(dwd.to_json()))["last_round"]["strategy"] == "keyed"
+
+
+def test_an_unknown_model_is_a_clear_error(tmp_path, spark, project):
+    _, layers = fresh(tmp_path, "wh", spark, project)
+    with pytest.raises(InvalidArgument, match="no model dwd.nope .* its models: dwd.orders_enriched"):
+        layers.run_once(["dwd.nope"])
+
+
+@pytest.mark.parametrize("first", [False, True], ids=["round1", "round0"])
+@pytest.mark.parametrize("point", ["before_append", "between_appends", "before_advance", "between_advances"])
+def test_kill_9_in_a_round_then_rerun_loses_and_doubles_nothing(tmp_path, spark, project, point, first):
+    if first and point == "between_advances":
+        pytest.skip("a first round creates its positions at its end: there is nothing to advance")
+    lh, layers = fresh(tmp_path, "wh", spark, project)
+    control, control_layers = fresh(tmp_path, "control", spark, project)
+    for each in (lh, control):
+        load_base(each)
+    if not first:
+        layers.run_once()
+        control_layers.run_once()
+        for each in (lh, control):
+            change_some(each)
+    control_layers.run_once()
+    args = json.dumps([lh.url, point, "dwd.orders_enriched"])
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.layers._crash_worker", args],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == -9, proc.stdout + proc.stderr[-3000:]
+    record = latest_round(lh.store, "dwd.orders_enriched")
+    assert record.number == (0 if first else 1)  # the killed round's intent is there
+    reports = Layers(Lakehouse.open(lh.url), project, spark).run_once()
+    assert reports[0].resumed and reports[0].round == record.number
+    assert states(lh, project) == states(control, project)
+    for model in MODELS:  # nothing appended twice: the same records as the run that was not killed
+        assert log_records(lh, model) == log_records(control, model), model
+    sub = lh.subscription("ods.orders", consumer_of("dwd.orders_enriched"), create=False)
+    assert sub.position == lh.log("ods.orders").end_offsets()
+
+
+def test_two_runners_of_one_model_never_both_start_a_round(tmp_path, spark, project):
+    lh, layers = fresh(tmp_path, "wh", spark, project)
+    load_base(lh)
+    layers.run_once()
+    change_some(lh)
+    listed = threading.Event()
+    other_done = threading.Event()
+
+    class Slow(Layers):
+        """Pauses between finding the last round and starting the next one, while the other runner runs."""
+
+        def _subscriptions(self, name):
+            subs = super()._subscriptions(name)
+            listed.set()
+            assert other_done.wait(120)
+            return subs
+
+    slow = Slow(Lakehouse.open(lh.url), project, spark)
+    errors = []
+    thread = threading.Thread(target=lambda: _catch(errors, slow.run_once, ["dwd.orders_enriched"]))
+    thread.start()
+    assert listed.wait(60)
+    # the slow runner found round 0 as the last round; the other runs round 1 before it reads its positions
+    reports = Layers(Lakehouse.open(lh.url), project, spark).run_once(["dwd.orders_enriched"])
+    other_done.set()
+    thread.join(120)
+    assert reports[0].round == 1 and not reports[0].idle
+    assert len(errors) == 1 and isinstance(errors[0], LayerConflict), errors
+    assert "round 1 was started by another runner" in str(errors[0])
+    before = log_records(lh, "dwd.orders_enriched")
+    assert layers.run_once(["dwd.orders_enriched"])[0].idle
+    assert log_records(lh, "dwd.orders_enriched") == before
+
+
+def _catch(errors, fn, *args):
+    try:
+        fn(*args)
+    except Exception as exc:  # noqa: BLE001 - the test inspects it
+        errors.append(exc)
+
+
+def test_a_model_that_yields_a_key_twice_writes_nothing(tmp_path, spark):
+    root = tmp_path / "project"
+    shutil.copytree(EXAMPLE, root)
+    (root / "models" / "ads.revenue_by_nation_month.sql").unlink()
+    # keyed by the customer, but one row per order: the key repeats
+    (root / "models" / "dwd.orders_enriched.sql").write_text(
+        "-- primary_key: [c_custkey]\n-- buckets: 2\n"
+        "SELECT c.c_custkey, o.o_orderkey FROM ods.orders AS o JOIN ods.customer AS c ON o.o_custkey = c.c_custkey\n"
+    )
+    project = load_project(root)
+    lh, layers = fresh(tmp_path, "wh", spark, project)
+    load_base(lh)
+    with pytest.raises(ModelKeyError, match="yields key .* more than once"):
+        layers.run_once()
+    assert log_records(lh, "dwd.orders_enriched") == 0
+    assert read_report(lh.store, "dwd.orders_enriched") is None  # the round did not finish
+    with pytest.raises(ModelKeyError):  # and is tried again, not skipped
+        layers.run_once()
+    assert log_records(lh, "dwd.orders_enriched") == 0
