@@ -144,7 +144,6 @@ step = st.one_of(
     st.tuples(st.just("changes"), st.lists(change, min_size=1, max_size=4)),
     st.tuples(st.just("changes"), st.lists(change, min_size=1, max_size=4)),
     st.tuples(st.just("run")),
-    st.tuples(st.just("run")),
     st.tuples(st.just("tier"), st.sampled_from(TABLES)),
     st.tuples(st.just("compact"), st.sampled_from(TABLES)),
     st.tuples(st.just("retain"), st.sampled_from(TABLES)),
@@ -152,7 +151,7 @@ step = st.one_of(
 
 
 @st.composite
-def scenarios(draw: st.DrawFn, max_steps: int = 10) -> list[tuple]:
+def scenarios(draw: st.DrawFn, max_steps: int = 8) -> list[tuple]:
     """An initial load and a round, then up to ``max_steps`` random steps (the test adds a final round)."""
     first = ("changes", draw(initial_load()))
     return [first, ("run",), *draw(st.lists(step, max_size=max_steps))]
