@@ -3,10 +3,11 @@ interleaved with layer rounds, tiering, compaction and log retention of any tabl
 
 - after every round (and after a final one), every model's union read equals DuckDB's SQL over the replayed ODS
   state (tests/layers/oracle.py): incremental state == full recompute;
-- ``rebuild(model)`` leaves each model's table as it was (and still equal to the oracle), and a round after it
-  changes nothing.
+- ``rebuild(model)`` leaves each model's table as it was (and still equal to the oracle).
 
-Plus a deterministic dimension change fanning out to many facts (a nation rename and a customer moving nation).
+Plus a deterministic dimension change fanning out to many facts (a nation rename, a customer moving nation, a
+nation deleted), then rebuilds and a round after them. A failing example's steps print as Python source
+(`strategies.Change`): ``run_scenario(lh, layers, steps)`` with them is its reproducer.
 Rounds run on the session's Spark ``local[2]``; warehouses are file:// in a temporary folder (one s3 case).
 """
 
@@ -136,7 +137,8 @@ def test_layers_equal_the_oracle_on_s3(spark, seaweedfs, steps: list[tuple]) -> 
 
 def fanout(spark, tmp_path: Path, facts: int) -> None:
     """``facts`` orders of 20 customers in nations 1 and 2; nation 1 renamed: every order of its customers is
-    re-emitted with the new name and its ADS groups renamed; then customer 0 moves from nation 1 to 2."""
+    re-emitted with the new name and its ADS groups renamed; then customer 0 moves from nation 1 to 2, and nation
+    2 is deleted (its facts leave both layers); rebuilds change nothing, nor does a round after them."""
     customers = 20
     with layers_on(tmp_path.as_uri(), spark) as (lh, layers):
         ods = OdsReplay(PROJECT)
