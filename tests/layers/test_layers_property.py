@@ -32,7 +32,8 @@ from .strategies import PROJECT, SOURCES, Change, batch, scenarios
 
 runner = pytest.importorskip("lakehouse.layers.runner", reason="the layers runner is not built yet")
 
-#: Random scenarios per run of the property test (~8 s each on Spark local[2]: the file stays under 2 minutes).
+#: Random scenarios per run of the property test: ~7 s each on Spark local[2] on an idle 2-core machine (the file,
+#: slow tests aside, ~1:45), twice that under load.
 EXAMPLES = 12
 #: Facts a single dimension change fans out to in `test_dimension_change_fans_out_to_every_fact` (the issue
 #: asks for 100,000: `test_dimension_change_fans_out_to_100k_facts`, marked slow).
