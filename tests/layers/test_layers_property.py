@@ -26,11 +26,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from lakehouse import Lakehouse
+from lakehouse.layers.runner import Layers
 
 from .oracle import OdsReplay, assert_same_rows, oracle_all
 from .strategies import PROJECT, SOURCES, Change, batch, scenarios
-
-runner = pytest.importorskip("lakehouse.layers.runner", reason="the layers runner is not built yet")
 
 #: Random scenarios per run of the property test: ~7 s each on Spark local[2] on an idle 2-core machine (the file,
 #: slow tests aside, ~1:45), twice that under load.
@@ -61,11 +60,11 @@ def check(lh: Lakehouse, ods: OdsReplay, what: str) -> dict[str, pa.Table]:
 
 
 @contextmanager
-def layers_on(url: str, spark, **store_options) -> Iterator[tuple[Lakehouse, object]]:
+def layers_on(url: str, spark, **store_options) -> Iterator[tuple[Lakehouse, Layers]]:
     lh = Lakehouse.open(url, **store_options)
     layers = None
     try:
-        layers = runner.Layers(lh, PROJECT, spark)
+        layers = Layers(lh, PROJECT, spark)
         layers.deploy()
         yield lh, layers
     finally:
