@@ -85,6 +85,7 @@ def run_demo(
         ("union read (fresh)", lambda: _union(lh, ns, expected, console, lake_behind=True)),
         ("tier round 2", lambda: _tier(lh, ns, state, console)),
         ("lake == log", lambda: _union(lh, ns, expected, console, lake_behind=False)),
+        ("warehouse layers", lambda: _layers(store, stamp, state, console)),
         ("storage guarantees", lambda: _storage(store, run, big_mib, console)),
     ):
         t0 = time.perf_counter()
@@ -201,6 +202,22 @@ def _union(lh, ns: str, expected: _Expected, console: Console, *, lake_behind: b
     dup = pc.count_distinct(lake.column("o_orderkey")).as_py()
     _check(dup == lake.num_rows, "the lake holds a key twice")
     return f"lake == union read == what was sent: {lake.num_rows:,} orders, {events:,} events"
+
+
+def _layers(store: ObjectStore, stamp: str, state: dict, console: Console) -> str:
+    """The example project's ODS -> DWD -> ADS layers, in a warehouse of their own next to this one."""
+    if state.get("spark") is None:
+        return "skipped (--local): layer rounds run Spark SQL"
+    from lakehouse.lakehouse import Lakehouse
+    from lakehouse.layers.demo import run_layers_demo
+    from object_store import open_store
+
+    url = f"{store.url.rstrip('/')}/layers_{stamp}"
+    lh = Lakehouse(open_store(url, **store.connection_options()))
+    try:
+        return run_layers_demo(lh, state["spark"], console)
+    finally:
+        lh.close()
 
 
 def _offsets_table(lh, name: str, console: Console) -> None:

@@ -41,15 +41,21 @@ class SparkSql:
         self.spark = spark
         self.lh = lh
 
-    def frame(self, name: str, view: View, schema: pa.Schema | None = None) -> DataFrame:
+    def frame(
+        self, name: str, view: View, schema: pa.Schema | None = None, columns: list[str] | None = None
+    ) -> DataFrame:
+        """A DataFrame of ``view`` with only ``columns`` (default all; the order of the table's schema)."""
         if isinstance(view, pa.Table):
             if view.num_rows == 0 and schema is not None:
                 view = schema.empty_table()
+            if columns is not None:
+                view = view.select([c for c in view.column_names if c in columns])
             return self.spark.createDataFrame(_spark_friendly(view))
         from lakehouse.spark import read_table
 
-        definition = self.lh.table(name)
-        return read_table(self.spark, self.lh, name, as_of=dict(view), columns=definition.schema.names)
+        names = self.lh.table(name).schema.names
+        chosen = [c for c in names if columns is None or c in columns]
+        return read_table(self.spark, self.lh, name, as_of=dict(view), columns=chosen)
 
     def run(self, query: exp.Query, views: Mapping[str, View]) -> pa.Table:
         """The rows of ``query`` with its tables replaced by ``views`` (see the module)."""
@@ -60,7 +66,8 @@ class SparkSql:
             for name, view in views.items():
                 temp = f"__ls_{name.replace('.', '__')}_{suffix}"
                 schema = self.lh.table(name).schema if "." in name else None
-                self.frame(name, view, schema).createOrReplaceTempView(temp)
+                columns = referenced_columns(query, name) if "." in name else None
+                self.frame(name, view, schema, columns).createOrReplaceTempView(temp)
                 registered.append(temp)
                 names[name] = temp
             text = rewrite_tables(query, names).sql(dialect=DIALECT)
@@ -68,6 +75,25 @@ class SparkSql:
         finally:
             for temp in registered:
                 self.spark.catalog.dropTempView(temp)
+
+
+def referenced_columns(query: exp.Query, name: str) -> list[str] | None:
+    """The columns of table ``name`` (``ns.t``) that the (qualified) ``query`` uses, or None for all of them
+    (a ``*`` of it, or a column sqlglot could not attribute): a scan reads only these."""
+    aliases = set()
+    for table in query.find_all(exp.Table):
+        if f"{table.db}.{table.name}" == name:
+            aliases.add(table.alias_or_name)
+    used: set[str] = set()
+    for column in query.find_all(exp.Column):
+        if isinstance(column.this, exp.Star) or not column.table:
+            return None
+        if column.table in aliases:
+            used.add(column.name)
+    for select in query.find_all(exp.Select):
+        if any(isinstance(e, exp.Star) for e in select.expressions):
+            return None
+    return sorted(used)
 
 
 def rewrite_tables(query: exp.Query, names: Mapping[str, str]) -> exp.Query:

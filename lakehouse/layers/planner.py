@@ -48,6 +48,9 @@ STRATEGIES = (KEYED, RETRACT, REGROUP, RECOMPUTE)
 #: Aggregates maintained by retraction (of exact values), and those that need the group's rows.
 RETRACTABLE = ("count", "sum", "avg")
 REGROUPABLE = ("min", "max", "count_distinct")
+#: Aggregates retraction computes from the old row and the changed rows alone (``avg`` would need a hidden sum
+#: and count per group: its groups are recomputed from their rows).
+RETRACTED = ("count", "sum")
 
 _NONDETERMINISTIC_CLASSES = (
     "Rand",
@@ -163,10 +166,105 @@ class ModelPlan:
     #: retract and regroup: the GROUP BY expressions and the aggregates.
     group_by: tuple[GroupKey, ...] = ()
     aggregates: tuple[Aggregate, ...] = ()
+    #: retract and regroup: how output columns follow from the old row and the changed rows (None: every
+    #: affected group is recomputed from its rows).
+    retraction: Retraction | None = None
 
     def mapping(self, table: str) -> InputMapping:
         """The mapping of input ``table`` (the first, if the model reads it twice)."""
         return next(m for m in self.mappings if m.table == table)
+
+
+#: `Retraction.combine`'s answer for a group that must be recomputed from its rows.
+RECOMPUTE_GROUP = object()
+_EXACT_CASTS = exp.DataType.INTEGER_TYPES | {exp.DataType.Type.DECIMAL}
+
+
+@dataclass(frozen=True)
+class Retraction:
+    """How a GROUP BY model's output columns follow from the old row and the changed rows' aggregates:
+    ``columns`` pairs each output column with ``key`` (a value of the group), ``count``, ``sum``, ``max`` or
+    ``min``; ``group_outputs`` names the output column of each GROUP BY expression; ``count_column`` holds
+    ``count(*)`` (how a group is known to be empty)."""
+
+    group_outputs: tuple[str, ...]
+    columns: tuple[tuple[str, str], ...]
+    count_column: str | None
+
+    def combine(self, old: dict | None, gone: dict | None, came: dict | None) -> dict | None | object:
+        """The group's new row, None if it is empty now, or `RECOMPUTE_GROUP`."""
+        if old is None and gone is not None:
+            return RECOMPUTE_GROUP  # the table lacks a group that had rows: never retract from a wrong base
+        if self.count_column is not None:
+            rows = sum(sign * r[self.count_column] for sign, r in ((1, old), (-1, gone), (1, came)) if r is not None)
+            if rows == 0:
+                return None  # every row left the group: nothing to recompute
+            if rows < 0:
+                return RECOMPUTE_GROUP
+        out = {}
+        for column, kind in self.columns:
+            values = [r[column] if r is not None else None for r in (old, gone, came)]
+            o, g, c = values
+            if kind == "key":
+                out[column] = next(r[column] for r in (came, old, gone) if r is not None)
+            elif kind in ("count", "sum"):
+                if kind == "sum" and any(r is not None and r[column] is None for r in (old, gone, came)):
+                    return RECOMPUTE_GROUP  # a sum over null values: retraction cannot tell null from 0
+                total = (o or 0) - (g or 0) + (c or 0)
+                if total < 0 or (kind == "sum" and total == 0 and gone is not None):
+                    return RECOMPUTE_GROUP
+                out[column] = total
+            else:  # max, min
+                better = (lambda a, b: a >= b) if kind == "max" else (lambda a, b: a <= b)
+                if (
+                    g is not None
+                    and (o is None or better(g, o))
+                    and not (c is not None and o is not None and better(c, o))
+                ):
+                    # the row holding the extreme (or a tie) left, and no new row reaches it: the runner-up is
+                    # among the rows that stayed, which only the group's rows can tell
+                    return RECOMPUTE_GROUP
+                candidates = [v for v in (o, c) if v is not None]
+                out[column] = (max if kind == "max" else min)(candidates) if candidates else None
+        if self.count_column is None:
+            return RECOMPUTE_GROUP if gone is not None else out
+        return out if out[self.count_column] > 0 else None
+
+
+def retraction_of(select: exp.Select, aggregates: Sequence[Aggregate]) -> Retraction | None:
+    """The retraction of a GROUP BY model, or None when one of its columns is not a group value or a (cast)
+    ``count``, exact ``sum``, ``max`` or ``min`` (then its affected groups are recomputed from their rows)."""
+    if select.args.get("having") is not None or not select.args.get("group"):
+        return None
+    outputs = {p.unalias().sql(): p.alias_or_name for p in select.expressions}
+    group_outputs = tuple(outputs.get(g.sql()) for g in select.args["group"].expressions)
+    if None in group_outputs:
+        return None
+    exact = {a.output for a in aggregates if a.retractable}
+    columns, count_column = [], None
+    for projection in select.expressions:
+        name, e = projection.alias_or_name, projection.unalias()
+        if not e.find(exp.AggFunc):
+            columns.append((name, "key"))
+            continue
+        casts = []
+        while isinstance(e, exp.Cast):
+            casts.append(e.to.this)
+            e = e.this
+        if isinstance(e, exp.Count) and not isinstance(e.this, exp.Distinct):
+            kind = "count"
+            if e.this is None or isinstance(e.this, exp.Star):
+                count_column = name
+        elif isinstance(e, exp.Sum) and name in exact:
+            kind = "sum"
+        elif isinstance(e, exp.Max | exp.Min):
+            kind = "max" if isinstance(e, exp.Max) else "min"
+        else:
+            return None
+        if kind in ("count", "sum") and any(t not in _EXACT_CASTS for t in casts):
+            return None
+        columns.append((name, kind))
+    return Retraction(group_outputs, tuple(columns), count_column)
 
 
 def explain(project: Project) -> list[ModelPlan]:
@@ -410,25 +508,38 @@ def _plan_group(project: Project, model: Model, select: exp.Select, base: dict) 
         )
     common = {"group_by": group_by, "aggregates": tuple(aggregates), "driving": tree.aliases[driving]}
     common["mappings"] = mappings
+    retraction = retraction_of(select, aggregates)
+    counted = retraction is not None and retraction.count_column is not None
     blocking = [a for a in aggregates if not a.retractable]
-    if select.args.get("having") is not None or blocking:
-        if blocking:
+    having = select.args.get("having") is not None
+    if having or blocking or not counted:
+        if having:
+            cause = "HAVING keeps or drops whole groups"
+        elif blocking:
             why = ", ".join(a.describe() for a in blocking)
             what = "need" if len(blocking) > 1 else "needs"
             cause = f"{why} {what} the group's rows when a row leaves it"
+        elif retraction is None:
+            cause = "a GROUP BY expression is not an output column (retraction finds a group's old row by it)"
         else:
-            cause = "HAVING keeps or drops whole groups"
+            cause = "no count(*) column tells when a group loses its last row (add one to have it retracted)"
         retractable = sorted({a.describe() for a in aggregates if a.retractable})
         also = f" ({', '.join(retractable)} alone would be maintained by retraction)" if retractable else ""
-        return ModelPlan(
-            strategy=REGROUP,
-            reason=f"GROUP BY {keys}: {cause}, so the groups the changed rows belong to are recomputed{also}",
-            **common,
-            **base,
-        )
+        reason = f"GROUP BY {keys}: {cause}, so the groups the changed rows belong to are recomputed{also}"
+        extremes = blocking and all(a.kind in ("min", "max") for a in blocking)
+        if not having and counted and extremes:
+            reason = (
+                f"GROUP BY {keys}: {why} {what} the group's rows only when a row holding the group's extreme leaves "
+                "it, so the groups the changed rows belong to are updated by retraction (the old row minus the rows "
+                "that left plus those that came) and only a group whose extreme left is recomputed from its rows"
+            )
+        else:
+            retraction = None
+        return ModelPlan(strategy=REGROUP, reason=reason, retraction=retraction, **common, **base)
     listed = ", ".join(a.describe() for a in aggregates) or "no aggregates"
     return ModelPlan(
         strategy=RETRACT,
+        retraction=retraction,
         reason=f"GROUP BY {keys} with {listed}: before-images subtract, after-images add; a group whose row count "
         "reaches 0 is deleted",
         **common,
@@ -449,7 +560,7 @@ def _aggregate(agg: exp.AggFunc, output: str, schemas: Mapping[str, pa.Schema | 
         kind = name
     else:
         kind = agg.sql(dialect=DIALECT).split("(")[0].lower()  # Spark's name (collect_list, not array_agg)
-    retractable = kind in RETRACTABLE and not distinct and (kind == "count" or _exact(arg, schemas))
+    retractable = kind in RETRACTED and not distinct and (kind == "count" or _exact(arg, schemas))
     return Aggregate(kind, argument, output, retractable, distinct)
 
 

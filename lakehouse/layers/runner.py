@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.expressions import In
+from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThanOrEqual
 from sqlglot import exp
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 
@@ -51,7 +51,7 @@ from lakehouse.errors import (
     TableNotFound,
 )
 from lakehouse.layers.engine import SparkSql, user_columns
-from lakehouse.layers.planner import KEYED, RECOMPUTE, ModelPlan, explain
+from lakehouse.layers.planner import KEYED, RECOMPUTE, RECOMPUTE_GROUP, ModelPlan, Retraction, explain
 from lakehouse.layers.rounds import (
     RoundRecord,
     RoundReport,
@@ -76,6 +76,8 @@ log = logging.getLogger(__name__)
 
 Positions = dict[str, dict[int, int]]
 APPEND_ATTEMPTS = 5
+#: Key lists up to this long are pushed into reads as IN filters; longer ones as their range (see `_read_in`).
+IN_LIST_LIMIT = 64
 
 
 def consumer_of(model: str) -> str:
@@ -316,7 +318,8 @@ class Layers:
             upserts, deletes, changes, affected = self._full(record)
         else:
             strategy, reason = plan.strategy, plan.reason
-            upserts, deletes, changes, affected = self._incremental(record, plan)
+            upserts, deletes, changes, affected, note = self._incremental(record, plan)
+            reason = f"{reason} ({note})" if note else reason
         self._append(record, upserts, deletes)
         for table, sub in subs.items():
             target = record.end[table]
@@ -380,15 +383,16 @@ class Layers:
         upserts, deletes = self._diff(record.model, new, old)
         return upserts, deletes, 0, new.num_rows
 
-    def _incremental(self, record: RoundRecord, plan: ModelPlan) -> tuple[pa.Table, pa.Table, int, int]:
+    def _incremental(self, record: RoundRecord, plan: ModelPlan) -> tuple[pa.Table, pa.Table, int, int, str]:
         assert record.start is not None
         model = self.project.models[record.model]
         driving_keys, changes = self._affected_driving_keys(plan, record.start, record.end)
         key = model.primary_key
         empty = self._output_schema(record.model).empty_table()
         if driving_keys.num_rows == 0:
-            return empty, empty.select(list(key)), changes, 0
+            return empty, empty.select(list(key)), changes, 0, ""
         select = _merged(model.qualified)
+        note = ""
         if plan.strategy == KEYED:
             views = self._restricted(plan, driving_keys, record.end)
             new = self.sql.run(select, views)
@@ -396,26 +400,93 @@ class Layers:
                 [next(o for o, d in plan.output_key if d == c) for c in driving_keys.column_names]
             ).select(list(key))
         else:
-            groups_query = _groups_query(select)
-            groups = pa.concat_tables(
-                [
-                    self.sql.run(groups_query, self._restricted(plan, driving_keys, record.start)),
-                    self.sql.run(groups_query, self._restricted(plan, driving_keys, record.end)),
-                ],
-                promote_options="permissive",
-            )
-            groups = _distinct(groups)
-            if groups.num_rows == 0:
-                return empty, empty.select(list(key)), changes, 0
-            views: dict[str, Any] = {t: record.end[t] for t in model.inputs}
-            views["__groups"] = groups
-            new = self.sql.run(_restrict_to_groups(select, "__groups"), views)
-            index = {g.output: i for i, g in enumerate(plan.group_by) if g.output}
-            wanted = pa.table({k: groups[f"__g{index[k]}"] for k in key})
+            if len(plan.mappings) == 1:
+                # one input: its before-images are the rows that left, its new rows those that came
+                d = plan.driving
+                before, after = self._images(d, record.start[d], record.end[d])
+            else:
+                before = self._restricted(plan, driving_keys, record.start)
+                after = self._restricted(plan, driving_keys, record.end)
+            retraction = plan.retraction
+            if retraction is not None:
+                new, wanted, regrouped = self._retract(record, select, retraction, before, after)
+                note = (
+                    f"this round: {wanted.num_rows} group(s) by retraction, {regrouped} of them recomputed from their "
+                    "rows"
+                )
+            else:
+                groups_query = _groups_query(select)
+                groups = _distinct(
+                    pa.concat_tables(
+                        [self.sql.run(groups_query, before), self.sql.run(groups_query, after)],
+                        promote_options="permissive",
+                    )
+                )
+                new = self._regroup(record, select, groups)
+                index = {g.output: i for i, g in enumerate(plan.group_by) if g.output}
+                wanted = pa.table({k: groups[f"__g{index[k]}"] for k in key})
+                note = f"this round: {groups.num_rows} group(s) recomputed from their rows"
         new = _semi_join(new, wanted, key)  # keys outside the round's (a table read under two aliases)
         old = self._read_rows(record.model, record.output, wanted)
         upserts, deletes = self._diff(record.model, new, old)
-        return upserts, deletes, changes, wanted.num_rows
+        return upserts, deletes, changes, wanted.num_rows, note
+
+    def _images(self, table: str, start: Mapping[int, int], end: Mapping[int, int]) -> tuple[dict, dict]:
+        """The rows of ``table`` that changes in [start, end) replaced (as of ``start``) and those that replaced
+        them (as of ``end``), from its net changelog with before-images: the old rows are looked up once, pruned
+        by key statistics, and the new ones come from the log."""
+        changes = self.lh.changes(table, start, end, before_images=True)
+        names = self.lh.table(table).schema.names
+        op = changes["_op"]
+        left = pc.is_in(op, pa.array(["update_before", "delete"]))
+        return {table: changes.filter(left).select(names)}, {table: changes.filter(pc.invert(left)).select(names)}
+
+    def _regroup(self, record: RoundRecord, select: exp.Select, groups: pa.Table) -> pa.Table:
+        """The model's rows of ``groups`` (``__g0``, ... in GROUP BY order), from all their rows as of the
+        round's end."""
+        views: dict[str, Any] = {t: record.end[t] for t in self.project.models[record.model].inputs}
+        views["__groups"] = groups
+        return self.sql.run(_restrict_to_groups(select, "__groups"), views)
+
+    def _retract(
+        self,
+        record: RoundRecord,
+        select: exp.Select,
+        retraction: Retraction,
+        before: Mapping[str, pa.Table],
+        after: Mapping[str, pa.Table],
+    ) -> tuple[pa.Table, pa.Table, int]:
+        """New rows of the groups the changed rows left or joined: the old row minus the aggregates of the
+        changed rows as of the start plus those as of the end (the model's own SQL over the restricted inputs
+        computes both). A group is recomputed from its rows when retraction cannot settle it: the row holding
+        its max/min left, a sum reached zero from rows that may be null, no ``count(*)`` says it emptied.
+        Returns (new rows, the keys they cover, groups recomputed)."""
+        model = record.model
+        schema = self._output_schema(model)
+        key = list(self.project.models[model].primary_key)
+        gone, came = (self.sql.run(select, v).select(schema.names).cast(schema) for v in (before, after))
+        keys = _distinct(pa.concat_tables([gone.select(key), came.select(key)]))
+        old = self._read_rows(model, record.output, keys)
+        group_of = retraction.group_outputs
+
+        def by_group(table: pa.Table) -> dict[tuple, dict]:
+            return {tuple(r[c] for c in group_of): r for r in table.to_pylist()}
+
+        olds, befores, afters = by_group(old), by_group(gone), by_group(came)
+        rows, regroup = [], []
+        for group in {**olds, **befores, **afters}:
+            row = retraction.combine(olds.get(group), befores.get(group), afters.get(group))
+            if row is RECOMPUTE_GROUP:
+                regroup.append(group)
+            elif row is not None:
+                rows.append(row)
+        new = pa.Table.from_pylist(rows, schema=schema)
+        if regroup:
+            types = [schema.field(c).type for c in group_of]
+            groups = pa.table({f"__g{i}": pa.array([g[i] for g in regroup], t) for i, t in enumerate(types)})
+            recomputed = self._regroup(record, select, groups).select(schema.names).cast(schema)
+            new = pa.concat_tables([new, recomputed])
+        return new, keys, len(regroup)
 
     def _affected_driving_keys(self, plan: ModelPlan, start: Positions, end: Positions) -> tuple[pa.Table, int]:
         """The driving table's keys a change in the range can affect (see the module), and the number of
@@ -430,8 +501,9 @@ class Layers:
             keys = changed[table]
             for hop in mapping.path:
                 values = keys.select(list(hop.from_columns)).rename_columns(list(hop.to_columns))
-                rows = self._read_in(hop.to_table, end[hop.to_table], values)
-                keys = rows.select(list(self.project.primary_key_of(hop.to_table)))
+                to_key = list(self.project.primary_key_of(hop.to_table))
+                columns = [*to_key, *(c for c in hop.to_columns if c not in to_key)]
+                keys = self._read_in(hop.to_table, end[hop.to_table], values, columns).select(to_key)
             parts.append(keys.select(list(driving_key)))
         schema = self.lh.table(plan.driving).schema
         key_schema = pa.schema([schema.field(k) for k in driving_key])
@@ -439,11 +511,16 @@ class Layers:
         return _distinct(keys), sum(t.num_rows for t in changed.values())
 
     def _changed_keys(self, table: str, start: Mapping[int, int], end: Mapping[int, int]) -> pa.Table:
+        """The keys written to ``table``'s log in [start, end): read from the log alone (whether each was an
+        insert, an update or a delete does not matter here, so the lake is not consulted)."""
         key = list(self.project.primary_key_of(table))
-        if dict(start) == dict(end):
-            schema = self.lh.table(table).schema
-            return pa.schema([schema.field(k) for k in key]).empty_table()
-        return _distinct(self.lh.changes(table, start, end, columns=key).select(key))
+        schema = self.lh.table(table).schema
+        key_schema = pa.schema([schema.field(k) for k in key])
+        log_ = self.lh.log(table)
+        parts = [
+            log_.read(b, start[b], end[b]).select(key).cast(key_schema) for b in sorted(end) if start.get(b, 0) < end[b]
+        ]
+        return _distinct(pa.concat_tables(parts)) if parts else key_schema.empty_table()
 
     def _restricted(self, plan: ModelPlan, driving_keys: pa.Table, offsets: Positions) -> dict[str, pa.Table]:
         """Each input as of ``offsets``, restricted to the driving rows of ``driving_keys`` and the rows they
@@ -470,18 +547,35 @@ class Layers:
             by_table.setdefault(mapping.table, []).append(rows[mapping.alias])
         return {t: _distinct(pa.concat_tables(parts)) if len(parts) > 1 else parts[0] for t, parts in by_table.items()}
 
-    def _read_in(self, table: str, offsets: Mapping[int, int], values: pa.Table) -> pa.Table:
+    def _read_in(
+        self, table: str, offsets: Mapping[int, int], values: pa.Table, columns: Sequence[str] | None = None
+    ) -> pa.Table:
         """The rows of ``table`` as of ``offsets`` whose columns ``values.column_names`` equal a row of
-        ``values`` (the first column pushed into the read as an IN filter, the rest matched here)."""
+        ``values`` (the first column pushed into the read as an IN filter, the rest matched here); only
+        ``columns`` (default all) are read."""
         definition = self.lh.table(table)
+        names = list(columns) if columns is not None else definition.schema.names
+        empty = pa.schema([definition.schema.field(n) for n in names]).empty_table()
         if values.num_rows == 0:
-            return definition.schema.empty_table()
+            return empty
         first = values.column_names[0]
-        literals = pc.unique(values[first].drop_null()).to_pylist()
-        if not literals:
-            return definition.schema.empty_table()
-        found = self.lh.union_read(table, row_filter=In(first, literals), as_of=dict(offsets))
-        found = found.select(definition.schema.names)
+        wanted = pc.unique(
+            values[first].drop_null().combine_chunks()
+            if isinstance(values[first], pa.ChunkedArray)
+            else values[first].drop_null()
+        )
+        if len(wanted) == 0:
+            return empty
+        if len(wanted) <= IN_LIST_LIMIT:
+            row_filter = In(first, wanted.to_pylist())
+        else:
+            # pyiceberg binds and evaluates an IN list literal by literal, per data file (20,000 keys cost 15 s of
+            # planning in a profile): push the range for file and row-group pruning, match exactly here
+            low, high = pc.min_max(wanted).values()
+            row_filter = And(GreaterThanOrEqual(first, low.as_py()), LessThanOrEqual(first, high.as_py()))
+        found = self.lh.union_read(table, columns=names, row_filter=row_filter, as_of=dict(offsets)).select(names)
+        if len(wanted) > IN_LIST_LIMIT:
+            found = found.filter(pc.is_in(found[first], value_set=wanted.cast(found.schema.field(first).type)))
         if len(values.column_names) > 1:
             found = _semi_join(found, values, values.column_names)
         return found

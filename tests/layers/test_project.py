@@ -349,7 +349,12 @@ STRATEGY_CASES = [
         REGROUP,
         ["sum(DISTINCT f.f_qty) needs"],
     ),
-    ("SELECT f_dim, sum(f_qty * 2) AS s FROM ods.f GROUP BY f_dim", "[f_dim]", RETRACT, ["sum(f.f_qty * 2)"]),
+    (
+        "SELECT f_dim, count(*) AS n, sum(f_qty * 2) AS s FROM ods.f GROUP BY f_dim",
+        "[f_dim]",
+        RETRACT,
+        ["sum(f.f_qty * 2)"],
+    ),
     ("SELECT f_dim, avg(abs(f_qty)) AS s FROM ods.f GROUP BY f_dim", "[f_dim]", REGROUP, ["avg(ABS(f.f_qty))"]),
     ("SELECT count(*) AS n FROM ods.f", "[n]", RECOMPUTE, ["aggregate without GROUP BY"]),
     (
@@ -401,8 +406,26 @@ STRATEGY_CASES = [
     (
         "SELECT f_dim, count(*) AS n, sum(f_amount) AS s, avg(f_qty) AS a FROM ods.f GROUP BY f_dim",
         "[f_dim]",
+        REGROUP,
+        ["avg(f.f_qty) needs the group's rows", "count(*), sum(f.f_amount) alone would be maintained by retraction"],
+    ),
+    (
+        "SELECT f_dim, count(*) AS n, sum(f_amount) AS s FROM ods.f GROUP BY f_dim",
+        "[f_dim]",
         RETRACT,
-        ["count(*), sum(f.f_amount), avg(f.f_qty)", "before-images subtract"],
+        ["count(*), sum(f.f_amount)", "before-images subtract"],
+    ),
+    (
+        "SELECT f_dim, sum(f_amount) AS s FROM ods.f GROUP BY f_dim",
+        "[f_dim]",
+        REGROUP,
+        ["no count(*) column tells when a group loses its last row"],
+    ),
+    (
+        "SELECT f_dim, count(*) AS n, max(f_amount) AS m FROM ods.f GROUP BY f_dim",
+        "[f_dim]",
+        REGROUP,
+        ["only a group whose extreme left is recomputed"],
     ),
     (
         "SELECT f_dim, count(DISTINCT f_qty) AS n FROM ods.f GROUP BY f_dim",
@@ -421,7 +444,8 @@ STRATEGY_CASES = [
     ("SELECT f_dim, collect_list(f_id) AS ids FROM ods.f GROUP BY f_dim", "[f_dim]", RECOMPUTE, ["collect_list"]),
     ("SELECT f_dim FROM ods.f GROUP BY ROLLUP (f_dim)", "[f_dim]", RECOMPUTE, ["ROLLUP"]),
     (
-        "SELECT d.d_name, sum(f.f_qty) AS q FROM ods.f f JOIN ods.d d ON f.f_dim = d.d_id GROUP BY d.d_name",
+        "SELECT d.d_name, count(*) AS n, sum(f.f_qty) AS q FROM ods.f f JOIN ods.d d ON f.f_dim = d.d_id "
+        "GROUP BY d.d_name",
         "[d_name]",
         RETRACT,
         ["GROUP BY d_name"],
