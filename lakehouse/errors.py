@@ -99,6 +99,11 @@ class LayerConflict(LakestreamError):
     if it died, run again: the round it left is resumed exactly once)."""
 
 
+class ModelChanged(ProjectError):
+    """A model's SQL changed while one of its rounds was unfinished: that round must finish with the SQL it
+    started with (its intent records the SQL's digest); restore it, run, then change it again."""
+
+
 class DeployMismatch(ProjectError):
     """A table the project declares already exists with another schema or key (``lakestream layers deploy``)."""
 

@@ -10,7 +10,8 @@ restricted to the rows it needs (changed keys and what they join to). Names that
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -58,7 +59,13 @@ class SparkSql:
         return read_table(self.spark, self.lh, name, as_of=dict(view), columns=chosen)
 
     def run(self, query: exp.Query, views: Mapping[str, View]) -> pa.Table:
-        """The rows of ``query`` with its tables replaced by ``views`` (see the module)."""
+        """The rows of ``query`` with its tables replaced by ``views`` (see the module), as Arrow."""
+        with self.dataframe(query, views) as df:
+            return df.toArrow()
+
+    @contextmanager
+    def dataframe(self, query: exp.Query, views: Mapping[str, View]) -> Iterator[DataFrame]:
+        """``query`` over ``views`` as a DataFrame, usable inside the ``with`` (its views are dropped after)."""
         suffix = next(_counter)
         names: dict[str, str] = {}
         registered = []
@@ -70,8 +77,7 @@ class SparkSql:
                 self.frame(name, view, schema, columns).createOrReplaceTempView(temp)
                 registered.append(temp)
                 names[name] = temp
-            text = rewrite_tables(query, names).sql(dialect=DIALECT)
-            return self.spark.sql(text).toArrow()
+            yield self.spark.sql(rewrite_tables(query, names).sql(dialect=DIALECT))
         finally:
             for temp in registered:
                 self.spark.catalog.dropTempView(temp)

@@ -50,6 +50,8 @@ class RoundRecord:
     start: Positions | None
     end: Positions
     output: dict[int, int]
+    #: sha256 of the model's SQL the round computes with ("" in records of older versions)
+    sql: str = ""
 
     @property
     def key(self) -> str:
@@ -63,6 +65,7 @@ class RoundRecord:
             "start": self.start,
             "end": self.end,
             "output": self.output,
+            "sql": self.sql,
         }
         return json.dumps(doc, sort_keys=True).encode()
 
@@ -76,6 +79,7 @@ class RoundRecord:
             start=_positions(doc["start"]),
             end=_positions(doc["end"]) or {},
             output={int(b): int(o) for b, o in doc["output"].items()},
+            sql=doc.get("sql", ""),
         )
 
 

@@ -9,9 +9,10 @@ M's table to M's log (tiering then moves them into the lake as for any table):
    next run resumes with the same range.
 2. The new rows of the keys the range can affect are computed with Spark SQL over the inputs **as of the
    round's end** (as-of reads make a round deterministic for its range), the old rows of the same keys read from
-   M's table as of its log's ends when the round began, and the difference appended: upserts under producer
-   ``layers.<M>`` sequence ``2r``, deletes (keys only) under ``2r + 1``, rows sorted by key. A retried round
-   appends the same rows under the same sequences, and the log recognises the buckets that already hold them.
+   M's table as of its log's ends when the round began, and the difference appended: upserts and key-only
+   deletes, sorted by key, in chunks within the log's append limits, under producer ``layers.<M>`` and the
+   round's own sequences (`lakehouse.layers.writer.round_sequence`). A retried round appends the same chunks
+   under the same sequences, and the log recognises the buckets that already hold them.
 3. Only then each input subscription advances to the round's end (a compare-and-swap), which ends the round.
 
 Which keys a range affects follows the model's plan (`lakehouse.layers.planner`):
@@ -22,11 +23,13 @@ Which keys a range affects follows the model's plan (`lakehouse.layers.planner`)
 * ``retract``/``regroup``: the groups of those driving rows' joined rows, both as of the round's start (where
   they were) and as of its end (where they are); the model's SQL then recomputes exactly those groups (a
   ``LEFT SEMI JOIN`` on the group expressions; a group with no row left is deleted).
-* ``recompute`` and every model's first round: the whole SQL, diffed against the whole table.
+* ``recompute``, every model's first round and a rebuild: the whole SQL, diffed against the whole table bucket by
+  bucket in Spark tasks, which append their buckets themselves (`lakehouse.layers.writer`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -41,16 +44,15 @@ from sqlglot import exp
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 
 from lakehouse.errors import (
-    AppendIncomplete,
     DeployMismatch,
     InvalidArgument,
     LayerConflict,
-    ModelKeyError,
+    ModelChanged,
     SubscriptionConflict,
     TableAlreadyExists,
     TableNotFound,
 )
-from lakehouse.layers.engine import SparkSql, user_columns
+from lakehouse.layers.engine import SparkSql
 from lakehouse.layers.planner import KEYED, RECOMPUTE, RECOMPUTE_GROUP, ModelPlan, Retraction, explain
 from lakehouse.layers.rounds import (
     RoundRecord,
@@ -62,6 +64,8 @@ from lakehouse.layers.rounds import (
     report_exists,
     write_report,
 )
+from lakehouse.layers.writer import append_round, diff_rows
+from object_store import StoreUnavailable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -76,8 +80,15 @@ log = logging.getLogger(__name__)
 
 Positions = dict[str, dict[int, int]]
 APPEND_ATTEMPTS = 5
+#: The longest pause of `Layers.follow` while the store does not answer.
+FOLLOW_MAX_BACKOFF = 30.0
 #: Key lists up to this long are pushed into reads as IN filters; longer ones as their range (see `_read_in`).
 IN_LIST_LIMIT = 64
+
+
+def sql_digest(sql: str) -> str:
+    """The digest a round records of the model's SQL (a changed SQL makes the next round a full one)."""
+    return hashlib.sha256(sql.encode()).hexdigest()
 
 
 def consumer_of(model: str) -> str:
@@ -246,12 +257,24 @@ class Layers:
         models: Sequence[str] | None = None,
     ) -> None:
         """Run rounds as soon as inputs advance, until ``stop`` is set (or ``max_rounds`` rounds that did
-        something have run), sleeping ``poll_seconds`` when nothing moved."""
+        something have run), sleeping ``poll_seconds`` when nothing moved. A store that stops answering
+        (`StoreUnavailable`) pauses the loop with a growing delay (up to `FOLLOW_MAX_BACKOFF` seconds) and
+        the interrupted round is resumed; any other error ends it."""
         stop = stop or threading.Event()
         ran = 0
+        failures = 0
         while not stop.is_set():
             busy = False
-            for report in self.run_once(models):
+            try:
+                reports = self.run_once(models)
+            except StoreUnavailable as exc:
+                failures += 1
+                delay = min(FOLLOW_MAX_BACKOFF, poll_seconds * 2**failures)
+                log.warning("layers: the store did not answer (%s); the round is resumed in %.1f s", exc, delay)
+                stop.wait(delay)
+                continue
+            failures = 0
+            for report in reports:
                 if report.idle:
                     continue
                 busy = True
@@ -289,7 +312,16 @@ class Layers:
                 f"model {name}: another runner finished a round after round {latest.number} while this one started; "
                 "only one runner of a model may run. Nothing was written by this one"
             )
+        digest = sql_digest(model.sql)
         if latest is not None and not report_exists(store, name, latest.number):
+            if latest.sql and latest.sql != digest:
+                raise ModelChanged(
+                    f"model {name}: its SQL ({model.path}) changed while round {latest.number} was unfinished; that "
+                    "round must finish with the SQL it started with. Restore the SQL, run once, then change it "
+                    "again (the next round recomputes the model in full)",
+                    path=model.path,
+                    model=name,
+                )
             report = self._execute(latest, subs, started, resumed=True)  # a round a runner left unfinished
             if not rebuild:
                 return report
@@ -297,30 +329,62 @@ class Layers:
             subs = {t: s.refresh() for t, s in subs.items()}
         number = 0 if latest is None else latest.number + 1
         ends = {t: self.lh.log(t).end_offsets() for t in model.inputs}
-        if latest is None or rebuild:
+        if latest is None or rebuild or (latest.sql and latest.sql != digest):
             kind, start = ("rebuild" if rebuild else "full"), None
         else:
             kind, start = "incremental", {t: subs[t].position for t in model.inputs}
             if start == ends:
                 return RoundReport(name, -1, plan.strategy, "no input advanced", ends, idle=True)
-        record = RoundRecord(name, number, kind, start, ends, self.lh.log(name).end_offsets())
+        output = self.lh.log(name).end_offsets()
+        self._pin_own_table(name, output)
+        record = RoundRecord(name, number, kind, start, ends, output, digest)
         create_round(store, record)
         return self._execute(record, subs, started)
+
+    def _pin_own_table(self, name: str, output: dict[int, int]) -> None:
+        """Keep M's own table readable as of ``output`` (the old rows of the round about to start) until the
+        next round: a subscription ``layers.<M>.self`` of M's table, which retention and expiry respect."""
+        own = self.lh.subscription(name, f"{consumer_of(name)}.self", start=output)
+        if own.position != output:
+            try:
+                own.advance(output)
+            except SubscriptionConflict:
+                raise LayerConflict(
+                    f"model {name}: another runner is starting a round at the same time; only one runner of a model "
+                    "may run. Nothing was written by this one"
+                ) from None
 
     def _execute(
         self, record: RoundRecord, subs: Mapping[str, Subscription], started: float, *, resumed: bool = False
     ) -> RoundReport:
         name = record.model
         plan = self.plans[name]
+        if resumed and record.kind == "incremental" and all(subs[t].position == record.end[t] for t in subs):
+            # appended and advanced before the runner died, only the report was missing: the inputs' range may
+            # be gone already (the subscriptions no longer pin it), and there is nothing left to do
+            report = RoundReport(
+                name,
+                record.number,
+                record.kind,
+                "finished before a crash; reported on resume",
+                record.end,
+                resumed=True,
+                finished_at=time.time(),
+            )
+            write_report(self.lh.store, report)
+            return report
         if record.start is None or plan.strategy == RECOMPUTE:
             strategy = record.kind if record.kind == "rebuild" else RECOMPUTE
             reason = plan.reason if record.start is not None else f"{record.kind} round: the whole SQL, diffed"
+            if record.kind == "full" and record.number > 0:
+                reason = "the model's SQL changed since its last round: the whole SQL, diffed"
             upserts, deletes, changes, affected = self._full(record)
         else:
             strategy, reason = plan.strategy, plan.reason
-            upserts, deletes, changes, affected, note = self._incremental(record, plan)
+            rows, gone, changes, affected, note = self._incremental(record, plan)
             reason = f"{reason} ({note})" if note else reason
-        self._append(record, upserts, deletes)
+            self._append(record, rows, gone)
+            upserts, deletes = rows.num_rows, gone.num_rows
         for table, sub in subs.items():
             target = record.end[table]
             if sub.position == target:
@@ -341,8 +405,8 @@ class Layers:
             record.end,
             input_changes=changes,
             affected=affected,
-            upserts=upserts.num_rows,
-            deletes=deletes.num_rows,
+            upserts=upserts,
+            deletes=deletes,
             seconds=time.monotonic() - started,
             resumed=resumed,
             finished_at=time.time(),
@@ -362,26 +426,22 @@ class Layers:
     def _append(self, record: RoundRecord, upserts: pa.Table, deletes: pa.Table) -> None:
         out = self.lh.log(record.model)
         producer = producer_of(record.model)
-        for data, op, sequence in ((upserts, "upsert", 2 * record.number), (deletes, "delete", 2 * record.number + 1)):
-            if data.num_rows == 0:
-                continue
-            for attempt in range(APPEND_ATTEMPTS):
-                try:
-                    out.append(data, op, producer_id=producer, sequence=sequence)
-                    break
-                except AppendIncomplete:
-                    if attempt == APPEND_ATTEMPTS - 1:
-                        raise
-                    time.sleep(0.1 * 2**attempt)
+        append_round(out, upserts, "upsert", producer, record.number)
+        append_round(out, deletes, "delete", producer, record.number)
 
     # ---- a round's rows --------------------------------------------------------------------------------
 
-    def _full(self, record: RoundRecord) -> tuple[pa.Table, pa.Table, int, int]:
+    def _full(self, record: RoundRecord) -> tuple[int, int, int, int]:
+        """The whole SQL as of the round's end, diffed and appended per bucket by Spark tasks
+        (`lakehouse.layers.writer`): (upserts, deletes, input changes, rows)."""
+        from lakehouse.layers.writer import write_full
+
         model = self.project.models[record.model]
-        new = self.sql.run(model.qualified, {t: record.end[t] for t in model.inputs})
-        old = user_columns(self.lh.union_read(record.model, as_of=record.output))
-        upserts, deletes = self._diff(record.model, new, old)
-        return upserts, deletes, 0, new.num_rows
+        with self.sql.dataframe(model.qualified, {t: record.end[t] for t in model.inputs}) as new:
+            upserts, deletes, rows = write_full(
+                self.lh, record.model, record.number, producer_of(record.model), record.output, new, model.primary_key
+            )
+        return upserts, deletes, 0, rows
 
     def _incremental(self, record: RoundRecord, plan: ModelPlan) -> tuple[pa.Table, pa.Table, int, int, str]:
         assert record.start is not None
@@ -587,36 +647,7 @@ class Layers:
         return self.lh.table(model).schema
 
     def _diff(self, model: str, new: pa.Table, old: pa.Table) -> tuple[pa.Table, pa.Table]:
-        """(upserts, key-only deletes) that turn ``old`` into ``new`` (both keyed by the model's key), sorted
-        by key. A key ``new`` holds twice is the model's error (its SQL does not yield one row per key)."""
-        schema = self._output_schema(model)
-        key = list(self.project.models[model].primary_key)
-        try:
-            new = new.select(schema.names).cast(schema)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError) as exc:
-            raise ModelKeyError(
-                f"model {model}: its SQL's rows {new.schema} do not fit its table {schema} ({exc}); fix the SQL or "
-                "drop the table and deploy again",
-                model=model,
-            ) from None
-        _check_unique(model, new, key)
-        old = old.select(schema.names).cast(schema)
-        others = [n for n in schema.names if n not in key]
-        left = new.append_column("__in_new", pa.array([True] * new.num_rows, pa.bool_()))
-        right = old.rename_columns([n if n in key else f"{n}__old" for n in old.column_names])
-        right = right.append_column("__in_old", pa.array([True] * old.num_rows, pa.bool_()))
-        joined = left.join(right, keys=key, join_type="full outer")
-        in_new = pc.is_valid(joined["__in_new"])
-        in_old = pc.is_valid(joined["__in_old"])
-        differs = pc.invert(in_old)
-        for name in others:
-            a, b = joined[name], joined[f"{name}__old"]
-            same = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
-            differs = pc.or_(differs, pc.invert(same))
-        order = [(k, "ascending") for k in key]
-        upserts = joined.filter(pc.and_(in_new, differs)).select(schema.names).cast(schema).sort_by(order)
-        deletes = joined.filter(pc.and_(in_old, pc.invert(in_new))).select(key).sort_by(order)
-        return upserts, deletes.cast(pa.schema([schema.field(k) for k in key]))
+        return diff_rows(model, new, old, self._output_schema(model), self.project.models[model].primary_key)
 
     # ---- status ----------------------------------------------------------------------------------------
 
@@ -706,18 +737,3 @@ def _semi_join(table: pa.Table, keys: pa.Table, columns: Sequence[str]) -> pa.Ta
         return table
     keys = _distinct(keys.select(list(columns))).cast(pa.schema([table.schema.field(c) for c in columns]))
     return table.join(keys, keys=list(columns), join_type="left semi").select(table.column_names)
-
-
-def _check_unique(model: str, table: pa.Table, key: Sequence[str]) -> None:
-    if table.num_rows == 0:
-        return
-    counts = table.group_by(list(key)).aggregate([([], "count_all")])
-    twice = counts.filter(pc.greater(counts["count_all"], 1))
-    if twice.num_rows:
-        sample = twice.slice(0, 3).select(list(key)).to_pylist()
-        raise ModelKeyError(
-            f"model {model}: its SQL yields key {sample[0]} ({twice.num_rows} key(s) in all, e.g. {sample}) more "
-            f"than once, so it is not keyed by {list(key)}: a join that is not many-to-one, or a key that is not "
-            "the GROUP BY's. Nothing was written for this round; fix the SQL or the primary_key",
-            model=model,
-        )

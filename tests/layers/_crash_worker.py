@@ -1,5 +1,6 @@
-"""Runs one `Layers.run_once` of the example project and kills itself with SIGKILL at a chosen point (run as a
-module by tests/layers/test_runner.py): a fault-injecting wrapper around the real runner, not a mock."""
+"""Runs one `Layers.run_once` of the example project and is killed with SIGKILL at a chosen point (run as a
+module by tests/layers/test_runner.py): a fault-injecting wrapper around the real runner, not a mock. In a full
+round the appends run in Spark tasks, and "between_appends" has a task kill the driver after it appended."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 
 from lakehouse.lakehouse import Lakehouse
 from lakehouse.layers import runner as runner_module
+from lakehouse.layers import writer as writer_module
 from lakehouse.layers.project import load_project
 from lakehouse.layers.runner import Layers
 from lakehouse.log.log import Log
@@ -19,6 +21,37 @@ from tests.layers._tpch import EXAMPLE
 
 def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+class KillingWriter(writer_module.BucketWriter):
+    """Kills the driver (this process) from inside a Spark task, once the task's first bucket is appended.
+    Defined in ``__main__``, so cloudpickle ships the class itself (with the driver's pid) to the workers."""
+
+    DRIVER = os.getpid()
+
+    def write(self, batches):
+        for summary in super().write(batches):
+            os.kill(self.DRIVER, signal.SIGKILL)
+            yield summary
+
+
+def arm_full(point: str, model: str) -> None:
+    """Kill at ``point`` of ``model``'s full round (its appends run in Spark tasks)."""
+    original = writer_module.write_full
+
+    def write_full(lh, name, *args, **kw):
+        if name == model and point == "before_append":
+            die()
+        result = original(lh, name, *args, **kw)
+        if name == model and point == "before_advance":
+            die()
+        return result
+
+    writer_module.write_full = write_full
+    if point == "between_appends":
+        writer_module.BucketWriter = KillingWriter
+    elif point == "before_report":
+        arm(point, model)
 
 
 def arm(point: str, model: str) -> None:
@@ -60,13 +93,22 @@ def arm(point: str, model: str) -> None:
                 die()
 
         Subscription.advance = advance
+    elif point == "before_report":
+        original_report = runner_module.write_report
+
+        def write_report(store, report):
+            if report.model == model:
+                die()
+            return original_report(store, report)
+
+        runner_module.write_report = write_report
     else:
         raise SystemExit(f"unknown point {point}")
 
 
 if __name__ == "__main__":
-    url, point, model = json.loads(sys.argv[1])
-    arm(point, model)
+    url, point, model, full = json.loads(sys.argv[1])
+    (arm_full if full else arm)(point, model)
     lh = Lakehouse.open(url)
     layers = Layers(lh, load_project(EXAMPLE), spark_master="local[1]")
     layers.run_once()

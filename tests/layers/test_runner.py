@@ -13,11 +13,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from lakehouse.errors import DeployMismatch, InvalidArgument, LayerConflict, ModelKeyError
+from lakehouse.errors import DeployMismatch, InvalidArgument, LayerConflict, ModelChanged, ModelKeyError
 from lakehouse.lakehouse import Lakehouse
 from lakehouse.layers.project import load_project
 from lakehouse.layers.rounds import latest_round, read_report
 from lakehouse.layers.runner import Layers, consumer_of
+from object_store import StoreUnavailable
 from tests.layers._tpch import EXAMPLE, MODELS, change_some, load_base, log_records, state
 
 pytestmark = pytest.mark.usefixtures("spark")
@@ -39,17 +40,6 @@ def states(lh: Lakehouse, project) -> dict[str, pa.Table]:
     return {m: state(lh, m, project.models[m].primary_key) for m in MODELS}
 
 
-def rebuilt(tmp_path: Path, lh: Lakehouse, layers: Layers, project) -> dict[str, pa.Table]:
-    """The models recomputed in full from the ODS, in a copy of the warehouse."""
-    copy = tmp_path / "rebuilt"
-    shutil.copytree(lh.url.removeprefix("file://"), copy)
-    other = Lakehouse.open(f"file://{copy}")
-    again = Layers(other, project, layers.spark)
-    for model in MODELS:
-        again.rebuild(model)
-    return states(other, project)
-
-
 def test_deploy_creates_every_table_once(tmp_path, spark, project):
     lh = Lakehouse.open(f"file://{tmp_path / 'wh'}")
     layers = Layers(lh, project, spark)
@@ -67,8 +57,9 @@ def test_deploy_refuses_a_table_of_another_shape(tmp_path, spark, project):
         Layers(lh, project, spark).deploy()
 
 
-def test_rounds_follow_every_kind_of_change_and_equal_a_rebuild(tmp_path, spark, project):
-    lh, layers = fresh(tmp_path, "wh", spark, project)
+def test_rounds_follow_every_kind_of_change_and_equal_a_rebuild(lakehouse, spark, project):
+    lh, layers = lakehouse, Layers(lakehouse, project, spark)
+    layers.deploy()
     load_base(lh)
     first = layers.run_once()
     assert [(r.model, r.round, r.strategy) for r in first] == [(m, 0, "recompute") for m in MODELS]
@@ -81,7 +72,10 @@ def test_rounds_follow_every_kind_of_change_and_equal_a_rebuild(tmp_path, spark,
     assert dwd.deletes >= 2 and dwd.upserts > 0  # deleted orders and those of the deleted customer
     assert dwd.affected < 200  # only the keys the changes reach
     got = states(lh, project)
-    assert got == rebuilt(tmp_path, lh, layers, project)
+    for model in MODELS:  # a rebuild of a state that is right changes nothing
+        report = layers.rebuild(model)
+        assert (report.strategy, report.upserts, report.deletes) == ("rebuild", 0, 0), report
+    assert states(lh, project) == got
     enriched = got["dwd.orders_enriched"].to_pylist()
     assert not [r for r in enriched if r["o_orderkey"] in (8, 9)]  # deletes propagate
     assert {r["n_name"] for r in enriched if r["n_nationkey"] == 1} == {"N1-renamed"}  # a rename fans out
@@ -111,10 +105,14 @@ def test_an_unknown_model_is_a_clear_error(tmp_path, spark, project):
 
 
 @pytest.mark.parametrize("first", [False, True], ids=["round1", "round0"])
-@pytest.mark.parametrize("point", ["before_append", "between_appends", "before_advance", "between_advances"])
+@pytest.mark.parametrize(
+    "point", ["before_append", "between_appends", "before_advance", "between_advances", "before_report"]
+)
 def test_kill_9_in_a_round_then_rerun_loses_and_doubles_nothing(tmp_path, spark, project, point, first):
-    if first and point == "between_advances":
-        pytest.skip("a first round creates its positions at its end: there is nothing to advance")
+    if first and point != "between_appends":
+        # a first round appends from Spark tasks and creates its positions at its end: its other points are the
+        # later rounds' (each case starts a Spark driver of its own: ~30-60 s)
+        pytest.skip("covered by the later round's case")
     lh, layers = fresh(tmp_path, "wh", spark, project)
     control, control_layers = fresh(tmp_path, "control", spark, project)
     for each in (lh, control):
@@ -125,7 +123,7 @@ def test_kill_9_in_a_round_then_rerun_loses_and_doubles_nothing(tmp_path, spark,
         for each in (lh, control):
             change_some(each)
     control_layers.run_once()
-    args = json.dumps([lh.url, point, "dwd.orders_enriched"])
+    args = json.dumps([lh.url, point, "dwd.orders_enriched", first])
     proc = subprocess.run(
         [sys.executable, "-m", "tests.layers._crash_worker", args],
         cwd=Path(__file__).resolve().parents[2],
@@ -205,3 +203,95 @@ def test_a_model_that_yields_a_key_twice_writes_nothing(tmp_path, spark):
     with pytest.raises(ModelKeyError):  # and is tried again, not skipped
         layers.run_once()
     assert log_records(lh, "dwd.orders_enriched") == 0
+
+
+def test_a_changed_model_sql_recomputes_the_model_in_full(tmp_path, spark):
+    root = tmp_path / "project"
+    shutil.copytree(EXAMPLE, root)
+    lh, layers = fresh(tmp_path, "wh", spark, load_project(root))
+    load_base(lh)
+    layers.run_once()
+    sql_file = root / "models" / "dwd.orders_enriched.sql"
+    # the same columns, a different name: an incremental round would leave the untouched orders stale
+    sql_file.write_text(sql_file.read_text().replace("c.c_name,", "upper(c.c_name) AS c_name,"))
+    changed = load_project(root)
+    reports = Layers(lh, changed, spark).run_once(["dwd.orders_enriched"])
+    assert reports[0].strategy == "recompute" and "SQL changed" in reports[0].reason
+    names = state(lh, "dwd.orders_enriched", ["o_orderkey"])["c_name"].to_pylist()
+    assert names and all(n == n.upper() for n in names)
+    assert Layers(lh, changed, spark).run_once(["dwd.orders_enriched"])[0].idle
+
+
+def test_a_model_changed_during_an_unfinished_round_is_refused(tmp_path, spark):
+    root = tmp_path / "project"
+    shutil.copytree(EXAMPLE, root)
+    project = load_project(root)
+    lh, layers = fresh(tmp_path, "wh", spark, project)
+    load_base(lh)
+    layers.run_once()
+    change_some(lh)
+
+    class DiesBeforeAppending(Layers):
+        def _append(self, record, upserts, deletes):
+            raise KeyboardInterrupt  # the runner stops here, its round unfinished
+
+    with pytest.raises(KeyboardInterrupt):
+        DiesBeforeAppending(lh, project, spark).run_once(["dwd.orders_enriched"])
+    sql_file = root / "models" / "dwd.orders_enriched.sql"
+    original = sql_file.read_text()
+    sql_file.write_text(original.replace("c.c_name,", "upper(c.c_name) AS c_name,"))
+    with pytest.raises(ModelChanged, match="changed while round 1 was unfinished"):
+        Layers(lh, load_project(root), spark).run_once(["dwd.orders_enriched"])
+    sql_file.write_text(original)
+    assert Layers(lh, load_project(root), spark).run_once(["dwd.orders_enriched"])[0].resumed
+
+
+def test_follow_waits_out_a_store_that_stops_answering(tmp_path, spark, project):
+    lh, layers = fresh(tmp_path, "wh", spark, project)
+    load_base(lh)
+    calls = []
+
+    class Flaky(Layers):
+        """The store fails the first two rounds' reads (a fault the real store cannot be made to give here)."""
+
+        def run_once(self, models=None):
+            calls.append(1)
+            if len(calls) <= 2:
+                raise StoreUnavailable("the S3 endpoint did not answer (injected)")
+            return super().run_once(models)
+
+    reports = []
+    Flaky(lh, project, spark).follow(poll_seconds=0.01, max_rounds=2, on_round=reports.append)
+    assert len(calls) == 3 and [r.model for r in reports] == list(MODELS)
+
+
+def test_a_round_larger_than_one_append_goes_in_chunks_exactly_once(tmp_path, spark, project):
+    from lakehouse.log.batch import Limits
+
+    def small_appends(lh: Lakehouse) -> Lakehouse:
+        lh.log("dwd.orders_enriched").limits = Limits(max_rows=7)  # the round's ~190 rows take many appends
+        return lh
+
+    lh, layers = fresh(tmp_path, "wh", spark, project)
+    control, control_layers = fresh(tmp_path, "control", spark, project)
+    for each, each_layers in ((lh, layers), (control, control_layers)):
+        load_base(each)
+        each_layers.run_once()
+        change_some(small_appends(each))
+    control_layers.run_once(["dwd.orders_enriched"])
+    log_ = lh.log("dwd.orders_enriched")
+    original, calls = log_.append, []
+
+    def dies_at_the_third_chunk(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the runner stops between two chunks of its round
+        return original(*args, **kwargs)
+
+    log_.append = dies_at_the_third_chunk
+    with pytest.raises(KeyboardInterrupt):
+        layers.run_once(["dwd.orders_enriched"])
+    resumed = Layers(small_appends(Lakehouse.open(lh.url)), project, spark).run_once(["dwd.orders_enriched"])
+    assert resumed[0].resumed and resumed[0].upserts > 7
+    assert log_records(lh, "dwd.orders_enriched") == log_records(control, "dwd.orders_enriched")
+    assert state(lh, "dwd.orders_enriched", ["o_orderkey"]) == state(control, "dwd.orders_enriched", ["o_orderkey"])

@@ -1,0 +1,239 @@
+"""Full rounds on Spark: the model's rows never meet on the driver.
+
+A full round (a model's first, a rebuild, a ``recompute`` model's every round) computes the whole SQL. Its rows
+are tagged with their bucket of the model's table (lakestream's bucket function, on the workers), repartitioned
+by it, and each Spark task diffs its buckets' new rows against the bucket's old rows (the model's table as of
+the round's output offsets, read by the task with the read plan the driver made) and appends the difference
+to those buckets itself, under the round's producer id and sequences: so a retried task, or a resumed round,
+appends nothing twice. Buckets that get no new row at all lose their old rows (deletes, from the driver).
+
+Before any append the rows are checked for a key yielded twice (one Spark aggregation over the persisted
+rows), so a model whose SQL is not keyed by its key writes nothing.
+
+Credentials reach the tasks inside the pickled task context (as in tiering and the Spark source; see
+docs/architecture.md): never in the plan's ``repr``, Spark's UI or logs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakehouse.errors import AppendIncomplete, ModelKeyError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from lakehouse.lakehouse import Lakehouse
+    from lakehouse.union import ReadPlan
+
+__all__ = ["BucketWriter", "append_round", "diff_rows", "round_sequence", "write_full"]
+
+APPEND_ATTEMPTS = 5
+BUCKET = "__lakestream_bucket"
+SUMMARY = "bucket int, upserts long, deletes long, rows long"
+
+
+def diff_rows(
+    model: str, new: pa.Table, old: pa.Table, schema: pa.Schema, key: Sequence[str]
+) -> tuple[pa.Table, pa.Table]:
+    """(upserts, key-only deletes) that turn ``old`` into ``new``, both keyed by ``key``, sorted by key. A key
+    ``new`` holds twice is the model's error (its SQL does not yield one row per key)."""
+    key = list(key)
+    try:
+        new = new.select(schema.names).cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError) as exc:
+        raise ModelKeyError(
+            f"model {model}: its SQL's rows {new.schema} do not fit its table {schema} ({exc}); fix the SQL or "
+            "drop the table and deploy again",
+            model=model,
+        ) from None
+    check_unique(model, new, key)
+    old = old.select(schema.names).cast(schema)
+    others = [n for n in schema.names if n not in key]
+    left = new.append_column("__in_new", pa.array([True] * new.num_rows, pa.bool_()))
+    right = old.rename_columns([n if n in key else f"{n}__old" for n in old.column_names])
+    right = right.append_column("__in_old", pa.array([True] * old.num_rows, pa.bool_()))
+    joined = left.join(right, keys=key, join_type="full outer")
+    in_new = pc.is_valid(joined["__in_new"])
+    in_old = pc.is_valid(joined["__in_old"])
+    differs = pc.invert(in_old)
+    for name in others:
+        a, b = joined[name], joined[f"{name}__old"]
+        same = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+        differs = pc.or_(differs, pc.invert(same))
+    order = [(k, "ascending") for k in key]
+    upserts = joined.filter(pc.and_(in_new, differs)).select(schema.names).cast(schema).sort_by(order)
+    deletes = joined.filter(pc.and_(in_old, pc.invert(in_new))).select(key).sort_by(order)
+    return upserts, deletes.cast(pa.schema([schema.field(k) for k in key]))
+
+
+def check_unique(model: str, table: pa.Table, key: Sequence[str]) -> None:
+    if table.num_rows == 0:
+        return
+    counts = table.group_by(list(key)).aggregate([([], "count_all")])
+    twice = counts.filter(pc.greater(counts["count_all"], 1))
+    if twice.num_rows:
+        _twice_error(model, twice.num_rows, twice.slice(0, 3).select(list(key)).to_pylist(), key)
+
+
+def _twice_error(model: str, count: int, sample: list[dict], key: Sequence[str]) -> None:
+    raise ModelKeyError(
+        f"model {model}: its SQL yields key {sample[0]} ({count} key(s) in all, e.g. {sample}) more than once, so "
+        f"it is not keyed by {list(key)}: a join that is not many-to-one, or a key that is not the GROUP BY's. "
+        "Nothing was written for this round; fix the SQL or the primary_key",
+        model=model,
+    )
+
+
+#: Sequences of one round: upserts from ``number * ROUND_SEQUENCES``, deletes from half-way (one per chunk).
+ROUND_SEQUENCES = 2**20
+
+
+def round_sequence(number: int, op: str, chunk: int) -> int:
+    """The producer sequence of chunk ``chunk`` of round ``number``'s ``op`` rows: the same on every retry."""
+    return number * ROUND_SEQUENCES + (ROUND_SEQUENCES // 2 if op == "delete" else 0) + chunk
+
+
+def append_round(log_: Any, data: pa.Table, op: str, producer: str, number: int) -> None:
+    """Append round ``number``'s ``op`` rows (sorted: the same chunks on every retry) in chunks within the
+    log's per-append limits, each under its own sequence (`round_sequence`), retrying an incomplete append
+    (the written buckets are recognised)."""
+    if data.num_rows == 0:
+        return
+    limits = log_.limits
+    per_row = max(1, data.nbytes // data.num_rows)
+    rows = max(1, min(limits.max_rows, (limits.max_bytes // 2) // per_row))
+    for chunk, offset in enumerate(range(0, data.num_rows, rows)):
+        part = data.slice(offset, rows)
+        sequence = round_sequence(number, op, chunk)
+        for attempt in range(APPEND_ATTEMPTS):
+            try:
+                log_.append(part, op, producer_id=producer, sequence=sequence)
+                break
+            except AppendIncomplete:
+                if attempt == APPEND_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.1 * 2**attempt)
+
+
+@dataclass(frozen=True)
+class BucketWriter:
+    """What a Spark task needs to write its buckets of a full round (pickled to the executors)."""
+
+    model: str
+    definition_json: str
+    schema: pa.Schema
+    key: tuple[str, ...]
+    old: ReadPlan
+    producer: str
+    number: int
+    store_url: str
+    store_options: dict[str, str] = field(repr=False)
+
+    def _definition(self) -> Any:
+        from lakehouse.tables import TableDefinition
+
+        return TableDefinition.from_json(self.definition_json)
+
+    def tag(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Each row with its bucket of the model's table."""
+        from lakehouse.bucketing import bucket_ids
+
+        definition = self._definition()
+        key_type = definition.schema.field(definition.bucket_key).type
+        for batch in batches:
+            ids = bucket_ids(batch.column(definition.bucket_key).cast(key_type), definition.buckets)
+            yield batch.append_column(BUCKET, ids)
+
+    def write(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Diff and append every bucket of this task's rows; one summary row per bucket."""
+        from lakehouse.datafiles import shared_store
+        from lakehouse.log import Log
+
+        received = [b for b in batches if b.num_rows]
+        if not received:
+            return
+        rows = pa.Table.from_batches(received)
+        log_ = Log(shared_store(self.store_url, self.store_options), self._definition(), max_workers=4)
+        try:
+            for bucket in sorted(pc.unique(rows[BUCKET]).to_pylist()):
+                new = rows.filter(pc.equal(rows[BUCKET], bucket)).drop_columns([BUCKET])
+                old = read_bucket(self.old, bucket, log_, self.schema)
+                upserts, deletes = diff_rows(self.model, new, old, self.schema, self.key)
+                append_round(log_, upserts, "upsert", self.producer, self.number)
+                append_round(log_, deletes, "delete", self.producer, self.number)
+                yield pa.RecordBatch.from_pydict(
+                    {
+                        "bucket": [bucket],
+                        "upserts": [upserts.num_rows],
+                        "deletes": [deletes.num_rows],
+                        "rows": [new.num_rows],
+                    },
+                    schema=pa.schema(
+                        [("bucket", pa.int32()), ("upserts", pa.int64()), ("deletes", pa.int64()), ("rows", pa.int64())]
+                    ),
+                )
+        finally:
+            log_.close()
+
+
+def write_full(
+    lh: Lakehouse, model: str, number: int, producer: str, output: dict[int, int], new: DataFrame, key: Sequence[str]
+) -> tuple[int, int, int]:
+    """Write a full round's rows ``new`` (a DataFrame of the model's SQL) to ``model``'s log from Spark tasks
+    (see the module); returns (upserts, deletes, rows)."""
+    from lakehouse.union import plan_read
+
+    definition = lh.table(model)
+    schema = definition.schema
+    log_ = lh.log(model)
+    old = plan_read(lh.lake_table(model), definition, as_of=output, log_=log_, io_properties=lh.catalog_properties())
+    writer = BucketWriter(
+        model,
+        definition.to_json(),
+        schema,
+        tuple(key),
+        old,
+        producer,
+        number,
+        lh.store.url,
+        dict(lh.store.connection_options()),
+    )
+    rows = new.persist()
+    try:
+        twice = rows.groupBy(*key).count().filter("count > 1")
+        sample = [r.asDict() for r in twice.limit(3).collect()]
+        if sample:
+            _twice_error(model, twice.count(), [{k: s[k] for k in key} for s in sample], key)
+        spark_schema = f"{', '.join(f'`{f.name}` {_ddl(rows, f.name)}' for f in rows.schema)}, {BUCKET} int"
+        tagged = rows.mapInArrow(writer.tag, spark_schema)
+        summary = tagged.repartition(definition.buckets, BUCKET).mapInArrow(writer.write, SUMMARY).collect()
+    finally:
+        rows.unpersist()
+    written = {r["bucket"] for r in summary}
+    upserts = sum(r["upserts"] for r in summary)
+    deletes = sum(r["deletes"] for r in summary)
+    # buckets with no new row: every old row is deleted (one append for all of them)
+    gone = [read_bucket(old, b, log_, schema).select(list(key)) for b in range(definition.buckets) if b not in written]
+    gone_rows = pa.concat_tables(gone) if gone else pa.table({})
+    if gone_rows.num_rows:
+        append_round(log_, gone_rows.sort_by([(k, "ascending") for k in key]), "delete", producer, number)
+    return upserts, deletes + gone_rows.num_rows, sum(r["rows"] for r in summary)
+
+
+def read_bucket(plan: ReadPlan, bucket: int, log_: Any, schema: pa.Schema) -> pa.Table:
+    """One bucket of a located read plan, the model's columns only."""
+    batches = [b for b in plan.execute(bucket, log_) if b.num_rows]
+    if not batches:
+        return schema.empty_table()
+    return pa.Table.from_batches(batches).select(schema.names)
+
+
+def _ddl(df: DataFrame, column: str) -> str:
+    return df.schema[column].dataType.simpleString()
