@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -24,9 +25,19 @@ if TYPE_CHECKING:
 
     from lakehouse.lakehouse import Lakehouse
 
-__all__ = ["SparkSql", "user_columns"]
+__all__ = ["Filtered", "SparkSql", "user_columns"]
 
-View = pa.Table | Mapping[int, int]
+
+@dataclass(frozen=True)
+class Filtered:
+    """A table as of ``offsets`` with only the rows ``row_filter`` (pyiceberg expression) may keep: pushed into
+    the read, so the rows it drops never cross into Spark's JVM (the SQL still decides)."""
+
+    offsets: Mapping[int, int]
+    row_filter: Any
+
+
+View = pa.Table | Mapping[int, int] | Filtered
 _counter = itertools.count()
 
 
@@ -56,6 +67,10 @@ class SparkSql:
 
         names = self.lh.table(name).schema.names
         chosen = [c for c in names if columns is None or c in columns]
+        if isinstance(view, Filtered):
+            return read_table(
+                self.spark, self.lh, name, as_of=dict(view.offsets), columns=chosen, row_filter=view.row_filter
+            )
         return read_table(self.spark, self.lh, name, as_of=dict(view), columns=chosen)
 
     def run(self, query: exp.Query, views: Mapping[str, View]) -> pa.Table:

@@ -52,7 +52,7 @@ from lakehouse.errors import (
     TableAlreadyExists,
     TableNotFound,
 )
-from lakehouse.layers.engine import SparkSql
+from lakehouse.layers.engine import Filtered, SparkSql
 from lakehouse.layers.planner import KEYED, RECOMPUTE, RECOMPUTE_GROUP, ModelPlan, Retraction, explain
 from lakehouse.layers.rounds import (
     RoundRecord,
@@ -504,7 +504,12 @@ class Layers:
     def _regroup(self, record: RoundRecord, select: exp.Select, groups: pa.Table) -> pa.Table:
         """The model's rows of ``groups`` (``__g0``, ... in GROUP BY order), from all their rows as of the
         round's end."""
-        views: dict[str, Any] = {t: record.end[t] for t in self.project.models[record.model].inputs}
+        inputs = self.project.models[record.model].inputs
+        views: dict[str, Any] = {t: record.end[t] for t in inputs}
+        if len(inputs) == 1:
+            pushed = groups_filter(select, groups)
+            if pushed is not None:  # only the groups' rows cross into Spark (the semi join still decides)
+                views[inputs[0]] = Filtered(record.end[inputs[0]], pushed)
         views["__groups"] = groups
         return self.sql.run(_restrict_to_groups(select, "__groups"), views)
 
@@ -687,6 +692,59 @@ class Layers:
 
 def _merged(query: exp.Query) -> exp.Query:
     return merge_subqueries(query.copy()) if isinstance(query, exp.Select) else query
+
+
+#: Regroups of at most this many groups push a filter of their rows into the input's read.
+GROUPS_FILTER_LIMIT = 256
+
+
+def groups_filter(select: exp.Select, groups: pa.Table) -> Any:
+    """A pyiceberg filter keeping (at least) the input rows of ``groups`` (``__g0``, ...) of a one-input GROUP
+    BY, from the group expressions it can invert: a column (``col = value``) and a month of a date
+    (``trunc(col, 'MM')``, possibly cast: ``value <= col < next month``). None when none can be, or the
+    groups are too many."""
+    import datetime
+
+    from pyiceberg.expressions import AlwaysTrue, EqualTo, IsNull, LessThan, Or
+
+    if groups.num_rows == 0 or groups.num_rows > GROUPS_FILTER_LIMIT:
+        return None
+    terms: list[tuple[int, str, str]] = []  # (group index, column, kind)
+    for i, g in enumerate(select.args["group"].expressions):
+        inner = g
+        while isinstance(inner, exp.Cast):
+            inner = inner.this
+        if isinstance(inner, exp.Column):
+            terms.append((i, inner.name, "eq"))
+        elif (
+            isinstance(inner, exp.DateTrunc | exp.TimestampTrunc)
+            and isinstance(inner.this, exp.Column)
+            and str(inner.args.get("unit").name if inner.args.get("unit") else "").upper() in ("MM", "MON", "MONTH")
+        ):
+            terms.append((i, inner.this.name, "month"))
+    if not terms:
+        return None
+    disjuncts = []
+    for row in groups.to_pylist():
+        conjunct: Any = AlwaysTrue()
+        for i, column, kind in terms:
+            value = row[f"__g{i}"]
+            if kind == "eq":
+                part: Any = IsNull(column) if value is None else EqualTo(column, value)
+            elif isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+                first = value.replace(day=1)
+                following = (first + datetime.timedelta(days=32)).replace(day=1)
+                part = And(GreaterThanOrEqual(column, first.isoformat()), LessThan(column, following.isoformat()))
+            else:
+                continue
+            conjunct = part if isinstance(conjunct, AlwaysTrue) else And(conjunct, part)
+        if isinstance(conjunct, AlwaysTrue):
+            return None
+        disjuncts.append(conjunct)
+    out = disjuncts[0]
+    for d in disjuncts[1:]:
+        out = Or(out, d)
+    return out
 
 
 def _groups_query(select: exp.Select) -> exp.Select:

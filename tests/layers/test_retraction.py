@@ -47,3 +47,23 @@ def test_without_count_star_a_group_rows_left_is_recomputed():
     no_count = Retraction(("g",), (("g", "key"), ("s", "sum")), None)
     assert no_count.combine({"g": 1, "s": 5}, None, {"g": 1, "s": 2}) == {"g": 1, "s": 7}
     assert no_count.combine({"g": 1, "s": 5}, {"g": 1, "s": 2}, None) is RECOMPUTE_GROUP
+
+
+def test_a_regroup_pushes_the_groups_rows_filter_into_the_read():
+    import datetime
+
+    import pyarrow as pa
+
+    from lakehouse.layers.project import load_project
+    from lakehouse.layers.runner import _merged, groups_filter
+    from tests.layers._tpch import EXAMPLE
+
+    select = _merged(load_project(EXAMPLE).models["ads.revenue_by_nation_month"].qualified)
+    groups = pa.table(
+        {"__g0": [3, 4], "__g1": ["N3", None], "__g2": [datetime.date(2024, 12, 1), datetime.date(2024, 2, 1)]}
+    )
+    text = str(groups_filter(select, groups))
+    # December runs into the next year; a null group value matches nulls
+    for part in ("'2024-12-01'", "'2025-01-01'", "'2024-02-01'", "'2024-03-01'", "IsNull", "n_nationkey", "Or("):
+        assert part in text, (part, text)
+    assert groups_filter(select, groups.slice(0, 0)) is None
