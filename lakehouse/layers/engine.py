@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from lakehouse.lakehouse import Lakehouse
 
-__all__ = ["Filtered", "SparkSql", "user_columns"]
+__all__ = ["Filtered", "SparkSql"]
 
 
 @dataclass(frozen=True)
@@ -39,11 +39,6 @@ class Filtered:
 
 View = pa.Table | Mapping[int, int] | Filtered
 _counter = itertools.count()
-
-
-def user_columns(table: pa.Table) -> pa.Table:
-    """``table`` without lakestream's system columns (``__bucket``, ``__offset``, ``__timestamp``, ``_op``)."""
-    return table.select([n for n in table.column_names if not n.startswith("__") and n != "_op"])
 
 
 class SparkSql:
