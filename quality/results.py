@@ -1,0 +1,174 @@
+"""What a quality check finds, as plain data: `Violation` (one thing wrong, named precisely), `CheckResult`
+(one check of one table) and `QualityRun` (every check of one `lakestream check` run, plus the figures the
+report shows). All round-trip through JSON (``to_dict`` / ``from_dict``); runs are kept in the warehouse under
+``_lakestream/quality/runs/<run_id>.json`` (see `quality.runs`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The kinds of check; ``CheckResult.check`` is one of these (GX results add the suite: ``gx:<suite>``).
+RECONCILE = "reconcile"
+LAYER = "layer"
+GX = "gx"
+
+
+def _jsonable(value: Any) -> Any:
+    """Values as JSON can hold them (keys and rows may carry dates, decimals, bytes)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One thing found wrong. ``check`` is a short stable code (``offsets-backwards``, ``content``,
+    ``file-twice``, ``file-missing``, ``file-size``, ``records-count``, ``log-missing``, ``layer-row``,
+    ``gx-expectation``, ...); ``message`` says it in one sentence a person can act on. The other fields locate it
+    as far as the check knows: bucket, offset range ``[start, end)``, snapshot, sample keys, expected and actual
+    values."""
+
+    check: str
+    table: str
+    message: str
+    bucket: int | None = None
+    offsets: tuple[int, int] | None = None
+    snapshot_id: int | None = None
+    keys: tuple[Any, ...] = ()
+    expected: Any = None
+    actual: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Violation:
+        offsets = d.get("offsets")
+        return cls(
+            check=d["check"],
+            table=d["table"],
+            message=d["message"],
+            bucket=d.get("bucket"),
+            offsets=tuple(offsets) if offsets is not None else None,
+            snapshot_id=d.get("snapshot_id"),
+            keys=tuple(d.get("keys") or ()),
+            expected=d.get("expected"),
+            actual=d.get("actual"),
+        )
+
+    def __str__(self) -> str:
+        where = [f"table {self.table}"]
+        if self.bucket is not None:
+            where.append(f"bucket {self.bucket}")
+        if self.offsets is not None:
+            where.append(f"offsets [{self.offsets[0]}, {self.offsets[1]})")
+        if self.snapshot_id is not None:
+            where.append(f"snapshot {self.snapshot_id}")
+        text = f"{self.check}: {', '.join(where)}: {self.message}"
+        if self.keys:
+            text += f" (keys {list(self.keys)[:5]})"
+        return text
+
+
+@dataclass
+class CheckResult:
+    """One check of one table: ``check`` is ``reconcile``, ``layer`` or ``gx:<suite>``; ``ok`` iff no violation.
+    ``snapshot_id`` is the lake snapshot checked (the one `published` may move to), ``seconds`` the check's wall
+    time, ``rows`` the rows it read; ``details`` holds what the check wants the report to show (JSON values:
+    e.g. ``data_docs`` link, ``commits_checked``, ``expectations``, ``sampled_keys``)."""
+
+    check: str
+    table: str
+    snapshot_id: int | None = None
+    seconds: float = 0.0
+    rows: int = 0
+    violations: list[Violation] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None  # the check could not run (QualityError message); counts as not ok
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "table": self.table,
+            "snapshot_id": self.snapshot_id,
+            "seconds": self.seconds,
+            "rows": self.rows,
+            "ok": self.ok,
+            "violations": [v.to_dict() for v in self.violations],
+            "details": _jsonable(self.details),
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CheckResult:
+        return cls(
+            check=d["check"],
+            table=d["table"],
+            snapshot_id=d.get("snapshot_id"),
+            seconds=float(d.get("seconds") or 0.0),
+            rows=int(d.get("rows") or 0),
+            violations=[Violation.from_dict(v) for v in d.get("violations") or []],
+            details=dict(d.get("details") or {}),
+            error=d.get("error"),
+        )
+
+
+@dataclass
+class QualityRun:
+    """One run of checks over some tables. ``tables`` holds the figures the report shows per table (see
+    `quality.stats.table_stats`: per bucket log end, lake offset, lag in records and seconds; subscriptions'
+    lag; file counts and sizes), keyed by table name; ``published`` the snapshot `published` points at per
+    table after the run (None: never published)."""
+
+    run_id: str
+    started: str  # ISO 8601, UTC
+    finished: str
+    results: list[CheckResult] = field(default_factory=list)
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    published: dict[str, int | None] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    @property
+    def violations(self) -> list[Violation]:
+        return [v for r in self.results for v in r.violations]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "started": self.started,
+            "finished": self.finished,
+            "ok": self.ok,
+            "results": [r.to_dict() for r in self.results],
+            "tables": _jsonable(self.tables),
+            "published": dict(self.published),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> QualityRun:
+        return cls(
+            run_id=d["run_id"],
+            started=d["started"],
+            finished=d["finished"],
+            results=[CheckResult.from_dict(r) for r in d.get("results") or []],
+            tables=dict(d.get("tables") or {}),
+            published=dict(d.get("published") or {}),
+        )
+
+
+__all__ = ["GX", "LAYER", "RECONCILE", "CheckResult", "QualityRun", "Violation"]
