@@ -1,0 +1,559 @@
+"""Reconciliation of a table's lake against its log: ``reconcile(lh, table, full=False)``.
+
+**Metadata**, along the current snapshot's ancestry: per-bucket offsets of tiering snapshots never decrease
+and never pass the log's end; a tiering commit of a log table adds exactly the records of the range it claims
+(``added-records`` == the offsets it advanced) and removes none; no data file is live twice; every file a
+checked snapshot references exists with its recorded size.
+
+**Content**, per commit (incremental, the default): each commit since the last checked snapshot is checked
+against its own offset range, by digests (`quality.digest`) of the rows it touched:
+
+* tiering, log table: the added rows == the log's records of the range (as lake rows);
+* tiering, primary-key table: the added rows == the removed files' rows whose key did not change + the last
+  change of every changed key that leaves a row (copy-on-write, as `lakehouse.changelog.rewrite_bucket` does),
+  and no file the commit kept holds a changed key;
+* any other commit (compaction, or a rogue writer): the added rows == the removed rows.
+
+Each commit's check reads what the commit wrote and removed plus its log range, so its cost grows with the
+commit, not the table. Checked commits are recorded in the warehouse (``_lakestream/quality/reconcile/
+<table>.json``); the next run starts after the last one. By induction from an empty table (or from a full
+check), the lake at every checked snapshot equals the log replayed to its offsets.
+
+**Full** (``full=True``, and whenever the chain cannot be followed: the first run, or the last checked snapshot
+was expired): per bucket, the lake at the current snapshot against the retained log replayed to its offsets.
+Rows older than the log's retention cannot be checked against it (they are counted, ``unverified_rows``);
+every row with an offset in the retained log, and every key changed there, is.
+
+A mismatch names table, bucket, offset range, snapshot and sample keys with expected and actual rows: both
+sides' row hashes are in memory, so their multiset difference names the rows exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.manifest import DataFile, ManifestEntryStatus
+from pyiceberg.table import FileScanTask, Table
+from pyiceberg.table.snapshots import Snapshot, ancestors_of
+
+from lakehouse.changelog import KeySet, reduce_changes, upserts_of
+from lakehouse.errors import CorruptSegmentError, OffsetOutOfRange
+from lakehouse.lake import OFFSET_COLUMN, TIMESTAMP_COLUMN, log_to_lake_rows, tiering_snapshots
+from object_store.errors import NotFound
+from quality.digest import Digest, difference, row_hashes
+from quality.results import RECONCILE, CheckResult, Violation
+
+STATE_PREFIX = "_lakestream/quality/reconcile/"
+#: Sample keys named per violation.
+SAMPLE_KEYS = 5
+
+
+def state_key(table: str) -> str:
+    return f"{STATE_PREFIX}{table}.json"
+
+
+@dataclass
+class _Commit:
+    """One snapshot's change of data files, by bucket."""
+
+    snapshot: Snapshot
+    added: dict[int, list[DataFile]] = field(default_factory=lambda: defaultdict(list))
+    removed: dict[int, list[DataFile]] = field(default_factory=lambda: defaultdict(list))
+
+
+class _Checker:
+    def __init__(self, lh: Any, name: str) -> None:
+        self.lh = lh
+        self.definition = lh.table(name)
+        self.name = str(self.definition.name)
+        self.buckets = self.definition.buckets
+        self.key = tuple(self.definition.primary_key or ())
+        self.columns = [f.name for f in self.definition.schema] + [OFFSET_COLUMN, TIMESTAMP_COLUMN]
+        self.lake: Table = lh.lake_table(name)
+        self.log = lh.log(name)
+        self.violations: list[Violation] = []
+        self.rows = 0
+        self.details: dict[str, Any] = {}
+        self._prefix = lh.store.url.rstrip("/") + "/"
+
+    # ---- reading ---------------------------------------------------------------------------------------
+
+    def read_files(self, files: Sequence[DataFile]) -> pa.Table:
+        if not files:
+            return self._empty()
+        scan = ArrowScan(self.lake.metadata, self.lake.io, self.lake.schema(), AlwaysTrue())
+        table = scan.to_table([FileScanTask(f) for f in files])
+        self.rows += table.num_rows
+        return table.select(self.columns).cast(self.schema)
+
+    def read_log(self, bucket: int, start: int, end: int, snapshot: Snapshot | None) -> pa.Table | None:
+        """The log's records [start, end) of ``bucket`` as lake rows (with ``_op``); None (and a violation)
+        if segments in the range are missing."""
+        if end <= start:
+            return log_to_lake_rows(self.log.read_schema.empty_table(), bucket, keep_op=True)
+        try:
+            data = self.log.read(bucket, start, end)
+        except (CorruptSegmentError, OffsetOutOfRange) as exc:
+            self.violate(
+                "log-missing",
+                f"the log cannot serve the range the lake claims: {exc}",
+                bucket=bucket,
+                offsets=(start, end),
+                snapshot=snapshot,
+            )
+            return None
+        self.rows += data.num_rows
+        if data.num_rows != end - start:
+            self.violate(
+                "log-missing",
+                f"the log holds {data.num_rows} records in a range of {end - start} offsets",
+                bucket=bucket,
+                offsets=(start, end),
+                snapshot=snapshot,
+                expected=end - start,
+                actual=data.num_rows,
+            )
+            return None
+        return log_to_lake_rows(data, bucket, keep_op=True)
+
+    def _empty(self) -> pa.Table:
+        return self.schema.empty_table()
+
+    @cached_property
+    def schema(self) -> pa.Schema:
+        """The checked columns with the log's types (lake reads are cast to them: one type per column)."""
+        return log_to_lake_rows(self.log.read_schema.empty_table(), 0).select(self.columns).schema
+
+    def violate(
+        self,
+        check: str,
+        message: str,
+        *,
+        bucket: int | None = None,
+        offsets: tuple[int, int] | None = None,
+        snapshot: Snapshot | None = None,
+        keys: Iterable[Any] = (),
+        expected: Any = None,
+        actual: Any = None,
+    ) -> None:
+        self.violations.append(
+            Violation(
+                check=check,
+                table=self.name,
+                message=message,
+                bucket=bucket,
+                offsets=offsets,
+                snapshot_id=snapshot.snapshot_id if snapshot is not None else None,
+                keys=tuple(keys),
+                expected=expected,
+                actual=actual,
+            )
+        )
+
+    # ---- metadata --------------------------------------------------------------------------------------
+
+    def commit_of(self, snapshot: Snapshot) -> _Commit:
+        commit = _Commit(snapshot)
+        for manifest in snapshot.manifests(self.lake.io):
+            if manifest.added_snapshot_id != snapshot.snapshot_id:
+                continue
+            for entry in manifest.fetch_manifest_entry(self.lake.io, discard_deleted=False):
+                if entry.snapshot_id != snapshot.snapshot_id:
+                    continue
+                bucket = self.bucket_of(entry.data_file)
+                if entry.status == ManifestEntryStatus.ADDED:
+                    commit.added[bucket].append(entry.data_file)
+                elif entry.status == ManifestEntryStatus.DELETED:
+                    commit.removed[bucket].append(entry.data_file)
+        return commit
+
+    @staticmethod
+    def bucket_of(f: DataFile) -> int:
+        partition = f.partition
+        return int(partition[len(partition) - 1])
+
+    def live_files(self, snapshot: Snapshot) -> list[DataFile]:
+        files = []
+        for manifest in snapshot.manifests(self.lake.io):
+            files.extend(e.data_file for e in manifest.fetch_manifest_entry(self.lake.io, discard_deleted=True))
+        return files
+
+    def check_files(self, files: Sequence[DataFile], snapshot: Snapshot, live_before: set[str] | None) -> None:
+        """Each file exists with its recorded size, is listed once, and (if ``live_before`` is given) was not
+        live already."""
+        seen: set[str] = set()
+        for f in files:
+            path = f.file_path
+            bucket = self.bucket_of(f)
+            if path in seen or (live_before is not None and path in live_before):
+                self.violate(
+                    "file-twice",
+                    f"data file {path} is referenced twice: its rows count twice in the lake",
+                    bucket=bucket,
+                    snapshot=snapshot,
+                )
+                continue
+            seen.add(path)
+            try:
+                info = self.lh.store.head(self._key(path))
+            except NotFound:
+                self.violate(
+                    "file-missing",
+                    f"data file {path} is referenced but does not exist: its rows are lost to every reader",
+                    bucket=bucket,
+                    snapshot=snapshot,
+                )
+                continue
+            if info.size != f.file_size_in_bytes:
+                self.violate(
+                    "file-size",
+                    f"data file {path} has {info.size} bytes, its manifest records {f.file_size_in_bytes}",
+                    bucket=bucket,
+                    snapshot=snapshot,
+                    expected=f.file_size_in_bytes,
+                    actual=info.size,
+                )
+
+    def _key(self, location: str) -> str:
+        if location.startswith(self._prefix):
+            return location[len(self._prefix) :]
+        if location.startswith("file://") and self._prefix.startswith("file://"):
+            return location[len(self._prefix) :]
+        return location
+
+    def tiering_offsets(self, ancestry: Sequence[Snapshot]) -> dict[int, dict[int, int]]:
+        """Offsets recorded by each tiering snapshot of the ancestry; a violation for each snapshot whose offsets
+        move backwards or pass the log's end."""
+        parsed = {s.snapshot_id: o for s, o in tiering_snapshots(self.lake.metadata, self.buckets)}
+        end = self.log.end_offsets()
+        previous: dict[int, int] = dict.fromkeys(range(self.buckets), 0)
+        out = {}
+        for snap in ancestry:
+            offsets = parsed.get(snap.snapshot_id)
+            if offsets is None:
+                continue
+            for b in range(self.buckets):
+                if offsets[b] < previous[b]:
+                    self.violate(
+                        "offsets-backwards",
+                        f"tiering snapshot moved bucket {b}'s offset back from {previous[b]} to {offsets[b]}: "
+                        "records would be tiered twice",
+                        bucket=b,
+                        offsets=(previous[b], offsets[b]),
+                        snapshot=snap,
+                        expected=f">= {previous[b]}",
+                        actual=offsets[b],
+                    )
+                if offsets[b] > end.get(b, 0):
+                    self.violate(
+                        "offsets-ahead",
+                        f"the lake claims bucket {b} up to offset {offsets[b]}, the log ends at {end.get(b, 0)}",
+                        bucket=b,
+                        offsets=(previous[b], offsets[b]),
+                        snapshot=snap,
+                        expected=end.get(b, 0),
+                        actual=offsets[b],
+                    )
+            previous = {b: max(previous[b], offsets[b]) for b in range(self.buckets)}
+            out[snap.snapshot_id] = offsets
+        return out
+
+    # ---- content -----------------------------------------------------------------------------------------
+
+    def compare(
+        self,
+        expected: pa.Table | Sequence[pa.Table],
+        actual: pa.Table,
+        *,
+        bucket: int,
+        offsets: tuple[int, int] | None,
+        snapshot: Snapshot,
+        what: str,
+    ) -> None:
+        """Compare the rows ``expected`` (a table, or parts whose union is expected) with ``actual``."""
+        parts = [expected] if isinstance(expected, pa.Table) else list(expected)
+        hashes = [row_hashes(p, self.columns) for p in parts]
+        h_exp = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
+        h_act = row_hashes(actual, self.columns)
+        if Digest.of(h_exp) == Digest.of(h_act):
+            return
+        missing, extra = difference(h_exp, h_act)
+        self.report_difference(
+            _take(parts, missing),
+            actual.take(pa.array(extra, pa.int64())),
+            bucket=bucket,
+            offsets=offsets,
+            snapshot=snapshot,
+            what=what,
+        )
+
+    def report_difference(
+        self,
+        m_rows: list[dict[str, Any]],
+        extra: pa.Table,
+        *,
+        bucket: int,
+        offsets: tuple[int, int] | None,
+        snapshot: Snapshot,
+        what: str,
+    ) -> None:
+        key = list(self.key) if self.key else [OFFSET_COLUMN]
+        e_rows = extra.to_pylist()
+        m_by_key = {tuple(r[k] for k in key): r for r in m_rows}
+        e_by_key = {tuple(r[k] for k in key): r for r in e_rows}
+        changed = [k for k in m_by_key if k in e_by_key]
+        only_missing = [k for k in m_by_key if k not in e_by_key]
+        only_extra = [k for k in e_by_key if k not in m_by_key]
+        parts = []
+        if changed:
+            parts.append(f"{len(changed)} with other values")
+        if only_missing:
+            parts.append(f"{len(only_missing)} missing from the lake")
+        if only_extra:
+            parts.append(f"{len(only_extra)} in the lake but not in the log")
+        if len(e_rows) > len(e_by_key):
+            parts.append(f"{len(e_rows) - len(e_by_key)} more duplicated")
+        sample = (changed + only_missing + only_extra)[:SAMPLE_KEYS]
+        first = sample[0] if sample else None
+        exp_row = m_by_key.get(first) if first is not None else None
+        act_row = e_by_key.get(first) if first is not None else None
+        detail = ""
+        if exp_row is not None and act_row is not None:
+            diffs = [c for c in self.columns if exp_row.get(c) != act_row.get(c)]
+            if diffs:
+                c = diffs[0]
+                detail = f"; key {_show(first)}: {c} expected {exp_row[c]!r}, got {act_row[c]!r}"
+        elif exp_row is not None:
+            detail = f"; key {_show(first)} is missing"
+        elif act_row is not None:
+            detail = f"; key {_show(first)} should not be there"
+        self.violate(
+            "content",
+            f"{what}: rows differ ({', '.join(parts) or 'digests differ'}){detail}",
+            bucket=bucket,
+            offsets=offsets,
+            snapshot=snapshot,
+            keys=[k[0] if len(k) == 1 else k for k in sample],
+            expected=exp_row,
+            actual=act_row,
+        )
+
+    def check_commit(self, commit: _Commit, parent: Snapshot | None, prev: dict[int, int], new: dict[int, int] | None):
+        snap = commit.snapshot
+        buckets = set(commit.added) | set(commit.removed)
+        if new is not None:
+            buckets |= {b for b in range(self.buckets) if new[b] != prev[b]}
+        parent_live: dict[int, list[DataFile]] | None = None
+        for b in sorted(buckets):
+            added = self.read_files(commit.added.get(b, []))
+            removed_files = commit.removed.get(b, [])
+            if new is None:  # not a tiering commit: it may move rows, never change them
+                removed = self.read_files(removed_files)
+                self.compare(removed, added, bucket=b, offsets=None, snapshot=snap, what="a commit that is not tiering")
+                continue
+            rng = (prev[b], new[b])
+            log_rows = self.read_log(b, prev[b], new[b], snap)
+            if log_rows is None:
+                continue
+            if not self.key:
+                if removed_files:
+                    self.violate(
+                        "content",
+                        f"a tiering commit of a log table removed {len(removed_files)} data files",
+                        bucket=b,
+                        offsets=rng,
+                        snapshot=snap,
+                    )
+                self.compare(log_rows, added, bucket=b, offsets=rng, snapshot=snap, what="tiered records")
+                continue
+            changes = reduce_changes(log_rows, self.key)
+            keys = KeySet(changes, self.key)
+            removed = self.read_files(removed_files)
+            kept = removed.filter(pc.invert(keys.hits(removed))) if removed.num_rows and len(keys) else removed
+            expected = [kept, upserts_of(changes).select(self.columns)]
+            self.compare(expected, added, bucket=b, offsets=rng, snapshot=snap, what="tiered changes")
+            if parent is not None and len(keys):
+                if parent_live is None:
+                    parent_live = defaultdict(list)
+                    for f in self.live_files(parent):
+                        parent_live[self.bucket_of(f)].append(f)
+                gone = {f.file_path for f in removed_files}
+                self.check_kept(
+                    [f for f in parent_live.get(b, []) if f.file_path not in gone], keys, b, rng, snap
+                )
+
+    def check_kept(self, files: list[DataFile], keys: KeySet, bucket: int, rng: tuple[int, int], snap: Snapshot):
+        """No file a primary-key tiering commit kept may hold a key it changed (that row would be stale)."""
+        for f in files:
+            data = self.read_files([f])
+            hits = keys.hits(data)
+            if pc.any(hits).as_py():
+                stale = data.filter(hits)
+                self.violate(
+                    "content",
+                    f"data file {f.file_path} kept by the commit still holds {stale.num_rows} rows of keys the "
+                    "commit changed: those keys are in the lake twice",
+                    bucket=bucket,
+                    offsets=rng,
+                    snapshot=snap,
+                    keys=[_key_value(r, self.key) for r in stale.select(list(self.key)).to_pylist()[:SAMPLE_KEYS]],
+                )
+
+    def check_full(self, snapshot: Snapshot, offsets: dict[int, int]) -> None:
+        live: dict[int, list[DataFile]] = defaultdict(list)
+        files = self.live_files(snapshot)
+        self.check_files(files, snapshot, None)
+        for f in files:
+            live[self.bucket_of(f)].append(f)
+        start = self.log.start_offsets()
+        unverified = 0
+        for b in range(self.buckets):
+            actual = self.read_files(live.get(b, []))
+            lo = min(start.get(b, 0), offsets[b])
+            rng = (lo, offsets[b])
+            log_rows = self.read_log(b, lo, offsets[b], snapshot)
+            if log_rows is None:
+                continue
+            fresh = pc.greater_equal(actual.column(OFFSET_COLUMN), lo)
+            if self.key:
+                changes = reduce_changes(log_rows, self.key)
+                if actual.num_rows and changes.num_rows:
+                    fresh = pc.or_(fresh, KeySet(changes, self.key).hits(actual))
+                expected = upserts_of(changes).select(self.columns)
+            else:
+                expected = log_rows.select(self.columns)
+            checked = actual.filter(fresh) if lo > 0 else actual
+            unverified += actual.num_rows - checked.num_rows
+            self.compare(expected, checked, bucket=b, offsets=rng, snapshot=snapshot, what="the lake against the log")
+        self.details["unverified_rows"] = unverified
+
+
+def _take(parts: Sequence[pa.Table], positions: np.ndarray) -> list[dict[str, Any]]:
+    """Rows of the union of ``parts`` at ``positions`` (as dicts)."""
+    bounds = np.cumsum([0] + [p.num_rows for p in parts])
+    rows = []
+    for i, part in enumerate(parts):
+        mine = positions[(positions >= bounds[i]) & (positions < bounds[i + 1])] - bounds[i]
+        if len(mine):
+            rows.extend(part.take(pa.array(mine, pa.int64())).to_pylist())
+    return rows
+
+
+def _key_value(row: dict[str, Any], key: Sequence[str]) -> Any:
+    return row[key[0]] if len(key) == 1 else tuple(row[k] for k in key)
+
+
+def _show(key: tuple) -> str:
+    return repr(key[0]) if len(key) == 1 else repr(key)
+
+
+def _load_state(lh: Any, name: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(lh.store.get(state_key(name)).data)
+    except NotFound:
+        return None
+    except ValueError:
+        return None  # unreadable: check in full and write it again
+
+
+def _save_state(lh: Any, name: str, state: dict[str, Any]) -> None:
+    lh.store.put(state_key(name), json.dumps(state, indent=1, sort_keys=True).encode())
+
+
+def reconcile(lh: Any, table: str, full: bool = False) -> CheckResult:
+    """Check ``table``'s lake against its log (see the module docstring). A found difference is a `Violation`
+    in the result, never an exception; the result's ``snapshot_id`` is the lake snapshot checked.
+
+    Raises:
+        TableNotFound, LakeStateError: there is no such table, or its lake cannot be loaded.
+    """
+    started = time.perf_counter()
+    c = _Checker(lh, table)
+    current = c.lake.current_snapshot()
+    result = CheckResult(RECONCILE, c.name, snapshot_id=current.snapshot_id if current else None)
+    if current is None:
+        result.details = {"mode": "empty", "commits_checked": 0}
+        result.seconds = time.perf_counter() - started
+        return result
+    ancestry = list(ancestors_of(current, c.lake.metadata))[::-1]  # oldest first
+    offsets_of = c.tiering_offsets(ancestry)
+    state = None if full else _load_state(lh, c.name)
+    ids = [s.snapshot_id for s in ancestry]
+    resumable = (
+        state is not None
+        and state.get("table_uuid") == c.definition.table_uuid
+        and state.get("snapshot_id") in ids
+    )
+    newest_offsets = dict.fromkeys(range(c.buckets), 0)
+    for snap in ancestry:
+        newest_offsets = offsets_of.get(snap.snapshot_id, newest_offsets)
+    commits = 0
+    if not resumable:
+        c.details["mode"] = "full"
+        c.check_full(current, newest_offsets)
+        commits = len(ancestry)
+    else:
+        c.details["mode"] = "incremental"
+        first = ids.index(state["snapshot_id"]) + 1
+        prev = dict.fromkeys(range(c.buckets), 0)
+        for snap in ancestry[:first]:
+            prev = offsets_of.get(snap.snapshot_id, prev)
+        for i in range(first, len(ancestry)):
+            snap, parent = ancestry[i], ancestry[i - 1]
+            commit = c.commit_of(snap)
+            live_before = {f.file_path for f in c.live_files(parent)} if any(commit.added.values()) else set()
+            removed_paths = {f.file_path for files in commit.removed.values() for f in files}
+            c.check_files([f for files in commit.added.values() for f in files], snap, live_before - removed_paths)
+            new = offsets_of.get(snap.snapshot_id)
+            if new is not None and not c.key:
+                claimed = sum(new[b] - prev[b] for b in range(c.buckets))
+                added = int((snap.summary["added-records"] if snap.summary else None) or 0)
+                if added != claimed:
+                    c.violate(
+                        "records-count",
+                        f"the tiering commit's summary adds {added} records for a range of {claimed} log records",
+                        snapshot=snap,
+                        expected=claimed,
+                        actual=added,
+                    )
+            c.check_commit(commit, parent, prev, new)
+            if new is not None:
+                prev = new
+            commits += 1
+        c.details["from_snapshot"] = state["snapshot_id"]
+    c.details["commits_checked"] = commits
+    c.details["offsets"] = {str(b): o for b, o in newest_offsets.items()}
+    result.violations = c.violations
+    result.rows = c.rows
+    result.details.update(c.details)
+    result.seconds = time.perf_counter() - started
+    result.details["rows_per_second"] = round(c.rows / result.seconds) if result.seconds > 0 else None
+    if not c.violations:
+        _save_state(
+            lh,
+            c.name,
+            {
+                "table_uuid": c.definition.table_uuid,
+                "snapshot_id": current.snapshot_id,
+                "offsets": {str(b): o for b, o in newest_offsets.items()},
+                "checked_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "mode": c.details["mode"],
+                "seconds": round(result.seconds, 3),
+            },
+        )
+    return result
+
+
+__all__ = ["reconcile", "state_key"]
