@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile, ManifestEntryStatus
@@ -395,9 +396,13 @@ class _Checker:
                 )
 
     def check_kept(self, files: list[DataFile], keys: KeySet, bucket: int, rng: tuple[int, int], snap: Snapshot):
-        """No file a primary-key tiering commit kept may hold a key it changed (that row would be stale)."""
-        for f in files:
-            data = self.read_files([f])
+        """No file a primary-key tiering commit kept may hold a key it changed (that row would be stale). Files
+        whose key statistics exclude every changed key are not read; the others' key columns are."""
+        for f in self.may_hold(files, keys):
+            scan = ArrowScan(self.lake.metadata, self.lake.io, self.lake.schema().select(*self.key), AlwaysTrue())
+            data = scan.to_table([FileScanTask(f)])
+            self.rows += data.num_rows
+            data = data.cast(pa.schema([self.schema.field(k) for k in self.key]))
             hits = keys.hits(data)
             if pc.any(hits).as_py():
                 stale = data.filter(hits)
@@ -408,8 +413,31 @@ class _Checker:
                     bucket=bucket,
                     offsets=rng,
                     snapshot=snap,
-                    keys=[_key_value(r, self.key) for r in stale.select(list(self.key)).to_pylist()[:SAMPLE_KEYS]],
+                    keys=[_key_value(r, self.key) for r in stale.to_pylist()[:SAMPLE_KEYS]],
                 )
+
+    def may_hold(self, files: list[DataFile], keys: KeySet) -> list[DataFile]:
+        """The files whose lower/upper bounds of the first key column admit one of ``keys`` (all of them where
+        a file has no bounds)."""
+        field = self.lake.schema().find_field(self.key[0])
+        values = keys.keys.column(0)
+        out = []
+        for f in files:
+            lo = (f.lower_bounds or {}).get(field.field_id)
+            hi = (f.upper_bounds or {}).get(field.field_id)
+            if lo is None or hi is None:
+                out.append(f)
+                continue
+            try:
+                low = pa.scalar(from_bytes(field.field_type, lo), values.type)
+                high = pa.scalar(from_bytes(field.field_type, hi), values.type)
+            except (TypeError, ValueError, pa.ArrowException):
+                out.append(f)
+                continue
+            inside = pc.and_(pc.greater_equal(values, low), pc.less_equal(values, high))
+            if pc.any(inside).as_py():
+                out.append(f)
+        return out
 
     def check_full(self, snapshot: Snapshot, offsets: dict[int, int]) -> None:
         live: dict[int, list[DataFile]] = defaultdict(list)

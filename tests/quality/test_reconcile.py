@@ -210,3 +210,30 @@ def test_no_false_alarm_over_randomized_clean_runs(tmp_path) -> None:
             result = reconcile(lh, NAME, full=rng.random() < 0.2)
             assert result.ok, (seed, step, [str(v) for v in result.violations])
         lh.close()
+
+
+def test_a_tiering_commit_that_keeps_a_stale_row_is_caught(lakehouse: Lakehouse) -> None:
+    """A (buggy) tiering commit adds a key's new row but keeps the file with its old one: the key is twice."""
+    from lakehouse.lake import log_to_lake_rows
+
+    lh = lakehouse
+    build(lh, "pk")
+    lh.tier(NAME)
+    assert reconcile(lh, NAME).ok
+    table = lh.lake_table(NAME)
+    f = live_files(lh, 0)[0]
+    ctx = LakeContext.of(lh.store, table)
+    key = ctx.read(f.file_path).column("k")[0].as_py()
+    log = lh.log(NAME)
+    start = lh.lake_offsets(NAME)
+    log.append(batch([key], "new"), op="upsert")
+    end = log.end_offsets()
+    assert [b for b in range(BUCKETS) if end[b] != start[b]] == [0]
+    rows = log_to_lake_rows(log.read(0, start[0], end[0]), 0)
+    added = ctx.write(rows, tuple(f.partition[i] for i in range(len(f.partition))), "buggy")
+    rogue_commit(lh, add=[added], summary=tiering_summary(end, tiering_snapshot(table.metadata)))
+    result = reconcile(lh, NAME)
+    (v,) = result.violations
+    assert v.check == "content" and v.bucket == 0 and v.keys == (key,) and "twice" in v.message
+    assert v.offsets == (start[0], end[0])
+    assert "content" in codes(reconcile(lh, NAME, full=True))
