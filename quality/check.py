@@ -1,0 +1,190 @@
+"""One quality run: every check on every table, then publishing, figures, the run record and its report.
+
+``run_checks(lh, ...)`` is what `lakestream check`, ``jobs/quality.py`` and the ``lake_quality`` DAG call:
+
+1. `quality.reconcile.reconcile` of each table (lake == log at every committed offset);
+2. with a project: its Great Expectations suites (`quality.expectations`) on the snapshot just reconciled,
+   and, with a Spark session, its models against their SQL (`quality.layers`);
+3. unless ``publish=False``: the tag ``published`` of each table whose checks all passed on one snapshot moves
+   there (`quality.publish`); a table with a failing check keeps its tag, and the run says why;
+4. the figures of each table (`quality.stats`), the run record (`quality.runs`, in the warehouse) and its HTML
+   page and index (`quality.report`).
+
+A check that cannot run (a missing table, a store that does not answer) is a result with ``error`` set, not an
+exception: the other tables are still checked, and the run is not ok.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from object_store.errors import LakestreamError
+from quality.reconcile import reconcile
+from quality.results import RECONCILE, CheckResult, QualityRun
+
+log = logging.getLogger(__name__)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _guarded(check: str, table: str, run: Callable[[], CheckResult | list[CheckResult]]) -> list[CheckResult]:
+    """Run one check; an error that keeps it from running becomes a failed result naming it."""
+    started = time.perf_counter()
+    try:
+        out = run()
+    except (LakestreamError, OSError) as exc:
+        log.warning("%s of %s could not run: %s", check, table, exc)
+        return [CheckResult(check, table, seconds=time.perf_counter() - started, error=f"{type(exc).__name__}: {exc}")]
+    return out if isinstance(out, list) else [out]
+
+
+def run_checks(
+    lh: Any,
+    *,
+    tables: Sequence[str] | None = None,
+    full: bool = False,
+    project: str | Path | None = None,
+    spark: Any = None,
+    publish: bool = True,
+    report_dir: str | Path | None = None,
+    sample: int = 100,
+    on_result: Callable[[CheckResult], None] | None = None,
+) -> QualityRun:
+    """Check ``tables`` (default: every table of the warehouse), record the run and write its report.
+
+    ``project`` (a layers project folder) adds its expectation suites and, given ``spark``, its layer checks
+    (``sample`` random keys plus the newest round's; all with ``full``). ``on_result`` sees each result as it
+    comes (the CLI prints them)."""
+    from quality import runs
+
+    started = _now()
+    names = [str(t) for t in tables] if tables else [str(t) for t in lh.list_tables()]
+    results: list[CheckResult] = []
+
+    def add(items: list[CheckResult]) -> None:
+        for r in items:
+            results.append(r)
+            if on_result is not None:
+                on_result(r)
+
+    for name in names:
+        add(_guarded(RECONCILE, name, lambda name=name: reconcile(lh, name, full=full)))
+    if project is not None:
+        add(_expectations(lh, Path(project), names, results, spark))
+        if spark is not None:
+            add(_layers(lh, Path(project), names, spark, full=full, sample=sample))
+    published = _publish(lh, names, results) if publish else _published(lh, names)
+    run = QualityRun(
+        run_id=runs.new_run_id(),
+        started=started,
+        finished=_now(),
+        results=results,
+        tables={name: _stats(lh, name) for name in names},
+        published=published,
+    )
+    runs.save_run(lh, run)
+    _report(lh, run, report_dir)
+    return run
+
+
+def _expectations(lh: Any, project: Path, names: list[str], done: list[CheckResult], spark: Any) -> list[CheckResult]:
+    from quality.expectations import load_suites, run_suite
+
+    suites = load_suites(project)
+    snapshots = {r.table: r.snapshot_id for r in done if r.check == RECONCILE}
+    out: list[CheckResult] = []
+    for name in names:
+        if name in suites:
+            out += _guarded(
+                "gx",
+                name,
+                lambda name=name: run_suite(lh, name, suites[name], snapshot_id=snapshots.get(name), spark=spark),
+            )
+    return out
+
+
+def _layers(lh: Any, project: Path, names: list[str], spark: Any, *, full: bool, sample: int) -> list[CheckResult]:
+    from lakehouse.layers.project import load_project
+    from quality.layers import check_layers
+
+    loaded = load_project(project)
+    models = [m for m in loaded.models if m in names]
+    if not models:
+        return []
+    return _guarded(
+        "layer",
+        ",".join(models),
+        lambda: check_layers(lh, loaded, spark=spark, models=models, full=full, sample=sample),
+    )
+
+
+def _publish(lh: Any, names: list[str], results: list[CheckResult]) -> dict[str, int | None]:
+    """Move ``published`` of each table whose checks all passed on one snapshot; say why for the others."""
+    from quality.errors import PublishRefused
+    from quality.publish import publish, published_snapshot
+
+    out: dict[str, int | None] = {}
+    for name in names:
+        mine = [r for r in results if r.table == name]
+        snapshot = next((r.snapshot_id for r in mine if r.check == RECONCILE), None)
+        try:
+            if snapshot is None:
+                out[name] = published_snapshot(lh, name)
+                continue
+            out[name] = publish(lh, name, snapshot, mine)
+        except PublishRefused as exc:
+            log.warning("%s", exc)
+            out[name] = _published_or_none(lh, name)
+        except (LakestreamError, OSError) as exc:
+            log.warning("published of %s not moved: %s", name, exc)
+            out[name] = _published_or_none(lh, name)
+    return out
+
+
+def publish_run(lh: Any, run: QualityRun, *, tables: Sequence[str] | None = None) -> dict[str, int | None]:
+    """Publish from a recorded run (``jobs/quality.py --publish``, the DAG's task after a passing check): each
+    table (of ``tables``, default all of the run's) whose checks in ``run`` all passed on one snapshot gets
+    ``published`` there. Returns where ``published`` points per table afterwards."""
+    names = [str(t) for t in tables] if tables else list(run.tables) or sorted({r.table for r in run.results})
+    return _publish(lh, names, run.results)
+
+
+def _published(lh: Any, names: list[str]) -> dict[str, int | None]:
+    return {name: _published_or_none(lh, name) for name in names}
+
+
+def _published_or_none(lh: Any, name: str) -> int | None:
+    from quality.publish import published_snapshot
+
+    try:
+        return published_snapshot(lh, name)
+    except (LakestreamError, OSError):
+        return None
+
+
+def _stats(lh: Any, name: str) -> dict[str, Any]:
+    from quality.stats import table_stats
+
+    try:
+        return table_stats(lh, name)
+    except (LakestreamError, OSError) as exc:
+        return {"table": name, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def _report(lh: Any, run: QualityRun, report_dir: str | Path | None) -> None:
+    from quality.report import write_report
+
+    try:
+        write_report(lh, run, out_dir=report_dir)
+    except (LakestreamError, OSError) as exc:  # the run is recorded; its page can be written again
+        log.warning("report of run %s not written: %s (lakestream report writes it again)", run.run_id, exc)
+
+
+__all__ = ["publish_run", "run_checks"]

@@ -1,0 +1,114 @@
+"""`lakestream check` and `lakestream report`: the quality commands, added to lakehouse's CLI.
+
+`quality` sits above `lakehouse`, so the command's entry point is this module's ``app`` (lakehouse's, with the
+quality commands registered on import); ``lakehouse.cli`` itself knows nothing of quality.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from lakehouse.cli import ConfigOpt, WarehouseOpt, _fail, _lakehouse, app, console, err
+from lakehouse.errors import LakestreamError
+from quality.results import CheckResult
+
+__all__ = ["app"]
+
+
+def _row(out: Table, r: CheckResult) -> None:
+    status = "[green]ok[/]" if r.ok else "[bold red]ERROR[/]" if r.error else "[bold red]FAIL[/]"
+    what = r.error or "; ".join(str(v) for v in r.violations[:3]) or _summary(r)
+    if len(r.violations) > 3:
+        what += f" (+{len(r.violations) - 3} more)"
+    out.add_row(
+        r.table, r.check, status, str(r.snapshot_id or "-"), f"{r.rows:,}", f"{r.seconds:.2f}", escape(what)
+    )
+
+
+def _summary(r: CheckResult) -> str:
+    d = r.details
+    if r.check == "reconcile":
+        return f"{d.get('mode', '')}: {d.get('commits_checked', 0)} commits"
+    if r.check.startswith("gx"):
+        return f"{d.get('passed', '?')}/{d.get('expectations', '?')} expectations"
+    return ", ".join(f"{k} {v}" for k, v in d.items() if isinstance(v, int | float | str) and k != "data_docs")
+
+
+@app.command()
+def check(
+    table: Annotated[
+        list[str] | None, typer.Option("--table", "-t", help="namespace.table (repeatable; default: all)")
+    ] = None,
+    full: Annotated[bool, typer.Option("--full", help="re-check everything, not only what is new")] = False,
+    project: Annotated[
+        Path | None, typer.Option(help="a layers project: its expectation suites and layer checks run too")
+    ] = None,
+    spark_master: Annotated[
+        str | None, typer.Option(help="Spark for the layer checks (with --project), e.g. local[2]")
+    ] = None,
+    publish: Annotated[
+        bool, typer.Option("--publish/--no-publish", help="move each passing table's tag 'published'")
+    ] = True,
+    out: Annotated[Path | None, typer.Option(help="also write the run's HTML report into this folder")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the run as JSON")] = False,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Check tables: lake == log at every committed offset (incrementally unless --full), and with --project
+    its expectation suites and layers. Exit code 1 if anything failed. Records the run and its report in the
+    warehouse (_lakestream/quality/)."""
+    from quality.check import run_checks
+
+    try:
+        lh = _lakehouse(warehouse, config)
+        spark = None
+        if project is not None and spark_master:
+            from lakehouse.spark import spark_session
+
+            spark = spark_session(master=spark_master, app_name="lakestream-check")
+        run = run_checks(lh, tables=table, full=full, project=project, spark=spark, publish=publish, report_dir=out)
+    except LakestreamError as exc:
+        _fail(exc)
+    if as_json:
+        console.print_json(json.dumps(run.to_dict(), default=str))
+    else:
+        result = Table("table", "check", "status", "snapshot", "rows", "seconds", "details", show_lines=False)
+        for r in run.results:
+            _row(result, r)
+        console.print(result)
+        moved = ", ".join(f"{t}: {s}" for t, s in run.published.items() if s is not None) or "none"
+        console.print(f"run {run.run_id}: {'[green]passed[/]' if run.ok else '[bold red]failed[/]'}; published {moved}")
+    if not run.ok:
+        page = f"_lakestream/quality/reports/{run.run_id}.html"
+        err.print(f"[bold red]{len(run.violations)} violation(s)[/]; report: {page} in the warehouse")
+        raise typer.Exit(1)
+
+
+@app.command()
+def report(
+    out: Annotated[Path | None, typer.Option(help="write the latest run's page and the index into this folder")] = None,
+    runs: Annotated[int, typer.Option(help="runs shown in the index and the trends")] = 30,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Write the data-quality report of the latest `lakestream check` run (and the index of runs) to the warehouse
+    under _lakestream/quality/, and to --out if given."""
+    from quality.report import write_report
+    from quality.runs import load_runs
+
+    try:
+        lh = _lakehouse(warehouse, config)
+        history = load_runs(lh, limit=runs)
+        if not history:
+            raise LakestreamError("no quality run recorded yet in this warehouse: run `lakestream check` first")
+        written = write_report(lh, history[0], history=history, out_dir=out)
+    except LakestreamError as exc:
+        _fail(exc)
+    for where in written.values() if isinstance(written, dict) else written:
+        console.print(str(where))
