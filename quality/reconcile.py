@@ -31,9 +31,11 @@ sides' row hashes are in memory, so their multiset difference names the rows exa
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -60,6 +62,8 @@ from quality.results import RECONCILE, CheckResult, Violation
 STATE_PREFIX = "_lakestream/quality/reconcile/"
 #: Sample keys named per violation.
 SAMPLE_KEYS = 5
+#: Buckets checked at once.
+WORKERS = 4
 
 
 def state_key(table: str) -> str:
@@ -89,6 +93,7 @@ class _Checker:
         self.rows = 0
         self.details: dict[str, Any] = {}
         self._prefix = lh.store.url.rstrip("/") + "/"
+        self._lock = threading.Lock()
 
     # ---- reading ---------------------------------------------------------------------------------------
 
@@ -108,7 +113,8 @@ class _Checker:
                 part = scan.to_table([FileScanTask(f)]).select(self.columns).cast(self.schema)
             parts.append(part)
         table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-        self.rows += table.num_rows
+        with self._lock:
+            self.rows += table.num_rows
         return table
 
     @cached_property
@@ -131,7 +137,8 @@ class _Checker:
                 snapshot=snapshot,
             )
             return None
-        self.rows += data.num_rows
+        with self._lock:
+            self.rows += data.num_rows
         if data.num_rows != end - start:
             self.violate(
                 "log-missing",
@@ -374,48 +381,59 @@ class _Checker:
         )
 
     def check_commit(self, commit: _Commit, parent: Snapshot | None, prev: dict[int, int], new: dict[int, int] | None):
-        snap = commit.snapshot
         buckets = set(commit.added) | set(commit.removed)
         if new is not None:
             buckets |= {b for b in range(self.buckets) if new[b] != prev[b]}
-        parent_live: dict[int, list[DataFile]] | None = None
-        for b in sorted(buckets):
-            added = self.read_files(commit.added.get(b, []))
-            removed_files = commit.removed.get(b, [])
-            if new is None:  # not a tiering commit: it may move rows, never change them
-                removed = self.read_files(removed_files)
-                self.compare(removed, added, bucket=b, offsets=None, snapshot=snap, what="a commit that is not tiering")
-                continue
-            rng = (prev[b], new[b])
-            log_rows = self.read_log(b, prev[b], new[b], snap)
-            if log_rows is None:
-                continue
-            if not self.key:
-                if removed_files:
-                    self.violate(
-                        "content",
-                        f"a tiering commit of a log table removed {len(removed_files)} data files",
-                        bucket=b,
-                        offsets=rng,
-                        snapshot=snap,
-                    )
-                self.compare(log_rows, added, bucket=b, offsets=rng, snapshot=snap, what="tiered records")
-                continue
-            changes = reduce_changes(log_rows, self.key)
-            keys = KeySet(changes, self.key)
+        parent_live: dict[int, list[DataFile]] = defaultdict(list)
+        if self.key and new is not None and parent is not None:
+            for f in self.live_files(parent):
+                parent_live[self.bucket_of(f)].append(f)
+        self.each(sorted(buckets), lambda b: self._commit_bucket(commit, b, prev, new, parent_live.get(b, [])))
+
+    def _commit_bucket(
+        self, commit: _Commit, b: int, prev: dict[int, int], new: dict[int, int] | None, parent_files: list[DataFile]
+    ) -> None:
+        snap = commit.snapshot
+        added = self.read_files(commit.added.get(b, []))
+        removed_files = commit.removed.get(b, [])
+        if new is None:  # not a tiering commit: it may move rows, never change them
             removed = self.read_files(removed_files)
-            kept = removed.filter(pc.invert(keys.hits(removed))) if removed.num_rows and len(keys) else removed
-            expected = [kept, upserts_of(changes).select(self.columns)]
-            self.compare(expected, added, bucket=b, offsets=rng, snapshot=snap, what="tiered changes")
-            if parent is not None and len(keys):
-                if parent_live is None:
-                    parent_live = defaultdict(list)
-                    for f in self.live_files(parent):
-                        parent_live[self.bucket_of(f)].append(f)
-                gone = {f.file_path for f in removed_files}
-                self.check_kept(
-                    [f for f in parent_live.get(b, []) if f.file_path not in gone], keys, b, rng, snap
+            self.compare(removed, added, bucket=b, offsets=None, snapshot=snap, what="a commit that is not tiering")
+            return
+        rng = (prev[b], new[b])
+        log_rows = self.read_log(b, prev[b], new[b], snap)
+        if log_rows is None:
+            return
+        if not self.key:
+            if removed_files:
+                self.violate(
+                    "content",
+                    f"a tiering commit of a log table removed {len(removed_files)} data files",
+                    bucket=b,
+                    offsets=rng,
+                    snapshot=snap,
                 )
+            self.compare(log_rows, added, bucket=b, offsets=rng, snapshot=snap, what="tiered records")
+            return
+        changes = reduce_changes(log_rows, self.key)
+        keys = KeySet(changes, self.key)
+        removed = self.read_files(removed_files)
+        kept = removed.filter(pc.invert(keys.hits(removed))) if removed.num_rows and len(keys) else removed
+        expected = [kept, upserts_of(changes).select(self.columns)]
+        self.compare(expected, added, bucket=b, offsets=rng, snapshot=snap, what="tiered changes")
+        if parent_files and len(keys):
+            gone = {f.file_path for f in removed_files}
+            self.check_kept([f for f in parent_files if f.file_path not in gone], keys, b, rng, snap)
+
+    def each(self, buckets: Sequence[int], work: Callable[[int], None]) -> None:
+        """``work(bucket)`` for each bucket, ``WORKERS`` at a time (reads and Arrow's kernels release the GIL)."""
+        if len(buckets) <= 1:
+            for b in buckets:
+                work(b)
+            return
+        with ThreadPoolExecutor(min(WORKERS, len(buckets)), thread_name_prefix="lakestream-reconcile") as pool:
+            for future in [pool.submit(work, b) for b in buckets]:
+                future.result()
 
     def check_kept(self, files: list[DataFile], keys: KeySet, bucket: int, rng: tuple[int, int], snap: Snapshot):
         """No file a primary-key tiering commit kept may hold a key it changed (that row would be stale). Files
@@ -423,7 +441,8 @@ class _Checker:
         for f in self.may_hold(files, keys):
             scan = ArrowScan(self.lake.metadata, self.lake.io, self.lake.schema().select(*self.key), AlwaysTrue())
             data = scan.to_table([FileScanTask(f)])
-            self.rows += data.num_rows
+            with self._lock:
+                self.rows += data.num_rows
             data = data.cast(pa.schema([self.schema.field(k) for k in self.key]))
             hits = keys.hits(data)
             if pc.any(hits).as_py():
@@ -468,14 +487,25 @@ class _Checker:
         for f in files:
             live[self.bucket_of(f)].append(f)
         start = self.log.start_offsets()
-        unverified = 0
-        for b in range(self.buckets):
+        unverified = [0]
+
+        def bucket(b: int) -> None:
+            if start.get(b, 0) > offsets[b]:
+                self.violate(
+                    "log-missing",
+                    f"the log of bucket {b} starts at offset {start[b]}, after the lake's {offsets[b]}: the records "
+                    "in between are gone from the log",
+                    bucket=b,
+                    offsets=(offsets[b], start[b]),
+                    snapshot=snapshot,
+                )
+                return
+            lo = start.get(b, 0)
             actual = self.read_files(live.get(b, []))
-            lo = min(start.get(b, 0), offsets[b])
             rng = (lo, offsets[b])
             log_rows = self.read_log(b, lo, offsets[b], snapshot)
             if log_rows is None:
-                continue
+                return
             fresh = pc.greater_equal(actual.column(OFFSET_COLUMN), lo)
             if self.key:
                 changes = reduce_changes(log_rows, self.key)
@@ -485,8 +515,12 @@ class _Checker:
             else:
                 expected = log_rows.select(self.columns)
             checked = actual.filter(fresh) if lo > 0 else actual
-            unverified += actual.num_rows - checked.num_rows
+            with self._lock:
+                unverified[0] += actual.num_rows - checked.num_rows
             self.compare(expected, checked, bucket=b, offsets=rng, snapshot=snapshot, what="the lake against the log")
+
+        self.each(range(self.buckets), bucket)
+        unverified = unverified[0]
         self.details["unverified_rows"] = unverified
 
 
@@ -601,7 +635,10 @@ def reconcile(lh: Any, table: str, full: bool = False) -> CheckResult:
         c.details["from_snapshot"] = state["snapshot_id"]
     c.details["commits_checked"] = commits
     c.details["offsets"] = {str(b): o for b, o in newest_offsets.items()}
-    result.violations = c.violations
+    order = {s.snapshot_id: i for i, s in enumerate(ancestry)}
+    result.violations = sorted(
+        c.violations, key=lambda v: (order.get(v.snapshot_id, -1), v.bucket if v.bucket is not None else -1)
+    )
     result.rows = c.rows
     result.details.update(c.details)
     result.seconds = time.perf_counter() - started
