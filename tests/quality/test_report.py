@@ -309,6 +309,9 @@ def test_render_marks_passing_runs_and_links_the_index() -> None:
     assert 'id="status">PASS<' in page and "FAIL" not in page
     assert "Trends over the last 5 runs" in page  # later runs are not in an earlier run's trends
     assert "Trends over the last 1 runs" in render_run(history[0], history)
+    assert "No quality runs yet" in render_index([])
+    empty = render_run(QualityRun("r0", "", ""), [])  # no checks, no figures: still a page
+    assert 'id="status">PASS<' in empty and "No checks ran." in empty
     failing = the_run()
     index = render_index([*history, failing])
     assert_self_contained(index)
