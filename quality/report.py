@@ -1,0 +1,767 @@
+"""Quality reports people look at: one self-contained HTML page per run and an index of runs.
+
+Pages are plain HTML with inline CSS and charts drawn here as inline SVG: no JavaScript, no CDN, no external
+resource (a Content-Security-Policy forbids them), so a page opens offline from a local folder or a download.
+Everything that comes from data (table names, keys, values, messages) is escaped.
+
+A run's page shows its overall status, then per table: its checks (status, time, rows), violations (check code,
+bucket, offsets, snapshot, sample keys, expected vs actual), per bucket the log end, lake offset and lag, each
+subscription's lag, the last reconciliation and its cost, Great Expectations results with links to their Data
+Docs, data files; and trends over the last runs (lag, files, check time) as charts.
+
+`write_report` writes ``reports/<run_id>.html`` and ``index.html`` to the warehouse under
+``_lakestream/quality/`` (and to a local folder if given). Data Docs paths (``CheckResult.details["data_docs"]``,
+relative to the warehouse root) are linked relative to the page, so the links work when the warehouse is a local
+folder.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from quality.results import RECONCILE, CheckResult, QualityRun, Violation
+from quality.runs import QUALITY_PREFIX, check_run_id, load_runs
+
+REPORTS_PREFIX = f"{QUALITY_PREFIX}reports/"
+INDEX_KEY = f"{QUALITY_PREFIX}index.html"
+#: From a run's page (``_lakestream/quality/reports/``) to the warehouse root.
+WAREHOUSE_FROM_REPORT = "../../../"
+#: How many runs the trend charts cover.
+TREND_RUNS = 30
+#: Violations listed per table (the rest are counted).
+MAX_VIOLATIONS = 200
+
+_PALETTE = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2", "#dc2626", "#4b5563", "#65a30d"]
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
+
+_CSS = """
+:root { --ok:#15803d; --ok-bg:#dcfce7; --bad:#b91c1c; --bad-bg:#fee2e2; --warn:#b45309; --warn-bg:#fef3c7;
+  --ink:#111827; --muted:#6b7280; --line:#e5e7eb; --card:#ffffff; --page:#f3f4f6; --accent:#2563eb; }
+* { box-sizing: border-box; }
+body { margin:0; background:var(--page); color:var(--ink);
+  font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
+header.top { background:#111827; color:#f9fafb; padding:14px 28px; display:flex; align-items:baseline; gap:18px;
+  flex-wrap:wrap; }
+header.top h1 { font-size:18px; margin:0; font-weight:600; }
+header.top a { color:#93c5fd; }
+header.top .meta { color:#d1d5db; font-size:13px; }
+main { max-width:1240px; margin:0 auto; padding:20px 28px 48px; }
+.banner { border-radius:10px; padding:18px 24px; margin-bottom:18px; display:flex; align-items:center; gap:22px; }
+.banner.pass { background:var(--ok-bg); color:var(--ok); border:2px solid var(--ok); }
+.banner.fail { background:var(--bad-bg); color:var(--bad); border:2px solid var(--bad); }
+.banner .big { font-size:44px; font-weight:800; letter-spacing:2px; }
+.banner .why { font-size:16px; color:var(--ink); }
+.cards { display:grid; grid-template-columns:repeat(auto-fill, minmax(130px, 1fr)); gap:12px; margin-bottom:18px; }
+.card { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:10px 14px; }
+.card .label { color:var(--muted); font-size:12px; text-transform:uppercase; letter-spacing:.04em; }
+.card .value { font-size:22px; font-weight:650; font-variant-numeric:tabular-nums; }
+.card .value.bad { color:var(--bad); }
+section.box { background:var(--card); border:1px solid var(--line); border-radius:10px; padding:16px 20px;
+  margin-bottom:18px; }
+section.box > h2 { margin:0 0 10px; font-size:19px; display:flex; align-items:center; gap:10px; flex-wrap:wrap; }
+h3 { font-size:14px; margin:16px 0 6px; color:#374151; text-transform:uppercase; letter-spacing:.04em; }
+.chip { display:inline-block; border-radius:999px; padding:1px 10px; font-size:12px; font-weight:700;
+  letter-spacing:.04em; vertical-align:middle; white-space:nowrap; }
+.chip.pass { background:var(--ok-bg); color:var(--ok); }
+.chip.fail { background:var(--bad-bg); color:var(--bad); }
+.chip.error, .chip.stale { background:var(--warn-bg); color:var(--warn); }
+table.grid { border-collapse:collapse; width:100%; font-variant-numeric:tabular-nums; }
+table.grid th, table.grid td { border-bottom:1px solid var(--line); padding:5px 8px; text-align:left;
+  vertical-align:top; }
+table.grid th { background:#f9fafb; font-size:12px; color:#374151; font-weight:600; white-space:nowrap; }
+table.grid td.num, table.grid th.num { text-align:right; white-space:nowrap; }
+table.grid tr.total td { font-weight:650; border-top:2px solid var(--line); }
+table.grid tr.bad td { background:#fff7f7; }
+code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size:12.5px; }
+.kv { display:flex; flex-wrap:wrap; gap:6px 22px; color:#374151; margin-bottom:6px; }
+.kv b { font-variant-numeric:tabular-nums; }
+.muted { color:var(--muted); }
+.msg { color:#374151; }
+.bar { display:inline-block; height:9px; background:var(--accent); border-radius:3px; vertical-align:middle;
+  margin-right:6px; }
+.bar.zero { background:var(--line); width:3px; }
+.cols { display:grid; grid-template-columns:1fr 1fr; gap:18px; }
+@media (max-width: 900px) { .cols { grid-template-columns:1fr; } }
+.charts { display:grid; grid-template-columns:repeat(auto-fill, minmax(540px, 1fr)); gap:14px; }
+figure.chart { margin:0; background:var(--card); border:1px solid var(--line); border-radius:8px; padding:10px; }
+figure.chart figcaption { font-weight:600; margin-bottom:4px; }
+.legend { display:flex; flex-wrap:wrap; gap:4px 14px; font-size:12px; color:#374151; margin-top:4px; }
+.legend i { display:inline-block; width:12px; height:12px; border-radius:3px; margin-right:4px;
+  vertical-align:-2px; }
+ul.toc { list-style:none; padding:0; margin:0; display:flex; flex-wrap:wrap; gap:8px 18px; }
+a { color:var(--accent); text-decoration:none; }
+a:hover { text-decoration:underline; }
+details.more summary { cursor:pointer; color:var(--accent); }
+"""
+
+
+# ---- formatting -------------------------------------------------------------------------------------------
+
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if value.is_integer() else f"{value:,.2f}"
+    return _e(value)
+
+
+def _ident(value: Any) -> str:
+    """An identifier (snapshot id): as is, no thousands separators."""
+    return "—" if value is None else _e(value)
+
+
+def _secs(value: Any) -> str:
+    """A duration, as a person reads it."""
+    if value is None:
+        return "—"
+    try:
+        s = float(value)
+    except (TypeError, ValueError):
+        return _e(value)
+    if s < 0.01 and s > 0:
+        return f"{s * 1000:.1f} ms"
+    if s < 60:
+        return f"{s:.2f} s"
+    if s < 3600:
+        return f"{int(s // 60)} min {int(s % 60)} s"
+    if s < 86400:
+        return f"{int(s // 3600)} h {int(s % 3600 // 60)} min"
+    return f"{int(s // 86400)} d {int(s % 86400 // 3600)} h"
+
+
+def _bytes(value: Any) -> str:
+    if value is None:
+        return "—"
+    try:
+        n = float(value)
+    except (TypeError, ValueError):
+        return _e(value)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} PB"  # pragma: no cover
+
+
+def _value(value: Any, limit: int = 300) -> str:
+    """A data value (JSON-ish), escaped and cut to ``limit`` characters."""
+    if value is None:
+        return '<span class="muted">—</span>'
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    if len(text) > limit:
+        text = text[:limit] + "…"
+    return f"<code>{_e(text)}</code>"
+
+
+def _when(stamp: str | None) -> datetime | None:
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp)
+    except (TypeError, ValueError):
+        return None
+
+
+def _duration(run: QualityRun) -> float | None:
+    start, end = _when(run.started), _when(run.finished)
+    if start is None or end is None:
+        return None
+    try:
+        return max(0.0, (end - start).total_seconds())
+    except TypeError:  # one naive, one aware
+        return None
+
+
+def _short(run: QualityRun) -> str:
+    at = _when(run.started)
+    return f"{at:%m-%d %H:%M}" if at is not None else run.run_id[:13]
+
+
+def _status(ok: bool, error: bool = False) -> str:
+    if error:
+        return '<span class="chip error">ERROR</span>'
+    return '<span class="chip pass">PASS</span>' if ok else '<span class="chip fail">FAIL</span>'
+
+
+def _docs_href(path: Any, base: str) -> str | None:
+    """The link to a Data Docs page whose path is relative to the warehouse root, or None if ``path`` is not a
+    relative path (a URL with a scheme is not linked: pages link only inside the warehouse)."""
+    if not isinstance(path, str) or not path or _SCHEME.match(path) or path.startswith(("/", "\\")):
+        return None
+    return base + quote(path, safe="/#.-_~")
+
+
+def _details(details: dict[str, Any], docs_base: str) -> str:
+    parts = []
+    for key, value in details.items():
+        if key == "data_docs":
+            href = _docs_href(value, docs_base)
+            if href is not None:
+                parts.append(f'<a href="{_e(href)}">Data Docs</a>')
+            else:
+                parts.append(f"data docs: {_value(value)}")
+            continue
+        parts.append(f'<span class="muted">{_e(key)}:</span> {_value(value, 160)}')
+    return "<br>".join(parts) if parts else '<span class="muted">—</span>'
+
+
+# ---- charts (inline SVG) ------------------------------------------------------------------------------------
+
+
+def _nice_ceiling(value: float) -> float:
+    if value <= 0 or not math.isfinite(value):
+        return 1.0
+    exp = 10 ** math.floor(math.log10(value))
+    for step in (1, 2, 2.5, 5, 10):
+        if value <= step * exp:
+            return step * exp
+    return 10 * exp  # pragma: no cover
+
+
+def _axis_label(value: float) -> str:
+    if value >= 1e6:
+        return f"{value / 1e6:g}M"
+    if value >= 1e3:
+        return f"{value / 1e3:g}k"
+    return f"{value:g}"
+
+
+def _legend(names: list[str]) -> str:
+    items = "".join(
+        f'<span><i style="background:{_PALETTE[i % len(_PALETTE)]}"></i>{_e(n)}</span>' for i, n in enumerate(names)
+    )
+    return f'<div class="legend">{items}</div>'
+
+
+def _frame(vmax: float, w: int, h: int, left: int, top: int, bottom: int, right: int) -> list[str]:
+    out = []
+    for k in range(5):
+        v = vmax * k / 4
+        y = top + (h - top - bottom) * (1 - k / 4)
+        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{w - right}" y2="{y:.1f}" stroke="#e5e7eb"/>')
+        out.append(
+            f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11" fill="#6b7280">'
+            f"{_e(_axis_label(v))}</text>"
+        )
+    return out
+
+
+def _x_positions(n: int, w: int, left: int, right: int, *, bars: bool = False) -> list[float]:
+    span = w - left - right
+    if bars:
+        return [left + span * (i + 0.5) / n for i in range(n)]
+    if n == 1:
+        return [left + span / 2]
+    return [left + span * i / (n - 1) for i in range(n)]
+
+
+def _x_labels(labels: list[str], xs: list[float], h: int, bottom: int) -> list[str]:
+    n = len(labels)
+    step = max(1, math.ceil(n / 6))
+    shown = set(range(0, n, step)) | {n - 1}
+    return [
+        f'<text x="{xs[i]:.1f}" y="{h - bottom + 16}" text-anchor="middle" font-size="11" fill="#6b7280">'
+        f"{_e(labels[i])}</text>"
+        for i in sorted(shown)
+    ]
+
+
+def line_chart(title: str, labels: list[str], series: list[tuple[str, list[float | None]]], unit: str = "") -> str:
+    """A line chart, one line per series over ``labels`` (None: no point), as an HTML figure with inline SVG."""
+    values = [v for _, vs in series for v in vs if v is not None]
+    if not values or not labels:
+        return f'<figure class="chart"><figcaption>{_e(title)}</figcaption><p class="muted">no data yet</p></figure>'
+    w, h, left, right, top, bottom = 540, 210, 52, 34, 12, 30
+    vmax = _nice_ceiling(max(values))
+    xs = _x_positions(len(labels), w, left, right)
+
+    def y(v: float) -> float:
+        return top + (h - top - bottom) * (1 - v / vmax)
+
+    svg = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="100%" role="img" '
+        f'aria-label="{_e(title)}">'
+    ]
+    svg += _frame(vmax, w, h, left, top, bottom, right)
+    svg += _x_labels(labels, xs, h, bottom)
+    for i, (name, vs) in enumerate(series):
+        color = _PALETTE[i % len(_PALETTE)]
+        run: list[str] = []
+        segments = []
+        for x, v in zip(xs, vs, strict=False):
+            if v is None:
+                if run:
+                    segments.append(run)
+                run = []
+            else:
+                run.append(f"{x:.1f},{y(v):.1f}")
+        if run:
+            segments.append(run)
+        for seg in segments:
+            if len(seg) > 1:
+                svg.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{" ".join(seg)}"/>')
+        for label, x, v in zip(labels, xs, vs, strict=False):
+            if v is not None:
+                svg.append(
+                    f'<circle cx="{x:.1f}" cy="{y(v):.1f}" r="3" fill="{color}"><title>{_e(name)} · {_e(label)}: '
+                    f"{_e(_axis_label(v) if v >= 1e3 else f'{v:g}')}{_e(unit)}</title></circle>"
+                )
+    svg.append("</svg>")
+    return (
+        f'<figure class="chart"><figcaption>{_e(title)}</figcaption>{"".join(svg)}'
+        f"{_legend([name for name, _ in series])}</figure>"
+    )
+
+
+def bar_chart(title: str, labels: list[str], values: list[float], colors: list[str], *, unit: str = "") -> str:
+    """A bar chart (one bar per label, each its color), as an HTML figure with inline SVG."""
+    if not labels:
+        return f'<figure class="chart"><figcaption>{_e(title)}</figcaption><p class="muted">no data yet</p></figure>'
+    w, h, left, right, top, bottom = 540, 210, 52, 34, 12, 30
+    vmax = _nice_ceiling(max(values) if values else 0)
+    xs = _x_positions(len(labels), w, left, right, bars=True)
+    width = max(2.0, min(36.0, (w - left - right) / len(labels) * 0.7))
+    base = h - bottom
+    svg = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="100%" role="img" '
+        f'aria-label="{_e(title)}">'
+    ]
+    svg += _frame(vmax, w, h, left, top, bottom, right)
+    svg += _x_labels(labels, xs, h, bottom)
+    for label, x, v, color in zip(labels, xs, values, colors, strict=False):
+        bh = max(1.0, (base - top) * (v / vmax)) if v else 1.0
+        svg.append(
+            f'<rect x="{x - width / 2:.1f}" y="{base - bh:.1f}" width="{width:.1f}" height="{bh:.1f}" rx="2" '
+            f'fill="{color}"><title>{_e(label)}: {_e(f"{v:.3g}")}{_e(unit)}</title></rect>'
+        )
+    svg.append("</svg>")
+    return f'<figure class="chart"><figcaption>{_e(title)}</figcaption>{"".join(svg)}</figure>'
+
+
+# ---- pages ---------------------------------------------------------------------------------------------------
+
+
+def _page(title: str, header: str, body: str) -> str:
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+        'img-src data:">'
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+        f'<header class="top">{header}</header><main>{body}</main></body></html>\n'
+    )
+
+
+def _timeline(run: QualityRun | None, history: list[QualityRun]) -> list[QualityRun]:
+    """The runs up to ``run`` (itself included), oldest first, at most `TREND_RUNS`."""
+    by_id = {r.run_id: r for r in history}
+    if run is not None:
+        by_id[run.run_id] = run
+    runs = sorted(by_id.values(), key=lambda r: r.run_id)
+    if run is not None:
+        runs = [r for r in runs if r.run_id <= run.run_id]
+    return runs[-TREND_RUNS:]
+
+
+def _check_seconds(run: QualityRun) -> float:
+    return float(sum(r.seconds for r in run.results))
+
+
+def _lag_records(stats: dict[str, Any] | None) -> float | None:
+    if not stats or not isinstance(stats.get("buckets"), list):
+        return None
+    return float(sum(b.get("lag_records") or 0 for b in stats["buckets"]))
+
+
+def _lag_seconds(stats: dict[str, Any] | None) -> float | None:
+    if not stats or not isinstance(stats.get("buckets"), list):
+        return None
+    ages = [b.get("lag_seconds") for b in stats["buckets"] if b.get("lag_seconds") is not None]
+    return float(max(ages)) if ages else None
+
+
+def _file_count(stats: dict[str, Any] | None) -> float | None:
+    files = (stats or {}).get("files") or {}
+    count = files.get("count") if isinstance(files, dict) else None
+    return float(count) if count is not None else None
+
+
+def _trends(run: QualityRun, history: list[QualityRun]) -> str:
+    runs = _timeline(run, history)
+    labels = [_short(r) for r in runs]
+    tables = sorted({t for r in runs for t in r.tables})
+    lag = [(t, [_lag_records(r.tables.get(t)) for r in runs]) for t in tables]
+    age = [(t, [_lag_seconds(r.tables.get(t)) for r in runs]) for t in tables]
+    files = [(t, [_file_count(r.tables.get(t)) for r in runs]) for t in tables]
+    colors = [
+        ("#16a34a" if r.ok else "#dc2626") if r.run_id != run.run_id else ("#15803d" if r.ok else "#991b1b")
+        for r in runs
+    ]
+    return (
+        f'<section class="box"><h2>Trends over the last {len(runs)} runs</h2><div class="charts">'
+        + line_chart("Lag behind the log (records) per table", labels, lag)
+        + line_chart("Oldest untiered record (seconds) per table", labels, age, " s")
+        + line_chart("Data files per table", labels, files)
+        + bar_chart(
+            "Check time per run (seconds; red: failed)", labels, [_check_seconds(r) for r in runs], colors, unit=" s"
+        )
+        + "</div></section>"
+    )
+
+
+def _checks_table(results: list[CheckResult], docs_base: str) -> str:
+    if not results:
+        return '<p class="muted">No checks ran on this table in this run.</p>'
+    rows = []
+    for r in results:
+        cls = ' class="bad"' if not r.ok else ""
+        error = f'<div class="msg">{_e(r.error)}</div>' if r.error else ""
+        rows.append(
+            f"<tr{cls}><td><code>{_e(r.check)}</code></td><td>{_status(r.ok, r.error is not None)}</td>"
+            f'<td class="num mono">{_ident(r.snapshot_id)}</td><td class="num">{_secs(r.seconds)}</td>'
+            f'<td class="num">{_num(r.rows)}</td><td class="num">{_num(len(r.violations))}</td>'
+            f"<td>{_details(r.details, docs_base)}{error}</td></tr>"
+        )
+    return (
+        '<table class="grid"><thead><tr><th>Check</th><th>Status</th><th class="num">Snapshot</th>'
+        '<th class="num">Time</th><th class="num">Rows</th><th class="num">Violations</th><th>Details</th>'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _violations_table(violations: list[Violation]) -> str:
+    if not violations:
+        return ""
+    rows = []
+    for v in violations[:MAX_VIOLATIONS]:
+        offsets = f"[{_num(v.offsets[0])}, {_num(v.offsets[1])})" if v.offsets else "—"
+        keys = ", ".join(_value(k, 80) for k in list(v.keys)[:10]) or '<span class="muted">—</span>'
+        if len(v.keys) > 10:
+            keys += f' <span class="muted">+{len(v.keys) - 10} more</span>'
+        rows.append(
+            f'<tr><td><code>{_e(v.check)}</code></td><td class="num">{_num(v.bucket)}</td>'
+            f'<td class="num mono">{offsets}</td><td class="num mono">{_ident(v.snapshot_id)}</td>'
+            f"<td>{keys}</td><td>{_value(v.expected)}</td><td>{_value(v.actual)}</td>"
+            f'<td class="msg">{_e(v.message)}</td></tr>'
+        )
+    more = ""
+    if len(violations) > MAX_VIOLATIONS:
+        more = f'<p class="muted">… and {len(violations) - MAX_VIOLATIONS:,} more violations.</p>'
+    return (
+        f"<h3>Violations ({len(violations):,})</h3>"
+        '<table class="grid"><thead><tr><th>Check</th><th class="num">Bucket</th><th class="num">Offsets</th>'
+        '<th class="num">Snapshot</th><th>Sample keys</th><th>Expected</th><th>Actual</th><th>Message</th>'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}"
+    )
+
+
+def _bar(value: Any, vmax: float) -> str:
+    if not value or vmax <= 0:
+        return '<span class="bar zero"></span>'
+    return f'<span class="bar" style="width:{max(3, round(80 * float(value) / vmax))}px"></span>'
+
+
+def _buckets_table(stats: dict[str, Any]) -> str:
+    buckets = stats.get("buckets") or []
+    if not buckets:
+        return '<p class="muted">No bucket figures.</p>'
+    vmax = float(max((b.get("lag_records") or 0) for b in buckets))
+    rows = []
+    for b in buckets:
+        rows.append(
+            f'<tr><td class="num">{_num(b.get("bucket"))}</td><td class="num">{_num(b.get("log_end"))}</td>'
+            f'<td class="num">{_num(b.get("lake_offset"))}</td>'
+            f'<td class="num">{_bar(b.get("lag_records"), vmax)}{_num(b.get("lag_records"))}</td>'
+            f'<td class="num">{_secs(b.get("lag_seconds"))}</td></tr>'
+        )
+    total_end = sum(b.get("log_end") or 0 for b in buckets)
+    total_lake = sum(b.get("lake_offset") or 0 for b in buckets)
+    rows.append(
+        f'<tr class="total"><td>all</td><td class="num">{_num(total_end)}</td><td class="num">{_num(total_lake)}</td>'
+        f'<td class="num">{_num(int(_lag_records(stats) or 0))}</td><td class="num">{_secs(_lag_seconds(stats))}</td>'
+        "</tr>"
+    )
+    return (
+        '<table class="grid"><thead><tr><th class="num">Bucket</th><th class="num">Log end</th>'
+        '<th class="num">Lake offset</th><th class="num">Lag (records)</th><th class="num">Lag (time)</th>'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _subscriptions_table(stats: dict[str, Any]) -> str:
+    subs = stats.get("subscriptions") or []
+    if not subs:
+        return '<p class="muted">No subscriptions.</p>'
+    rows = []
+    for s in subs:
+        stale = ' <span class="chip stale">STALE</span>' if s.get("stale") else ""
+        rows.append(
+            f"<tr><td><code>{_e(s.get('consumer'))}</code>{stale}</td>"
+            f'<td class="num">{_num(s.get("lag_records"))}</td><td class="num">{_secs(s.get("lag_seconds"))}</td>'
+            f'<td class="num">{_secs(s.get("idle_seconds"))}</td></tr>'
+        )
+    return (
+        '<table class="grid"><thead><tr><th>Consumer</th><th class="num">Lag (records)</th>'
+        '<th class="num">Lag (time)</th><th class="num">Idle for</th>'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _last_reconcile(table: str, run: QualityRun, history: list[QualityRun], docs_base: str) -> str:
+    found: tuple[CheckResult, QualityRun] | None = None
+    for r in [run, *sorted((h for h in history if h.run_id < run.run_id), key=lambda h: h.run_id, reverse=True)]:
+        matches = [c for c in r.results if c.table == table and c.check == RECONCILE]
+        if matches:
+            found = (matches[-1], r)
+            break
+    if found is None:
+        return '<p class="muted">Never reconciled (in the runs kept).</p>'
+    result, where = found
+    origin = "this run" if where.run_id == run.run_id else f"run {_e(where.run_id)}"
+    rate = f"{result.rows / result.seconds:,.0f} rows/s" if result.seconds > 0 else "—"
+    return (
+        f'<div class="kv"><span>{_status(result.ok, result.error is not None)}</span><span>from {origin}</span>'
+        f'<span>snapshot <b class="mono">{_ident(result.snapshot_id)}</b></span>'
+        f"<span>time <b>{_secs(result.seconds)}</b></span><span>rows <b>{_num(result.rows)}</b></span>"
+        f"<span>throughput <b>{rate}</b></span><span>violations <b>{_num(len(result.violations))}</b></span></div>"
+        f'<div class="msg">{_details(result.details, docs_base)}</div>'
+    )
+
+
+def _gx_table(results: list[CheckResult], docs_base: str) -> str:
+    gx = [r for r in results if r.check == "gx" or r.check.startswith("gx:")]
+    if not gx:
+        return ""
+    rows = []
+    for r in gx:
+        suite = r.check.partition(":")[2] or r.details.get("suite") or "—"
+        href = _docs_href(r.details.get("data_docs"), docs_base)
+        link = f'<a href="{_e(href)}">open Data Docs</a>' if href else _value(r.details.get("data_docs"))
+        expectations = r.details.get("expectations")
+        if isinstance(expectations, list | dict):
+            expectations = len(expectations)
+        rows.append(
+            f"<tr><td><code>{_e(suite)}</code></td><td>{_status(r.ok, r.error is not None)}</td>"
+            f'<td class="num">{_num(expectations)}</td><td class="num">{_num(len(r.violations))}</td>'
+            f'<td class="num">{_num(r.rows)}</td><td class="num">{_secs(r.seconds)}</td><td>{link}</td></tr>'
+        )
+    return (
+        "<h3>Great Expectations</h3>"
+        '<table class="grid"><thead><tr><th>Suite</th><th>Status</th><th class="num">Expectations</th>'
+        '<th class="num">Failed</th><th class="num">Rows</th><th class="num">Time</th><th>Data Docs</th>'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _table_section(
+    index: int, table: str, run: QualityRun, history: list[QualityRun], docs_base: str
+) -> tuple[str, str]:
+    results = [r for r in run.results if r.table == table]
+    ok = all(r.ok for r in results)
+    stats = run.tables.get(table) or {}
+    files = stats.get("files") or {}
+    published = run.published.get(table) if table in run.published else "—"
+    violations = [v for r in results for v in r.violations]
+    toc = (
+        f'<li>{_status(ok)} <a href="#t{index}">{_e(table)}</a>'
+        + (f' <span class="muted">({len(violations):,} violations)</span>' if violations else "")
+        + "</li>"
+    )
+    body = (
+        f'<section class="box" id="t{index}"><h2>{_status(ok)} <span>{_e(table)}</span></h2>'
+        f'<div class="kv"><span>lake snapshot <b class="mono">{_ident(stats.get("snapshot_id"))}</b></span>'
+        f'<span>published <b class="mono">{_ident(published)}</b></span>'
+        f"<span>data files <b>{_num(files.get('count'))}</b></span>"
+        f"<span>size <b>{_bytes(files.get('bytes'))}</b></span>"
+        f"<span>lake records <b>{_num(files.get('records'))}</b></span>"
+        + (f"<span>delete files <b>{_num(files.get('delete_files'))}</b></span>" if files.get("delete_files") else "")
+        + f"<span>log records <b>{_num(stats.get('log_records'))}</b></span></div>"
+        f"<h3>Checks</h3>{_checks_table(results, docs_base)}"
+        f"{_violations_table(violations)}"
+        '<div class="cols"><div><h3>Buckets: log vs lake</h3>'
+        f"{_buckets_table(stats)}</div><div><h3>Subscriptions</h3>{_subscriptions_table(stats)}</div></div>"
+        f"<h3>Last reconciliation</h3>{_last_reconcile(table, run, history, docs_base)}"
+        f"{_gx_table(results, docs_base)}</section>"
+    )
+    return toc, body
+
+
+def render_run(
+    run: QualityRun,
+    history: list[QualityRun],
+    *,
+    docs_base: str = WAREHOUSE_FROM_REPORT,
+    index_href: str = "../index.html",
+) -> str:
+    """The HTML page of ``run``; ``history`` (any order, may include ``run``) feeds the trend charts and the
+    last reconciliation of tables this run did not reconcile. ``docs_base`` is prefixed to Data Docs paths
+    (relative to the warehouse root): by default the way from ``_lakestream/quality/reports/`` to the root."""
+    tables = sorted(set(run.tables) | {r.table for r in run.results})
+    violations = run.violations
+    errors = [r for r in run.results if r.error is not None]
+    failed = [r for r in run.results if not r.ok]
+    if run.ok:
+        why = f"All {len(run.results):,} checks on {len(tables):,} tables passed." if run.results else "No checks ran."
+    else:
+        why = (
+            f"{len(failed):,} of {len(run.results):,} checks failed: {len(violations):,} violations"
+            + (f", {len(errors):,} checks could not run" if errors else "")
+            + "."
+        )
+    total_lag = sum(_lag_records(run.tables.get(t)) or 0 for t in tables)
+    cards = [
+        ("Tables", _num(len(tables)), False),
+        ("Checks", _num(len(run.results)), False),
+        ("Violations", _num(len(violations)), bool(violations)),
+        ("Errors", _num(len(errors)), bool(errors)),
+        ("Check time", _secs(_check_seconds(run)), False),
+        ("Rows checked", _num(sum(r.rows for r in run.results)), False),
+        ("Lag (records)", _num(int(total_lag)), False),
+        ("Run took", _secs(_duration(run)), False),
+    ]
+    sections = [_table_section(i, t, run, history, docs_base) for i, t in enumerate(tables)]
+    status = "PASS" if run.ok else "FAIL"
+    header = (
+        f'<h1>lakestream data quality</h1><span class="meta">run <code>{_e(run.run_id)}</code> · started '
+        f"{_e(run.started)} · finished {_e(run.finished)}</span>"
+        f'<span class="meta"><a href="{_e(index_href)}">all runs</a></span>'
+    )
+    body = (
+        f'<div class="banner {status.lower()}"><div class="big" id="status">{status}</div>'
+        f'<div class="why">{_e(why)}</div></div>'
+        '<div class="cards">'
+        + "".join(
+            f'<div class="card"><div class="label">{_e(label)}</div>'
+            f'<div class="value{" bad" if bad else ""}">{value}</div></div>'
+            for label, value, bad in cards
+        )
+        + "</div>"
+        + (
+            f'<section class="box"><h2>Tables</h2><ul class="toc">{"".join(t for t, _ in sections)}</ul></section>'
+            if tables
+            else ""
+        )
+        + _trends(run, history)
+        + "".join(b for _, b in sections)
+    )
+    return _page(f"{status} · quality run {run.run_id}", header, body)
+
+
+def render_index(runs: list[QualityRun], *, reports_href: str = "reports/") -> str:
+    """The HTML index of ``runs`` (any order; listed newest first), each linking to
+    ``<reports_href><run_id>.html``."""
+    ordered = sorted({r.run_id: r for r in runs}.values(), key=lambda r: r.run_id, reverse=True)
+    chrono = list(reversed(ordered))[-TREND_RUNS:]
+    labels = [_short(r) for r in chrono]
+    colors = ["#16a34a" if r.ok else "#dc2626" for r in chrono]
+    rows = []
+    for r in ordered:
+        tables = set(r.tables) | {c.table for c in r.results}
+        href = reports_href + quote(r.run_id, safe="") + ".html"
+        errors = sum(1 for c in r.results if c.error is not None)
+        bad = ' class="bad"' if not r.ok else ""
+        rows.append(
+            f"<tr{bad}><td>{_status(r.ok)}</td>"
+            f'<td><a href="{_e(href)}"><code>{_e(r.run_id)}</code></a></td><td>{_e(r.started)}</td>'
+            f'<td class="num">{_secs(_duration(r))}</td><td class="num">{_num(len(tables))}</td>'
+            f'<td class="num">{_num(len(r.results))}</td><td class="num">{_num(len(r.violations))}</td>'
+            f'<td class="num">{_num(errors)}</td><td class="num">{_secs(_check_seconds(r))}</td></tr>'
+        )
+    latest = ordered[0] if ordered else None
+    banner = ""
+    if latest is not None:
+        status = "PASS" if latest.ok else "FAIL"
+        banner = (
+            f'<div class="banner {status.lower()}"><div class="big">{status}</div><div class="why">Latest run '
+            f'<a href="{_e(reports_href + quote(latest.run_id, safe="") + ".html")}"><code>{_e(latest.run_id)}</code>'
+            f"</a>: {len(latest.violations):,} violations in {len(latest.results):,} checks.</div></div>"
+        )
+    charts = (
+        '<section class="box"><h2>Trends</h2><div class="charts">'
+        + bar_chart("Violations per run", labels, [float(len(r.violations)) for r in chrono], colors)
+        + bar_chart(
+            "Check time per run (seconds; red: failed)", labels, [_check_seconds(r) for r in chrono], colors, unit=" s"
+        )
+        + "</div></section>"
+    )
+    table = (
+        f'<section class="box"><h2>Runs ({len(ordered):,})</h2>'
+        '<table class="grid"><thead><tr><th>Status</th><th>Run</th><th>Started</th><th class="num">Took</th>'
+        '<th class="num">Tables</th><th class="num">Checks</th><th class="num">Violations</th>'
+        '<th class="num">Errors</th><th class="num">Check time</th></tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></section>"
+        if ordered
+        else '<section class="box"><p class="muted">No quality runs yet.</p></section>'
+    )
+    header = '<h1>lakestream data quality: runs</h1><span class="meta">newest first</span>'
+    return _page("lakestream data quality: runs", header, banner + charts + table)
+
+
+def write_report(
+    lh: Any,
+    run: QualityRun,
+    *,
+    history: list[QualityRun] | None = None,
+    out_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Render ``run`` and the index of runs and write them to the warehouse (``_lakestream/quality/reports/
+    <run_id>.html`` and ``_lakestream/quality/index.html``, replacing earlier renderings) and, if ``out_dir`` is
+    given, to ``<out_dir>/reports/<run_id>.html`` and ``<out_dir>/index.html``. ``history`` defaults to the
+    kept runs (`quality.runs.load_runs`); the index lists it with ``run``.
+
+    In the local copy, Data Docs links point into the warehouse by its URL (they work when it is a local
+    folder); in the warehouse copy they are relative.
+
+    Returns ``{"report_key", "index_key", "report_path", "index_path"}`` (paths None without ``out_dir``)."""
+    check_run_id(run.run_id)
+    if history is None:
+        history = load_runs(lh)
+    runs = list({r.run_id: r for r in [*history, run]}.values())
+    index_html = render_index(runs)
+    report_key = f"{REPORTS_PREFIX}{run.run_id}.html"
+    lh.store.put(report_key, render_run(run, history).encode())
+    lh.store.put(INDEX_KEY, index_html.encode())
+    written: dict[str, Any] = {
+        "report_key": report_key,
+        "index_key": INDEX_KEY,
+        "report_path": None,
+        "index_path": None,
+    }
+    if out_dir is not None:
+        out = Path(out_dir)
+        (out / "reports").mkdir(parents=True, exist_ok=True)
+        base = str(lh.store.url).rstrip("/") + "/"
+        report_path = out / "reports" / f"{run.run_id}.html"
+        report_path.write_text(render_run(run, history, docs_base=base), encoding="utf-8")
+        index_path = out / "index.html"
+        index_path.write_text(index_html, encoding="utf-8")
+        written.update(report_path=str(report_path), index_path=str(index_path))
+    return written
+
+
+__all__ = [
+    "INDEX_KEY",
+    "REPORTS_PREFIX",
+    "bar_chart",
+    "line_chart",
+    "render_index",
+    "render_run",
+    "write_report",
+]

@@ -1,0 +1,440 @@
+"""Quality reports (issue 26 item 5): the figures of a table (metadata only, exact), runs kept in the warehouse
+(create-only, newest first), self-contained escaped HTML pages written locally and to the warehouse, and the page
+as headless Chromium renders it (a screenshot that is not blank, the DOM showing the expected figures)."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import shutil
+import subprocess
+import time
+import zlib
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pytest
+
+from quality.errors import InvalidArgument, QualityError
+from quality.report import INDEX_KEY, REPORTS_PREFIX, render_index, render_run, write_report
+from quality.results import GX, RECONCILE, CheckResult, QualityRun, Violation
+from quality.runs import RUNS_PREFIX, RunAlreadySaved, load_run, load_runs, new_run_id, save_run
+from quality.stats import table_stats
+
+SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
+NAME = "ods.q"
+EVIL = "<script>alert('x')</script>"
+DOCS = "_lakestream/quality/gx/docs/ods.orders/index.html"
+T0 = datetime(2026, 11, 20, 8, 0, tzinfo=UTC)
+
+
+def batch(keys, tag: str) -> pa.Table:
+    keys = list(keys)
+    return pa.table({"k": pa.array(keys, pa.int64()), "v": [f"{tag}-{k}" for k in keys]})
+
+
+# ---- stats ----------------------------------------------------------------------------------------------------
+
+
+def test_table_stats_exact_figures(lakehouse) -> None:
+    lh = lakehouse
+    lh.create_table(NAME, SCHEMA, primary_key=["k"], buckets=3)
+    log = lh.log(NAME)
+    log.append(batch(range(40), "a"), op="upsert")
+
+    empty = table_stats(lh, NAME)  # nothing tiered yet: no snapshot, everything is lag
+    assert empty["snapshot_id"] is None
+    assert empty["files"] == {"count": 0, "bytes": 0, "records": 0, "delete_files": 0}
+    assert sum(b["lag_records"] for b in empty["buckets"]) == 40
+    assert all(b["lake_offset"] == 0 for b in empty["buckets"])
+
+    lh.tier(NAME)
+    log.append(batch(range(30, 50), "b"), op="upsert")
+    lh.tier(NAME)
+    tiered = log.end_offsets()
+    sub = lh.subscription(NAME, "c1")  # at the log's end: behind by what comes next
+    appended_at = time.time()
+    log.append(batch(range(45, 62), "c"), op="upsert")  # 17 records not in the lake
+    ends = log.end_offsets()
+    time.sleep(0.3)
+    stats = table_stats(lh, NAME)
+    elapsed = time.time() - appended_at
+
+    json.dumps(stats)  # JSON values only
+    table = lh.lake_table(NAME)
+    assert stats["table"] == NAME
+    assert stats["snapshot_id"] == table.current_snapshot().snapshot_id
+    assert [b["bucket"] for b in stats["buckets"]] == [0, 1, 2]
+    for b in stats["buckets"]:
+        i = b["bucket"]
+        assert (b["log_start"], b["log_end"], b["lake_offset"]) == (0, ends[i], tiered[i])
+        assert b["lag_records"] == ends[i] - tiered[i]
+        if b["lag_records"]:
+            assert 0.3 <= b["lag_seconds"] <= elapsed + 0.5
+        else:
+            assert b["lag_seconds"] == 0.0
+    assert sum(b["lag_records"] for b in stats["buckets"]) == 17
+    assert stats["log_records"] == sum(ends.values()) == 40 + 20 + 17
+
+    [s] = stats["subscriptions"]
+    assert s["consumer"] == "c1" and s["stale"] is False
+    assert s["lag_records"] == 17
+    assert 0.3 <= s["lag_seconds"] <= elapsed + 0.5
+    assert 0.3 <= s["idle_seconds"] <= (datetime.now(UTC) - sub.advanced_at).total_seconds()
+
+    files = list(table.scan().plan_files())
+    assert stats["files"]["count"] == len(files) > 0
+    assert stats["files"]["bytes"] == sum(t.file.file_size_in_bytes for t in files)
+    assert stats["files"]["records"] == sum(t.file.record_count for t in files)
+
+    sub.advance(ends)
+    lh.tier(NAME)  # caught up: no lag anywhere
+    caught = table_stats(lh, NAME)
+    assert all(b["lag_records"] == 0 and b["lag_seconds"] == 0.0 for b in caught["buckets"])
+    assert caught["subscriptions"][0]["lag_records"] == 0 and caught["subscriptions"][0]["lag_seconds"] == 0.0
+    assert caught["snapshot_id"] != stats["snapshot_id"]
+
+
+# ---- runs -----------------------------------------------------------------------------------------------------
+
+
+def small_run(run_id: str, ok: bool = True) -> QualityRun:
+    violations = [] if ok else [Violation("content", NAME, "a row differs", bucket=0, offsets=(3, 9), keys=(7,))]
+    return QualityRun(
+        run_id=run_id,
+        started="2026-11-20T08:00:00+00:00",
+        finished="2026-11-20T08:00:05+00:00",
+        results=[CheckResult(RECONCILE, NAME, snapshot_id=11, seconds=1.5, rows=90, violations=violations)],
+        tables={NAME: {"table": NAME, "buckets": [{"bucket": 0, "lag_records": 3}]}},
+        published={NAME: 11},
+    )
+
+
+def test_runs_roundtrip_order_and_create_only(lakehouse) -> None:
+    lh = lakehouse
+    assert load_runs(lh) == []
+    ids = [new_run_id(T0 + timedelta(minutes=m)) for m in (5, 0, 10, 2)]
+    assert sorted(ids) == [ids[1], ids[3], ids[0], ids[2]]  # sortable by time
+    assert len({new_run_id(T0) for _ in range(20)}) == 20  # the random tail tells runs of one instant apart
+    runs = {i: small_run(i, ok=n % 2 == 0) for n, i in enumerate(ids)}
+    for run in runs.values():
+        assert save_run(lh, run) == f"{RUNS_PREFIX}{run.run_id}.json"
+
+    loaded = load_runs(lh)
+    assert [r.run_id for r in loaded] == sorted(ids, reverse=True)
+    assert [r.to_dict() for r in loaded] == [runs[i].to_dict() for i in sorted(ids, reverse=True)]
+    assert [r.run_id for r in load_runs(lh, limit=2)] == sorted(ids, reverse=True)[:2]
+    assert load_run(lh, ids[1]).to_dict() == runs[ids[1]].to_dict()
+    assert load_run(lh, ids[1]).violations[0].offsets == (3, 9)
+
+    changed = small_run(ids[0], ok=False)
+    with pytest.raises(RunAlreadySaved, match=f"{re.escape(ids[0])} is already kept"):
+        save_run(lh, changed)
+    assert load_run(lh, ids[0]).to_dict() == runs[ids[0]].to_dict()  # the first one stays
+    assert isinstance(RunAlreadySaved("x"), QualityError)
+
+    with pytest.raises(QualityError, match="no quality run"):
+        load_run(lh, new_run_id())
+    with pytest.raises(InvalidArgument):
+        load_run(lh, "../escape")
+    lh.store.put(f"{RUNS_PREFIX}99991231T000000.000000Z-badbad.json", b"{not json")
+    assert [r.run_id for r in load_runs(lh)] == sorted(ids, reverse=True)  # unreadable: skipped
+
+
+# ---- report ---------------------------------------------------------------------------------------------------
+
+
+def stats_for(table: str, lag: list[int], files: int, snapshot: int) -> dict:
+    return {
+        "table": table,
+        "snapshot_id": snapshot,
+        "buckets": [
+            {
+                "bucket": b,
+                "log_start": 0,
+                "log_end": 5000 + b * 1000 + lag[b],
+                "lake_offset": 5000 + b * 1000,
+                "lag_records": lag[b],
+                "lag_seconds": 42.5 if lag[b] else 0.0,
+            }
+            for b in range(len(lag))
+        ],
+        "subscriptions": [
+            {"consumer": "dwd.orders_enriched", "lag_records": 777, "lag_seconds": 12.0, "idle_seconds": 30.0}
+            | {"stale": False}
+        ],
+        "files": {"count": files, "bytes": files * 3_500_000, "records": 98_765, "delete_files": 0},
+        "log_records": 20_000,
+    }
+
+
+def the_run(run_id: str | None = None) -> QualityRun:
+    """A failing run: orders reconciles clean with a GX suite, its evil-named neighbour has violations."""
+    evil_table = f"ods.{EVIL}"
+    results = [
+        CheckResult(
+            RECONCILE,
+            "ods.orders",
+            snapshot_id=5550001,
+            seconds=3.25,
+            rows=123_456,
+            details={"commits_checked": 7, "full": False},
+        ),
+        CheckResult(
+            GX + ":orders_suite",
+            "ods.orders",
+            snapshot_id=5550001,
+            seconds=1.5,
+            rows=4_000,
+            details={"data_docs": DOCS, "expectations": 12},
+        ),
+        CheckResult(
+            RECONCILE,
+            evil_table,
+            snapshot_id=6660002,
+            seconds=0.75,
+            rows=2_048,
+            details={"commits_checked": 2, "note": EVIL},
+            violations=[
+                Violation(
+                    "content",
+                    evil_table,
+                    f"bucket 1 differs from the log: {EVIL}",
+                    bucket=1,
+                    offsets=(1200, 1300),
+                    snapshot_id=6660002,
+                    keys=("order-4711", EVIL),
+                    expected={"amount": 10},
+                    actual={"amount": 11},
+                ),
+                Violation(
+                    "records-count",
+                    evil_table,
+                    "added-records 99 != 100 records",
+                    snapshot_id=6660002,
+                    expected=100,
+                    actual=99,
+                ),
+            ],
+        ),
+    ]
+    return QualityRun(
+        run_id=run_id or new_run_id(T0 + timedelta(hours=6)),
+        started=(T0 + timedelta(hours=6)).isoformat(),
+        finished=(T0 + timedelta(hours=6, seconds=8)).isoformat(),
+        results=results,
+        tables={
+            "ods.orders": stats_for("ods.orders", [1234, 0], files=17, snapshot=5550001),
+            evil_table: stats_for(evil_table, [5, 9], files=3, snapshot=6660002),
+        },
+        published={"ods.orders": 5550001, evil_table: 6660001},
+    )
+
+
+def history_runs() -> list[QualityRun]:
+    out = []
+    for h in range(5):
+        at = T0 + timedelta(hours=h)
+        out.append(
+            QualityRun(
+                run_id=new_run_id(at),
+                started=at.isoformat(),
+                finished=(at + timedelta(seconds=4)).isoformat(),
+                results=[CheckResult(RECONCILE, "ods.orders", snapshot_id=100 + h, seconds=1.0 + h, rows=1000)],
+                tables={"ods.orders": stats_for("ods.orders", [100 * h, 10], files=10 + h, snapshot=100 + h)},
+                published={"ods.orders": 100 + h},
+            )
+        )
+    return out
+
+
+EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
+
+
+def assert_self_contained(page: str) -> None:
+    assert page.startswith("<!DOCTYPE html>")
+    assert not EXTERNAL.search(page), EXTERNAL.search(page)
+    assert "<script" not in page.lower()
+    assert "<link" not in page.lower() and "@import" not in page
+    assert "<svg" in page  # charts drawn inline
+
+
+def test_render_run_shows_figures_escaped_and_self_contained() -> None:
+    run, history = the_run(), history_runs()
+    page = render_run(run, history)
+    assert_self_contained(page)
+    assert 'id="status">FAIL<' in page
+    assert "2 violations" in page or "2 violations" in re.sub(r"<[^>]+>", "", page)
+    # escaped: the evil name and values appear only as text
+    assert EVIL not in page and "&lt;script&gt;" in page
+    assert "ods.&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    # violations: code, bucket, offsets, snapshot, sample keys, expected vs actual
+    for text in (
+        "content",
+        "records-count",
+        "[1,200, 1,300)",
+        "6660002",
+        "order-4711",
+        "{&quot;amount&quot;: 10}",
+        "{&quot;amount&quot;: 11}",
+    ):
+        assert text in page, text
+    # buckets: log end, lake offset, lag in records and time; subscriptions
+    for text in ("6,234", "1,234", "5,000", "42.50 s", "dwd.orders_enriched", "777", "12.00 s", "30.00 s"):
+        assert text in page, text
+    # the last reconciliation and its cost, GX with a relative Data Docs link, files
+    for text in (
+        "commits_checked",
+        "3.25 s",
+        "123,456",
+        "orders_suite",
+        f'href="../../../{DOCS}"',
+        "17</b>",
+        "56.7 MB",
+        "98,765",
+    ):
+        assert text in page, text
+    # trends over the history and this run: 6 runs, one point per run and table that has figures
+    assert "Trends over the last 6 runs" in page
+    assert page.count("<circle") == 3 * (6 + 1)  # lag, lag seconds, files: orders in 6 runs + evil in 1
+    assert page.count("<rect") == 6  # check time per run
+
+
+def test_render_marks_passing_runs_and_links_the_index() -> None:
+    history = history_runs()
+    page = render_run(history[-1], history)
+    assert 'id="status">PASS<' in page and "FAIL" not in page
+    assert "Trends over the last 5 runs" in page  # later runs are not in an earlier run's trends
+    assert "Trends over the last 1 runs" in render_run(history[0], history)
+    assert "No quality runs yet" in render_index([])
+    empty = render_run(QualityRun("r0", "", ""), [])  # no checks, no figures: still a page
+    assert 'id="status">PASS<' in empty and "No checks ran." in empty
+    failing = the_run()
+    index = render_index([*history, failing])
+    assert_self_contained(index)
+    links = re.findall(r'href="reports/([^"]+)\.html"', index)
+    ids = sorted([r.run_id for r in history] + [failing.run_id], reverse=True)
+    assert links[0] == links[1] == ids[0]  # the banner links the latest run, then the list, newest first
+    assert links[1:] == ids
+    assert '<div class="big">FAIL</div>' in index  # the latest run failed
+    assert index.count('<span class="chip fail">FAIL</span>') == 1  # its row; the 5 others pass
+    assert index.count('<span class="chip pass">PASS</span>') == 5
+
+
+def test_write_report_locally_and_to_the_warehouse(lakehouse, tmp_path: Path) -> None:
+    lh = lakehouse
+    history = history_runs()
+    for h in history:
+        save_run(lh, h)
+    lh.store.put(DOCS, b"<html>data docs</html>")
+    run = the_run()
+    written = write_report(lh, run, out_dir=tmp_path / "out")  # history: the kept runs
+
+    assert written["report_key"] == f"{REPORTS_PREFIX}{run.run_id}.html"
+    assert written["index_key"] == INDEX_KEY == "_lakestream/quality/index.html"
+    page = lh.store.get(written["report_key"]).data.decode()
+    index = lh.store.get(INDEX_KEY).data.decode()
+    assert page == render_run(run, history)
+    assert "Trends over the last 6 runs" in page
+    for r in [run, *history]:
+        assert f'href="reports/{r.run_id}.html"' in index
+        # the index's links resolve to the pages' keys
+        assert posixpath.normpath(posixpath.join(posixpath.dirname(INDEX_KEY), f"reports/{r.run_id}.html")) == (
+            f"{REPORTS_PREFIX}{r.run_id}.html"
+        )
+    # the Data Docs link, relative to the page's key, reaches the Data Docs in the warehouse
+    [href] = re.findall(r'href="([^"]+)">open Data Docs', page)
+    target = posixpath.normpath(posixpath.join(posixpath.dirname(written["report_key"]), unquote(href)))
+    assert target == DOCS and lh.store.exists(target)
+    assert posixpath.normpath(posixpath.join(posixpath.dirname(written["report_key"]), "../index.html")) == INDEX_KEY
+
+    local_page = Path(written["report_path"])
+    assert local_page == tmp_path / "out" / "reports" / f"{run.run_id}.html"
+    assert Path(written["index_path"]).read_text() == index
+    local = local_page.read_text()
+    assert_self_contained(local)
+    [local_href] = re.findall(r'href="([^"]+)">open Data Docs', local)
+    assert local_href == f"{lh.store.url.rstrip('/')}/{DOCS}"
+    if local_href.startswith("file://"):  # a local warehouse: the link opens the file
+        assert Path(unquote(urlparse(local_href).path)).read_bytes() == b"<html>data docs</html>"
+    assert (local_page.parent / "../index.html").resolve() == Path(written["index_path"]).resolve()
+
+
+# ---- Chromium ---------------------------------------------------------------------------------------------------
+
+
+def png_rows(data: bytes) -> tuple[int, int, list[bytes]]:
+    """(width, height, filtered scanlines) of a non-interlaced 8-bit PNG."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height, channels = 8, b"", 0, 0, 0
+    while pos < len(data):
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IHDR":
+            width, height = int.from_bytes(body[:4], "big"), int.from_bytes(body[4:8], "big")
+            depth, color, interlace = body[8], body[9], body[12]
+            assert depth == 8 and interlace == 0
+            channels = {0: 1, 2: 3, 4: 2, 6: 4}[color]
+        elif kind == b"IDAT":
+            idat += body
+    raw = zlib.decompress(idat)
+    stride = 1 + width * channels
+    assert len(raw) == stride * height
+    return width, height, [raw[i * stride : (i + 1) * stride] for i in range(height)]
+
+
+def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
+    exe = shutil.which("chromium")
+    assert exe is not None
+    return subprocess.run(
+        [
+            exe,
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-extensions",
+            f"--user-data-dir={profile}",
+            *args,
+        ],
+        capture_output=True,
+        timeout=90,
+        check=False,
+    )
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="no chromium on PATH (Debian: apt-get install chromium)")
+def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    run = the_run()
+    out = tmp_path / "out"
+    (out / "reports").mkdir(parents=True)
+    page = out / "reports" / f"{run.run_id}.html"
+    page.write_text(render_run(run, history_runs()), encoding="utf-8")
+    blank = tmp_path / "blank.html"
+    blank.write_text("<!DOCTYPE html><html><body></body></html>", encoding="utf-8")
+
+    shots = {}
+    for name, source in (("report", page), ("blank", blank)):
+        png = tmp_path / f"{name}.png"
+        done = chromium(f"--screenshot={png}", "--window-size=1280,2000", source.as_uri(), profile=tmp_path / name)
+        assert png.exists(), done.stderr.decode(errors="replace")[-2000:]
+        shots[name] = png.read_bytes()
+    width, height, rows = png_rows(shots["report"])
+    assert (width, height) == (1280, 2000)
+    # a page with content: many different scanlines and byte values; the blank control has almost none
+    assert len(shots["report"]) > 40_000
+    assert len(set(rows)) > 300, len(set(rows))
+    assert len(set(b"".join(rows))) > 100
+    _, _, blank_rows = png_rows(shots["blank"])
+    assert len(set(blank_rows)) < 10
+
+    dom = chromium("--dump-dom", page.as_uri(), profile=tmp_path / "dom")
+    text = dom.stdout.decode()
+    assert 'id="status">FAIL</div>' in text, dom.stderr.decode(errors="replace")[-2000:]
+    assert "order-4711" in text  # a violation's sample key
+    assert '<td class="num"><span class="bar" style="width:80px"></span>1,234</td>' in text  # bucket 0's lag
+    assert "&lt;script&gt;" in text and "<script>alert" not in text  # the evil name stayed text
