@@ -12,10 +12,18 @@ import os
 from collections.abc import Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the parent of dags/
 SPARK_CONN_ID = "lakestream_spark"
 FORWARDED_PREFIXES = ("LAKESTREAM_", "AWS_")
+ASSET_SCHEME = "lakestream://"  # lakestream://<namespace.table>: the table a task writes (log and lake)
+ALL_TABLES_ASSET = "lakestream://all-tables"  # what a task over every table of the warehouse writes
+
+
+def asset(table: str | None) -> Asset:
+    """The asset of a table a task writes (``None``: every table of the warehouse)."""
+    return Asset(f"{ASSET_SCHEME}{table}" if table else ALL_TABLES_ASSET)
 
 
 def jobs_dir() -> str:
@@ -51,9 +59,12 @@ def spark_env_vars() -> dict[str, str]:
     return env_vars
 
 
-def spark_submit_per_table(verb: str, job: str, extra_args: Sequence[str] = ()) -> list[SparkSubmitOperator]:
+def spark_submit_per_table(
+    verb: str, job: str, extra_args: Sequence[str] = (), *, outlets: bool = False
+) -> list[SparkSubmitOperator]:
     """One ``spark-submit <jobs dir>/<job> --table T [extra_args]`` task per table of LAKESTREAM_TIERED_TABLES,
-    or a single one without ``--table`` (every table of the warehouse) when the list is empty."""
+    or a single one without ``--table`` (every table of the warehouse) when the list is empty. With
+    ``outlets``, each task produces its table's asset (`asset`)."""
     application = os.path.join(jobs_dir(), job)
     env_vars = spark_env_vars()
     operators = []
@@ -68,6 +79,7 @@ def spark_submit_per_table(verb: str, job: str, extra_args: Sequence[str] = ()) 
                 name=f"lakestream-{tid}",
                 env_vars=env_vars,
                 pre_execute=forward_environment,
+                outlets=[asset(table)] if outlets else [],
             )
         )
     return operators

@@ -1,4 +1,6 @@
-"""Tier each table's log into its Iceberg table every minute: one `spark-submit jobs/tiering.py` per table.
+"""Tier each table's log into its Iceberg table every minute: one `spark-submit jobs/tiering.py` per table,
+each producing the asset `lakestream://<namespace.table>` (`lakestream://all-tables` for the one task over every
+table) that schedules `lake_quality`.
 
 Configuration (environment; see dags/README.md):
     LAKESTREAM_TIERED_TABLES       "ods.orders,ods.clicks"; unset: one task tiers every table
@@ -14,7 +16,7 @@ from airflow.sdk import dag
 
 @dag(schedule="* * * * *", catchup=False, max_active_runs=1, tags=["lakestream"], doc_md=__doc__)
 def lake_tiering():
-    spark_submit_per_table("tier", "tiering.py")
+    spark_submit_per_table("tier", "tiering.py", outlets=True)
 
 
 lake_tiering()

@@ -11,16 +11,10 @@ from __future__ import annotations
 
 import os
 
-from _lakestream_common import SPARK_CONN_ID, forward_environment, jobs_dir, spark_env_vars, task_id
+from _lakestream_common import SPARK_CONN_ID, asset, forward_environment, jobs_dir, spark_env_vars, task_id
 from _layers_graph import layers_graph, model_order, project_folder
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset, dag
-
-ASSET_SCHEME = "lakestream://"  # lakestream://<namespace.table>: the table a task writes (log and lake)
-
-
-def asset(table: str) -> Asset:
-    return Asset(f"{ASSET_SCHEME}{table}")
+from airflow.sdk import dag
 
 
 @dag(schedule="* * * * *", catchup=False, max_active_runs=1, tags=["lakestream", "layers"], doc_md=__doc__)

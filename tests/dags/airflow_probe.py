@@ -50,8 +50,12 @@ def dagbag(dags_folder: str, *connections: str) -> dict:
                     os.environ[f"AIRFLOW_CONN_{task._conn_id.upper()}"] = conn
                     info["spark_submit"][conn] = task._get_hook()._build_spark_submit_command(task.application)
             tasks[task.task_id] = info
+        condition = dag.schedule
         dags[dag_id] = {
-            "schedule": str(dag.schedule),
+            "schedule": str(condition),
+            # an asset condition: its kind and the URIs of its assets
+            "schedule_kind": type(condition).__name__,
+            "schedule_assets": [getattr(o, "uri", str(o)) for o in getattr(condition, "objects", ())],
             "catchup": dag.catchup,
             "max_active_runs": dag.max_active_runs,
             "tasks": tasks,

@@ -39,10 +39,11 @@ def test_both_dags_load_with_the_shared_module(run_probe) -> None:
         "_lakestream_common.py": 0,
         "_layers_graph.py": 0,
         "lake_maintenance.py": 1,
+        "lake_quality.py": 1,
         "lake_tiering.py": 1,
         "warehouse_layers.py": 1,
     }
-    assert set(result["dags"]) == {"lake_tiering", "lake_maintenance", "warehouse_layers"}
+    assert set(result["dags"]) == {"lake_tiering", "lake_maintenance", "warehouse_layers", "lake_quality"}
     assert list(result["dags"]["lake_tiering"]["tasks"]) == ["tier__ods__orders", "tier__ods__clicks"]
 
     dag = result["dags"]["lake_maintenance"]

@@ -25,6 +25,8 @@ def test_one_spark_submit_per_table(run_probe) -> None:
     assert dag["max_active_runs"] == 1
     assert dag["catchup"] is False
     assert list(dag["tasks"]) == ["tier__ods__orders", "tier__ods__clicks"]
+    # each task produces its table's asset (lake_quality is scheduled by them)
+    assert [t["outlets"] for t in dag["tasks"].values()] == [["lakestream://ods.orders/"], ["lakestream://ods.clicks/"]]
 
     assert_per_table_tasks(dag, "tiering.py", [])
 

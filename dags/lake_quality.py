@@ -1,0 +1,65 @@
+"""Check the lake against the log (and the layers against their SQL, and the expectation suites) whenever a
+tiering or layer task wrote a table; publish what passed.
+
+Scheduled by the assets the `lake_tiering` and `warehouse_layers` tasks produce (`lakestream://<table>`, any of
+them). Two tasks: `check` (`spark-submit jobs/quality.py`: reconcile, suites, layer checks; records the run
+and its report under `_lakestream/quality/`; fails on a violation) and then `publish` (`jobs/quality.py
+--publish`: moves each table's tag `published` to the snapshot the run passed on), which runs only after
+`check` succeeded.
+
+Configuration (environment; see dags/README.md):
+    LAKESTREAM_TIERED_TABLES       the tiered tables whose assets schedule it (unset: the all-tables asset)
+    LAKESTREAM_LAYERS_PROJECT      the layers project (default: <repo>/examples/tpch if present): its models'
+                                   assets schedule it too, and its suites and layer checks run
+    AIRFLOW_CONN_LAKESTREAM_SPARK  the Spark master (the layer checks run on Spark)
+    LAKESTREAM_JOBS_DIR            where quality.py lives (default: <repo>/jobs)
+"""
+
+from __future__ import annotations
+
+import os
+
+from _lakestream_common import SPARK_CONN_ID, asset, forward_environment, jobs_dir, spark_env_vars, tables
+from _layers_graph import layers_graph, model_order, project_folder
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import AssetAny, dag
+
+
+def _project() -> str | None:
+    folder = project_folder()
+    return folder if os.path.isdir(folder) else None
+
+
+def _models(project: str | None) -> list[str]:
+    """The project's models in dependency order, those not tiered already listed."""
+    if project is None:
+        return []
+    return [m for m in model_order(layers_graph(project)) if m not in tables()]
+
+
+def _assets() -> list:
+    return ([asset(t) for t in tables()] or [asset(None)]) + [asset(m) for m in _models(_project())]
+
+
+@dag(schedule=AssetAny(*_assets()), catchup=False, max_active_runs=1, tags=["lakestream", "quality"], doc_md=__doc__)
+def lake_quality():
+    application = os.path.join(jobs_dir(), "quality.py")
+    env_vars = spark_env_vars()
+    project = _project()
+    selection = [arg for t in tables() for arg in ("--table", t)]
+    if selection:
+        selection += [arg for m in _models(project) for arg in ("--table", m)]
+    common = dict(conn_id=SPARK_CONN_ID, application=application, env_vars=env_vars, pre_execute=forward_environment)
+    check = SparkSubmitOperator(
+        task_id="check",
+        application_args=[*selection, *(["--project", project] if project else [])],
+        name="lakestream-quality-check",
+        **common,
+    )
+    publish = SparkSubmitOperator(
+        task_id="publish", application_args=[*selection, "--publish"], name="lakestream-quality-publish", **common
+    )
+    check >> publish
+
+
+lake_quality()

@@ -1,0 +1,93 @@
+"""spark-submit entry point: check tables and publish what passed (docs/quality.md).
+
+    spark-submit jobs/quality.py                                   # reconcile every table; no publishing
+    spark-submit jobs/quality.py --project examples/tpch           # + the project's suites and layer checks
+    spark-submit jobs/quality.py --table ods.orders --full         # re-check everything of one table
+    spark-submit jobs/quality.py --publish                         # move `published` as the latest run allows
+
+A check run records itself and its report in the warehouse (_lakestream/quality/) and exits 1 on any
+violation. ``--publish`` moves each table's tag ``published`` to the snapshot the latest recorded run passed
+on (refused, exit 1, if that run failed): the ``lake_quality`` DAG runs it only after the check task
+succeeded. The project folder defaults to LAKESTREAM_LAYERS_PROJECT when it is set. Prints one JSON line per
+result and a summary line; an error that keeps the job from running is one line ``{"error": ..., "type": ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from jobs._common import parser as common_parser
+from jobs._common import submitted_app_name
+
+APP_NAME = "lakestream-quality"
+
+
+def parser():
+    p = common_parser("jobs/quality.py", __doc__)
+    p.add_argument("--full", action="store_true", help="re-check everything, not only what is new")
+    p.add_argument("--project", default=None, help="a layers project (default: LAKESTREAM_LAYERS_PROJECT if set)")
+    p.add_argument("--publish", action="store_true", help="publish from the latest recorded run; check nothing")
+    p.add_argument("--report-dir", default=None, help="also write the report into this local folder")
+    return p
+
+
+def emit(obj: dict) -> None:
+    print(json.dumps(obj, default=str), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from lakehouse import Lakehouse
+    from lakehouse.errors import LakestreamError
+
+    try:
+        with Lakehouse.from_env(args.config, warehouse=args.warehouse) as lh:
+            if args.publish:
+                return publish_latest(lh, args.table)
+            return check(lh, args)
+    except LakestreamError as exc:
+        emit({"error": str(exc), "type": type(exc).__name__})
+        return 1
+
+
+def check(lh, args) -> int:
+    from quality.check import run_checks
+
+    project = args.project or os.environ.get("LAKESTREAM_LAYERS_PROJECT") or None
+    spark = None
+    if project:
+        from lakehouse.spark import spark_session
+
+        spark = spark_session(app_name=submitted_app_name(APP_NAME))  # no master: spark-submit's --master
+    run = run_checks(
+        lh,
+        tables=args.table or None,
+        full=args.full,
+        project=project,
+        spark=spark,
+        publish=False,
+        report_dir=args.report_dir,
+        on_result=lambda r: emit(r.to_dict()),
+    )
+    emit({"run_id": run.run_id, "ok": run.ok, "violations": len(run.violations)})
+    return 0 if run.ok else 1
+
+
+def publish_latest(lh, tables: list[str]) -> int:
+    from quality.check import publish_run
+    from quality.runs import load_runs
+
+    latest = load_runs(lh, limit=1)
+    if not latest:
+        emit({"error": "no quality run recorded yet: run the checks first", "type": "QualityError"})
+        return 1
+    run = latest[0]
+    moved = publish_run(lh, run, tables=tables or None)
+    emit({"run_id": run.run_id, "ok": run.ok, "published": moved})
+    return 0 if run.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
