@@ -364,13 +364,19 @@ def run_suite(
             run_name=f"snapshot-{sid if sid is not None else 'none'}",
             run_time=datetime.datetime.now(datetime.UTC),
         )
-        result = validation.run(
-            batch_parameters={"dataframe": frame},
-            expectation_parameters=params,
-            result_format="SUMMARY",
-            run_id=run_id,
-        )
-        context.build_data_docs(site_names=[DOCS_SITE])
+        try:
+            result = validation.run(
+                batch_parameters={"dataframe": frame},
+                expectation_parameters=params,
+                result_format="SUMMARY",
+                run_id=run_id,
+            )
+            context.build_data_docs(site_names=[DOCS_SITE])
+        except Exception as exc:  # GX's own errors and the engine's: the check could not run
+            raise QualityError(
+                f"GX could not validate {table} (snapshot {sid}) with suite {suite.name!r} from {suite.path}: "
+                f"{type(exc).__name__}: {_one_line(exc)}"
+            ) from exc
         page = _upload_docs(lh, docs, before)
         result_doc = result.to_json_dict()
 

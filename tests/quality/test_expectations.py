@@ -22,11 +22,9 @@ import pytest
 from lakehouse.lakehouse import Lakehouse
 from lakehouse.layers.demo import customers, nations, orders
 from lakehouse.layers.project import load_project
-from object_store import open_store
 from quality import expectations as qx
 from quality.errors import SuiteError
 from quality.expectations import check_suite, load_suite, load_suites, run_suite, run_suites
-from tests.conftest import new_store_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "tpch"
@@ -62,13 +60,13 @@ def bad_order(key: int, *, price: str = "10.00", custkey: int = 1) -> pa.Table:
     )
 
 
-@pytest.fixture(scope="module", params=["local", "s3"])
-def warehouse(request, tmp_path_factory, spark):
-    """The example project deployed, loaded with demo data, its layers built once and every table tiered."""
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory, spark):
+    """The example project deployed, loaded with demo data, its layers built once and every table tiered (on a
+    local warehouse: building the layers takes Spark a while; the tests on ``lakehouse`` cover S3)."""
     from lakehouse.layers.runner import Layers
 
-    url, options = new_store_spec(request.param, tmp_path_factory.mktemp("wh"), request)
-    lh = Lakehouse(open_store(url, **options))
+    lh = Lakehouse.open(tmp_path_factory.mktemp("wh").as_uri())
     load_ods(lh)
     layers = Layers(lh, load_project(EXAMPLE), spark)
     layers.deploy()
@@ -203,6 +201,7 @@ def test_freshness_of_timestamp(ods):
     assert v.message.startswith("expect_column_max_to_be_between on __timestamp failed: observed ")
 
 
+@pytest.mark.parametrize("backend", ["local"])  # the engine, not the store, is under test
 def test_spark_datasource_above_the_threshold(ods, spark, suites, monkeypatch):
     lh = ods
     monkeypatch.setattr(qx, "SPARK_ROWS", 10)
@@ -239,7 +238,7 @@ def good_doc() -> dict:
     [
         ("ods.orders.json", "{not json", r"not valid JSON at line 1"),
         ("orders.json", None, r"named <namespace>.<table>.json"),
-        ("ods.orders.json", {"type": "expect_column_to_be_lovely"}, r"has no expectation type 'expect_column_to_be_lov"),
+        ("ods.orders.json", {"type": "expect_column_to_be_lovely"}, r"has no expectation type .expect_column_to_be"),
         ("ods.orders.json", {"kwargs": {"colum": "o_orderkey"}}, r"GX refuses its kwargs: .*column"),
         ("ods.orders.json", {"kwargs": {"column": "o_orderkey", "value_set": {"$lakestream": "rows"}}}, r"unknown \$"),
         (
