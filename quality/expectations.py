@@ -464,9 +464,9 @@ def _violation(table: str, sid: int | None, config: Any, result: Mapping[str, An
         else (f" on {', '.join(kwargs['column_list'])}" if "column_list" in kwargs else "")
     )
     expected = {k: _abbreviate(v) for k, v in kwargs.items()}
-    raised = exc.get("raised_exception") if isinstance(exc, Mapping) else False
-    if raised:
-        detail = _one_line(exc.get("exception_message") or "an error")
+    error = _exception_message(exc)
+    if error is not None:
+        detail = _one_line(error)
         message = f"{kind}{on} could not be evaluated: {detail}"
         return Violation("gx-expectation", table, message, snapshot_id=sid, expected=expected, actual=detail)
     result = dict(result or {})
@@ -481,8 +481,24 @@ def _violation(table: str, sid: int | None, config: Any, result: Mapping[str, An
         observed = result.get("observed_value")
         wanted = ", ".join(f"{k}={_show(v)}" for k, v in expected.items() if k not in ("column", "result_format"))
         message = f"{kind}{on} failed: observed {_show(observed)}, expected {wanted or 'otherwise'}"
+        mismatched = (result.get("details") or {}).get("mismatched")
+        if isinstance(mismatched, Mapping) and mismatched:
+            message += " (" + "; ".join(f"{k}: {_show(list(v))}" for k, v in mismatched.items()) + ")"
         actual = observed
     return Violation("gx-expectation", table, message, snapshot_id=sid, expected=expected, actual=actual)
+
+
+def _exception_message(info: Any) -> str | None:
+    """The message of the error GX hit evaluating an expectation, if any: ``exception_info`` is either one
+    ``{raised_exception, exception_message, ...}`` or such a dict per metric that failed."""
+    if not isinstance(info, Mapping):
+        return None
+    if "raised_exception" in info:
+        return (info.get("exception_message") or "an error") if info.get("raised_exception") else None
+    for value in info.values():
+        if isinstance(value, Mapping) and (value.get("raised_exception") or value.get("exception_message")):
+            return value.get("exception_message") or "an error"
+    return None
 
 
 def _abbreviate(value: Any) -> Any:

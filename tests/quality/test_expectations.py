@@ -188,6 +188,24 @@ def test_referential_integrity_against_another_table(ods):
     assert len(v.expected["value_set"]) == qx._LIST_LIMIT + 1  # N_CUSTOMERS keys, abbreviated
 
 
+@pytest.mark.parametrize("backend", ["local"])
+def test_schema_drift_and_an_expectation_gx_cannot_evaluate_are_named(ods):
+    suite = {
+        "name": "odd",
+        "expectations": [
+            {"type": "expect_column_values_to_be_between", "kwargs": {"column": "o_orderpriority", "min_value": 3}},
+            {"type": "expect_table_columns_to_match_set", "kwargs": {"column_set": ["o_orderkey", "o_gone"]}},
+        ],
+    }
+    result = run_suite(ods, "ods.orders", suite)
+    first, second = result.violations
+    assert first.message.startswith("expect_column_values_to_be_between on o_orderpriority could not be evaluated: ")
+    assert "same type" in first.actual
+    assert second.message.startswith("expect_table_columns_to_match_set failed: observed [__bucket, ")
+    assert "missing: [o_gone]" in second.message
+    assert result.details == {**result.details, "expectations": 2, "passed": 0}
+
+
 def test_freshness_of_timestamp(ods):
     lh = ods
 
