@@ -316,7 +316,8 @@ def run_suite(
     ``suite`` is a `Suite` (from `load_suites`) or a suite document (parsed JSON). The snapshot is read with
     pyiceberg and validated with an in-memory GX context: as a pandas DataFrame, or through GX's Spark
     DataFrame datasource when ``spark`` is given and the snapshot holds more than `SPARK_ROWS` rows. Each
-    failed expectation is a `Violation` (``gx-expectation``). The validation result is kept in the warehouse
+    failed expectation is a `Violation` (``gx-expectation``), except those of GX severity ``warning`` or
+    ``info``: their messages are listed in ``details["warnings"]``. The validation result is kept in the warehouse
     under ``_lakestream/quality/gx/results/<table>/<snapshot>.json`` and the Data Docs (built in ``docs_dir``
     or a temporary folder) under ``_lakestream/quality/gx/docs/``; ``details["data_docs"]`` is the key of this
     validation's page.
@@ -382,11 +383,16 @@ def run_suite(
 
     result_key = f"{RESULTS_PREFIX}{table}/{sid if sid is not None else 'none'}.json"
     lh.store.put(result_key, json.dumps(result_doc, indent=1, default=str).encode())
-    violations = [
-        _violation(table, sid, r.expectation_config, r.result, r.exception_info)
-        for r in result.results
-        if not r.success
-    ]
+    violations: list[Violation] = []
+    warnings: list[str] = []
+    for r in result.results:
+        if r.success:
+            continue
+        found = _violation(table, sid, r.expectation_config, r.result, r.exception_info)
+        if _severity(r.expectation_config) == "critical":
+            violations.append(found)
+        else:  # GX's "warning" and "info" severities: reported, never a violation
+            warnings.append(found.message)
     n = len(result.results)
     return CheckResult(
         check=f"{GX}:{suite.name}",
@@ -397,12 +403,18 @@ def run_suite(
         violations=violations,
         details={
             "expectations": n,
-            "passed": n - len(violations),
+            "passed": n - len(violations) - len(warnings),
+            "warnings": warnings,
             "data_docs": page,
             "result": result_key,
             "engine": "spark" if use_spark else "pandas",
         },
     )
+
+
+def _severity(config: Any) -> str:
+    severity = getattr(config, "severity", None)
+    return str(getattr(severity, "value", severity) or "critical").lower()
 
 
 def _total_records(snapshot: Any) -> int:

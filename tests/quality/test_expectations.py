@@ -206,6 +206,32 @@ def test_schema_drift_and_an_expectation_gx_cannot_evaluate_are_named(ods):
     assert result.details == {**result.details, "expectations": 2, "passed": 0}
 
 
+@pytest.mark.parametrize("backend", ["local"])
+def test_a_suite_written_by_gx_itself_loads_and_runs(ods, tmp_path):
+    """What ``suite.to_json_dict()`` writes (ids, notes, severities) is a suite file as it is; a failed
+    expectation of severity ``warning`` is reported, not a violation."""
+    from quality._gx import quiet
+
+    with quiet() as gx:
+        context = gx.get_context(mode="ephemeral")
+        suite = context.suites.add(gx.ExpectationSuite(name="nation-by-gx"))
+        suite.add_expectation(gx.expectations.ExpectColumnValuesToNotBeNull(column="n_nationkey", notes="the key"))
+        suite.add_expectation(
+            gx.expectations.ExpectColumnValuesToBeBetween(column="n_regionkey", max_value=2, severity="warning")
+        )
+        suite.add_expectation(gx.expectations.ExpectTableRowCountToEqual(value=N_NATIONS + 1))
+        doc = suite.to_json_dict()
+    path = write_suite(tmp_path, "ods.nation.json", json.dumps(doc, default=str))
+    loaded = load_suites(tmp_path)["ods.nation"]
+    assert loaded.name == "nation-by-gx" and loaded.path == str(path)
+    result = run_suite(ods, "ods.nation", loaded)
+    [v] = result.violations
+    assert v.message == f"expect_table_row_count_to_equal failed: observed {N_NATIONS}, expected value={N_NATIONS + 1}"
+    [warning] = result.details["warnings"]
+    assert warning.startswith("expect_column_values_to_be_between on n_regionkey failed: ")
+    assert (result.details["expectations"], result.details["passed"]) == (3, 1)
+
+
 def test_freshness_of_timestamp(ods):
     lh = ods
 
