@@ -1,0 +1,541 @@
+"""Great Expectations 1.x suites per table, kept as files in a layers project and run on a lake snapshot.
+
+Files::
+
+    PROJECT/expectations/<namespace>.<table>.json     one suite per table
+
+Each file is an ExpectationSuite in GX 1.x's own JSON format (what ``suite.to_json_dict()`` writes), so it is
+edited as any GX suite::
+
+    {"name": "ods.orders",
+     "expectations": [{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "o_orderkey"},
+                       "meta": {}}, ...],
+     "meta": {}}
+
+GX compares one batch with constants; lakestream adds references, resolved from the lake each time the suite
+runs. A kwarg value may be one of::
+
+    {"$lakestream": "column_values", "table": "ods.customer", "column": "c_custkey"}
+        the distinct non-null values of a column of another table's current lake snapshot (a list: for
+        expect_column_values_to_be_in_set, referential integrity)
+    {"$lakestream": "row_count", "table": "ods.orders"}
+        the rows of another table's current lake snapshot (an int: expect_table_row_count_to_equal, row-count
+        agreement between layers)
+    {"$lakestream": "now_minus_seconds", "seconds": 86400}
+        the time that many seconds before the run, comparable with the lake's ``__timestamp`` (timestamptz):
+        freshness with expect_column_max_to_be_between(column="__timestamp", min_value=...)
+
+Each reference becomes a GX suite parameter (``{"$PARAMETER": "lakestream_<i>"}``) whose value is given to the
+validation, so Data Docs show the values used. Columns are the table's columns plus the lake's ``__bucket``,
+``__offset`` and ``__timestamp``.
+
+`load_suites` reads and checks every file (JSON, structure, expectation types, kwargs as GX validates them,
+references) and `check_suite` checks columns and referenced tables against the warehouse; both raise
+`SuiteError` naming the file and what to fix, before anything runs. `run_suite` validates one snapshot (pandas,
+or GX's Spark DataFrame datasource above `SPARK_ROWS` rows when a Spark session is given) and keeps the
+validation result and the Data Docs in the warehouse under ``_lakestream/quality/gx/``.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import math
+import os
+import re
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from quality._gx import DOCS_SITE, ephemeral_context, quiet
+from quality.errors import QualityError, SuiteError
+from quality.results import GX, CheckResult, Violation
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
+
+__all__ = [
+    "DOCS_PREFIX",
+    "LAKE_COLUMNS",
+    "REFERENCE",
+    "RESULTS_PREFIX",
+    "SPARK_ROWS",
+    "SUITES_DIR",
+    "Suite",
+    "check_suite",
+    "load_suite",
+    "load_suites",
+    "run_suite",
+    "run_suites",
+]
+
+#: The folder of a project that holds the suites.
+SUITES_DIR = "expectations"
+#: Tables whose snapshot holds more rows than this run on GX's Spark datasource when a Spark session is given.
+SPARK_ROWS = 1_000_000
+#: Where Data Docs and validation results are kept in the warehouse.
+DOCS_PREFIX = "_lakestream/quality/gx/docs/"
+RESULTS_PREFIX = "_lakestream/quality/gx/results/"
+#: The key that marks a lakestream reference in a kwarg value.
+REFERENCE = "$lakestream"
+#: The columns the lake adds to every table (see `lakehouse.lake`).
+LAKE_COLUMNS = ("__bucket", "__offset", "__timestamp")
+#: Reference kinds and the fields each takes (required, optional).
+REFERENCE_KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "column_values": (("table", "column"), ()),
+    "row_count": (("table",), ()),
+    "now_minus_seconds": (("seconds",), ()),
+}
+#: kwargs that name a column of the table (checked against its definition).
+_COLUMN_KWARGS = ("column", "column_A", "column_B")
+_COLUMN_LIST_KWARGS = ("column_list",)
+_TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\.[A-Za-z_][A-Za-z0-9_]{0,127}")
+_SUITE_KEYS = {"name", "expectations", "meta", "id", "notes", "suite_parameters", "data_asset_type"}
+_SAMPLE = 5  # unexpected values named in a violation
+_LIST_LIMIT = 20  # longer lists are abbreviated in a violation's expected kwargs
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A kwarg value resolved from the lake at run time: ``param`` is the GX suite parameter standing for it."""
+
+    param: str
+    kind: str
+    spec: Mapping[str, Any]
+
+    @property
+    def table(self) -> str | None:
+        return self.spec.get("table")
+
+
+@dataclass(frozen=True)
+class Suite:
+    """One suite file: ``doc`` is the file's JSON as read; ``gx_doc`` the same with each lakestream reference
+    replaced by its GX suite parameter (what GX is given)."""
+
+    table: str
+    name: str
+    path: str
+    doc: Mapping[str, Any] = field(repr=False)
+    gx_doc: Mapping[str, Any] = field(repr=False)
+    references: tuple[Reference, ...] = ()
+
+    @property
+    def expectations(self) -> list[Mapping[str, Any]]:
+        return list(self.doc["expectations"])
+
+    def columns(self) -> list[tuple[int, str]]:
+        """(expectation index, column) for every column of the table the expectations name."""
+        found = []
+        for i, e in enumerate(self.doc["expectations"]):
+            kwargs = e.get("kwargs") or {}
+            for k in _COLUMN_KWARGS:
+                if isinstance(kwargs.get(k), str):
+                    found.append((i, kwargs[k]))
+            for k in _COLUMN_LIST_KWARGS:
+                if isinstance(kwargs.get(k), list):
+                    found.extend((i, c) for c in kwargs[k] if isinstance(c, str))
+        return found
+
+
+# -- loading and checking ------------------------------------------------------------------------------------
+
+
+def load_suites(project_dir: str | os.PathLike[str]) -> dict[str, Suite]:
+    """Every suite of the project in ``project_dir`` (``expectations/<ns>.<table>.json``), keyed by table, in
+    name order; ``{}`` if the project has no expectations folder. Raises `SuiteError` at the first bad file."""
+    folder = Path(project_dir) / SUITES_DIR
+    if not folder.is_dir():
+        return {}
+    suites: dict[str, Suite] = {}
+    for path in sorted(folder.iterdir()):
+        if path.is_dir() or path.name.startswith("."):
+            continue
+        suite = load_suite(path)
+        suites[suite.table] = suite
+    return suites
+
+
+def load_suite(path: str | os.PathLike[str]) -> Suite:
+    """Read and check one suite file (its name says the table: ``<ns>.<table>.json``). Raises `SuiteError`."""
+    path = Path(path)
+    where = str(path)
+    table = path.name.removesuffix(".json")
+    if not path.name.endswith(".json") or not _TABLE_NAME.fullmatch(table):
+        raise SuiteError(
+            f"{where}: a suite file is named <namespace>.<table>.json after the table it checks "
+            f"(e.g. ods.orders.json); rename it or move it out of {SUITES_DIR}/"
+        )
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SuiteError(f"{where}: cannot be read ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise SuiteError(f"{where}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    return parse_suite(doc, table=table, path=where)
+
+
+def parse_suite(doc: Any, *, table: str, path: str = "<suite>") -> Suite:
+    """Check a suite document (parsed JSON) for ``table``. Raises `SuiteError` naming ``path``."""
+    where = path
+    if not isinstance(doc, dict):
+        raise SuiteError(f"{where}: expected a JSON object with name, expectations and meta (GX's suite format)")
+    unknown = set(doc) - _SUITE_KEYS
+    if unknown:
+        raise SuiteError(f"{where}: unknown keys {sorted(unknown)}; a suite has name, expectations and meta")
+    name = doc.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise SuiteError(f'{where}: the suite needs a "name" (a non-empty string, e.g. "{table}")')
+    expectations = doc.get("expectations")
+    if not isinstance(expectations, list):
+        raise SuiteError(f'{where}: "expectations" must be a list of {{"type", "kwargs", "meta"}} objects')
+    gx_doc = copy.deepcopy(doc)
+    references: list[Reference] = []
+    with quiet():
+        from great_expectations.core.expectation_suite import ExpectationSuite
+        from great_expectations.exceptions import ExpectationNotFoundError
+        from great_expectations.expectations.registry import get_expectation_impl
+
+        for i, e in enumerate(expectations):
+            at = f"{where}: expectation {i + 1}"
+            if not isinstance(e, dict) or not isinstance(e.get("type"), str):
+                raise SuiteError(f'{at}: expected an object with "type" (e.g. "expect_column_values_to_not_be_null")')
+            at = f"{at} ({e['type']})"
+            if not isinstance(e.get("kwargs", {}), dict):
+                raise SuiteError(f'{at}: "kwargs" must be an object')
+            try:
+                get_expectation_impl(e["type"])
+            except ExpectationNotFoundError:
+                raise SuiteError(
+                    f"{at}: GX {_gx_version()} has no expectation type {e['type']!r}; see the gallery "
+                    "(https://greatexpectations.io/expectations) for the names"
+                ) from None
+            for key, value in (e.get("kwargs") or {}).items():
+                if isinstance(value, dict) and REFERENCE in value:
+                    ref = _reference(value, f"lakestream_{len(references)}", f"{at}: kwarg {key}")
+                    references.append(ref)
+                    gx_doc["expectations"][i]["kwargs"][key] = {"$PARAMETER": ref.param}
+            try:
+                ExpectationSuite(name=name, expectations=[gx_doc["expectations"][i]])
+            except Exception as exc:  # noqa: BLE001 - GX raises pydantic and its own errors; all mean "fix the file"
+                raise SuiteError(f"{at}: GX refuses its kwargs: {_one_line(exc)}") from None
+    return Suite(table=table, name=name, path=where, doc=doc, gx_doc=gx_doc, references=tuple(references))
+
+
+def _reference(value: dict[str, Any], param: str, at: str) -> Reference:
+    kind = value[REFERENCE]
+    if kind not in REFERENCE_KINDS:
+        raise SuiteError(f"{at}: unknown {REFERENCE} reference {kind!r}; one of {sorted(REFERENCE_KINDS)}")
+    required, optional = REFERENCE_KINDS[kind]
+    fields = set(value) - {REFERENCE}
+    missing = [f for f in required if f not in fields]
+    extra = sorted(fields - set(required) - set(optional))
+    if missing or extra:
+        raise SuiteError(
+            f"{at}: a {kind!r} reference takes {', '.join(required + optional)}"
+            + (f"; missing {', '.join(missing)}" if missing else "")
+            + (f"; unknown {', '.join(extra)}" if extra else "")
+        )
+    if "table" in value and not (isinstance(value["table"], str) and _TABLE_NAME.fullmatch(value["table"])):
+        raise SuiteError(f"{at}: table must be a table name <namespace>.<table>, got {value['table']!r}")
+    if "column" in value and not isinstance(value["column"], str):
+        raise SuiteError(f"{at}: column must be a column name, got {value['column']!r}")
+    if "seconds" in value:
+        s = value["seconds"]
+        if isinstance(s, bool) or not isinstance(s, int | float) or not math.isfinite(s) or s < 0:
+            raise SuiteError(f"{at}: seconds must be a number >= 0, got {s!r}")
+    return Reference(param=param, kind=kind, spec={k: v for k, v in value.items() if k != REFERENCE})
+
+
+def check_suite(lh: Lakehouse, suite: Suite) -> None:
+    """Check ``suite`` against the warehouse: its table exists, every column it names is one of the table's
+    (or the lake's ``__bucket``/``__offset``/``__timestamp``), every referenced table and column exists.
+    Raises `SuiteError` naming the file."""
+    from lakehouse.errors import TableNotFound
+
+    def columns_of(table: str, at: str) -> set[str]:
+        try:
+            return set(lh.table(table).schema.names) | set(LAKE_COLUMNS)
+        except TableNotFound:
+            raise SuiteError(f"{at}: no table {table} in {lh.url}; create it or fix the name") from None
+
+    own = columns_of(suite.table, f"{suite.path}: the suite's table")
+    for i, column in suite.columns():
+        if column not in own:
+            kind = suite.doc["expectations"][i]["type"]
+            raise SuiteError(
+                f"{suite.path}: expectation {i + 1} ({kind}) names column {column!r}, which {suite.table} lacks; "
+                f"its columns are {', '.join(sorted(own))}"
+            )
+    for ref in suite.references:
+        if ref.table is None:
+            continue
+        at = f"{suite.path}: {REFERENCE} reference {ref.kind} to {ref.table}"
+        cols = columns_of(ref.table, at)
+        if "column" in ref.spec and ref.spec["column"] not in cols:
+            raise SuiteError(
+                f"{at}: {ref.table} has no column {ref.spec['column']!r}; its columns are {', '.join(sorted(cols))}"
+            )
+
+
+# -- running ------------------------------------------------------------------------------------------------
+
+
+def run_suites(
+    lh: Lakehouse,
+    project_dir: str | os.PathLike[str],
+    tables: Sequence[str] | None = None,
+    *,
+    spark: Any = None,
+    docs_dir: str | os.PathLike[str] | None = None,
+) -> list[CheckResult]:
+    """Every suite of the project (or those of ``tables``), each on its table's current snapshot. All suites
+    are loaded and checked against the warehouse first: a bad one raises `SuiteError` and nothing runs."""
+    suites = load_suites(project_dir)
+    chosen = [suites[t] for t in tables if t in suites] if tables is not None else list(suites.values())
+    for suite in chosen:
+        check_suite(lh, suite)
+    return [run_suite(lh, s.table, s, spark=spark, docs_dir=docs_dir) for s in chosen]
+
+
+def run_suite(
+    lh: Lakehouse,
+    table: str,
+    suite: Suite | Mapping[str, Any],
+    *,
+    snapshot_id: int | None = None,
+    spark: Any = None,
+    docs_dir: str | os.PathLike[str] | None = None,
+) -> CheckResult:
+    """Validate ``suite`` on a lake snapshot of ``table`` (the current one unless ``snapshot_id``).
+
+    ``suite`` is a `Suite` (from `load_suites`) or a suite document (parsed JSON). The snapshot is read with
+    pyiceberg and validated with an in-memory GX context: as a pandas DataFrame, or through GX's Spark
+    DataFrame datasource when ``spark`` is given and the snapshot holds more than `SPARK_ROWS` rows. Each
+    failed expectation is a `Violation` (``gx-expectation``), except those of GX severity ``warning`` or
+    ``info``: their messages are listed in ``details["warnings"]``. The validation result is kept in the warehouse
+    under ``_lakestream/quality/gx/results/<table>/<snapshot>.json`` and the Data Docs (built in ``docs_dir``
+    or a temporary folder) under ``_lakestream/quality/gx/docs/``; ``details["data_docs"]`` is the key of this
+    validation's page.
+
+    Raises:
+        SuiteError: the suite is invalid or names a column or table that does not exist (nothing ran).
+        QualityError: the snapshot cannot be read.
+    """
+    if not isinstance(suite, Suite):
+        suite = parse_suite(dict(suite), table=table, path=f"suite for {table}")
+    elif suite.table != table:
+        suite = parse_suite(dict(suite.doc), table=table, path=suite.path)
+    check_suite(lh, suite)
+    started = time.perf_counter()
+    lake = lh.lake_table(table)
+    snapshot = lake.snapshot_by_id(snapshot_id) if snapshot_id is not None else lake.current_snapshot()
+    if snapshot_id is not None and snapshot is None:
+        raise QualityError(f"{table} has no snapshot {snapshot_id} (expired, or of another table)")
+    sid = snapshot.snapshot_id if snapshot is not None else None
+    use_spark = spark is not None and _total_records(snapshot) > SPARK_ROWS
+    data = lake.scan(snapshot_id=sid).to_arrow() if sid is not None else lake.scan().to_arrow()
+    spark_tz = spark.conf.get("spark.sql.session.timeZone") if use_spark else None
+    params = {ref.param: _resolve(lh, ref, spark_tz) for ref in suite.references}
+
+    with tempfile.TemporaryDirectory(prefix="lakestream-gx-") as tmp, quiet() as gx:
+        docs = Path(docs_dir) if docs_dir is not None else Path(tmp)
+        docs.mkdir(parents=True, exist_ok=True)
+        before = _files(docs)
+        context = ephemeral_context(gx, docs)
+        if use_spark:
+            source = context.data_sources.add_spark("lakestream")
+            frame = spark.createDataFrame(data)
+        else:
+            source = context.data_sources.add_pandas("lakestream")
+            frame = data.to_pandas()
+        batch = source.add_dataframe_asset(table).add_batch_definition_whole_dataframe("snapshot")
+        from great_expectations.core.expectation_suite import ExpectationSuite
+        from great_expectations.core.run_identifier import RunIdentifier
+
+        gx_suite = context.suites.add(ExpectationSuite(**copy.deepcopy(dict(suite.gx_doc))))
+        validation = context.validation_definitions.add(
+            gx.ValidationDefinition(name=f"{table}@{sid}", data=batch, suite=gx_suite)
+        )
+        run_id = RunIdentifier(
+            run_name=f"snapshot-{sid if sid is not None else 'none'}",
+            run_time=datetime.datetime.now(datetime.UTC),
+        )
+        try:
+            result = validation.run(
+                batch_parameters={"dataframe": frame},
+                expectation_parameters=params,
+                result_format="SUMMARY",
+                run_id=run_id,
+            )
+            context.build_data_docs(site_names=[DOCS_SITE])
+        except Exception as exc:  # GX's own errors and the engine's: the check could not run
+            raise QualityError(
+                f"GX could not validate {table} (snapshot {sid}) with suite {suite.name!r} from {suite.path}: "
+                f"{type(exc).__name__}: {_one_line(exc)}"
+            ) from exc
+        page = _upload_docs(lh, docs, before)
+        result_doc = result.to_json_dict()
+
+    result_key = f"{RESULTS_PREFIX}{table}/{sid if sid is not None else 'none'}.json"
+    lh.store.put(result_key, json.dumps(result_doc, indent=1, default=str).encode())
+    violations: list[Violation] = []
+    warnings: list[str] = []
+    for r in result.results:
+        if r.success:
+            continue
+        found = _violation(table, sid, r.expectation_config, r.result, r.exception_info)
+        if _severity(r.expectation_config) == "critical":
+            violations.append(found)
+        else:  # GX's "warning" and "info" severities: reported, never a violation
+            warnings.append(found.message)
+    n = len(result.results)
+    return CheckResult(
+        check=f"{GX}:{suite.name}",
+        table=table,
+        snapshot_id=sid,
+        seconds=time.perf_counter() - started,
+        rows=data.num_rows,
+        violations=violations,
+        details={
+            "expectations": n,
+            "passed": n - len(violations) - len(warnings),
+            "warnings": warnings,
+            "data_docs": page,
+            "result": result_key,
+            "engine": "spark" if use_spark else "pandas",
+        },
+    )
+
+
+def _severity(config: Any) -> str:
+    severity = getattr(config, "severity", None)
+    return str(getattr(severity, "value", severity) or "critical").lower()
+
+
+def _total_records(snapshot: Any) -> int:
+    if snapshot is None or snapshot.summary is None:
+        return 0
+    try:
+        return int(snapshot.summary.get("total-records") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _resolve(lh: Lakehouse, ref: Reference, spark_tz: str | None) -> Any:
+    """The value of a reference now: from the referenced table's current lake snapshot, or the clock."""
+    if ref.kind == "now_minus_seconds":
+        at = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=float(ref.spec["seconds"]))
+        if spark_tz is not None:  # Spark hands GX naive timestamps in the session's time zone
+            from zoneinfo import ZoneInfo
+
+            return at.astimezone(ZoneInfo(spark_tz)).replace(tzinfo=None)
+        return at
+    table = lh.lake_table(ref.spec["table"])
+    if ref.kind == "row_count":
+        key = list(lh.table(ref.spec["table"]).schema.names[:1])
+        return table.scan(selected_fields=tuple(key)).to_arrow().num_rows
+    column = ref.spec["column"]
+    values = table.scan(selected_fields=(column,)).to_arrow().column(column)
+    import pyarrow.compute as pc
+
+    return sorted(pc.unique(values.drop_null()).to_pylist(), key=lambda v: (str(type(v)), v))
+
+
+def _files(folder: Path) -> dict[str, float]:
+    return {p.relative_to(folder).as_posix(): p.stat().st_mtime for p in folder.rglob("*") if p.is_file()}
+
+
+def _upload_docs(lh: Lakehouse, docs: Path, before: Mapping[str, float]) -> str | None:
+    """Copy the Data Docs GX built in ``docs`` to the warehouse; the key of this run's validation page."""
+    files = _files(docs)
+    static_there = lh.store.exists(f"{DOCS_PREFIX}static/styles/data_docs_default_styles.css")
+    page = None
+    newest = -1.0
+    for rel, mtime in sorted(files.items()):
+        if rel.startswith("static/") and static_there:
+            continue
+        if before.get(rel) == mtime:  # unchanged in a docs_dir kept between runs
+            continue
+        lh.store.put(DOCS_PREFIX + rel, (docs / rel).read_bytes())
+        if rel.startswith("validations/") and rel.endswith(".html") and rel not in before and mtime > newest:
+            page, newest = DOCS_PREFIX + rel, mtime
+    return page
+
+
+def _violation(table: str, sid: int | None, config: Any, result: Mapping[str, Any], exc: Any) -> Violation:
+    kind = config.type
+    kwargs = {k: v for k, v in dict(config.kwargs).items() if k != "batch_id"}
+    on = (
+        f" on {kwargs['column']}"
+        if "column" in kwargs
+        else (f" on {', '.join(kwargs['column_list'])}" if "column_list" in kwargs else "")
+    )
+    expected = {k: _abbreviate(v) for k, v in kwargs.items()}
+    error = _exception_message(exc)
+    if error is not None:
+        detail = _one_line(error)
+        message = f"{kind}{on} could not be evaluated: {detail}"
+        return Violation("gx-expectation", table, message, snapshot_id=sid, expected=expected, actual=detail)
+    result = dict(result or {})
+    if "unexpected_count" in result and "observed_value" not in result:
+        sample = list(result.get("partial_unexpected_list") or [])[:_SAMPLE]
+        count, total = result.get("unexpected_count"), result.get("element_count")
+        pct = result.get("unexpected_percent")
+        share = f" ({pct:.1f}%)" if isinstance(pct, int | float) else ""
+        message = f"{kind}{on} failed: {count} of {total} values unexpected{share}, e.g. {_show(sample)}"
+        actual = {"unexpected_count": count, "element_count": total, "unexpected_values": sample}
+    else:
+        observed = result.get("observed_value")
+        wanted = ", ".join(f"{k}={_show(v)}" for k, v in expected.items() if k not in ("column", "result_format"))
+        message = f"{kind}{on} failed: observed {_show(observed)}, expected {wanted or 'otherwise'}"
+        mismatched = (result.get("details") or {}).get("mismatched")
+        if isinstance(mismatched, Mapping) and mismatched:
+            message += " (" + "; ".join(f"{k}: {_show(list(v))}" for k, v in mismatched.items()) + ")"
+        actual = observed
+    return Violation("gx-expectation", table, message, snapshot_id=sid, expected=expected, actual=actual)
+
+
+def _exception_message(info: Any) -> str | None:
+    """The message of the error GX hit evaluating an expectation, if any: ``exception_info`` is either one
+    ``{raised_exception, exception_message, ...}`` or such a dict per metric that failed."""
+    if not isinstance(info, Mapping):
+        return None
+    if "raised_exception" in info:
+        return (info.get("exception_message") or "an error") if info.get("raised_exception") else None
+    for value in info.values():
+        if isinstance(value, Mapping) and (value.get("raised_exception") or value.get("exception_message")):
+            return value.get("exception_message") or "an error"
+    return None
+
+
+def _abbreviate(value: Any) -> Any:
+    if isinstance(value, list | tuple | set) and len(value) > _LIST_LIMIT:
+        items = list(value)
+        return [*items[:_LIST_LIMIT], f"... ({len(items)} values)"]
+    return value
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if isinstance(value, float) and math.isnan(value):
+        return "null"
+    if value is None:
+        return "null"
+    return str(value)
+
+
+def _one_line(exc: Any) -> str:
+    return " ".join(str(exc).split())[:400]
+
+
+def _gx_version() -> str:
+    with quiet() as gx:
+        return str(gx.__version__)

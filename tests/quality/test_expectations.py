@@ -1,0 +1,390 @@
+"""Great Expectations suites per table (`quality.expectations`): the example project's suites pass on its data,
+a violated expectation is named (type, column, value), bad suite files are refused naming the file, lakestream
+references (other tables' keys and row counts, the clock) are resolved from the lake, results and Data Docs are
+kept in the warehouse, and GX stays quiet."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import decimal
+import json
+import logging
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from lakehouse.lakehouse import Lakehouse
+from lakehouse.layers.demo import customers, nations, orders
+from lakehouse.layers.project import load_project
+from quality import expectations as qx
+from quality.errors import SuiteError
+from quality.expectations import check_suite, load_suite, load_suites, run_suite, run_suites
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "tpch"
+ODS = ("ods.nation", "ods.customer", "ods.orders")
+ALL = (*ODS, "dwd.orders_enriched", "ads.revenue_by_nation_month")
+N_NATIONS, N_CUSTOMERS, N_ORDERS = 25, 100, 1000
+
+
+def load_ods(lh: Lakehouse, *, seed: int = 7) -> None:
+    """The example's ODS tables, created from the project and loaded with the demo's (consistent) data."""
+    project = load_project(EXAMPLE)
+    for name in ODS:
+        d = project.sources[name].definition
+        lh.create_table(name, d.schema, buckets=d.buckets, primary_key=list(d.primary_key))
+    rng = np.random.default_rng(seed)
+    lh.log("ods.nation").append(nations(np.arange(N_NATIONS)), "upsert")
+    lh.log("ods.customer").append(customers(np.arange(N_CUSTOMERS), rng, N_NATIONS), "upsert")
+    lh.log("ods.orders").append(orders(np.arange(N_ORDERS), rng, N_CUSTOMERS), "upsert")
+    for name in ODS:
+        lh.tier(name)
+
+
+def bad_order(key: int, *, price: str = "10.00", custkey: int = 1) -> pa.Table:
+    return pa.table(
+        {
+            "o_orderkey": pa.array([key], pa.int64()),
+            "o_custkey": pa.array([custkey], pa.int64()),
+            "o_orderstatus": ["O"],
+            "o_totalprice": pa.array([decimal.Decimal(price)], pa.decimal128(12, 2)),
+            "o_orderdate": pa.array([datetime.date(1995, 6, 1)], pa.date32()),
+            "o_orderpriority": ["2-HIGH"],
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory, spark):
+    """The example project deployed, loaded with demo data, its layers built once and every table tiered (on a
+    local warehouse: building the layers takes Spark a while; the tests on ``lakehouse`` cover S3)."""
+    from lakehouse.layers.runner import Layers
+
+    lh = Lakehouse.open(tmp_path_factory.mktemp("wh").as_uri())
+    load_ods(lh)
+    layers = Layers(lh, load_project(EXAMPLE), spark)
+    layers.deploy()
+    layers.run_once()
+    for name in ALL[3:]:
+        lh.tier(name)
+    try:
+        yield lh
+    finally:
+        lh.close()
+
+
+@pytest.fixture
+def suites():
+    return load_suites(EXAMPLE)
+
+
+def test_example_suites_pass_on_clean_data_and_keep_results_and_docs(warehouse, suites, tmp_path):
+    lh = warehouse
+    assert sorted(suites) == sorted(ALL)
+    results = run_suites(lh, EXAMPLE, docs_dir=tmp_path / "docs")
+    assert [r.table for r in results] == sorted(ALL)
+    for r in results:
+        assert r.ok, (r.table, [str(v) for v in r.violations])
+        assert r.check == f"gx:{r.table}"
+        assert r.snapshot_id == lh.lake_table(r.table).current_snapshot().snapshot_id
+        assert r.details["expectations"] == r.details["passed"] == len(suites[r.table].expectations)
+        assert r.rows > 0 and r.details["engine"] == "pandas"
+        page = r.details["data_docs"]
+        assert page.startswith("_lakestream/quality/gx/docs/validations/") and page.endswith(".html")
+        html = lh.store.get(page).data.decode()
+        assert r.table.split(".")[1] in html and "Succeeded" in html
+        result = json.loads(lh.store.get(f"_lakestream/quality/gx/results/{r.table}/{r.snapshot_id}.json").data)
+        assert result["success"] is True and len(result["results"]) == r.details["expectations"]
+        assert r.to_dict()["details"]["data_docs"] == page  # JSON-able for the run record
+    assert lh.store.exists("_lakestream/quality/gx/docs/index.html")
+    assert lh.store.exists("_lakestream/quality/gx/docs/static/styles/data_docs_default_styles.css")
+    assert list((tmp_path / "docs" / "validations").rglob("*.html"))  # the local copy too
+    rows = {r.table: r.rows for r in results}
+    assert rows["dwd.orders_enriched"] == rows["ods.orders"] == N_ORDERS  # what the row-count expectation checked
+
+
+def test_cross_table_references_catch_drift_between_layers(warehouse, suites):
+    """Row-count agreement and referential integrity of dwd against the ODS: an order tiered into ods.orders
+    after the layer ran, and a customer deleted from ods.customer, are both seen from dwd's suite."""
+    lh = warehouse
+    before = run_suite(lh, "dwd.orders_enriched", suites["dwd.orders_enriched"])
+    assert before.ok
+    lh.log("ods.orders").append(bad_order(N_ORDERS + 1), "upsert")
+    deleted = lh.union_read("dwd.orders_enriched", columns=["o_custkey"]).column("o_custkey")[0].as_py()
+    lh.log("ods.customer").append(pa.table({"c_custkey": pa.array([deleted], pa.int64())}), "delete")
+    lh.tier("ods.orders")
+    lh.tier("ods.customer")
+    after = run_suite(lh, "dwd.orders_enriched", suites["dwd.orders_enriched"])
+    by_type = {v.message.split(" ")[0]: v for v in after.violations}
+    assert set(by_type) == {"expect_table_row_count_to_equal", "expect_column_values_to_be_in_set"}, after.violations
+    count = by_type["expect_table_row_count_to_equal"]
+    assert count.actual == N_ORDERS and count.expected["value"] == N_ORDERS + 1
+    assert f"observed {N_ORDERS}, expected value={N_ORDERS + 1}" in count.message
+    ref = by_type["expect_column_values_to_be_in_set"]
+    assert "on o_custkey" in ref.message and deleted in ref.actual["unexpected_values"]
+    assert ref.snapshot_id == after.snapshot_id == before.snapshot_id  # dwd itself did not change
+    assert after.details["passed"] == after.details["expectations"] - 2
+
+
+@pytest.fixture
+def ods(lakehouse):
+    load_ods(lakehouse)
+    return lakehouse
+
+
+def test_a_violated_expectation_names_type_column_and_value(ods, suites):
+    lh = ods
+    clean = run_suite(lh, "ods.orders", suites["ods.orders"])
+    assert clean.ok, [str(v) for v in clean.violations]
+    lh.log("ods.orders").append(bad_order(N_ORDERS + 5, price="-3.50"), "upsert")
+    lh.tier("ods.orders")
+    result = run_suite(lh, "ods.orders", suites["ods.orders"])
+    assert not result.ok and result.snapshot_id != clean.snapshot_id
+    assert result.rows == N_ORDERS + 1
+    [v] = result.violations
+    assert v.check == "gx-expectation" and v.table == "ods.orders" and v.snapshot_id == result.snapshot_id
+    assert v.message.startswith("expect_column_values_to_be_between on o_totalprice failed: 1 of ")
+    assert "-3.50" in v.message
+    assert v.expected == {"column": "o_totalprice", "min_value": 0}
+    assert v.actual["unexpected_count"] == 1
+    assert "gx-expectation: table ods.orders" in str(v)
+    # the snapshot read is the one asked for: the clean one still passes
+    again = run_suite(lh, "ods.orders", suites["ods.orders"], snapshot_id=clean.snapshot_id)
+    assert again.ok and again.snapshot_id == clean.snapshot_id and again.rows == N_ORDERS
+    stored = json.loads(lh.store.get(f"_lakestream/quality/gx/results/ods.orders/{result.snapshot_id}.json").data)
+    assert stored["success"] is False
+
+
+def test_referential_integrity_against_another_table(ods):
+    lh = ods
+    suite = {
+        "name": "orders-have-customers",
+        "expectations": [
+            {
+                "type": "expect_column_values_to_be_in_set",
+                "kwargs": {
+                    "column": "o_custkey",
+                    "value_set": {"$lakestream": "column_values", "table": "ods.customer", "column": "c_custkey"},
+                },
+                "meta": {},
+            }
+        ],
+        "meta": {},
+    }
+    assert run_suite(lh, "ods.orders", suite).ok
+    lh.log("ods.orders").append(bad_order(N_ORDERS + 7, custkey=999_999), "upsert")
+    lh.tier("ods.orders")
+    result = run_suite(lh, "ods.orders", suite)
+    assert result.check == "gx:orders-have-customers"
+    [v] = result.violations
+    assert "on o_custkey" in v.message and "999999" in v.message
+    assert v.actual["unexpected_values"] == [999_999]
+    assert len(v.expected["value_set"]) == qx._LIST_LIMIT + 1  # N_CUSTOMERS keys, abbreviated
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_schema_drift_and_an_expectation_gx_cannot_evaluate_are_named(ods):
+    suite = {
+        "name": "odd",
+        "expectations": [
+            {"type": "expect_column_values_to_be_between", "kwargs": {"column": "o_orderpriority", "min_value": 3}},
+            {"type": "expect_table_columns_to_match_set", "kwargs": {"column_set": ["o_orderkey", "o_gone"]}},
+        ],
+    }
+    result = run_suite(ods, "ods.orders", suite)
+    first, second = result.violations
+    assert first.message.startswith("expect_column_values_to_be_between on o_orderpriority could not be evaluated: ")
+    assert "same type" in first.actual
+    assert second.message.startswith("expect_table_columns_to_match_set failed: observed [__bucket, ")
+    assert "missing: [o_gone]" in second.message
+    assert result.details == {**result.details, "expectations": 2, "passed": 0}
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_a_suite_written_by_gx_itself_loads_and_runs(ods, tmp_path):
+    """What ``suite.to_json_dict()`` writes (ids, notes, severities) is a suite file as it is; a failed
+    expectation of severity ``warning`` is reported, not a violation."""
+    from quality._gx import quiet
+
+    with quiet() as gx:
+        context = gx.get_context(mode="ephemeral")
+        suite = context.suites.add(gx.ExpectationSuite(name="nation-by-gx"))
+        suite.add_expectation(gx.expectations.ExpectColumnValuesToNotBeNull(column="n_nationkey", notes="the key"))
+        suite.add_expectation(
+            gx.expectations.ExpectColumnValuesToBeBetween(column="n_regionkey", max_value=2, severity="warning")
+        )
+        suite.add_expectation(gx.expectations.ExpectTableRowCountToEqual(value=N_NATIONS + 1))
+        doc = suite.to_json_dict()
+    path = write_suite(tmp_path, "ods.nation.json", json.dumps(doc, default=str))
+    loaded = load_suites(tmp_path)["ods.nation"]
+    assert loaded.name == "nation-by-gx" and loaded.path == str(path)
+    result = run_suite(ods, "ods.nation", loaded)
+    [v] = result.violations
+    assert v.message == f"expect_table_row_count_to_equal failed: observed {N_NATIONS}, expected value={N_NATIONS + 1}"
+    [warning] = result.details["warnings"]
+    assert warning.startswith("expect_column_values_to_be_between on n_regionkey failed: ")
+    assert (result.details["expectations"], result.details["passed"]) == (3, 1)
+
+
+def test_freshness_of_timestamp(ods):
+    lh = ods
+
+    def suite(seconds):
+        ref = {"$lakestream": "now_minus_seconds", "seconds": seconds}
+        kwargs = {"column": "__timestamp", "min_value": ref}
+        return {"name": "fresh", "expectations": [{"type": "expect_column_max_to_be_between", "kwargs": kwargs}]}
+
+    assert run_suite(lh, "ods.nation", suite(3600)).ok
+    [v] = run_suite(lh, "ods.nation", suite(0)).violations  # nothing written after the run started
+    assert v.message.startswith("expect_column_max_to_be_between on __timestamp failed: observed ")
+
+
+@pytest.mark.parametrize("backend", ["local"])  # the engine, not the store, is under test
+def test_spark_datasource_above_the_threshold(ods, spark, suites, monkeypatch):
+    lh = ods
+    monkeypatch.setattr(qx, "SPARK_ROWS", 10)
+    clean = run_suite(lh, "ods.orders", suites["ods.orders"], spark=spark)
+    assert clean.details["engine"] == "spark"
+    assert clean.ok, [str(v) for v in clean.violations]  # freshness against Spark's naive timestamps too
+    small = run_suite(lh, "ods.nation", suites["ods.nation"], spark=spark)
+    assert small.ok and small.details["engine"] == "spark"
+    monkeypatch.setattr(qx, "SPARK_ROWS", 1_000_000)
+    assert run_suite(lh, "ods.nation", suites["ods.nation"], spark=spark).details["engine"] == "pandas"
+    monkeypatch.setattr(qx, "SPARK_ROWS", 10)
+    lh.log("ods.orders").append(bad_order(3, price="-1.00"), "upsert")  # an update: the key stays unique
+    lh.tier("ods.orders")
+    [v] = run_suite(lh, "ods.orders", suites["ods.orders"], spark=spark).violations
+    assert "on o_totalprice" in v.message and "-1.00" in v.message
+
+
+# -- bad suite files ----------------------------------------------------------------------------------------
+
+
+def write_suite(folder: Path, name: str, content) -> Path:
+    (folder / "expectations").mkdir(exist_ok=True)
+    path = folder / "expectations" / name
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return path
+
+
+def good_doc() -> dict:
+    return json.loads((EXAMPLE / "expectations" / "ods.orders.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "says"),
+    [
+        ("ods.orders.json", "{not json", r"not valid JSON at line 1"),
+        ("orders.json", None, r"named <namespace>.<table>.json"),
+        ("ods.orders.json", {"type": "expect_column_to_be_lovely"}, r"has no expectation type .expect_column_to_be"),
+        ("ods.orders.json", {"kwargs": {"colum": "o_orderkey"}}, r"GX refuses its kwargs: .*column"),
+        ("ods.orders.json", {"kwargs": {"column": "o_orderkey", "value_set": {"$lakestream": "rows"}}}, r"unknown \$"),
+        (
+            "ods.orders.json",
+            {"kwargs": {"value": {"$lakestream": "row_count"}}, "type": "expect_table_row_count_to_equal"},
+            r"'row_count' reference takes table; missing table",
+        ),
+        ("ods.orders.json", {"drop_name": True}, r'needs a "name"'),
+    ],
+)
+def test_a_bad_suite_file_names_the_file_and_the_fix(tmp_path, name, change, says):
+    if isinstance(change, str):
+        content = change
+    else:
+        doc = good_doc()
+        if change and change.get("drop_name"):
+            del doc["name"]
+        elif change:
+            doc["expectations"][1] = {**doc["expectations"][1], **change}
+        content = doc
+    path = write_suite(tmp_path, name, content)
+    with pytest.raises(SuiteError, match=says) as err:
+        load_suites(tmp_path)
+    assert str(path) in str(err.value)
+
+
+def test_a_column_or_table_the_warehouse_lacks_is_refused_before_running(ods, tmp_path):
+    lh = ods
+    doc = good_doc()
+    doc["expectations"][1]["kwargs"]["column"] = "o_orderkey_typo"
+    path = write_suite(tmp_path, "ods.orders.json", doc)
+    suite = load_suite(path)
+    with pytest.raises(SuiteError, match=r"expectation 2 .* names column 'o_orderkey_typo', which ods.orders lacks"):
+        run_suites(lh, tmp_path)
+    assert not list(lh.store.list("_lakestream/quality/gx/"))  # nothing ran
+    doc = good_doc()
+    doc["expectations"][1]["kwargs"] = {
+        "column": "o_custkey",
+        "value_set": {"$lakestream": "column_values", "table": "ods.customer", "column": "custkey"},
+    }
+    doc["expectations"][1]["type"] = "expect_column_values_to_be_in_set"
+    with pytest.raises(SuiteError, match=r"ods.customer has no column 'custkey'") as err:
+        check_suite(lh, load_suite(write_suite(tmp_path, "ods.orders.json", doc)))
+    assert str(path) in str(err.value)
+    with pytest.raises(SuiteError, match=r"no table ods.missing"):
+        check_suite(lh, load_suite(write_suite(tmp_path, "ods.missing.json", good_doc())))
+    assert suite.table == "ods.orders"
+
+
+def test_every_example_suite_is_checked_against_the_example_project():
+    """The columns the example suites name are those of the project (sources, models) or the lake's."""
+    project = load_project(EXAMPLE)
+    for table, suite in load_suites(EXAMPLE).items():
+        schema = project.schema_of(table)
+        columns = set(schema.names if schema is not None else project.models[table].column_names)
+        columns |= set(qx.LAKE_COLUMNS)
+        assert {c for _, c in suite.columns()} <= columns, table
+        [match] = [e for e in suite.expectations if e["type"] == "expect_table_columns_to_match_set"]
+        assert set(match["kwargs"]["column_set"]) == columns, table
+        for ref in suite.references:
+            assert ref.table is None or ref.table in project.tables
+
+
+# -- quiet ------------------------------------------------------------------------------------------------
+
+
+def test_running_a_suite_logs_no_gx_info_and_prints_nothing(ods, suites, caplog, capsys):
+    caplog.set_level(logging.INFO)
+    result = run_suite(ods, "ods.nation", copy.deepcopy(suites["ods.nation"]))
+    assert result.ok
+    gx_records = [r for r in caplog.records if r.name.startswith("great_expectations")]
+    assert not gx_records, gx_records[:3]
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert "Calculating Metrics" not in out.err  # no progress bars
+
+
+def test_importing_and_running_gx_under_info_logging_stays_quiet(tmp_path):
+    """In a fresh interpreter (GX not imported yet) with the root logger at INFO, as under Airflow."""
+    script = textwrap.dedent(
+        f"""
+        import logging, sys
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+        sys.path.insert(0, {str(ROOT)!r})
+        import numpy as np
+        from lakehouse.lakehouse import Lakehouse
+        from lakehouse.layers.demo import nations
+        from lakehouse.layers.project import load_project
+        from quality.expectations import load_suites, run_suite
+        lh = Lakehouse.open({(tmp_path / "wh").as_uri()!r})
+        d = load_project({str(EXAMPLE)!r}).sources["ods.nation"].definition
+        lh.create_table("ods.nation", d.schema, buckets=1, primary_key=["n_nationkey"])
+        lh.log("ods.nation").append(nations(np.arange(5)), "upsert")
+        lh.tier("ods.nation")
+        result = run_suite(lh, "ods.nation", load_suites({str(EXAMPLE)!r})["ods.nation"])
+        lh.close()
+        print("ok" if result.ok else "failed")
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == "ok\n"
+    gx_lines = [line for line in proc.stderr.splitlines() if "great_expectations" in line]
+    assert not gx_lines, gx_lines[:5]
+    assert "Calculating Metrics" not in proc.stderr
