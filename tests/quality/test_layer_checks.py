@@ -77,9 +77,7 @@ def test_clean_layers_pass_after_first_and_second_round(lakehouse, spark, projec
     assert 0 < rows < 200  # orders whose customer (and its nation) exist
     assert dwd.details["changed_keys"] == rows  # round 0 wrote every row
     assert dwd.rows > 0 and dwd.seconds > 0
-    assert dwd.details["positions"]["ods.orders"] == {
-        str(b): o for b, o in lh.log("ods.orders").end_offsets().items()
-    }
+    assert dwd.details["positions"]["ods.orders"] == {str(b): o for b, o in lh.log("ods.orders").end_offsets().items()}
     assert ads.details["positions"][DWD] == {str(b): o for b, o in lh.log(DWD).end_offsets().items()}
 
     change_some(lh)
