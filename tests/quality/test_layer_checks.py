@@ -89,8 +89,12 @@ def test_clean_layers_pass_after_first_and_second_round(lakehouse, spark, projec
     assert dwd.details["round"] == 1 and ads.details["round"] == 1
     assert 0 < dwd.details["changed_keys"] < 100  # only the newest round's keys, not round 0's
     assert dwd.details["random_keys"] == 5
+    assert dwd.snapshot_id is None  # nothing tiered yet
+    for table in project.tables:  # the lake holds it all now: as-of reads come from the lake
+        lh.tier(table)
     full = check_layers(lh, project, spark=spark, full=True)
     assert_clean(full)
+    assert full[0].snapshot_id == lh.lake_table(DWD).current_snapshot().snapshot_id
     assert full[0].details["full"] is True
     assert full[0].rows == 2 * lh.union_read(DWD, columns=["o_orderkey"]).num_rows  # the SQL's rows and the table's
 
@@ -150,6 +154,8 @@ def test_full_catches_a_wrong_row_outside_the_newest_round_and_the_sample(lakeho
     # a new round that does not touch order 10: the wrong row is now older than the newest round
     lh.log("ods.orders").append(orders([50, 51], [1, 2], prices=["7.00", "8.00"]), "upsert")
     assert [r.round for r in layers.run_once()] == [1, 1]
+    for table in project.tables:  # the wrong row is in the lake now, not only in the log
+        lh.tier(table)
     sampled = check_layer(lh, project, DWD, spark=spark, sample=0)
     assert sampled.details["round"] == 1 and sampled.details["changed_keys"] == 2
     assert sampled.ok  # neither the newest round's keys nor a random one: the sample does not see it
