@@ -128,19 +128,13 @@ def run_layers_demo(lh: Lakehouse, spark: Any, console: Console, *, n_orders: in
         stop.set()
         follower.join(60)
     layers.run_once()  # whatever arrived after the last batch
-    for model in project.order:
-        inputs = {t: lh.log(t).end_offsets() for t in project.models[model].inputs}
-        expected = layers.sql.run(project.models[model].qualified, inputs)
-        got = lh.union_read(model)
-        key = [(k, "ascending") for k in project.models[model].primary_key]
-        schema = lh.table(model).schema
-        same = (
-            got.select(schema.names)
-            .cast(schema)
-            .sort_by(key)
-            .equals(expected.select(schema.names).cast(schema).sort_by(key))
-        )
-        _check(same, f"{model} differs from its SQL computed in full")
+    from quality.layers import check_layers
+
+    for result in check_layers(lh, project, spark=spark, full=True):
+        problems = [str(v) for v in result.violations[:3]] or [result.error or ""]
+        _check(result.ok, f"{result.table} differs from its SQL computed in full: {'; '.join(problems)}")
+        ends = {t: {str(b): o for b, o in lh.log(t).end_offsets().items()} for t in project.models[result.table].inputs}
+        _check(result.details.get("positions") == ends, f"{result.table} is not caught up with its inputs")
     table = Table(title="warehouse layers: append to ods.orders -> visible in the layer (follow)")
     for col in ("layer", "strategy", "rows", "p50", "max"):
         table.add_column(col)

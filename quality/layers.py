@@ -1,0 +1,469 @@
+"""Layer checks: a model's table, as its newest finished round left it, equals the model's SQL over its inputs
+as of that round's input positions (issue 26, item 2).
+
+``check_layer(lh, project, model, spark=...)`` compares, by default, a *sample*: every key the newest finished
+round changed in the model's table plus ``sample`` random keys of the table (seeded); ``full=True`` compares every
+row. ``check_layers`` checks several models in dependency order. Differences are `Violation`\\ s
+(``layer-row``), named by key with the expected (the SQL's) and actual (the table's) row.
+
+**Which states are compared.** A round ``r`` of model M (`lakehouse.layers.rounds`) records in its intent the
+input range (``end``: per input, the offsets the round computed with, as of which its SQL ran) and M's own log
+ends when it *began* (``output``: the old rows it diffed against). The round's appends go after ``output``; the
+report, written after every append and subscription advance, marks it finished. So the table "after round r" is
+M's log read as of its ends once round r's report exists and before round r+1 appends anything:
+
+* if r is the newest intent (nothing started since), M's log end now, read *between* two reads of the newest
+  intent that both say r (an intent is created before its round appends anything, so no later round's rows are
+  in that end);
+* if round r+1 has started (intent without report), its intent's ``output``: M's log end when it began, which
+  is the end after round r.
+
+Both are exact as-of reads, so a round running while the check runs never makes a false violation: at worst
+the newest round changes between the reads (then they are made again, once more) or an input's retained range
+moves (`AsOfUnavailable`: read again once, else the check reports an error, not a violation). Rows appended to
+M's log by anything else than its rounds (a bug, a rogue producer) after round r are part of the state checked:
+that is what the check is for.
+
+A model whose SQL changed since its newest round (the recorded digest differs) is not compared: its next round
+recomputes it in full, and comparing the old table with the new SQL would only report the change.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThanOrEqual
+
+from quality.errors import QualityError
+from quality.results import LAYER, CheckResult, Violation
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakehouse.lakehouse import Lakehouse
+    from lakehouse.layers.project import Project
+    from lakehouse.layers.rounds import RoundRecord
+
+__all__ = ["MAX_VIOLATIONS", "RoundState", "check_layer", "check_layers", "compare_rows", "newest_finished_round"]
+
+#: At most this many differences become violations (the count of all is in the last one and in ``details``).
+MAX_VIOLATIONS = 10
+#: Key lists up to this long are pushed into reads as IN filters; longer ones as their range (matched exactly).
+IN_LIST_LIMIT = 64
+#: Floating-point columns are equal within this relative tolerance (Spark's sums may add in another order).
+FLOAT_TOLERANCE = 1e-9
+_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class RoundState:
+    """The newest finished round of a model and the positions it defines: ``record`` (its intent: ``end`` is
+    each input's offsets the round computed with, ``output`` the model's log ends before it) and ``after``
+    (the model's log ends after its appends)."""
+
+    record: RoundRecord
+    after: dict[int, int]
+
+    @property
+    def number(self) -> int:
+        return self.record.number
+
+    @property
+    def inputs(self) -> dict[str, dict[int, int]]:
+        return self.record.end
+
+    @property
+    def before(self) -> dict[int, int]:
+        return self.record.output
+
+
+def _read_intent(lh: Lakehouse, model: str, number: int) -> RoundRecord | None:
+    from lakehouse.layers.rounds import LAYERS_PREFIX, RoundRecord
+    from object_store import NotFound
+
+    try:
+        return RoundRecord.from_json(lh.store.get(f"{LAYERS_PREFIX}{model}/round-{number:012d}.json").data)
+    except NotFound:
+        return None
+
+
+def newest_finished_round(lh: Lakehouse, model: str) -> RoundState | None:
+    """The newest finished round of ``model`` and the model's log ends after it (see the module), or None
+    before its first round finished.
+
+    Raises:
+        QualityError: rounds kept starting while they were read (three times).
+    """
+    from lakehouse.layers.rounds import latest_round, report_exists
+
+    store = lh.store
+    for _ in range(_ATTEMPTS):
+        latest = latest_round(store, model)
+        if latest is None:
+            return None
+        if report_exists(store, model, latest.number):
+            after = lh.log(model).end_offsets()
+            again = latest_round(store, model)
+            if again is None or again.number != latest.number:
+                continue  # a round started meanwhile: its appends may be in `after`
+            return RoundState(latest, after)
+        if latest.number == 0:
+            return None
+        # round latest.number is running (or a runner died in it): its intent's `output` is the end after the
+        # round before, which finished (rounds run one after the other)
+        record = _read_intent(lh, model, latest.number - 1)
+        if record is None or not report_exists(store, model, record.number):
+            continue  # pruned meanwhile: rounds went on, look again
+        return RoundState(record, dict(latest.output))
+    raise QualityError(f"model {model}: its rounds kept changing while the check read them; run the check again")
+
+
+def check_layers(
+    lh: Lakehouse,
+    project: Project,
+    *,
+    spark: SparkSession,
+    models: Sequence[str] | None = None,
+    **kw: Any,
+) -> list[CheckResult]:
+    """`check_layer` of each model (all, or ``models``: names as `lakestream layers run --model` takes them),
+    in dependency order. Keyword arguments go to `check_layer`.
+
+    Raises:
+        InvalidArgument: a name that is no model of the project.
+    """
+    from lakehouse.layers.selection import select_models
+
+    return [check_layer(lh, project, name, spark=spark, **kw) for name in select_models(project, models)]
+
+
+def check_layer(
+    lh: Lakehouse,
+    project: Project,
+    model: str,
+    *,
+    spark: SparkSession,
+    sample: int = 100,
+    full: bool = False,
+    seed: int | None = None,
+) -> CheckResult:
+    """Compare ``model``'s table after its newest finished round with its SQL over its inputs as of that
+    round's input positions (see the module): on every key the round changed plus ``sample`` random keys of
+    the table (``seed``: the random generator's seed), or every row with ``full``. A model with no finished
+    round is skipped (``details["skipped"]``). A check that cannot run (a position no longer readable twice,
+    Spark failing) gives a result with ``error``."""
+    from lakehouse.errors import AsOfUnavailable
+
+    started = time.perf_counter()
+    result = CheckResult(check=LAYER, table=model)
+    try:
+        result.snapshot_id = _snapshot_id(lh, model)
+        for attempt in range(2):
+            try:
+                _check(lh, project, model, spark, sample, full, seed, result)
+                break
+            except AsOfUnavailable:
+                # retention or expiry moved past a position of a round that finished meanwhile: read again
+                if attempt == 1:
+                    raise
+                result.violations.clear()
+                result.details.clear()
+                result.rows = 0
+    except Exception as exc:  # noqa: BLE001 - a check that could not run is a result, not a crash of the run
+        result.error = f"{type(exc).__name__}: {exc}"
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _snapshot_id(lh: Lakehouse, model: str) -> int | None:
+    return lh.lake_table(model).metadata.current_snapshot_id
+
+
+def _check(
+    lh: Lakehouse,
+    project: Project,
+    model: str,
+    spark: SparkSession,
+    sample: int,
+    full: bool,
+    seed: int | None,
+    result: CheckResult,
+) -> None:
+    from lakehouse.layers.runner import sql_digest
+
+    definition = project.models[model]
+    state = newest_finished_round(lh, model)
+    if state is None:
+        result.details.update({"skipped": "no finished round", "full": full})
+        return
+    result.details.update(
+        {
+            "round": state.number,
+            "full": full,
+            "positions": {t: {str(b): o for b, o in sorted(p.items())} for t, p in state.inputs.items()},
+            "output": {str(b): o for b, o in sorted(state.after.items())},
+        }
+    )
+    if state.record.sql and state.record.sql != sql_digest(definition.sql):
+        result.details["skipped"] = (
+            f"the model's SQL changed since round {state.number}; its next round recomputes it in full"
+        )
+        return
+    schema = lh.table(model).schema
+    key = list(definition.primary_key)
+    sql = _sql(spark, lh)
+    views = {t: state.inputs[t] for t in definition.inputs}
+    if full:
+        expected = sql.run(definition.qualified, views)
+        actual = lh.union_read(model, as_of=state.after)
+    else:
+        keys = _sample_keys(lh, model, key, state, sample, seed, result)
+        actual = _read_keys(lh, model, state.after, keys)
+        expected = _expected_of_keys(lh, project, model, spark, views, keys)
+    result.details["differences"] = 0
+    expected = _conform(expected, schema)
+    actual = _conform(actual, schema)
+    result.rows = expected.num_rows + actual.num_rows
+    differences = compare_rows(expected, actual, key)
+    result.details["differences"] = len(differences)
+    result.violations.extend(_violations(model, state.number, differences, key))
+
+
+def _sql(spark: SparkSession, lh: Lakehouse) -> Any:
+    from lakehouse.layers.engine import SparkSql
+    from lakehouse.spark_source import register
+
+    register(spark, lh)
+    return SparkSql(spark, lh)
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table``'s columns of ``schema`` (the model's table), cast to its types (the SQL's may be wider)."""
+    return table.select(schema.names).cast(schema)
+
+
+# ---- the sample --------------------------------------------------------------------------------------------
+
+
+def _sample_keys(
+    lh: Lakehouse,
+    model: str,
+    key: list[str],
+    state: RoundState,
+    sample: int,
+    seed: int | None,
+    result: CheckResult,
+) -> pa.Table:
+    """Every key the round wrote to the model's table (its log records between the log ends before and after
+    it) plus ``sample`` random keys of the table after it.
+
+    The keys come from the log records, not from the net changes (`Lakehouse.changes`): a key absent before the
+    range and deleted in it is no net change, but a table that lost a row the SQL gives is exactly that. Where
+    log retention removed the range already, the net changes (read with the lake's help) are used."""
+    from lakehouse.errors import OffsetOutOfRange
+
+    key_schema = pa.schema([lh.table(model).schema.field(k) for k in key])
+    parts = []
+    if state.before != state.after:
+        before = {b: state.before.get(b, 0) for b in state.after}
+        log_ = lh.log(model)
+        try:
+            written = [
+                log_.read(b, before[b], end).select(key).cast(key_schema)
+                for b, end in sorted(state.after.items())
+                if before[b] < end
+            ]
+        except OffsetOutOfRange:
+            written = [lh.changes(model, before, state.after, columns=key).select(key).cast(key_schema)]
+        parts.extend(written)
+    changed_count = _distinct(pa.concat_tables(parts)).num_rows if parts else 0
+    random_count = 0
+    if sample > 0:
+        every = lh.union_read(model, columns=key, as_of=state.after).select(key).cast(key_schema)
+        if every.num_rows:
+            rng = np.random.default_rng(seed)
+            chosen = rng.choice(every.num_rows, size=min(sample, every.num_rows), replace=False)
+            parts.append(every.take(pa.array(np.sort(chosen))))
+            random_count = len(chosen)
+    keys = _distinct(pa.concat_tables(parts)) if parts else key_schema.empty_table()
+    result.details.update({"sampled_keys": keys.num_rows, "changed_keys": changed_count, "random_keys": random_count})
+    return keys
+
+
+def _key_filter(values: pa.Array | pa.ChunkedArray, column: str) -> tuple[Any, bool]:
+    """A pyiceberg filter keeping at least the rows whose ``column`` is in ``values``, and whether it is exact
+    (an IN list) or a range (to be matched exactly after the read)."""
+    wanted = pc.unique(values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values).drop_null()
+    if len(wanted) <= IN_LIST_LIMIT:
+        return In(column, wanted.to_pylist()), True
+    low, high = pc.min_max(wanted).values()
+    return And(GreaterThanOrEqual(column, low.as_py()), LessThanOrEqual(column, high.as_py())), False
+
+
+def _read_keys(lh: Lakehouse, model: str, offsets: Mapping[int, int], keys: pa.Table) -> pa.Table:
+    """The model's rows of ``keys`` as of ``offsets`` (the first key column pushed into the read)."""
+    schema = lh.table(model).schema
+    if keys.num_rows == 0:
+        return schema.empty_table()
+    first = keys.column_names[0]
+    row_filter, _ = _key_filter(keys[first], first)
+    found = lh.union_read(model, row_filter=row_filter, as_of=dict(offsets))
+    return _semi_join(found, keys, keys.column_names)
+
+
+def _expected_of_keys(
+    lh: Lakehouse,
+    project: Project,
+    model: str,
+    spark: SparkSession,
+    views: dict[str, Any],
+    keys: pa.Table,
+) -> pa.Table:
+    """The model's SQL over ``views`` (inputs as of the round's positions), rows of ``keys`` only. For a keyed
+    model whose driving table is read once, the driving rows are restricted in its read (the output key is the
+    driving row's key); otherwise Spark filters the result by the key values (and pushes that down where it
+    can). Either way the result is then matched exactly."""
+    from lakehouse.layers.engine import Filtered
+    from lakehouse.layers.planner import KEYED, explain
+
+    definition = project.models[model]
+    if keys.num_rows == 0:
+        return lh.table(model).schema.empty_table()
+    first = keys.column_names[0]
+    plan = next(p for p in explain(project) if p.model == model)
+    views = dict(views)
+    if plan.strategy == KEYED and plan.driving is not None:
+        column = dict(plan.output_key).get(first)
+        if column is not None and sum(m.table == plan.driving for m in plan.mappings) == 1:
+            row_filter, _ = _key_filter(keys[first], column)
+            views[plan.driving] = Filtered(views[plan.driving], row_filter)
+    sql = _sql(spark, lh)
+    with sql.dataframe(definition.qualified, views) as df:
+        values = pc.unique(keys[first].combine_chunks()).to_pylist()
+        if len(values) <= 10_000:
+            df = df.filter(df[first].isin(values))
+        rows = df.toArrow()
+    return _semi_join(rows, keys, keys.column_names)
+
+
+# ---- comparing -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One key whose rows differ: ``expected`` (the SQL's row) or ``actual`` (the table's) is None when that
+    side has no row; ``columns`` names the columns whose values differ (when both have a row)."""
+
+    key: tuple[Any, ...]
+    expected: dict[str, Any] | None
+    actual: dict[str, Any] | None
+    columns: tuple[str, ...] = ()
+
+
+def compare_rows(expected: pa.Table, actual: pa.Table, key: Sequence[str]) -> list[Difference]:
+    """The keys whose rows differ between ``expected`` and ``actual`` (same schema; a key at most once per
+    side), sorted by key; vectorized: rows are matched by a hash join on the key, values compared column by
+    column (null equals null; floating-point values within `FLOAT_TOLERANCE`)."""
+    key = list(key)
+    order = [(k, "ascending") for k in key]
+    if expected.num_rows == actual.num_rows and expected.sort_by(order).equals(actual.sort_by(order)):
+        return []
+    left = expected.select(key).append_column("__e", pa.array(np.arange(expected.num_rows), pa.int64()))
+    right = actual.select(key).append_column("__a", pa.array(np.arange(actual.num_rows), pa.int64()))
+    joined = left.join(right, keys=key, join_type="full outer")
+    e_idx, a_idx = joined["__e"], joined["__a"]
+    both = pc.and_(pc.is_valid(e_idx), pc.is_valid(a_idx))
+    pairs = joined.filter(both)
+    e_rows = expected.take(pairs["__e"])
+    a_rows = actual.take(pairs["__a"])
+    differs = {}
+    any_diff = pa.array(np.zeros(pairs.num_rows, dtype=bool))
+    for name in expected.column_names:
+        if name in key:
+            continue
+        mask = pc.invert(_same(e_rows[name], a_rows[name]))
+        differs[name] = mask
+        any_diff = pc.or_(any_diff, mask)
+    out: list[Difference] = []
+    changed = np.flatnonzero(any_diff.to_numpy(zero_copy_only=False))
+    if len(changed):
+        flags = {n: m.to_numpy(zero_copy_only=False) for n, m in differs.items()}
+        e_list = e_rows.take(pa.array(changed)).to_pylist()
+        a_list = a_rows.take(pa.array(changed)).to_pylist()
+        for i, e, a in zip(changed, e_list, a_list, strict=True):
+            columns = tuple(n for n in differs if flags[n][i])
+            out.append(Difference(tuple(e[k] for k in key), e, a, columns))
+    missing = joined.filter(pc.is_null(a_idx))["__e"]
+    for row in expected.take(missing).to_pylist():
+        out.append(Difference(tuple(row[k] for k in key), row, None))
+    extra = joined.filter(pc.is_null(e_idx))["__a"]
+    for row in actual.take(extra).to_pylist():
+        out.append(Difference(tuple(row[k] for k in key), None, row))
+    out.sort(key=lambda d: tuple((v is None, v) for v in d.key))
+    return out
+
+
+def _same(a: pa.ChunkedArray, b: pa.ChunkedArray) -> pa.Array:
+    """Null-safe equality of two columns of one type (floating point: within `FLOAT_TOLERANCE`)."""
+    both_null = pc.and_(pc.is_null(a), pc.is_null(b))
+    if pa.types.is_floating(a.type):
+        scale = pc.max_element_wise(pc.abs(a), pc.abs(b))
+        close = pc.less_equal(pc.abs(pc.subtract(a, b)), pc.add(pc.multiply(scale, FLOAT_TOLERANCE), 1e-300))
+        equal = pc.or_kleene(close, pc.and_(pc.is_nan(a), pc.is_nan(b)))
+    else:
+        equal = pc.equal(a, b)
+    out = pc.or_(pc.fill_null(equal, False), both_null)
+    return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
+
+
+def _violations(model: str, number: int, differences: list[Difference], key: list[str]) -> list[Violation]:
+    out = []
+    shown = differences[:MAX_VIOLATIONS]
+    for i, d in enumerate(shown):
+        where = ", ".join(f"{k}={_text(v)}" for k, v in zip(key, d.key, strict=True))
+        if d.actual is None:
+            what = "the table has no row of it (the SQL gives one)"
+        elif d.expected is None:
+            what = "the table has a row of it that the SQL does not give"
+        else:
+            what = "; ".join(f"column {c} expected {_text(d.expected[c])}, got {_text(d.actual[c])}" for c in d.columns)
+        message = f"row of key ({where}) differs from the model's SQL as of round {number}: {what}"
+        if i == len(shown) - 1 and len(differences) > len(shown):
+            message += f"; {len(differences) - len(shown)} more differences, {len(differences)} in all"
+        out.append(
+            Violation(
+                check="layer-row",
+                table=model,
+                message=message,
+                keys=(d.key if len(key) > 1 else d.key[0],),
+                expected=d.expected,
+                actual=d.actual,
+            )
+        )
+    return out
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return json.dumps(value)
+    return str(value)
+
+
+def _distinct(table: pa.Table) -> pa.Table:
+    if table.num_rows == 0:
+        return table
+    return table.group_by(table.column_names, use_threads=False).aggregate([]).select(table.column_names)
+
+
+def _semi_join(table: pa.Table, keys: pa.Table, columns: Sequence[str]) -> pa.Table:
+    if table.num_rows == 0:
+        return table
+    keys = _distinct(keys.select(list(columns))).cast(pa.schema([table.schema.field(c) for c in columns]))
+    return table.join(keys, keys=list(columns), join_type="left semi").select(table.column_names)

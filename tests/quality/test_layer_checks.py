@@ -1,0 +1,217 @@
+"""Layer checks (`quality.layers`): a model's table after its newest finished round equals its SQL over its
+inputs as of that round's positions; wrong, deleted and extra rows written to a layer's log behind the runner's
+back are caught and named by key with the expected and actual rows; the sample sees the newest round's keys,
+``full=True`` everything; no false alarm over randomized clean rounds or while a round is in progress.
+
+Real Spark and the example project (examples/tpch, a few hundred orders). To keep the file near two minutes,
+only the round-in-progress case runs on both backends (local and SeaweedFS S3); the others on the local
+warehouse (they exercise the check, not the store)."""
+
+from __future__ import annotations
+
+import decimal
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from lakehouse.layers.project import load_project
+from lakehouse.layers.rounds import RoundRecord, create_round, latest_round
+from lakehouse.layers.runner import Layers
+from quality.layers import check_layer, check_layers, newest_finished_round
+from quality.results import CheckResult
+from tests.layers._tpch import EXAMPLE, MODELS, change_some, customers, load_base, nations, orders
+
+pytestmark = pytest.mark.usefixtures("spark")
+
+DWD, ADS = MODELS
+
+
+@pytest.fixture(scope="module")
+def project():
+    return load_project(EXAMPLE)
+
+
+def built(lh, project, spark, *, rounds: int = 1) -> Layers:
+    layers = Layers(lh, project, spark)
+    layers.deploy()  # idempotent
+    load_base(lh)
+    layers.run_once()
+    if rounds > 1:
+        change_some(lh)
+        layers.run_once()
+    return layers
+
+
+def row_of(lh, model: str, column: str, value) -> dict:
+    rows = [r for r in lh.union_read(model).to_pylist() if r[column] == value]
+    assert len(rows) == 1, rows
+    return {k: v for k, v in rows[0].items() if not k.startswith("__")}
+
+
+def append_rows(lh, model: str, rows: list[dict]) -> None:
+    """Rows written straight to the layer's log, bypassing its runner (a rogue producer)."""
+    lh.log(model).append(pa.Table.from_pylist(rows, schema=lh.table(model).schema), "upsert")
+
+
+def assert_clean(results: list[CheckResult]) -> None:
+    for r in results:
+        assert r.ok, [str(v) for v in r.violations] or r.error
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_clean_layers_pass_after_first_and_second_round(lakehouse, spark, project):
+    lh = lakehouse
+    Layers(lh, project, spark).deploy()
+    results = check_layers(lh, project, spark=spark)
+    assert [(r.table, r.details.get("skipped")) for r in results] == [(m, "no finished round") for m in MODELS]
+    assert all(r.ok for r in results)
+
+    layers = built(lh, project, spark)
+    results = check_layers(lh, project, spark=spark, seed=1)
+    assert_clean(results)
+    assert [r.table for r in results] == list(MODELS)  # dependency order
+    dwd, ads = results
+    assert dwd.check == "layer" and dwd.details["round"] == 0 and dwd.details["full"] is False
+    rows = lh.union_read(DWD, columns=["o_orderkey"]).num_rows
+    assert 0 < rows < 200  # orders whose customer (and its nation) exist
+    assert dwd.details["changed_keys"] == rows  # round 0 wrote every row
+    assert dwd.rows > 0 and dwd.seconds > 0
+    assert dwd.details["positions"]["ods.orders"] == {str(b): o for b, o in lh.log("ods.orders").end_offsets().items()}
+    assert ads.details["positions"][DWD] == {str(b): o for b, o in lh.log(DWD).end_offsets().items()}
+
+    change_some(lh)
+    reports = layers.run_once()
+    assert [r.round for r in reports] == [1, 1]
+    results = check_layers(lh, project, spark=spark, sample=5, seed=2)
+    assert_clean(results)
+    dwd, ads = results
+    assert dwd.details["round"] == 1 and ads.details["round"] == 1
+    assert 0 < dwd.details["changed_keys"] < 100  # only the newest round's keys, not round 0's
+    assert dwd.details["random_keys"] == 5
+    assert dwd.snapshot_id is None  # nothing tiered yet
+    for table in project.tables:  # the lake holds it all now: as-of reads come from the lake
+        lh.tier(table)
+    full = check_layers(lh, project, spark=spark, full=True)
+    assert_clean(full)
+    assert full[0].snapshot_id == lh.lake_table(DWD).current_snapshot().snapshot_id
+    assert full[0].details["full"] is True
+    assert full[0].rows == 2 * lh.union_read(DWD, columns=["o_orderkey"]).num_rows  # the SQL's rows and the table's
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_wrong_deleted_and_extra_rows_are_caught_by_key(lakehouse, spark, project):
+    lh = lakehouse
+    built(lh, project, spark, rounds=2)
+    assert_clean(check_layers(lh, project, spark=spark, sample=0))
+    good = row_of(lh, DWD, "o_orderkey", 10)
+    append_rows(lh, DWD, [{**good, "n_name": "BOGUS"}])  # a wrong value
+    lh.log(DWD).append(pa.table({"o_orderkey": pa.array([11], pa.int64())}), "delete")  # a row deleted
+    extra = {**good, "o_orderkey": 99_999}
+    append_rows(lh, DWD, [extra])  # a row the SQL does not give
+
+    result = check_layer(lh, project, DWD, spark=spark, sample=0)
+    assert not result.ok
+    assert result.details["differences"] == 3, [str(v) for v in result.violations]
+    by_key = {v.keys: v for v in result.violations}
+    assert set(by_key) == {(10,), (11,), (99_999,)}
+    assert all(v.check == "layer-row" and v.table == DWD for v in result.violations)
+    wrong = by_key[(10,)]
+    assert wrong.expected == good and wrong.actual == {**good, "n_name": "BOGUS"}
+    assert 'column n_name expected "' in wrong.message and 'got "BOGUS"' in wrong.message
+    assert "row of key (o_orderkey=10) differs from the model's SQL as of round 1" in wrong.message
+    missing = by_key[(11,)]
+    assert missing.actual is None and missing.expected["o_orderkey"] == 11
+    assert "has no row" in missing.message
+    assert by_key[(99_999,)].expected is None and by_key[(99_999,)].actual == extra
+    assert "does not give" in by_key[(99_999,)].message
+    # the check of ads reads dwd as of ads's own round: the rows written behind dwd's runner are not in it
+    assert check_layer(lh, project, ADS, spark=spark, sample=0).ok
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_a_wrong_group_row_is_caught_in_a_group_by_model(lakehouse, spark, project):
+    lh = lakehouse
+    built(lh, project, spark)
+    group = lh.union_read(ADS).sort_by([("n_nationkey", "ascending"), ("order_month", "ascending")]).to_pylist()[3]
+    group = {k: v for k, v in group.items() if not k.startswith("__")}
+    append_rows(lh, ADS, [{**group, "revenue": group["revenue"] + decimal.Decimal("0.01")}])
+    result = check_layer(lh, project, ADS, spark=spark, sample=0)
+    [violation] = result.violations
+    assert violation.keys == ((group["n_nationkey"], group["order_month"]),)
+    assert violation.expected == group
+    assert violation.actual["revenue"] == group["revenue"] + decimal.Decimal("0.01")
+    assert "column revenue expected" in violation.message
+    assert check_layer(lh, project, DWD, spark=spark, sample=0).ok
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_full_catches_a_wrong_row_outside_the_newest_round_and_the_sample(lakehouse, spark, project):
+    lh = lakehouse
+    layers = built(lh, project, spark)
+    good = row_of(lh, DWD, "o_orderkey", 10)
+    append_rows(lh, DWD, [{**good, "o_orderstatus": "X"}])
+    # a new round that does not touch order 10: the wrong row is now older than the newest round
+    lh.log("ods.orders").append(orders([50, 51], [1, 2], prices=["7.00", "8.00"]), "upsert")
+    assert [r.round for r in layers.run_once()] == [1, 1]
+    for table in project.tables:  # the wrong row is in the lake now, not only in the log
+        lh.tier(table)
+    sampled = check_layer(lh, project, DWD, spark=spark, sample=0)
+    assert sampled.details["round"] == 1 and sampled.details["changed_keys"] == 2
+    assert sampled.ok  # neither the newest round's keys nor a random one: the sample does not see it
+    full = check_layer(lh, project, DWD, spark=spark, full=True)
+    [violation] = full.violations
+    assert violation.keys == (10,) and violation.expected == good and violation.actual["o_orderstatus"] == "X"
+    assert full.details["differences"] == 1
+    # every key sampled is a full check too
+    assert not check_layer(lh, project, DWD, spark=spark, sample=10_000).ok
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_positions_of_a_round_in_progress_are_those_of_the_round_before(lakehouse, spark, project):
+    """A round that started (intent, some appends) but has no report: the check compares the table as of the
+    log end the running round began at, with the inputs as of the finished round's end: no false alarm."""
+    lh = lakehouse
+    built(lh, project, spark)
+    finished = latest_round(lh.store, DWD)
+    ends = lh.log(DWD).end_offsets()
+    lh.log("ods.orders").append(orders([60], [1]), "upsert")
+    inputs = {t: lh.log(t).end_offsets() for t in project.models[DWD].inputs}
+    create_round(lh.store, RoundRecord(DWD, 1, "incremental", finished.end, inputs, ends, finished.sql))
+    good = row_of(lh, DWD, "o_orderkey", 10)
+    append_rows(lh, DWD, [{**good, "o_orderstatus": "X"}])  # the running round's appends (not finished)
+    state = newest_finished_round(lh, DWD)
+    assert state.number == 0 and state.after == ends and state.inputs == finished.end
+    result = check_layer(lh, project, DWD, spark=spark, sample=10_000)
+    assert result.ok, [str(v) for v in result.violations]
+    assert result.details["round"] == 0
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_no_false_alarm_over_randomized_clean_rounds(lakehouse, spark, project):
+    lh = lakehouse
+    layers = built(lh, project, spark)
+    rng = np.random.default_rng(20261125)
+    n_orders, n_customers, n_nations = 200, 30, 5
+    for i, seed in enumerate((7, 8, 9)):
+        new = np.arange(n_orders, n_orders + int(rng.integers(1, 20)))
+        n_orders += len(new)
+        upd = rng.choice(n_orders, size=int(rng.integers(1, 30)), replace=False)
+        keys = np.concatenate([new, upd]).tolist()
+        months = rng.integers(1, 13, len(keys)).tolist()
+        prices = [str(p) for p in rng.integers(1, 2_000, len(keys))]
+        lh.log("ods.orders").append(
+            orders(keys, rng.integers(0, n_customers + 2, len(keys)).tolist(), prices=prices, months=months), "upsert"
+        )
+        gone = rng.choice(n_orders, size=3, replace=False).tolist()
+        lh.log("ods.orders").append(pa.table({"o_orderkey": pa.array(gone, pa.int64())}), "delete")
+        moved = rng.choice(n_customers, size=3, replace=False).tolist()
+        lh.log("ods.customer").append(customers(moved, rng.integers(0, n_nations + 1, 3).tolist()), "upsert")
+        if i % 2:
+            k = int(rng.integers(0, n_nations))
+            lh.log("ods.nation").append(nations([k], [f"N{k}-{i}"]), "upsert")
+        assert [r.round for r in layers.run_once()] == [i + 1, i + 1]
+        results = check_layers(lh, project, spark=spark, sample=25, seed=seed)
+        assert_clean(results)
+        assert all(r.details["sampled_keys"] > 0 for r in results)
+    assert_clean(check_layers(lh, project, spark=spark, full=True))
