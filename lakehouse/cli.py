@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from lakehouse.errors import LakestreamError
+from lakehouse.errors import InvalidArgument, LakestreamError
 from lakehouse.layers.cli import layers_app
 from lakehouse.settings import load_settings
 
@@ -586,29 +586,38 @@ def table_read(
         str | None,
         typer.Option("--as-of", help='the table as of log offsets, every bucket: "0:120,1:98,..." (bucket:offset)'),
     ] = None,
+    ref: Annotated[
+        str | None,
+        typer.Option(
+            "--ref",
+            help="the lake at an Iceberg tag or branch: 'published' is the newest snapshot whose checks all passed",
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option(min=0, help="rows to print (0: only count them)")] = 20,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
 ) -> None:
     """Read a table: union read (lake + log tail, fresh) or, with --lake, the lake only; --as-of reads either as
-    of log offsets."""
+    of log offsets; --ref published reads the table as published (the lake at that tag, no log tail)."""
     cols = [c.strip() for c in columns.split(",")] if columns else None
     try:
         from lakehouse.union import parse_offsets
 
+        if as_of is not None and ref is not None:
+            raise InvalidArgument("--as-of and --ref do not go together: read as of offsets or at a ref")
         offsets = parse_offsets(as_of, "--as-of") if as_of is not None else None
         lh = _lakehouse(warehouse, config)
-        if lake_only:
-            data = lh.lake_read(name, cols, where, as_of=offsets)
+        if lake_only or ref is not None:
+            data = lh.lake_read(name, cols, where, as_of=offsets, ref=ref)
         else:
             data = lh.union_read(name, cols, where, as_of=offsets)
     except (LakestreamError, ValueError) as exc:
         _fail(exc)
     out = _data_table(data.column_names, data.slice(0, limit).to_pylist())
     console.print(out)
+    what = f"lake at {ref}" if ref is not None else "lake" if lake_only else "union read"
     console.print(
-        f"{data.num_rows:,} rows ({'lake' if lake_only else 'union read'}{f' as of {as_of}' if as_of else ''}); "
-        f"showing {min(limit, data.num_rows)}"
+        f"{data.num_rows:,} rows ({what}{f' as of {as_of}' if as_of else ''}); showing {min(limit, data.num_rows)}"
     )
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "ProducerError",
     "ProjectError",
     "ProjectFormatError",
+    "RefNotFound",
     "SchemaError",
     "SequenceConflict",
     "SubscriptionBackwards",
@@ -236,3 +237,11 @@ class SubscriptionConflict(LakestreamError):
 class SubscriptionBackwards(InvalidArgument):
     """A subscription was asked to move back (a bucket's new offset below its position). Nothing was written.
     Positions only move forward, which is what lets maintenance free what lies behind them."""
+
+
+class RefNotFound(LakestreamError, KeyError):
+    """A read named an Iceberg tag or branch (``ref=``) the table's lake table does not have. The message lists
+    the refs it has; ``published`` appears after the first passing ``lakestream check`` (`quality.publish`)."""
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0]) if self.args else ""

@@ -389,15 +389,21 @@ class Lakehouse:
         row_filter: RowFilter = None,
         *,
         as_of: AsOf | None = None,
+        ref: str | None = None,
     ) -> pa.Table:
         """The lake snapshot plus the log tail after its offsets, merged by key (see `lakehouse.union`):
         every record whose append has returned is visible. With ``as_of={bucket: offset, ...}`` (every bucket),
         the table exactly as the log defines it below those offsets, whether the lake is ahead of them (time
         travel to a retained snapshot), behind them or both; `AsOfUnavailable` if snapshot expiry and log
-        retention removed what that needs."""
+        retention removed what that needs. With ``ref`` (a tag or branch of the lake table, e.g.
+        ``"published"``): the table as published, i.e. the lake exactly at that ref's snapshot and no log tail
+        (what `lake_read` at the ref returns); `RefNotFound` if there is no such ref, `InvalidArgument` with
+        ``as_of``."""
         return self._reading(
             name,
-            lambda table: union_read(table, self.log(name), columns=columns, row_filter=row_filter, as_of=as_of),
+            lambda table: union_read(
+                table, self.log(name), columns=columns, row_filter=row_filter, as_of=as_of, ref=ref
+            ),
             as_of=as_of,
         )
 
@@ -408,11 +414,14 @@ class Lakehouse:
         row_filter: RowFilter = None,
         *,
         as_of: AsOf | None = None,
+        ref: str | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """`union_read` as a stream of record batches, for large results."""
+        """`union_read` as a stream of record batches, for large results (``ref``: as in `union_read`)."""
         return self._reading(
             name,
-            lambda table: union_batches(table, self.log(name), columns=columns, row_filter=row_filter, as_of=as_of),
+            lambda table: union_batches(
+                table, self.log(name), columns=columns, row_filter=row_filter, as_of=as_of, ref=ref
+            ),
             as_of=as_of,
         )
 
@@ -537,11 +546,21 @@ class Lakehouse:
         row_filter: RowFilter = None,
         *,
         as_of: AsOf | None = None,
+        ref: str | None = None,
     ) -> pa.Table:
         """The lake only (what other engines see). With ``as_of``, the lake as it held exactly those offsets
-        (offsets a tiering round committed, still retained), else `AsOfUnavailable`."""
-        log = None if as_of is None else self.log(name)
-        return lake_read(self.lake_table(name), columns=columns, row_filter=row_filter, as_of=as_of, log_=log)
+        (offsets a tiering round committed, still retained), else `AsOfUnavailable`. With ``ref`` (an Iceberg
+        tag or branch of the lake table, e.g. ``"published"``, which `quality.publish` moves only to snapshots
+        whose checks all passed), the lake exactly at the snapshot it points at, whatever was committed since.
+
+        Raises:
+            InvalidArgument: ``as_of`` and ``ref`` together.
+            RefNotFound: the lake table has no such tag or branch (the message lists those it has).
+        """
+        if as_of is not None and ref is not None:
+            raise InvalidArgument("read either as_of offsets or at a ref, not both")
+        log = None if as_of is None and ref is None else self.log(name)
+        return lake_read(self.lake_table(name), columns=columns, row_filter=row_filter, as_of=as_of, log_=log, ref=ref)
 
     def table(self, name: str | TableName) -> TableDefinition:
         """The definition of an existing table. Raises `TableNotFound`."""

@@ -83,12 +83,14 @@ def read_table(
     columns: Sequence[str] | None = None,
     row_filter: RowFilter = None,
     as_of: Mapping[int, int] | None = None,
+    ref: str | None = None,
 ) -> DataFrame:
     """A DataFrame over the table: the lake snapshot (plus the log tail, if ``union``; as of log offsets with
     ``as_of``, as `Lakehouse.union_read` and `Lakehouse.lake_read`), one Spark task per bucket:
     ``spark.read.format("lakestream")`` on ``lh``'s warehouse (whose store this binds, see
     `lakehouse.spark_source.register`). Spark plans (the snapshot, offsets and log ends are fixed) when the
-    DataFrame is first analysed for an action."""
+    DataFrame is first analysed for an action. ``ref`` (e.g. ``"published"``): the lake at that tag or branch
+    only, whatever ``union`` says (not with ``as_of``)."""
     from lakehouse.spark_source import register
 
     register(spark, lh)
@@ -99,6 +101,8 @@ def read_table(
         reader = reader.option("filter", filter_text(row_filter))
     if as_of is not None:
         reader = reader.option("as_of", ",".join(f"{int(b)}:{int(o)}" for b, o in sorted(as_of.items())))
+    if ref is not None:
+        reader = reader.option("ref", ref)
     return reader.load(str(name))
 
 

@@ -24,6 +24,8 @@ Options:
     filter          an Iceberg filter ("o_orderkey < 100 and o_orderstatus = 'F'")
     as_of           every bucket's offset: "0:120,1:98" (as the CLI's --as-of) or JSON {"0": 120, "1": 98}
     lake_only       "true": the lake snapshot only (with as_of: offsets a tiering round committed)
+    ref             the lake at an Iceberg tag or branch, e.g. "published" (the newest snapshot whose checks all
+                    passed, `quality.publish`): that snapshot's files only, no log tail; not with as_of or changes
     changes         "true": the net changelog between ``start`` and ``end`` (offset maps, as ``as_of``),
                     with ``before_images`` ("true"/"false"): `lakehouse.changes`, one partition per bucket with changes
 
@@ -80,6 +82,7 @@ OPTIONS = (
     "filter",
     "as_of",
     "lake_only",
+    "ref",
     "changes",
     "start",
     "end",
@@ -141,6 +144,7 @@ class ReadOptions:
     start: dict[int, int] | None
     end: dict[int, int] | None
     before_images: bool
+    ref: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -167,6 +171,14 @@ class ReadOptions:
                 "changes=true reads between start and end: as_of, lake_only and filter do not apply (filter the "
                 "DataFrame: a change row is kept or dropped as a whole)"
             )
+        ref = str(opts["ref"]).strip() if "ref" in opts else None
+        if ref is not None and not ref:
+            raise InvalidArgument("option ref names a tag or branch of the lake table, e.g. ref=published")
+        if ref is not None and (changes or "as_of" in opts):
+            raise InvalidArgument(
+                "option ref reads the lake at a tag or branch: as_of and changes do not go with it (read either as "
+                "of offsets, the changes between offsets, or at a ref)"
+            )
         if changes and "end" not in opts:
             raise InvalidArgument("changes=true needs start and end offset maps (start defaults to the log's start)")
         return cls(
@@ -180,6 +192,7 @@ class ReadOptions:
             start=parse_offsets(opts["start"], "start") if opts.get("start") else None,
             end=parse_offsets(opts["end"], "end") if opts.get("end") else None,
             before_images=_flag(opts, "before_images"),
+            ref=ref,
         )
 
 
@@ -346,14 +359,16 @@ class LakestreamDataSource(DataSource):
 
 
 def _plan_columns(table: Any, definition: Any, options: ReadOptions, columns: Sequence[str] | None = None) -> ReadPlan:
-    from lakehouse.union import plan_columns
+    from lakehouse.union import plan_columns, ref_snapshot
 
+    if options.ref is not None:
+        ref_snapshot(table, options.ref)  # an unknown ref fails when the DataFrame is made, not at its first action
     return plan_columns(
         table,
         definition,
         columns=columns if columns is not None else options.columns,
         row_filter=options.filter,
-        lake_only=options.lake_only,
+        lake_only=options.lake_only or options.ref is not None,
     )
 
 
@@ -422,8 +437,18 @@ class LakestreamReader(DataSourceReader):
             from lakehouse.tables import TableDefinition
 
             definition = TableDefinition.from_json(self.definition_json)
+            snapshot_id = None
+            if self.options.ref is not None:
+                from lakehouse.union import ref_snapshot
+
+                snapshot_id = ref_snapshot(self._table, self.options.ref)
             located = self.plan.located(
-                self._table, definition, as_of=self.options.as_of, log_=self._log, fix_ends=True
+                self._table,
+                definition,
+                as_of=self.options.as_of,
+                log_=self._log,
+                fix_ends=True,
+                snapshot_id=snapshot_id,
             )
             return [LakestreamPartition("read", b, read) for b, read in located.buckets.items()]
         finally:

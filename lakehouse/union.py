@@ -16,6 +16,11 @@ the most of that bucket without passing ``as_of`` (the current snapshot where th
 snapshot's offset up to ``as_of``. Buckets are grouped by snapshot (one scan each, filtered on
 ``__bucket`` only if other buckets of that snapshot hold rows). A bucket neither can serve raises
 `AsOfUnavailable`, never an approximate state.
+
+Reads at a ref (``ref="published"``: an Iceberg tag or branch of the lake table) return the lake exactly at the
+snapshot the ref points at, and nothing of the log: a published state (`quality.publish`) is a lake snapshot
+whose checks passed, and the log after it was not checked. So a union read at a ref equals a lake read at it;
+``ref`` and ``as_of`` together are refused (`InvalidArgument`), an unknown ref raises `RefNotFound`.
 """
 
 from __future__ import annotations
@@ -40,8 +45,17 @@ from pyiceberg.table.metadata import TableMetadata
 from pyparsing import ParseException
 
 from lakehouse.changelog import KeySet, reduce_changes, upserts_of
-from lakehouse.errors import AsOfUnavailable, CorruptDataFileError, InvalidArgument, SchemaError
-from lakehouse.lake import BUCKET_COLUMN, check_lake_layout, lake_offsets, log_to_lake_rows, tiering_snapshots
+from lakehouse.errors import AsOfUnavailable, CorruptDataFileError, InvalidArgument, RefNotFound, SchemaError
+from lakehouse.lake import (
+    BUCKET_COLUMN,
+    COMMIT_USER_PROPERTY,
+    TIERING_USER,
+    _snapshot_offsets,
+    check_lake_layout,
+    lake_offsets,
+    log_to_lake_rows,
+    tiering_snapshots,
+)
 from lakehouse.log import Log
 from lakehouse.tables import TableDefinition
 
@@ -89,6 +103,39 @@ def output_columns(table: Table, columns: Sequence[str] | None) -> list[str]:
     if unknown:
         raise SchemaError(f"unknown column(s) {unknown}; the table has {names}")
     return list(columns)
+
+
+def ref_snapshot(table: Table, ref: str) -> int:
+    """The snapshot id the tag or branch ``ref`` of ``table`` points at.
+
+    Raises:
+        RefNotFound: the table has no such ref (the message lists those it has).
+        InvalidArgument: ``ref`` is not a non-empty string.
+    """
+    if not isinstance(ref, str) or not ref.strip():
+        raise InvalidArgument(f"ref names a tag or branch of the lake table (e.g. 'published'), got {ref!r}")
+    found = table.metadata.refs.get(ref)
+    if found is None:
+        have = ", ".join(sorted(table.metadata.refs)) or "none (nothing was committed yet)"
+        raise RefNotFound(
+            f"lake table {'.'.join(table.name())} has no tag or branch {ref!r}; its refs: {have}. The tag "
+            "'published' appears after the first passing `lakestream check` (quality.publish)"
+        )
+    return found.snapshot_id
+
+
+def snapshot_offsets(metadata: TableMetadata, snapshot_id: int, buckets: int) -> dict[int, int]:
+    """The log offsets the lake holds at snapshot ``snapshot_id``: those of the newest tiering snapshot among
+    its ancestors (itself included) that are still retained; 0 for every bucket if none is."""
+    snap = metadata.snapshot_by_id(snapshot_id)
+    while snap is not None:
+        if snap.summary is not None and snap.summary[COMMIT_USER_PROPERTY] == TIERING_USER:
+            try:
+                return _snapshot_offsets(snap, buckets)
+            except (TypeError, ValueError, AttributeError, IndexError):
+                break
+        snap = metadata.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+    return dict.fromkeys(range(buckets), 0)
 
 
 def read_tail(
@@ -176,8 +223,9 @@ def _union(
     *,
     stream: bool,
     as_of: AsOf | None = None,
+    ref: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    plan = plan_read(table, log_.definition, columns=columns, row_filter=row_filter, as_of=as_of, log_=log_)
+    plan = plan_read(table, log_.definition, columns=columns, row_filter=row_filter, as_of=as_of, log_=log_, ref=ref)
     return plan.execute_all(log_, table=table, stream=stream)
 
 
@@ -188,9 +236,11 @@ def union_batches(
     columns: Sequence[str] | None = None,
     row_filter: RowFilter = None,
     as_of: AsOf | None = None,
+    ref: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Union read as a stream of record batches (memory: one lake batch plus the log tail)."""
-    return _union(table, log_, columns, row_filter, stream=True, as_of=as_of)
+    """Union read as a stream of record batches (memory: one lake batch plus the log tail). With ``ref``: the
+    lake at that tag or branch only (see the module docstring)."""
+    return _union(table, log_, columns, row_filter, stream=True, as_of=as_of, ref=ref)
 
 
 def union_read(
@@ -200,8 +250,9 @@ def union_read(
     columns: Sequence[str] | None = None,
     row_filter: RowFilter = None,
     as_of: AsOf | None = None,
+    ref: str | None = None,
 ) -> pa.Table:
-    batches = _union(table, log_, columns, row_filter, stream=False, as_of=as_of)
+    batches = _union(table, log_, columns, row_filter, stream=False, as_of=as_of, ref=ref)
     first = next(batches, None)
     if first is None:
         out = output_columns(table, columns)
@@ -216,10 +267,19 @@ def lake_read(
     row_filter: RowFilter = None,
     as_of: AsOf | None = None,
     log_: Log | None = None,
+    ref: str | None = None,
 ) -> pa.Table:
     """The lake only: what any Iceberg reader sees. With ``as_of`` (and the table's ``log_``), the lake as it
     held exactly those offsets: per bucket, a retained snapshot must hold the bucket at exactly that offset
-    (offsets a tiering round committed), else `AsOfUnavailable`."""
+    (offsets a tiering round committed), else `AsOfUnavailable`. With ``ref`` (a tag or branch, e.g.
+    ``"published"``), the lake exactly at the snapshot it points at (`RefNotFound` if there is no such ref)."""
+    if ref is not None:
+        if as_of is not None:
+            raise InvalidArgument("read either as_of offsets or at a ref, not both")
+        if log_ is None:
+            raise InvalidArgument("lake_read at a ref needs the table's log (for its definition: buckets, key)")
+        plan = plan_read(table, log_.definition, columns=columns, row_filter=row_filter, lake_only=True, ref=ref)
+        return pa.Table.from_batches(list(plan.execute_all(None, table=table, stream=False)), schema=plan.arrow_schema)
     if as_of is None:
         out = output_columns(table, columns)
         expr = parse_filter(row_filter, table.schema())
@@ -430,10 +490,12 @@ class ReadPlan:
     buckets: dict[int, BucketRead] = field(default_factory=dict)  # empty until `located`
     tasks: tuple[FileScanTask, ...] = ()  # every bucket's files, in planning order (the parallel Python read)
     io_properties: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    snapshot_id: int | None = None  # located at a ref's snapshot (None: the current one, or as of offsets)
 
     def __repr__(self) -> str:
+        snapshot = self.snapshot_id if self.snapshot_id is not None else self.metadata.current_snapshot_id
         return (
-            f"ReadPlan({self.name}, snapshot={self.metadata.current_snapshot_id}, columns={list(self.columns)}, "
+            f"ReadPlan({self.name}, snapshot={snapshot}, columns={list(self.columns)}, "
             f"filter={self.expr}, union={self.union}, buckets={list(self.buckets.values())})"
         )
 
@@ -444,16 +506,29 @@ class ReadPlan:
         return replace(self, expr=expr if isinstance(self.expr, AlwaysTrue) else And(self.expr, expr))
 
     def located(
-        self, table: Table, definition: TableDefinition, *, as_of: AsOf | None, log_: Log | None, fix_ends: bool
+        self,
+        table: Table,
+        definition: TableDefinition,
+        *,
+        as_of: AsOf | None,
+        log_: Log | None,
+        fix_ends: bool,
+        snapshot_id: int | None = None,
     ) -> ReadPlan:
         """This plan with its buckets located: per bucket the lake files (of the snapshot serving it), the lake
-        offset and the log range. ``table`` must be the table this plan was made from (same metadata)."""
+        offset and the log range. ``table`` must be the table this plan was made from (same metadata).
+        ``snapshot_id`` (a lake-only plan, no ``as_of``): the lake at that snapshot (a ref's), not the current."""
         if table.metadata is not self.metadata and table.metadata != self.metadata:
             raise AssertionError("locate a plan on the table metadata it was planned on")
         fields = tuple(f.name for f in self.projected.fields)
         buckets, name, expr = definition.buckets, self.name, self.expr
         ends: dict[int, int] | None
-        if as_of is not None:
+        if snapshot_id is not None:
+            if as_of is not None or self.union:
+                raise InvalidArgument(f"a read of {name} at a ref is a lake read: no as_of, no log tail")
+            bases, ends = snapshot_offsets(table.metadata, snapshot_id, buckets), None
+            scans = [(table.scan(row_filter=expr, selected_fields=fields, snapshot_id=snapshot_id), None)]
+        elif as_of is not None:
             if log_ is None:
                 raise InvalidArgument(f"a read of {name} as of offsets needs the table's log (to check its end)")
             if not self.union:  # a union plan checked it already
@@ -482,7 +557,7 @@ class ReadPlan:
             b: BucketRead(b, tuple(by_bucket[b]), bases[b], None if ends is None else max(ends[b], bases[b]))
             for b in range(buckets)
         }
-        return replace(self, buckets=reads, tasks=tuple(ordered))
+        return replace(self, buckets=reads, tasks=tuple(ordered), snapshot_id=snapshot_id)
 
     @property
     def scan_schema(self) -> pa.Schema:
@@ -577,6 +652,7 @@ def plan_read(
     log_: Log | None = None,
     fix_ends: bool = False,
     io_properties: Mapping[str, str] | None = None,
+    ref: str | None = None,
 ) -> ReadPlan:
     """Plan a union read of ``table`` (the lake table of ``definition``): checks every argument, fixes the
     snapshot(s), the lake offsets and, per bucket, the files and the log range. Reads nothing but metadata
@@ -586,11 +662,18 @@ def plan_read(
     bucket must be held at exactly its offset by a retained snapshot, else `AsOfUnavailable` (see `lake_read`).
     ``fix_ends``: the log ranges end at the log's current ends (a repeatable plan) instead of the ends when
     executed. ``io_properties``: the pyiceberg FileIO properties a worker needs (default: the table's).
+    ``ref``: the lake at that tag or branch (``"published"``), lake only whatever ``lake_only`` says (see the
+    module docstring); not with ``as_of``. `RefNotFound` if the table has no such ref.
     """
+    snapshot_id = None
+    if ref is not None:
+        if as_of is not None:
+            raise InvalidArgument("read either as_of offsets or at a ref, not both")
+        snapshot_id, lake_only = ref_snapshot(table, ref), True
     plan = plan_columns(
         table, definition, columns=columns, row_filter=row_filter, lake_only=lake_only, io_properties=io_properties
     )
-    return plan.located(table, definition, as_of=as_of, log_=log_, fix_ends=fix_ends)
+    return plan.located(table, definition, as_of=as_of, log_=log_, fix_ends=fix_ends, snapshot_id=snapshot_id)
 
 
 def plan_columns(

@@ -347,3 +347,54 @@ def test_spark_reads_changes(tmp_path, spark) -> None:
     want = lh.changes(NAME, middle, ends, before_images=True)
     assert spark_rows(df, [*COMPARED, "_op"]) == rows(want, [*COMPARED, "_op"])
     assert {r["_op"] for r in want.to_pylist()} == {"insert", "update_before", "update_after", "delete"}
+
+
+def _published(lh: Lakehouse) -> int:
+    """Tag the current snapshot ``published`` (as a passing `lakestream check` does), then tier the tail: the
+    lake moves on, the tag stays."""
+    from quality.publish import publish
+    from quality.results import CheckResult
+
+    snapshot = lh.lake_table(NAME).metadata.current_snapshot_id
+    publish(lh, NAME, snapshot, [CheckResult("reconcile", NAME, snapshot_id=snapshot)])
+    lh.tier(NAME)
+    assert lh.lake_table(NAME).metadata.current_snapshot_id != snapshot
+    return snapshot
+
+
+def test_reader_at_a_ref_reads_the_lake_at_its_snapshot(tmp_path) -> None:
+    from lakehouse.errors import RefNotFound
+
+    lh = Lakehouse.open(tmp_path.as_uri())
+    build(lh, pk=True)
+    cls = source_class({lh.url: {}})
+    with pytest.raises(RefNotFound, match="no tag or branch 'published'"):
+        cls({"path": NAME, "warehouse": lh.url, "ref": "published"}).schema()
+    snapshot = _published(lh)
+    _, reader = _reader(lh, ref="published")
+    parts = reader.partitions()
+    assert len(parts) == BUCKETS and not reader.plan.union
+    got = _read_all(reader, parts)
+    want = lh.lake_read(NAME, ref="published")
+    assert rows(got) == rows(want) != rows(lh.lake_read(NAME)) and got.num_rows == want.num_rows
+    assert f"snapshot={snapshot}" in repr(
+        reader.plan.located(reader._table, lh.table(NAME), as_of=None, log_=None, fix_ends=False, snapshot_id=snapshot)
+    )
+    with pytest.raises(InvalidArgument, match="as_of and changes do not go with it"):
+        cls({"path": NAME, "warehouse": lh.url, "ref": "published", "as_of": "0:1,1:1,2:1"})
+    with pytest.raises(InvalidArgument, match="as_of and changes do not go with it"):
+        cls({"path": NAME, "warehouse": lh.url, "ref": "published", "changes": "true", "end": "0:1,1:1,2:1"})
+
+
+@pytest.mark.slow
+def test_spark_reads_at_a_ref(tmp_path, spark) -> None:
+    lh = Lakehouse.open(tmp_path.as_uri())
+    build(lh, pk=True)
+    _published(lh)
+    want = lh.lake_read(NAME, ref="published")
+    df = lakestream(spark, lh, ref="published").load(NAME)
+    assert df.rdd.getNumPartitions() == BUCKETS
+    assert spark_rows(df) == rows(want) != rows(lh.lake_read(NAME))
+    assert spark_rows(read_table(spark, lh, NAME, ref="published")) == rows(want)
+    with pytest.raises(Exception, match="no tag or branch 'nope'"):
+        lakestream(spark, lh, ref="nope").load(NAME)
