@@ -204,14 +204,16 @@ def test_a_tag_commit_between_tiering_plan_and_commit_keeps_both(lakehouse) -> N
 
 
 def test_cli_reads_at_a_ref(tmp_path) -> None:
-    from lakehouse.cli import app
+    """`lakestream check` publishes; `lakestream table read --ref published` reads it."""
+    from quality.cli import app
 
     lh = Lakehouse.open(tmp_path.as_uri())
     first = make(lh)
     runner = CliRunner()
     missing = runner.invoke(app, ["table", "read", NAME, "-w", lh.url, "--ref", PUBLISHED])
     assert missing.exit_code == 1 and "first passing `lakestream check`" in missing.output, missing.output
-    publish(lh, NAME, first, [passed(first)])
+    check = runner.invoke(app, ["check", "-t", NAME, "-w", lh.url])
+    assert check.exit_code == 0 and published_snapshot(lh, NAME) == first, check.output
     round_(lh, range(100, 130), "later")
     lh.log(NAME).append(batch([7], "tail"), op="upsert")
     result = runner.invoke(app, ["table", "read", NAME, "-w", lh.url, "--ref", PUBLISHED, "--limit", "0"])
