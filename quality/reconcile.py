@@ -122,8 +122,8 @@ class _Checker:
         return self.lh.store.arrow_filesystem()
 
     def read_log(self, bucket: int, start: int, end: int, snapshot: Snapshot | None) -> pa.Table | None:
-        """The log's records [start, end) of ``bucket`` as lake rows (with ``_op``); None (and a violation)
-        if segments in the range are missing."""
+        """The log's records [start, end) of ``bucket`` as lake rows (with ``_op``), for a primary-key table
+        only the last change of each key; None (and a violation) if segments in the range are missing."""
         if end <= start:
             return log_to_lake_rows(self.log.read_schema.empty_table(), bucket, keep_op=True)
         try:
@@ -150,6 +150,8 @@ class _Checker:
                 actual=data.num_rows,
             )
             return None
+        if self.key:
+            data = reduce_changes(data, self.key)
         return log_to_lake_rows(data, bucket, keep_op=True)
 
     def _empty(self) -> pa.Table:
@@ -415,7 +417,7 @@ class _Checker:
                 )
             self.compare(log_rows, added, bucket=b, offsets=rng, snapshot=snap, what="tiered records")
             return
-        changes = reduce_changes(log_rows, self.key)
+        changes = log_rows  # reduced: the last change of each key
         keys = KeySet(changes, self.key)
         removed = self.read_files(removed_files)
         kept = removed.filter(pc.invert(keys.hits(removed))) if removed.num_rows and len(keys) else removed
@@ -443,7 +445,7 @@ class _Checker:
             data = scan.to_table([FileScanTask(f)])
             with self._lock:
                 self.rows += data.num_rows
-            data = data.cast(pa.schema([self.schema.field(k) for k in self.key]))
+            data = data.select(list(self.key)).cast(pa.schema([self.schema.field(k) for k in self.key]))
             hits = keys.hits(data)
             if pc.any(hits).as_py():
                 stale = data.filter(hits)
@@ -508,7 +510,7 @@ class _Checker:
                 return
             fresh = pc.greater_equal(actual.column(OFFSET_COLUMN), lo)
             if self.key:
-                changes = reduce_changes(log_rows, self.key)
+                changes = log_rows
                 if actual.num_rows and changes.num_rows:
                     fresh = pc.or_(fresh, KeySet(changes, self.key).hits(actual))
                 expected = upserts_of(changes).select(self.columns)

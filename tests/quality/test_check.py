@@ -1,0 +1,157 @@
+"""One quality run end to end (issue 26, item 6): `lakestream check` reconciles every table, records the run and
+its report, moves `published` only for tables whose checks passed, and exits 1 on a violation;
+`lakestream report` writes the pages again; jobs/quality.py checks without publishing and publishes from the
+latest run. Reconciliation only here (suites and layers have their own tests); both backends."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from typer.testing import CliRunner
+
+from jobs import quality as job
+from lakehouse import Lakehouse
+from lakehouse.datafiles import LakeContext
+from quality.check import publish_run, run_checks
+from quality.cli import app
+from quality.publish import published_snapshot
+from quality.runs import load_runs
+from tests.lakehouse.test_union_asof import NAME, batch, build
+from tests.quality.test_reconcile import live_files, rewrite
+
+OTHER = "ods.clicks"
+
+
+def two_tables(lh: Lakehouse) -> None:
+    build(lh, "pk")  # ods.t
+    lh.create_table(OTHER, batch([1], "x").schema, bucket_key="k", buckets=2)
+    lh.log(OTHER).append(batch(range(50), "c"))
+    lh.tier(OTHER)
+
+
+def current(lh: Lakehouse, name: str) -> int:
+    return lh.lake_table(name).current_snapshot().snapshot_id
+
+
+def cli(lh: Lakehouse, *args: str):
+    """The command against ``lh``'s warehouse, its credentials in the environment as a user would set them."""
+    options = lh.store.connection_options()
+    names = {"endpoint_url": "LAKESTREAM_S3_ENDPOINT", "access_key_id": "AWS_ACCESS_KEY_ID"}
+    names["secret_access_key"] = "AWS_SECRET_ACCESS_KEY"
+    env = {var: options[key] for key, var in names.items() if key in options}
+    return CliRunner().invoke(app, [*args, "--warehouse", lh.url], env=env, catch_exceptions=False)
+
+
+def test_check_publishes_what_passed_and_exits_1_on_a_violation(lakehouse: Lakehouse, tmp_path) -> None:
+    lh = lakehouse
+    two_tables(lh)
+    result = cli(lh, "check", "--out", str(tmp_path / "pages"))
+    assert result.exit_code == 0, result.output
+    assert "passed" in result.output and NAME in result.output and OTHER in result.output
+    good = {NAME: current(lh, NAME), OTHER: current(lh, OTHER)}
+    assert {n: published_snapshot(lh, n) for n in good} == good
+    (run,) = load_runs(lh)
+    assert run.ok and run.published == good and set(run.tables) == set(good)
+    assert run.tables[NAME]["buckets"] and lh.store.exists(f"_lakestream/quality/reports/{run.run_id}.html")
+    assert (tmp_path / "pages" / "reports" / f"{run.run_id}.html").exists()
+
+    # a rogue commit drops a row of ods.t; ods.clicks moves on cleanly
+    f = live_files(lh, 1)[0]
+    victim = LakeContext.of(lh.store, lh.lake_table(NAME)).read(f.file_path).column("k")[0].as_py()
+    rewrite(lh, f, lambda rows: rows.filter(pc.not_equal(rows.column("k"), victim)))
+    lh.log(OTHER).append(batch(range(50, 80), "c"))
+    lh.tier(OTHER)
+    result = cli(lh, "check")
+    assert result.exit_code == 1, result.output
+    assert "FAIL" in result.output and "content" in result.output and "violation" in result.output
+    assert published_snapshot(lh, NAME) == good[NAME]  # stays where it was
+    assert published_snapshot(lh, OTHER) == current(lh, OTHER) != good[OTHER]
+    latest = load_runs(lh)[0]
+    assert not latest.ok and [v.table for v in latest.violations] == [NAME]
+    # --table, --json
+    result = cli(lh, "check", "--table", OTHER, "--json", "--no-publish")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["ok"] and [r["table"] for r in doc["results"]] == [OTHER]
+    # the report again, into a folder
+    result = cli(lh, "report", "--out", str(tmp_path / "again"))
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "again" / "index.html").exists()
+
+
+def test_a_table_that_cannot_be_checked_is_an_error_result_not_a_crash(lakehouse: Lakehouse) -> None:
+    lh = lakehouse
+    two_tables(lh)
+    run = run_checks(lh, tables=[NAME, "ods.missing"])
+    assert not run.ok
+    missing = next(r for r in run.results if r.table == "ods.missing")
+    assert missing.error and "TableNotFound" in missing.error
+    assert next(r for r in run.results if r.table == NAME).ok
+    assert run.published[NAME] == current(lh, NAME)  # the other table still published
+
+
+def test_report_without_a_run_says_what_to_do(lakehouse: Lakehouse) -> None:
+    result = cli(lakehouse, "report")
+    assert result.exit_code == 1 and "lakestream check" in result.output
+
+
+@pytest.mark.parametrize("backend", ["local"], indirect=True)
+def test_the_job_checks_without_publishing_then_publishes_the_latest_run(lakehouse: Lakehouse, capsys) -> None:
+    lh = lakehouse
+    two_tables(lh)
+    assert job.main(["--warehouse", lh.url, "--table", NAME]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines[0]["check"] == "reconcile" and lines[-1]["ok"] is True
+    assert published_snapshot(lh, NAME) is None  # the check task never publishes
+    assert job.main(["--warehouse", lh.url, "--publish"]) == 0
+    assert published_snapshot(lh, NAME) == current(lh, NAME)
+    assert published_snapshot(lh, OTHER) is None  # not in the run
+    # a failing run: the check exits 1, publishing from it moves nothing and exits 1
+    lh.log(NAME).append(batch(range(200, 230), "n"), op="upsert")
+    lh.tier(NAME)
+    before = published_snapshot(lh, NAME)
+    f = live_files(lh, 0)[0]
+    rewrite(lh, f, lambda rows: rows.slice(1))
+    assert job.main(["--warehouse", lh.url, "--table", NAME]) == 1
+    assert job.main(["--warehouse", lh.url, "--publish"]) == 1
+    assert published_snapshot(lh, NAME) == before
+    assert publish_run(lh, load_runs(lh)[0])[NAME] == before
+
+
+def test_a_project_run_checks_layers_and_suites_and_publishes_each_table_that_passed(tmp_path, spark) -> None:
+    """The example project, layers built and tiered: reconcile + suites + layer checks all pass and every table is
+    published; a wrong row in dwd's log (tiered) fails its layer check and reconciliation stays clean, so dwd keeps
+    its tag while the others move on. Local warehouse (Spark builds the layers)."""
+    from lakehouse.layers.project import load_project
+    from lakehouse.layers.runner import Layers
+    from tests.quality.test_expectations import ALL, EXAMPLE, load_ods
+
+    lh = Lakehouse.open((tmp_path / "wh").as_uri())
+    load_ods(lh)
+    layers = Layers(lh, load_project(EXAMPLE), spark)
+    layers.deploy()
+    layers.run_once()
+    for name in ALL:
+        lh.tier(name)
+    run = run_checks(lh, project=EXAMPLE, spark=spark)
+    assert run.ok, [str(v) for v in run.violations] + [r.error for r in run.results if r.error]
+    checks = {(r.table, r.check.split(":")[0]) for r in run.results}
+    assert {("dwd.orders_enriched", kind) for kind in ("layer", "gx", "reconcile")} <= checks
+    assert run.published == {name: current(lh, name) for name in ALL}
+    first = dict(run.published)
+
+    dwd = "dwd.orders_enriched"
+    row = lh.union_read(dwd).slice(0, 1).drop_columns(["__bucket", "__offset", "__timestamp"])
+    renamed = pa.array([f"{v}-WRONG" for v in row.column("n_name").to_pylist()], row.schema.field("n_name").type)
+    wrong = row.set_column(row.schema.get_field_index("n_name"), "n_name", renamed)
+    lh.log(dwd).append(wrong, "upsert")
+    lh.tier(dwd)
+    run = run_checks(lh, project=EXAMPLE, spark=spark, tables=[dwd, "ods.nation"])
+    assert not run.ok
+    assert {v.check for v in run.violations} == {"layer-row"}
+    assert run.published[dwd] == first[dwd] != current(lh, dwd)
+    assert run.published["ods.nation"] == current(lh, "ods.nation")
+    lh.close()
