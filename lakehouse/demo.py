@@ -55,6 +55,13 @@ class _Expected:
         self.status = np.zeros(self.keyspace, dtype="<U1")
 
 
+#: Steps packages above `lakehouse` add to the demo (``quality`` adds its checks): ``(name, step)``, each step
+#: called as ``step(lh, ns, state, console)`` after the warehouse layers and returning a one-line result; it
+#: raises if its check fails. ``state`` holds ``spark`` (None with --local) and ``layers_url``, the layers'
+#: warehouse.
+EXTRA_STEPS: list[tuple[str, Callable[..., str]]] = []
+
+
 def run_demo(
     store: ObjectStore,
     console: Console | None = None,
@@ -86,6 +93,7 @@ def run_demo(
         ("tier round 2", lambda: _tier(lh, ns, state, console)),
         ("lake == log", lambda: _union(lh, ns, expected, console, lake_behind=False)),
         ("warehouse layers", lambda: _layers(store, stamp, state, console)),
+        *((name, lambda step=step: step(lh, ns, state, console)) for name, step in EXTRA_STEPS),
         ("storage guarantees", lambda: _storage(store, run, big_mib, console)),
     ):
         t0 = time.perf_counter()
@@ -213,6 +221,7 @@ def _layers(store: ObjectStore, stamp: str, state: dict, console: Console) -> st
     from object_store import open_store
 
     url = f"{store.url.rstrip('/')}/layers_{stamp}"
+    state["layers_url"] = url
     lh = Lakehouse(open_store(url, **store.connection_options()))
     try:
         return run_layers_demo(lh, state["spark"], console)

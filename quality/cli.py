@@ -20,6 +20,58 @@ from quality.results import CheckResult
 
 __all__ = ["app"]
 
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tpch"
+
+
+def _demo_quality(lh, ns: str, state: dict, console) -> str:  # noqa: ANN001 - the demo's own objects
+    """The demo's quality step: reconcile the demo's tables (full, then after nothing new, incrementally); in the
+    layers' warehouse tier every table, then reconcile, run the example's suites and check each layer against
+    its SQL; publish; write the report next to a file:// warehouse. Raises if anything failed."""
+    from lakehouse.demo import DemoCheckFailed
+    from lakehouse.lakehouse import Lakehouse
+    from object_store import open_store
+    from quality.check import run_checks
+
+    tables = [str(t) for t in lh.list_tables(ns)]
+    out = None
+    if lh.url.startswith("file://"):
+        out = Path(lh.url[len("file://") :]) / "quality-report"
+    first = run_checks(lh, tables=tables, report_dir=out)
+    again = run_checks(lh, tables=tables, report_dir=out)
+    runs = [first, again]
+    commits = sum(r.details.get("commits_checked", 0) for r in again.results)
+    if state.get("spark") is not None and state.get("layers_url"):
+        with Lakehouse(open_store(state["layers_url"], **lh.store.connection_options())) as layers:
+            for name in layers.list_tables():
+                layers.tier(name)
+            runs.append(run_checks(layers, project=EXAMPLE, spark=state["spark"], report_dir=out))
+    failed = [
+        f"{r.table} {r.check}: {r.error or '; '.join(map(str, r.violations))}"
+        for run in runs
+        for r in run.results
+        if not r.ok
+    ]
+    if failed:
+        raise DemoCheckFailed("quality checks failed: " + " | ".join(failed))
+    checks = sum(len(r.results) for r in runs)
+    rows = sum(r.rows for run in runs for r in run.results)
+    published = sum(1 for run in runs[1:] for s in run.published.values() if s is not None)
+    where = f"; report {out / 'index.html'}" if out else ""
+    return (
+        f"{checks} checks passed ({rows:,} rows compared; a second run re-checked {commits} commits), "
+        f"{published} tables published{where}"
+    )
+
+
+def _register_demo_step() -> None:
+    from lakehouse.demo import EXTRA_STEPS
+
+    if not any(name == "quality checks" for name, _ in EXTRA_STEPS):
+        EXTRA_STEPS.append(("quality checks", _demo_quality))
+
+
+_register_demo_step()
+
 
 def _row(out: Table, r: CheckResult) -> None:
     status = "[green]ok[/]" if r.ok else "[bold red]ERROR[/]" if r.error else "[bold red]FAIL[/]"
