@@ -2,8 +2,8 @@
 tiering or layer task wrote a table; publish what passed.
 
 Scheduled by the assets the `lake_tiering` and `warehouse_layers` tasks produce (`lakestream://<table>`, any of
-them). Two tasks: `check` (`spark-submit jobs/quality.py`: reconcile, suites, layer checks; records the run
-and its report under `_lakestream/quality/`; fails on a violation) and then `publish` (`jobs/quality.py
+them). Two tasks: `check` (`spark-submit jobs/check.py`: reconcile, suites, layer checks; records the run
+and its report under `_lakestream/quality/`; fails on a violation) and then `publish` (`jobs/check.py
 --publish`: moves each table's tag `published` to the snapshot the run passed on), which runs only after
 `check` succeeded.
 
@@ -12,7 +12,7 @@ Configuration (environment; see dags/README.md):
     LAKESTREAM_LAYERS_PROJECT      the layers project (default: <repo>/examples/tpch if present): its models'
                                    assets schedule it too, and its suites and layer checks run
     AIRFLOW_CONN_LAKESTREAM_SPARK  the Spark master (the layer checks run on Spark)
-    LAKESTREAM_JOBS_DIR            where quality.py lives (default: <repo>/jobs)
+    LAKESTREAM_JOBS_DIR            where check.py lives (default: <repo>/jobs)
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _assets() -> list:
 
 @dag(schedule=AssetAny(*_assets()), catchup=False, max_active_runs=1, tags=["lakestream", "quality"], doc_md=__doc__)
 def lake_quality():
-    application = os.path.join(jobs_dir(), "quality.py")
+    application = os.path.join(jobs_dir(), "check.py")
     env_vars = spark_env_vars()
     project = _project()
     selection = [arg for t in tables() for arg in ("--table", t)]

@@ -1,6 +1,6 @@
 """One quality run: every check on every table, then publishing, figures, the run record and its report.
 
-``run_checks(lh, ...)`` is what `lakestream check`, ``jobs/quality.py`` and the ``lake_quality`` DAG call:
+``run_checks(lh, ...)`` is what `lakestream check`, ``jobs/check.py`` and the ``lake_quality`` DAG call:
 
 1. `quality.reconcile.reconcile` of each table (lake == log at every committed offset);
 2. with a project: its Great Expectations suites (`quality.expectations`) on the snapshot just reconciled,
@@ -149,7 +149,7 @@ def _publish(lh: Any, names: list[str], results: list[CheckResult]) -> dict[str,
 
 
 def publish_run(lh: Any, run: QualityRun, *, tables: Sequence[str] | None = None) -> dict[str, int | None]:
-    """Publish from a recorded run (``jobs/quality.py --publish``, the DAG's task after a passing check): each
+    """Publish from a recorded run (``jobs/check.py --publish``, the DAG's task after a passing check): each
     table (of ``tables``, default all of the run's) whose checks in ``run`` all passed on one snapshot gets
     ``published`` there. Returns where ``published`` points per table afterwards."""
     names = [str(t) for t in tables] if tables else list(run.tables) or sorted({r.table for r in run.results})

@@ -44,7 +44,7 @@ def _demo_quality(lh, ns: str, state: dict, console) -> str:  # noqa: ANN001 - t
         with Lakehouse(open_store(state["layers_url"], **lh.store.connection_options())) as layers:
             for name in layers.list_tables():
                 layers.tier(name)
-            runs.append(run_checks(layers, project=EXAMPLE, spark=state["spark"], report_dir=out))
+            runs.append(run_checks(layers, project=EXAMPLE, spark=state["spark"], report_dir=out and out / "layers"))
     failed = [
         f"{r.table} {r.check}: {r.error or '; '.join(map(str, r.violations))}"
         for run in runs
@@ -56,7 +56,7 @@ def _demo_quality(lh, ns: str, state: dict, console) -> str:  # noqa: ANN001 - t
     checks = sum(len(r.results) for r in runs)
     rows = sum(r.rows for run in runs for r in run.results)
     published = sum(1 for run in runs[1:] for s in run.published.values() if s is not None)
-    where = f"; report {out / 'index.html'}" if out else ""
+    where = f"; reports {out / 'index.html'}, {out / 'layers' / 'index.html'}" if out else ""
     return (
         f"{checks} checks passed ({rows:,} rows compared; a second run re-checked {commits} commits), "
         f"{published} tables published{where}"

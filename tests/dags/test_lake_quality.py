@@ -3,7 +3,10 @@ task's asset; check, then publish."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+
+import pytest
 
 from tests.dags.conftest import LOCAL_2, PER_TABLE_ENV, REPO
 
@@ -26,7 +29,7 @@ def test_scheduled_by_the_tables_assets_check_then_publish(run_probe) -> None:
     check, publish = dag["tasks"]["check"], dag["tasks"]["publish"]
     assert publish["upstream"] == ["check"] and check["upstream"] == []
     selection = [arg for t in tables for arg in ("--table", t)]
-    application = str(REPO / "jobs" / "quality.py")
+    application = str(REPO / "jobs" / "check.py")
     assert check["application"] == publish["application"] == application
     assert check["application_args"] == [*selection, "--project", str(EXAMPLE)]
     assert publish["application_args"] == [*selection, "--publish"]
@@ -44,4 +47,47 @@ def test_without_lists_it_follows_every_table(run_probe, tmp_path: Path) -> None
     assert result["dags"]["lake_tiering"]["tasks"]["tier_all_tables"]["outlets"] == ["lakestream://all-tables/"]
     assert dag["tasks"]["check"]["application_args"] == []
     assert dag["tasks"]["publish"]["application_args"] == ["--publish"]
-    assert dag["tasks"]["check"]["application"] == str(tmp_path / "quality.py")
+    assert dag["tasks"]["check"]["application"] == str(tmp_path / "check.py")
+
+
+@pytest.mark.slow
+def test_dag_test_checks_then_publishes_and_a_violation_stops_publishing(run_probe, airflow_db, tmp_path) -> None:
+    """dag.test() with real spark-submits of jobs/check.py: a clean table is checked, then published; after a
+    rogue commit drops a row, `check` fails and `publish` does not run (`published` stays)."""
+    import pyarrow as pa
+
+    from lakehouse import Lakehouse
+    from quality.publish import published_snapshot
+    from tests.quality.test_reconcile import rogue_commit
+
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.string())])
+    warehouse = tmp_path / "warehouse"
+    warehouse.mkdir()
+    with Lakehouse.open(warehouse.as_uri()) as lh:
+        lh.create_table("ods.t", schema, primary_key=["k"], buckets=2)
+        lh.log("ods.t").append(pa.table({"k": list(range(100)), "v": [f"v{i}" for i in range(100)]}, schema=schema))
+        lh.tier("ods.t")
+        clean = lh.lake_table("ods.t").current_snapshot().snapshot_id
+    env = {
+        "LAKESTREAM_WAREHOUSE": warehouse.as_uri(),
+        "LAKESTREAM_TIERED_TABLES": "ods.t",
+        "LAKESTREAM_LAYERS_PROJECT": str(tmp_path / "no-project"),
+        "AIRFLOW_CONN_LAKESTREAM_SPARK": LOCAL_2,
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYTHONPATH": str(REPO),  # spark-submit runs jobs/check.py: this checkout's packages
+    }
+    result = run_probe("test", "lake_quality", env=env, timeout=540)
+    assert result["tasks"] == {"check": "success", "publish": "success"}, result["output"]
+    with Lakehouse.open(warehouse.as_uri()) as lh:
+        assert published_snapshot(lh, "ods.t") == clean
+        # a rogue commit drops the rows of one data file
+        f = next(iter(lh.lake_table("ods.t").scan().plan_files())).file
+        rogue_commit(lh, remove=[f], name="ods.t")
+    result = run_probe("test", "lake_quality", env=env, timeout=540)
+    assert result["tasks"]["check"] == "failed", result["output"]
+    assert result["tasks"]["publish"] == "upstream_failed", result["output"]
+    assert "content" in result["output"]
+    with Lakehouse.open(warehouse.as_uri()) as lh:
+        assert published_snapshot(lh, "ods.t") == clean
+

@@ -1,6 +1,6 @@
 """One quality run end to end (issue 26, item 6): `lakestream check` reconciles every table, records the run and
 its report, moves `published` only for tables whose checks passed, and exits 1 on a violation;
-`lakestream report` writes the pages again; jobs/quality.py checks without publishing and publishes from the
+`lakestream report` writes the pages again; jobs/check.py checks without publishing and publishes from the
 latest run. Reconciliation only here (suites and layers have their own tests); both backends."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pytest
 from typer.testing import CliRunner
 
-from jobs import quality as job
+from jobs import check as job
 from lakehouse import Lakehouse
 from lakehouse.datafiles import LakeContext
 from quality.check import publish_run, run_checks

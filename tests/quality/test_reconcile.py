@@ -28,9 +28,9 @@ def live_files(lh: Lakehouse, bucket: int | None = None):
     return [f for f in files if bucket is None or f.partition[len(f.partition) - 1] == bucket]
 
 
-def rogue_commit(lh: Lakehouse, *, add=(), remove=(), summary=None) -> None:
+def rogue_commit(lh: Lakehouse, *, add=(), remove=(), summary=None, name: str = NAME) -> None:
     """A commit by another writer: files added and removed through pyiceberg, outside lakestream's tiering."""
-    table = lh.lake_table(NAME)
+    table = lh.lake_table(name)
     with table.transaction() as txn:
         update = txn.update_snapshot(snapshot_properties=summary or {})
         with update.overwrite() if remove else update.fast_append() as producer:

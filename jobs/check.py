@@ -1,33 +1,34 @@
-"""spark-submit entry point: check tables and publish what passed (docs/quality.md).
+"""spark-submit entry point: check tables and publish what passed (docs/quality.md). Not named quality.py:
+spark-submit puts this folder first on sys.path, where a quality.py would hide the quality package.
 
-    spark-submit jobs/quality.py                                   # reconcile every table; no publishing
-    spark-submit jobs/quality.py --project examples/tpch           # + the project's suites and layer checks
-    spark-submit jobs/quality.py --table ods.orders --full         # re-check everything of one table
-    spark-submit jobs/quality.py --publish                         # move `published` as the latest run allows
+    spark-submit jobs/check.py                                   # reconcile every table; no publishing
+    spark-submit jobs/check.py --project examples/tpch           # + the project's suites and layer checks
+    spark-submit jobs/check.py --table ods.orders --full         # re-check everything of one table
+    spark-submit jobs/check.py --publish                         # move `published` as the latest run allows
 
 A check run records itself and its report in the warehouse (_lakestream/quality/) and exits 1 on any
 violation. ``--publish`` moves each table's tag ``published`` to the snapshot the latest recorded run passed
 on (refused, exit 1, if that run failed): the ``lake_quality`` DAG runs it only after the check task
-succeeded. The project folder defaults to LAKESTREAM_LAYERS_PROJECT when it is set. Prints one JSON line per
+succeeded. Without ``--project`` only reconciliation runs (the DAG passes the project it found).
+Prints one JSON line per
 result and a summary line; an error that keeps the job from running is one line ``{"error": ..., "type": ...}``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 from jobs._common import parser as common_parser
 from jobs._common import submitted_app_name
 
-APP_NAME = "lakestream-quality"
+APP_NAME = "lakestream-check"
 
 
 def parser():
-    p = common_parser("jobs/quality.py", __doc__)
+    p = common_parser("jobs/check.py", __doc__)
     p.add_argument("--full", action="store_true", help="re-check everything, not only what is new")
-    p.add_argument("--project", default=None, help="a layers project (default: LAKESTREAM_LAYERS_PROJECT if set)")
+    p.add_argument("--project", default=None, help="a layers project: its suites and layer checks run too")
     p.add_argument("--publish", action="store_true", help="publish from the latest recorded run; check nothing")
     p.add_argument("--report-dir", default=None, help="also write the report into this local folder")
     return p
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 def check(lh, args) -> int:
     from quality.check import run_checks
 
-    project = args.project or os.environ.get("LAKESTREAM_LAYERS_PROJECT") or None
+    project = args.project
     spark = None
     if project:
         from lakehouse.spark import spark_session
