@@ -118,7 +118,8 @@ def _murmur3_decimals(arr: pa.Array) -> np.ndarray:
     return out
 
 
-def _as_micros(arr: pa.Array) -> np.ndarray:
+def as_micros(arr: pa.Array) -> np.ndarray:
+    """Timestamps (or times) as int64 microseconds, whatever their unit (nulls as 0)."""
     unit = arr.type.unit
     ints = arr.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
     if unit == "s":
@@ -147,7 +148,7 @@ def murmur3(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
         days = pc.divide(arr.cast(pa.int64()), 86_400_000).fill_null(0).to_numpy(zero_copy_only=False)
         return murmur3_longs(days)
     if pa.types.is_timestamp(t) or pa.types.is_time(t):
-        return murmur3_longs(_as_micros(arr))
+        return murmur3_longs(as_micros(arr))
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t):
         return murmur3_binary(arr)
     if pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):

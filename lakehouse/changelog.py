@@ -53,6 +53,21 @@ def upserts_of(changes: pa.Table) -> pa.Table:
     return changes if mask.all() else changes.filter(pa.array(mask))
 
 
+def distinct_rows(table: pa.Table) -> pa.Table:
+    """``table`` without repeated rows (every column compared)."""
+    if table.num_rows == 0:
+        return table
+    return table.group_by(table.column_names, use_threads=False).aggregate([]).select(table.column_names)
+
+
+def semi_join(table: pa.Table, keys: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """The rows of ``table`` whose ``columns`` match a row of ``keys`` (cast to ``table``'s types)."""
+    if table.num_rows == 0:
+        return table
+    keys = distinct_rows(keys.select(list(columns))).cast(pa.schema([table.schema.field(c) for c in columns]))
+    return table.join(keys, keys=list(columns), join_type="left semi").select(table.column_names)
+
+
 class KeySet:
     """A set of primary keys, built once and probed many times. A single integer key column uses a sorted
     numpy array (binary search: no hash table rebuilt per probe, as ``pc.is_in`` would); other keys fall

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakehouse.bucketing import murmur3_binary
+from lakehouse.bucketing import as_micros, murmur3_binary
 
 MASK = (1 << 64) - 1
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -42,18 +42,6 @@ def _splitmix(x: np.ndarray) -> np.ndarray:
 
 def _fixed(values: np.ndarray) -> np.ndarray:
     return _splitmix(np.ascontiguousarray(values).view(np.uint64).copy())
-
-
-def _micros(arr: pa.Array) -> np.ndarray:
-    unit = arr.type.unit
-    ints = arr.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
-    if unit == "s":
-        return ints * 1_000_000
-    if unit == "ms":
-        return ints * 1_000
-    if unit == "ns":
-        return np.floor_divide(ints, 1_000)
-    return ints
 
 
 def _decimal(arr: pa.Array) -> np.ndarray:
@@ -86,7 +74,7 @@ def column_hashes(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     elif pa.types.is_date64(t):
         h = _fixed(pc.divide(arr.cast(pa.int64()), 86_400_000).fill_null(0).to_numpy(zero_copy_only=False))
     elif pa.types.is_timestamp(t) or pa.types.is_time(t) or pa.types.is_duration(t):
-        h = _fixed(_micros(arr))
+        h = _fixed(as_micros(arr))
     elif pa.types.is_floating(t):
         h = _fixed(arr.cast(pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False))
     elif pa.types.is_decimal(t):

@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThanOrEqual
 
+from lakehouse.changelog import distinct_rows, semi_join
 from quality.errors import QualityError
 from quality.results import LAYER, CheckResult, Violation
 
@@ -283,7 +284,7 @@ def _sample_keys(
         except OffsetOutOfRange:
             written = [lh.changes(model, before, state.after, columns=key).select(key).cast(key_schema)]
         parts.extend(written)
-    changed_count = _distinct(pa.concat_tables(parts)).num_rows if parts else 0
+    changed_count = distinct_rows(pa.concat_tables(parts)).num_rows if parts else 0
     random_count = 0
     if sample > 0:
         every = lh.union_read(model, columns=key, as_of=state.after).select(key).cast(key_schema)
@@ -292,7 +293,7 @@ def _sample_keys(
             chosen = rng.choice(every.num_rows, size=min(sample, every.num_rows), replace=False)
             parts.append(every.take(pa.array(np.sort(chosen))))
             random_count = len(chosen)
-    keys = _distinct(pa.concat_tables(parts)) if parts else key_schema.empty_table()
+    keys = distinct_rows(pa.concat_tables(parts)) if parts else key_schema.empty_table()
     result.details.update({"sampled_keys": keys.num_rows, "changed_keys": changed_count, "random_keys": random_count})
     return keys
 
@@ -315,7 +316,7 @@ def _read_keys(lh: Lakehouse, model: str, offsets: Mapping[int, int], keys: pa.T
     first = keys.column_names[0]
     row_filter, _ = _key_filter(keys[first], first)
     found = lh.union_read(model, row_filter=row_filter, as_of=dict(offsets))
-    return _semi_join(found, keys, keys.column_names)
+    return semi_join(found, keys, keys.column_names)
 
 
 def _expected_of_keys(
@@ -350,7 +351,7 @@ def _expected_of_keys(
         if len(values) <= 10_000:
             df = df.filter(df[first].isin(values))
         rows = df.toArrow()
-    return _semi_join(rows, keys, keys.column_names)
+    return semi_join(rows, keys, keys.column_names)
 
 
 # ---- comparing -----------------------------------------------------------------------------------------------
@@ -456,14 +457,3 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _distinct(table: pa.Table) -> pa.Table:
-    if table.num_rows == 0:
-        return table
-    return table.group_by(table.column_names, use_threads=False).aggregate([]).select(table.column_names)
-
-
-def _semi_join(table: pa.Table, keys: pa.Table, columns: Sequence[str]) -> pa.Table:
-    if table.num_rows == 0:
-        return table
-    keys = _distinct(keys.select(list(columns))).cast(pa.schema([table.schema.field(c) for c in columns]))
-    return table.join(keys, keys=list(columns), join_type="left semi").select(table.column_names)

@@ -43,6 +43,7 @@ from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThanOrEqual
 from sqlglot import exp
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 
+from lakehouse.changelog import distinct_rows, semi_join
 from lakehouse.errors import (
     DeployMismatch,
     InvalidArgument,
@@ -476,7 +477,7 @@ class Layers:
                 )
             else:
                 groups_query = _groups_query(select)
-                groups = _distinct(
+                groups = distinct_rows(
                     pa.concat_tables(
                         [self.sql.run(groups_query, before), self.sql.run(groups_query, after)],
                         promote_options="permissive",
@@ -486,7 +487,7 @@ class Layers:
                 index = {g.output: i for i, g in enumerate(plan.group_by) if g.output}
                 wanted = pa.table({k: groups[f"__g{index[k]}"] for k in key})
                 note = f"this round: {groups.num_rows} group(s) recomputed from their rows"
-        new = _semi_join(new, wanted, key)  # keys outside the round's (a table read under two aliases)
+        new = semi_join(new, wanted, key)  # keys outside the round's (a table read under two aliases)
         old = self._read_rows(record.model, record.output, wanted)
         upserts, deletes = self._diff(record.model, new, old)
         return upserts, deletes, changes, wanted.num_rows, note
@@ -530,7 +531,7 @@ class Layers:
         schema = self._output_schema(model)
         key = list(self.project.models[model].primary_key)
         gone, came = (self.sql.run(select, v).select(schema.names).cast(schema) for v in (before, after))
-        keys = _distinct(pa.concat_tables([gone.select(key), came.select(key)]))
+        keys = distinct_rows(pa.concat_tables([gone.select(key), came.select(key)]))
         old = self._read_rows(model, record.output, keys)
         group_of = retraction.group_outputs
 
@@ -573,7 +574,7 @@ class Layers:
         schema = self.lh.table(plan.driving).schema
         key_schema = pa.schema([schema.field(k) for k in driving_key])
         keys = pa.concat_tables([p.cast(key_schema) for p in parts]) if parts else key_schema.empty_table()
-        return _distinct(keys), sum(t.num_rows for t in changed.values())
+        return distinct_rows(keys), sum(t.num_rows for t in changed.values())
 
     def _changed_keys(self, table: str, start: Mapping[int, int], end: Mapping[int, int]) -> pa.Table:
         """The keys written to ``table``'s log in [start, end): read from the log alone (whether each was an
@@ -585,7 +586,7 @@ class Layers:
         parts = [
             log_.read(b, start[b], end[b]).select(key).cast(key_schema) for b in sorted(end) if start.get(b, 0) < end[b]
         ]
-        return _distinct(pa.concat_tables(parts)) if parts else key_schema.empty_table()
+        return distinct_rows(pa.concat_tables(parts)) if parts else key_schema.empty_table()
 
     def _restricted(self, plan: ModelPlan, driving_keys: pa.Table, offsets: Positions) -> dict[str, pa.Table]:
         """Each input as of ``offsets``, restricted to the driving rows of ``driving_keys`` and the rows they
@@ -610,7 +611,9 @@ class Layers:
                 raise AssertionError(f"unreachable aliases {[m.alias for m in pending]}")
         for mapping in plan.mappings:
             by_table.setdefault(mapping.table, []).append(rows[mapping.alias])
-        return {t: _distinct(pa.concat_tables(parts)) if len(parts) > 1 else parts[0] for t, parts in by_table.items()}
+        return {
+            t: distinct_rows(pa.concat_tables(parts)) if len(parts) > 1 else parts[0] for t, parts in by_table.items()
+        }
 
     def _read_in(
         self, table: str, offsets: Mapping[int, int], values: pa.Table, columns: Sequence[str] | None = None
@@ -642,7 +645,7 @@ class Layers:
         if len(wanted) > IN_LIST_LIMIT:
             found = found.filter(pc.is_in(found[first], value_set=wanted.cast(found.schema.field(first).type)))
         if len(values.column_names) > 1:
-            found = _semi_join(found, values, values.column_names)
+            found = semi_join(found, values, values.column_names)
         return found
 
     def _read_rows(self, model: str, offsets: Mapping[int, int], keys: pa.Table) -> pa.Table:
@@ -784,14 +787,3 @@ def _after(position: Mapping[int, int], end: Mapping[int, int]) -> bool:
     return any(offset > end.get(bucket, 0) for bucket, offset in position.items())
 
 
-def _distinct(table: pa.Table) -> pa.Table:
-    if table.num_rows == 0:
-        return table
-    return table.group_by(table.column_names, use_threads=False).aggregate([]).select(table.column_names)
-
-
-def _semi_join(table: pa.Table, keys: pa.Table, columns: Sequence[str]) -> pa.Table:
-    if table.num_rows == 0:
-        return table
-    keys = _distinct(keys.select(list(columns))).cast(pa.schema([table.schema.field(c) for c in columns]))
-    return table.join(keys, keys=list(columns), join_type="left semi").select(table.column_names)
