@@ -95,8 +95,8 @@ def spark_conf() -> dict[str, str]:
     """The Spark conf every job is submitted with, read at parse time: ``spark.cores.max``
     (LAKESTREAM_SPARK_CORES_MAX, default 1; 0: not set, the first app takes every core of a standalone cluster)
     so that the tables' apps run side by side, and ``spark.executor.cores`` if LAKESTREAM_SPARK_EXECUTOR_CORES
-    is set (at most the cores max: an executor larger than an app may hold is never launched). Both apply to a
-    standalone master only; local, YARN and Kubernetes masters ignore them."""
+    is set (at most the cores max: an executor larger than an app may hold is never launched). The cores max
+    applies to a standalone master only (local, YARN and Kubernetes ignore it); executor cores to all clusters."""
     cores_max = _env_int("LAKESTREAM_SPARK_CORES_MAX", 1, 0)
     executor_cores = _env_int("LAKESTREAM_SPARK_EXECUTOR_CORES", 0, 0)
     conf = {}
