@@ -32,7 +32,8 @@ COPY dags ./dags
 COPY examples ./examples
 COPY docker/entrypoint.sh docker/healthcheck.py /usr/local/bin/
 
-RUN useradd --uid 50000 --create-home --shell /bin/bash lakestream \
+RUN chmod 755 /usr/local/bin/entrypoint.sh \
+    && useradd --uid 50000 --create-home --shell /bin/bash lakestream \
     && mkdir -p /opt/airflow/logs /opt/airflow/auth /opt/spark/work \
     && chown -R lakestream /opt/airflow /opt/spark
 USER lakestream
