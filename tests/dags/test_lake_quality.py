@@ -78,6 +78,7 @@ def test_dag_test_checks_then_publishes_and_a_violation_stops_publishing(run_pro
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYTHONPATH": str(REPO),  # spark-submit runs jobs/check.py: this checkout's packages
+        "LAKESTREAM_TASK_RETRIES": "0",  # the failing check must fail now, not be retried
     }
     result = run_probe("test", "lake_quality", env=env, timeout=540)
     assert result["tasks"] == {"check": "success", "publish": "success"}, result["output"]
