@@ -1,4 +1,5 @@
-"""What the lakestream DAGs share: the table list, the jobs directory, task ids, environment forwarding.
+"""What the lakestream DAGs share: the table list, the jobs directory, task ids, environment forwarding, and
+`spark_submit`, which builds every task (retries, retry delay, timeout and Spark cores from the environment).
 
 Not a DAG. Airflow parses it (it mentions DAGs), finds none, and moves on: that is not an import error.
 The DAG files import it as ``_lakestream_common``, which works because Airflow puts the DAG folder (the
