@@ -1,4 +1,5 @@
-"""What the lakestream DAGs share: the table list, the jobs directory, task ids, environment forwarding.
+"""What the lakestream DAGs share: the table list, the jobs directory, task ids, environment forwarding, and
+`spark_submit`, which builds every task (retries, retry delay, timeout and Spark cores from the environment).
 
 Not a DAG. Airflow parses it (it mentions DAGs), finds none, and moves on: that is not an import error.
 The DAG files import it as ``_lakestream_common``, which works because Airflow puts the DAG folder (the
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset
@@ -59,6 +62,75 @@ def spark_env_vars() -> dict[str, str]:
     return env_vars
 
 
+def _env_int(name: str, default: int, minimum: int) -> int:
+    """The integer in environment variable ``name`` (unset or blank: ``default``); anything else is an error that
+    names the variable, so the DAG file fails to import with it."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not an integer (unset it for the default, {default})") from None
+    if value < minimum:
+        raise ValueError(f"{name}={value} is below {minimum} (unset it for the default, {default})")
+    return value
+
+
+def task_defaults() -> dict[str, Any]:
+    """retries, retry_delay and execution_timeout of every SparkSubmitOperator, read at parse time.
+
+    LAKESTREAM_TASK_RETRIES (default 2), LAKESTREAM_TASK_RETRY_DELAY_SECONDS (30) and
+    LAKESTREAM_TASK_TIMEOUT_MINUTES (30; 0: no timeout). The timeout is what ends a task whose Spark driver waits
+    for executors that never come (a lost standalone worker); the retry then runs it again.
+    """
+    timeout = _env_int("LAKESTREAM_TASK_TIMEOUT_MINUTES", 30, 0)
+    return {
+        "retries": _env_int("LAKESTREAM_TASK_RETRIES", 2, 0),
+        "retry_delay": timedelta(seconds=_env_int("LAKESTREAM_TASK_RETRY_DELAY_SECONDS", 30, 0)),
+        "execution_timeout": timedelta(minutes=timeout) if timeout else None,
+    }
+
+
+def spark_conf() -> dict[str, str]:
+    """The Spark conf every job is submitted with, read at parse time: ``spark.cores.max``
+    (LAKESTREAM_SPARK_CORES_MAX, default 1; 0: not set, the first app takes every core of a standalone cluster)
+    so that the tables' apps run side by side, and ``spark.executor.cores`` if LAKESTREAM_SPARK_EXECUTOR_CORES
+    is set (at most the cores max: an executor larger than an app may hold is never launched). The cores max
+    applies to a standalone master only (local, YARN and Kubernetes ignore it); executor cores to all clusters."""
+    cores_max = _env_int("LAKESTREAM_SPARK_CORES_MAX", 1, 0)
+    executor_cores = _env_int("LAKESTREAM_SPARK_EXECUTOR_CORES", 0, 0)
+    conf = {}
+    if cores_max:
+        conf["spark.cores.max"] = str(cores_max)
+    if executor_cores:
+        if cores_max and executor_cores > cores_max:
+            raise ValueError(
+                f"LAKESTREAM_SPARK_EXECUTOR_CORES={executor_cores} is above LAKESTREAM_SPARK_CORES_MAX={cores_max}: "
+                "Spark would never launch an executor"
+            )
+        conf["spark.executor.cores"] = str(executor_cores)
+    return conf
+
+
+def spark_submit(task_id: str, application: str, application_args: Sequence[str], **kwargs: Any) -> SparkSubmitOperator:
+    """A ``spark-submit <application> <application_args>`` task with what every lakestream task has: the
+    connection ``lakestream_spark``, the app name ``lakestream-<task_id>``, `spark_env_vars`, `spark_conf`,
+    `task_defaults` and run-time forwarding of LAKESTREAM_* / AWS_* (`forward_environment`). ``kwargs`` (e.g.
+    ``outlets``, ``name``) go to the operator and win over the defaults."""
+    options: dict[str, Any] = {
+        "conn_id": SPARK_CONN_ID,
+        "name": f"lakestream-{task_id}",
+        "env_vars": spark_env_vars(),
+        "conf": spark_conf(),
+        "pre_execute": forward_environment,
+        **task_defaults(),
+    }
+    return SparkSubmitOperator(
+        task_id=task_id, application=application, application_args=list(application_args), **{**options, **kwargs}
+    )
+
+
 def spark_submit_per_table(
     verb: str, job: str, extra_args: Sequence[str] = (), *, outlets: bool = False
 ) -> list[SparkSubmitOperator]:
@@ -66,20 +138,12 @@ def spark_submit_per_table(
     or a single one without ``--table`` (every table of the warehouse) when the list is empty. With
     ``outlets``, each task produces its table's asset (`asset`)."""
     application = os.path.join(jobs_dir(), job)
-    env_vars = spark_env_vars()
-    operators = []
-    for table in tables() or [None]:
-        tid = task_id(verb, table)
-        operators.append(
-            SparkSubmitOperator(
-                task_id=tid,
-                conn_id=SPARK_CONN_ID,
-                application=application,
-                application_args=[*(["--table", table] if table else []), *extra_args],
-                name=f"lakestream-{tid}",
-                env_vars=env_vars,
-                pre_execute=forward_environment,
-                outlets=[asset(table)] if outlets else [],
-            )
+    return [
+        spark_submit(
+            task_id(verb, table),
+            application,
+            [*(["--table", table] if table else []), *extra_args],
+            outlets=[asset(table)] if outlets else [],
         )
-    return operators
+        for table in tables() or [None]
+    ]

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import os
 
-from _lakestream_common import SPARK_CONN_ID, asset, forward_environment, jobs_dir, spark_env_vars, tables
+from _lakestream_common import asset, jobs_dir, spark_submit, tables
 from _layers_graph import layers_graph, model_order, project_folder
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import AssetAny, dag
 
 
@@ -44,21 +43,17 @@ def _assets() -> list:
 @dag(schedule=AssetAny(*_assets()), catchup=False, max_active_runs=1, tags=["lakestream", "quality"], doc_md=__doc__)
 def lake_quality():
     application = os.path.join(jobs_dir(), "check.py")
-    env_vars = spark_env_vars()
     project = _project()
     selection = [arg for t in tables() for arg in ("--table", t)]
     if selection:
         selection += [arg for m in _models(project) for arg in ("--table", m)]
-    common = dict(conn_id=SPARK_CONN_ID, application=application, env_vars=env_vars, pre_execute=forward_environment)
-    check = SparkSubmitOperator(
-        task_id="check",
-        application_args=[*selection, *(["--project", project] if project else [])],
+    check = spark_submit(
+        "check",
+        application,
+        [*selection, *(["--project", project] if project else [])],
         name="lakestream-quality-check",
-        **common,
     )
-    publish = SparkSubmitOperator(
-        task_id="publish", application_args=[*selection, "--publish"], name="lakestream-quality-publish", **common
-    )
+    publish = spark_submit("publish", application, [*selection, "--publish"], name="lakestream-quality-publish")
     check >> publish
 
 

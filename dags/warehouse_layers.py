@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import os
 
-from _lakestream_common import SPARK_CONN_ID, asset, forward_environment, jobs_dir, spark_env_vars, task_id
+from _lakestream_common import asset, jobs_dir, spark_submit, task_id
 from _layers_graph import layers_graph, model_order, project_folder
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import dag
 
 
@@ -22,19 +21,10 @@ def warehouse_layers():
     project = project_folder()
     graph = layers_graph(project)
     application = os.path.join(jobs_dir(), "layers.py")
-    env_vars = spark_env_vars()
-    tasks: dict[str, SparkSubmitOperator] = {}
+    tasks = {}
     for model in model_order(graph):
-        tid = task_id("run", model)
-        tasks[model] = SparkSubmitOperator(
-            task_id=tid,
-            conn_id=SPARK_CONN_ID,
-            application=application,
-            application_args=["--project", project, "--model", model],
-            name=f"lakestream-{tid}",
-            env_vars=env_vars,
-            pre_execute=forward_environment,
-            outlets=[asset(model)],
+        tasks[model] = spark_submit(
+            task_id("run", model), application, ["--project", project, "--model", model], outlets=[asset(model)]
         )
         for upstream in graph[model]:
             if upstream in tasks:  # a model it reads (sources have no task: producers feed them)

@@ -67,11 +67,32 @@ def spark_session(master: str | None = None, *, app_name: str = "lakestream", **
             f"could not start Spark (master {master or 'from spark-submit'}): {' '.join(str(exc).split())}. Check "
             "that Java 17 is installed (JAVA_HOME) and the master is reachable; Spark's own output above says more"
         ) from None
-    spark.sparkContext.setLogLevel("ERROR")
+    quiet_logs(spark)
     from lakehouse.spark_source import register
 
     register(spark)  # spark.read.format("lakestream"), with the settings' store
     return spark
+
+
+#: Loggers whose WARN lines lakestream jobs print on every run and that say nothing wrong.
+NOISY_LOGGERS = (
+    "org.apache.spark.sql.execution.datasources.DataSourceManager",  # "replaced a previously registered" (register)
+)
+
+
+def quiet_logs(spark: SparkSession) -> None:
+    """Spark's log at WARN, but `NOISY_LOGGERS` at ERROR. Not ERROR for all: when a standalone master has no
+    worker left, the driver waits for executors for good and only a WARN from TaskSchedulerImpl ("Initial job has
+    not accepted any resources; check your cluster UI to ensure that workers are registered and have sufficient
+    resources") says why; lost executors and failed task attempts are WARNs too."""
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        jvm = spark.sparkContext._jvm
+        level = jvm.org.apache.logging.log4j.Level.ERROR
+        for name in NOISY_LOGGERS:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
+    except Exception:  # no log4j 2 core in the JVM: the noise stays, nothing else changes
+        pass
 
 
 def read_table(

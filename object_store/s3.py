@@ -328,7 +328,14 @@ class S3Store(ObjectStore):
             kwargs["IfMatch"] = _quote(if_match)
         if if_none_match:
             kwargs["IfNoneMatch"] = "*"
-        response = self._call("PutObject", key, self.client.put_object, **kwargs)
+        try:
+            response = self._call("PutObject", key, self.client.put_object, **kwargs)
+        except NotFound:
+            if if_match is None:
+                raise
+            # AWS answers If-Match on a missing key with 404 NoSuchKey where SeaweedFS and MinIO answer 412:
+            # both mean that the compare-and-swap lost
+            raise PreconditionFailed(f"PutObject {self._describe(key)}: no such object (If-Match)", key) from None
         return _unquote(response["ETag"])
 
     def _get(self, key: str, start: int | None = None, length: int | None = None) -> Object:

@@ -26,6 +26,11 @@ def load(dags_folder: str):
     return BundleDagBag(dag_folder=dags_folder, bundle_path=Path(dags_folder))
 
 
+def _seconds(delta) -> float | None:
+    """A timedelta (or None) as seconds, for JSON."""
+    return None if delta is None else delta.total_seconds()
+
+
 def dagbag(dags_folder: str, *connections: str) -> dict:
     bag = load(dags_folder)
     dags = {}
@@ -40,6 +45,10 @@ def dagbag(dags_folder: str, *connections: str) -> dict:
                 "env_vars": getattr(task, "env_vars", None),
                 "upstream": sorted(task.upstream_task_ids),
                 "outlets": [getattr(o, "uri", str(o)) for o in task.outlets],
+                "retries": task.retries,
+                "retry_delay": _seconds(task.retry_delay),
+                "execution_timeout": _seconds(task.execution_timeout),
+                "conf": getattr(task, "conf", None),
             }
             if task._pre_execute_hook is not None:  # what the task runner calls just before execute()
                 task._pre_execute_hook({"task": task})

@@ -37,6 +37,17 @@ PER_TABLE_ENV = {
     "AWS_SECRET_ACCESS_KEY": "not-in-the-dag",
 }
 
+# What every SparkSubmitOperator gets without LAKESTREAM_TASK_* / LAKESTREAM_SPARK_* set (dags/README.md).
+DEFAULT_ROBUSTNESS = {"retries": 2, "retry_delay": 30.0, "execution_timeout": 1800.0, "conf": {"spark.cores.max": "1"}}
+
+
+def assert_default_robustness(task: dict) -> None:
+    """``task`` has the default retries, retry delay, execution timeout and Spark conf, and its spark-submit
+    command lines (every connection probed) pass the conf."""
+    assert {k: task[k] for k in DEFAULT_ROBUSTNESS} == DEFAULT_ROBUSTNESS
+    for command in task["spark_submit"].values():
+        assert command[3:5] == ["--conf", "spark.cores.max=1"], command
+
 
 def assert_per_table_tasks(dag: dict, job: str, options: list[str]) -> None:
     """``dag`` (parsed with PER_TABLE_ENV) has one SparkSubmitOperator per table running ``jobs/<job>``
@@ -47,6 +58,7 @@ def assert_per_table_tasks(dag: dict, job: str, options: list[str]) -> None:
         assert task["conn_id"] == "lakestream_spark"
         assert task["application"] == application
         assert task["application_args"] == ["--table", table, *options]
+        assert_default_robustness(task)
         for conn, master in MASTERS.items():
             command = task["spark_submit"][conn]
             assert command[:3] == ["spark-submit", "--master", master], conn
@@ -71,6 +83,8 @@ def assert_one_task_for_all_tables(result: dict, dag_id: str, task_id: str, jobs
         "spark-submit",
         "--master",
         "local[2]",
+        "--conf",
+        "spark.cores.max=1",
         "--name",
         f"lakestream-{task_id}",
         str(jobs_dir / job),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dags.conftest import LOCAL_2, PER_TABLE_ENV, REPO
+from tests.dags.conftest import LOCAL_2, PER_TABLE_ENV, REPO, assert_default_robustness
 
 EXAMPLE = REPO / "examples" / "tpch"
 MODELS = ["dwd.orders_enriched", "ads.revenue_by_nation_month"]
@@ -34,6 +34,8 @@ def test_scheduled_by_the_tables_assets_check_then_publish(run_probe) -> None:
     assert check["application_args"] == [*selection, "--project", str(EXAMPLE)]
     assert publish["application_args"] == [*selection, "--publish"]
     assert check["spark_submit"][LOCAL_2][:3] == ["spark-submit", "--master", "local[2]"]
+    assert_default_robustness(check)
+    assert_default_robustness(publish)
     assert "AWS_SECRET_ACCESS_KEY" not in check["env_vars"]  # forwarded at run time only
     assert check["env_vars_at_run_time"]["AWS_SECRET_ACCESS_KEY"] == PER_TABLE_ENV["AWS_SECRET_ACCESS_KEY"]
 
@@ -76,6 +78,7 @@ def test_dag_test_checks_then_publishes_and_a_violation_stops_publishing(run_pro
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYTHONPATH": str(REPO),  # spark-submit runs jobs/check.py: this checkout's packages
+        "LAKESTREAM_TASK_RETRIES": "0",  # the failing check must fail now, not be retried
     }
     result = run_probe("test", "lake_quality", env=env, timeout=540)
     assert result["tasks"] == {"check": "success", "publish": "success"}, result["output"]
@@ -90,4 +93,3 @@ def test_dag_test_checks_then_publishes_and_a_violation_stops_publishing(run_pro
     assert "content" in result["output"]
     with Lakehouse.open(warehouse.as_uri()) as lh:
         assert published_snapshot(lh, "ods.t") == clean
-

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dags.conftest import LOCAL_2, MASTERS, PER_TABLE_ENV, REPO
+from tests.dags.conftest import LOCAL_2, MASTERS, PER_TABLE_ENV, REPO, assert_default_robustness
 
 EXAMPLE = REPO / "examples" / "tpch"
 DWD, ADS = "run__dwd__orders_enriched", "run__ads__revenue_by_nation_month"
@@ -33,6 +33,7 @@ def test_one_spark_submit_per_model_wired_from_the_dependency_graph(run_probe) -
         args = ["--project", str(EXAMPLE), "--model", model]
         assert task["application"] == application
         assert task["application_args"] == args
+        assert_default_robustness(task)
         for conn, master in MASTERS.items():
             command = task["spark_submit"][conn]
             assert command[:3] == ["spark-submit", "--master", master], conn
@@ -41,6 +42,8 @@ def test_one_spark_submit_per_model_wired_from_the_dependency_graph(run_probe) -
             "spark-submit",
             "--master",
             "local[2]",
+            "--conf",
+            "spark.cores.max=1",
             "--name",
             f"lakestream-{tid}",
             application,

@@ -1,0 +1,88 @@
+"""lakehouse.spark.spark_session's log level: Spark's WARN lines stay visible (a driver with no executors says
+why it waits), the known-noisy ones do not."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A driver on a standalone master with no worker (as after a `kill -9` of the only one): its job waits for
+# executors that never come.
+STARVING = """
+import sys, threading
+sys.path.insert(0, sys.argv[1])
+from lakehouse.spark import spark_session
+spark = spark_session(master=sys.argv[2], **{"spark.starvation.timeout": "1s"})
+print("SESSION", flush=True)
+threading.Thread(target=lambda: spark.range(1).count(), daemon=True).start()
+threading.Event().wait(120)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def master_without_workers(tmp_path: Path):
+    """A Spark standalone master from the pip package (``spark-class``), with no worker: its URL."""
+    import pyspark
+
+    port = free_port()
+    spark_home = str(Path(pyspark.__file__).parent)  # spark-class would look for it with the PATH's python3
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": spark_home, "SPARK_LOG_DIR": str(tmp_path)}
+    spark_class = Path(spark_home) / "bin" / "spark-class"
+    command = [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--webui-port", str(free_port())]
+    master = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert master.poll() is None and time.monotonic() < deadline, "the Spark master did not start"
+                time.sleep(0.5)
+        yield f"spark://127.0.0.1:{port}"
+    finally:
+        master.kill()
+        master.wait()
+
+
+@pytest.mark.slow
+def test_a_driver_without_executors_says_why_it_waits(master_without_workers: str) -> None:
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STARVING, str(REPO), master_without_workers],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 120
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "Initial job has not accepted any resources" in line or time.monotonic() > deadline:
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+    output = "".join(lines)
+    assert "SESSION" in output, output
+    after = output[output.index("SESSION") :]  # what the session's log level let through
+    assert "WARN TaskSchedulerImpl: Initial job has not accepted any resources" in after, output
+    assert "DataSourceManager" not in after, output  # spark_session registers `lakestream` twice: quiet
