@@ -17,6 +17,26 @@ def parser(prog: str, doc: str) -> argparse.ArgumentParser:
     return p
 
 
+def emit(obj: dict) -> None:
+    """One JSON line on stdout (what a spark-submit job reports)."""
+    print(json.dumps(obj, default=str), flush=True)
+
+
+def with_lakehouse(args: argparse.Namespace, work: Callable[[Any], int]) -> int:
+    """``work(lakehouse)`` on the settings' (``--config``, ``--warehouse``) lakehouse; an error of ours becomes one
+    line ``{"error": ..., "type": ...}`` and exit code 1. Settings are read before Spark starts (in ``work``),
+    so a bad configuration fails at once."""
+    from lakehouse import Lakehouse
+    from lakehouse.errors import LakestreamError
+
+    try:
+        with Lakehouse.from_env(args.config, warehouse=args.warehouse) as lh:
+            return work(lh)
+    except LakestreamError as exc:
+        emit({"error": str(exc), "type": type(exc).__name__})
+        return 1
+
+
 def run_per_table(args: argparse.Namespace, app_name: str, work: Callable[[Any, str, Any], Any]) -> int:
     """``work(lakehouse, table, spark)`` for each table (``--table`` or all); returns the exit code."""
     from lakehouse import Lakehouse

@@ -16,11 +16,10 @@ result and a summary line; an error that keeps the job from running is one line 
 
 from __future__ import annotations
 
-import json
 import sys
 
+from jobs._common import emit, submitted_app_name, with_lakehouse
 from jobs._common import parser as common_parser
-from jobs._common import submitted_app_name
 
 APP_NAME = "lakestream-check"
 
@@ -34,23 +33,9 @@ def parser():
     return p
 
 
-def emit(obj: dict) -> None:
-    print(json.dumps(obj, default=str), flush=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from lakehouse import Lakehouse
-    from lakehouse.errors import LakestreamError
-
-    try:
-        with Lakehouse.from_env(args.config, warehouse=args.warehouse) as lh:
-            if args.publish:
-                return publish_latest(lh, args.table)
-            return check(lh, args)
-    except LakestreamError as exc:
-        emit({"error": str(exc), "type": type(exc).__name__})
-        return 1
+    return with_lakehouse(args, lambda lh: publish_latest(lh, args.table) if args.publish else check(lh, args))
 
 
 def check(lh, args) -> int:

@@ -16,14 +16,13 @@ Prints one JSON line per round (`RoundReport.to_json`), and for an error one lin
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
 
-from jobs._common import submitted_app_name
+from jobs._common import emit, submitted_app_name, with_lakehouse
 
 REPO = Path(__file__).resolve().parents[1]
 APP_NAME = "lakestream-layers"
@@ -54,22 +53,10 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def emit(obj: dict) -> None:
-    print(json.dumps(obj, default=str), flush=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from lakehouse import Lakehouse
-    from lakehouse.errors import LakestreamError
-
-    try:
-        # settings and the project first: a bad configuration or model fails at once, not after Spark's start
-        with Lakehouse.from_env(args.config, warehouse=args.warehouse) as lh:
-            return run(lh, args)
-    except LakestreamError as exc:
-        emit({"error": str(exc), "type": type(exc).__name__})
-        return 1
+    # settings and the project first: a bad configuration or model fails at once, not after Spark's start
+    return with_lakehouse(args, lambda lh: run(lh, args))
 
 
 def run(lh, args: argparse.Namespace) -> int:
