@@ -138,7 +138,12 @@ def check(
         console.print(f"run {run.run_id}: {'[green]passed[/]' if run.ok else '[bold red]failed[/]'}; published {moved}")
     if not run.ok:
         page = f"_lakestream/quality/reports/{run.run_id}.html"
-        err.print(f"[bold red]{len(run.violations)} violation(s)[/]; report: {page} in the warehouse")
+        failed = [r for r in run.results if not r.ok]
+        errors = sum(1 for r in failed if r.error)
+        err.print(
+            f"[bold red]{len(failed)} check(s) failed[/] ({len(run.violations)} violation(s), {errors} could not run); "
+            f"report: {page} in the warehouse"
+        )
         raise typer.Exit(1)
 
 
