@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed-stamp
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: test demo s3 bench lint install clean
+.PHONY: test demo s3 stack stack-down stack-status bench lint install clean
 
 install: $(STAMP)
 
@@ -36,6 +36,16 @@ demo: $(STAMP)
 # A SeaweedFS S3 server on loopback for manual use; prints endpoint and credentials. Ctrl+C stops it.
 s3: $(STAMP)
 	$(BIN)/python -m object_store.seaweedfs $(S3_DIR)
+
+# The native stack (no Docker) under .stack/: SeaweedFS, a Spark master and worker, Airflow; see docs/deploy.md.
+stack: $(STAMP)
+	$(BIN)/python -m deploy.stack up $(STACK_ARGS)
+
+stack-down: $(STAMP)
+	$(BIN)/python -m deploy.stack down $(STACK_ARGS)
+
+stack-status: $(STAMP)
+	$(BIN)/python -m deploy.stack status $(STACK_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'

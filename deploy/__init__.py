@@ -1,0 +1,1 @@
+"""Deployment helpers: the native stack (deploy/stack.py)."""
