@@ -1,0 +1,113 @@
+"""deploy/stack.py: configuration, env file, status/down on nothing, and a real SeaweedFS-only up/down."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from deploy import stack
+from object_store.seaweedfs import ACCESS_KEY, SECRET_KEY, _free_ports
+
+
+def test_ports_default_and_from_env(tmp_path: Path) -> None:
+    cfg = stack.Config.from_env(tmp_path, env={})
+    assert cfg.ports["s3.port"] == 8333
+    assert cfg.ports["spark.master"] == 7077
+    assert cfg.ports["spark.master.ui"] == 8090
+    assert cfg.ports["spark.worker.ui"] == 8091
+    assert cfg.ports["airflow.api"] == 8080
+    assert len(set(cfg.ports.values())) == len(cfg.ports), "default ports clash"
+
+    cfg = stack.Config.from_env(tmp_path, env={
+        "LAKESTREAM_STACK_S3_PORT": "18000", "LAKESTREAM_STACK_SPARK_MASTER_UI_PORT": "18001",
+        "LAKESTREAM_STACK_AIRFLOW_PORT": "18002", "LAKESTREAM_STACK_WORKER_CORES": "3",
+    })
+    assert cfg.s3_endpoint == "http://127.0.0.1:18000"
+    assert cfg.ports["spark.master.ui"] == 18001
+    assert cfg.airflow_url == "http://127.0.0.1:18002"
+    assert cfg.worker_cores == 3
+    for bad in ("x", "0", "70000"):
+        with pytest.raises(stack.StackError, match="LAKESTREAM_STACK_S3_PORT"):
+            stack.Config.from_env(tmp_path, env={"LAKESTREAM_STACK_S3_PORT": bad})
+
+
+def test_env_file_sources_to_the_stack(tmp_path: Path) -> None:
+    cfg = stack.Config.from_env(tmp_path / "st ack", env={
+        "LAKESTREAM_STACK_S3_PORT": "18333", "LAKESTREAM_STACK_SPARK_MASTER_PORT": "17077",
+        "LAKESTREAM_STACK_AIRFLOW_PORT": "18080",
+    })
+    env_file = tmp_path / "env"
+    env_file.write_text(cfg.env_file_text())
+    out = subprocess.run(
+        ["bash", "-c", f"source '{env_file}' && env -0"], capture_output=True, text=True, check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    ).stdout
+    env = dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
+    assert env["LAKESTREAM_WAREHOUSE"] == "s3://lakestream/warehouse"
+    assert env["LAKESTREAM_S3_ENDPOINT"] == "http://127.0.0.1:18333"
+    assert env["AWS_ACCESS_KEY_ID"] == ACCESS_KEY
+    assert env["AWS_SECRET_ACCESS_KEY"] == SECRET_KEY
+    assert env["AIRFLOW_CONN_LAKESTREAM_SPARK"] == "spark://127.0.0.1:17077"
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://127.0.0.1:18080/execution/"
+    assert env["AIRFLOW_HOME"] == str(tmp_path / "st ack" / "airflow")
+    assert env["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert env["PYSPARK_PYTHON"] == sys.executable
+    assert env["PATH"].split(":")[0] == str(Path(sys.executable).parent)
+    assert env["PATH"].endswith("/usr/bin:/bin")
+    assert env["AIRFLOW__API_AUTH__JWT_SECRET"], "Airflow's components need one shared JWT secret"
+    assert cfg.env_file_text() == cfg.env_file_text(), "the JWT secret must be stable across calls"
+
+
+def test_status_of_an_empty_dir(tmp_path: Path) -> None:
+    cfg = stack.Config.from_env(tmp_path, env={})
+    lines: list[str] = []
+    assert stack.status(cfg, lines.append) == {s: None for s in stack.SERVICES}
+    assert len(lines) == len(stack.SERVICES)
+    assert all("stopped" in line for line in lines)
+
+
+def test_down_on_nothing_is_a_no_op_and_drops_stale_pid_files(tmp_path: Path) -> None:
+    cfg = stack.Config.from_env(tmp_path, env={})
+    assert stack.down(cfg, lambda _: None) == []
+    dead = subprocess.Popen(["true"], start_new_session=True)
+    dead.wait()
+    cfg.pid_file("spark-master").write_text(f"{dead.pid}\n")
+    lines: list[str] = []
+    assert stack.status(cfg, lines.append)["spark-master"] is None
+    assert any("stale" in line for line in lines)
+    assert stack.down(cfg, lambda _: None) == []
+    assert not cfg.pid_file("spark-master").exists()
+
+
+def test_up_seaweedfs_only_then_down_leaves_no_process(tmp_path: Path) -> None:
+    ports = _free_ports(len(stack.PORT_ENV))
+    env = {var: str(port) for var, port in zip(stack.PORT_ENV, ports, strict=True)}
+    cfg = stack.Config.from_env(tmp_path / ".stack", env=env)
+    cfg.timeout = 60
+    try:
+        assert stack.up(cfg, services=("seaweedfs",), out=lambda _: None) is True
+        pid = stack.running(cfg, "seaweedfs")
+        assert pid is not None
+        assert (cfg.root / "env").read_text() == cfg.env_file_text()
+        assert stack.up(cfg, services=("seaweedfs",), out=lambda _: None) is False, "started twice"
+        assert stack.running(cfg, "seaweedfs") == pid
+
+        from object_store import open_store
+
+        store = open_store("s3://lakestream/warehouse", endpoint_url=cfg.s3_endpoint,
+                           access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY, region="us-east-1")
+        store.put("probe/x", b"1")
+        assert store.get("probe/x").data == b"1"
+    finally:
+        stopped = stack.down(cfg, lambda _: None)
+    assert stopped == ["seaweedfs"]
+    assert not cfg.pid_file("seaweedfs").exists()
+    time.sleep(0.2)
+    assert not stack._group_members(pid), "a process of the stopped group is left"
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)
