@@ -104,7 +104,10 @@ def test_up_seaweedfs_only_then_down_leaves_no_process(tmp_path: Path) -> None:
         store.put("probe/x", b"1")
         assert store.get("probe/x").data == b"1"
     finally:
+        pid_started = stack.read_pid(cfg, "seaweedfs")
         stopped = stack.down(cfg, lambda _: None)
+        if pid_started is not None and stack._alive(pid_started):  # down failed: leave nothing behind anyway
+            os.killpg(pid_started, 9)
     assert stopped == ["seaweedfs"]
     assert not cfg.pid_file("seaweedfs").exists()
     time.sleep(0.2)
