@@ -338,6 +338,9 @@ def _spark_env(cfg: Config) -> dict[str, str]:
         "SPARK_LOCAL_DIRS": str(spark / "local"),
         "SPARK_LOG_DIR": str(spark / "logs"),
         "PATH": f"{cfg.bin_dir}:{env.get('PATH', '')}",
+        # a busy port fails the start (and so the readiness check) instead of moving to the next port
+        "SPARK_MASTER_OPTS": "-Dspark.port.maxRetries=0",
+        "SPARK_WORKER_OPTS": "-Dspark.port.maxRetries=0",
     })
     return env
 
@@ -464,7 +467,8 @@ def up(cfg: Config, services: tuple[str, ...] | None = None, out: Callable[[str]
             start(cfg)
             out(f"{'/'.join(names)} ready in {time.monotonic() - t:.1f}s  {cfg.url(names[0])}")
     except BaseException as exc:
-        out(f"start failed: {exc}" if isinstance(exc, StackError) else f"start interrupted: {exc!r}")
+        out("start failed; stopping what was started" if isinstance(exc, StackError)
+            else f"start interrupted ({exc!r}); stopping what was started")
         for service in reversed(started):
             if stop_service(cfg, service):
                 out(f"stopped {service}")
