@@ -100,6 +100,10 @@ class LayerConflict(LakestreamError):
     if it died, run again: the round it left is resumed exactly once)."""
 
 
+class RoundUnknown(LakestreamError):
+    """Log offsets of a model's table match no round boundary (`lakehouse.layers.rounds.boundary_round`)."""
+
+
 class ModelChanged(ProjectError):
     """A model's SQL changed while one of its rounds was unfinished: that round must finish with the SQL it
     started with (its intent records the SQL's digest); restore it, run, then change it again."""

@@ -370,9 +370,24 @@ class Lakehouse:
         max_split_rows: int | None = None,
     ) -> TieringResult:
         """One tiering round of ``name`` (see `lakehouse.tiering`): on the local in-process executor
-        (``workers`` threads) unless a Spark session, or a master to start one with, is given."""
+        (``workers`` threads) unless a Spark session, or a master to start one with, is given.
+
+        The table of a layer model is tiered up to its newest round boundary (`lakehouse.layers.rounds`), not
+        to its log's end: a round appends bucket by bucket, and a lake snapshot of half a round would be a state
+        the model never had. Rows behind the boundary are tiered once the next round finished."""
+        from lakehouse.layers.rounds import round_boundary
+
         executor = self.executor(spark=spark, spark_master=spark_master, workers=workers)
-        return tier(self.store, self.catalog, self.log(name), executor=executor, max_split_rows=max_split_rows)
+        log_ = self.log(name)
+        boundary = round_boundary(self.store, str(log_.definition.name), log_.end_offsets)
+        return tier(
+            self.store,
+            self.catalog,
+            log_,
+            executor=executor,
+            max_split_rows=max_split_rows,
+            end=boundary[1] if boundary is not None else None,
+        )
 
     @staticmethod
     def executor(*, spark: Any = None, spark_master: str | None = None, workers: int | None = None) -> TaskExecutor:

@@ -27,6 +27,7 @@ import time
 import traceback
 import uuid
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -313,8 +314,11 @@ def tier(
     *,
     executor: TaskExecutor | None = None,
     max_split_rows: int | None = None,
+    end: Mapping[int, int] | None = None,
 ) -> TieringResult:
-    """One tiering round of ``log_``'s table. See the module docstring.
+    """One tiering round of ``log_``'s table. See the module docstring. ``end`` caps the offsets tiered per
+    bucket (default: the log's end); a model's table is tiered up to its newest round boundary
+    (`Lakehouse.tier`), so that its lake snapshots hold whole rounds.
 
     Raises:
         LakeStateError: the lake table is missing or foreign, its offsets are unreadable or ahead of the log.
@@ -334,6 +338,8 @@ def tier(
     lake = lake_offsets(table.metadata, definition.buckets, name=name)
     log_end = log_.end_offsets()
     check_offsets(name, lake, log_end)
+    if end is not None:  # never past the log's end, never back behind what the lake holds
+        log_end = {b: max(lake.get(b, 0), min(o, end.get(b, 0))) for b, o in log_end.items()}
     splits = plan_splits(
         lake,
         log_end,

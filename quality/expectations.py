@@ -16,14 +16,22 @@ GX compares one batch with constants; lakestream adds references, resolved from 
 runs. A kwarg value may be one of::
 
     {"$lakestream": "column_values", "table": "ods.customer", "column": "c_custkey"}
-        the distinct non-null values of a column of another table's current lake snapshot (a list: for
+        the distinct non-null values of a column of another table (a list: for
         expect_column_values_to_be_in_set, referential integrity)
     {"$lakestream": "row_count", "table": "ods.orders"}
-        the rows of another table's current lake snapshot (an int: expect_table_row_count_to_equal, row-count
-        agreement between layers)
+        the rows of another table (an int: expect_table_row_count_to_equal, row-count agreement between layers)
     {"$lakestream": "now_minus_seconds", "seconds": 86400}
         the time that many seconds before the run, comparable with the lake's ``__timestamp`` (timestamptz):
         freshness with expect_column_max_to_be_between(column="__timestamp", min_value=...)
+
+**Which state of the other table.** The one the validated snapshot was computed from, when that is defined: a
+model's snapshot holds whole rounds (tiering stops at round boundaries), the round that produced it recorded
+its inputs' positions, and an input that is itself a model leads on to its own round (`upstream_positions`). A
+referenced table among them is read as of its positions (an as-of union read); any other (the checked table is
+a source, or the referenced one is not upstream of it) from its current lake snapshot. A model's snapshot that
+is no retained round boundary (its round records were pruned: tier more often than every `KEEP_ROUNDS` rounds)
+(or one holding half a round: tiered by something that ignored the boundaries) makes the suite an error, not a
+violation.
 
 Each reference becomes a GX suite parameter (``{"$PARAMETER": "lakestream_<i>"}``) whose value is given to the
 validation, so Data Docs show the values used. Columns are the table's columns plus the lake's ``__bucket``,
@@ -71,6 +79,7 @@ __all__ = [
     "load_suites",
     "run_suite",
     "run_suites",
+    "upstream_positions",
 ]
 
 #: The folder of a project that holds the suites.
@@ -311,7 +320,8 @@ def run_suite(
     spark: Any = None,
     docs_dir: str | os.PathLike[str] | None = None,
 ) -> CheckResult:
-    """Validate ``suite`` on a lake snapshot of ``table`` (the current one unless ``snapshot_id``).
+    """Validate ``suite`` on a lake snapshot of ``table`` (the current one unless ``snapshot_id``). A table with no
+    lake snapshot yet is skipped (no violation: ``details["skipped"]`` says why).
 
     ``suite`` is a `Suite` (from `load_suites`) or a suite document (parsed JSON). The snapshot is read with
     pyiceberg and validated with an in-memory GX context: as a pandas DataFrame, or through GX's Spark
@@ -337,10 +347,21 @@ def run_suite(
     if snapshot_id is not None and snapshot is None:
         raise QualityError(f"{table} has no snapshot {snapshot_id} (expired, or of another table)")
     sid = snapshot.snapshot_id if snapshot is not None else None
+    if sid is None:  # nothing tiered yet: no state to validate (or to publish); freshness would fail on NaT
+        return CheckResult(
+            check=f"{GX}:{suite.name}",
+            table=table,
+            snapshot_id=None,
+            seconds=time.perf_counter() - started,
+            rows=0,
+            details={"expectations": len(suite.expectations), "passed": 0, "warnings": [],
+                     "skipped": "the table has no lake snapshot yet: nothing tiered to validate"},
+        )
     use_spark = spark is not None and _total_records(snapshot) > SPARK_ROWS
     data = lake.scan(snapshot_id=sid).to_arrow() if sid is not None else lake.scan().to_arrow()
     spark_tz = spark.conf.get("spark.sql.session.timeZone") if use_spark else None
-    params = {ref.param: _resolve(lh, ref, spark_tz) for ref in suite.references}
+    upstream = upstream_positions(lh, table, sid) if any("table" in r.spec for r in suite.references) else {}
+    params = {ref.param: _resolve(lh, ref, spark_tz, upstream) for ref in suite.references}
 
     with tempfile.TemporaryDirectory(prefix="lakestream-gx-") as tmp, quiet() as gx:
         docs = Path(docs_dir) if docs_dir is not None else Path(tmp)
@@ -426,8 +447,52 @@ def _total_records(snapshot: Any) -> int:
         return 0
 
 
-def _resolve(lh: Lakehouse, ref: Reference, spark_tz: str | None) -> Any:
-    """The value of a reference now: from the referenced table's current lake snapshot, or the clock."""
+def upstream_positions(lh: Lakehouse, table: str, snapshot_id: int | None) -> dict[str, dict[int, int]]:
+    """The log positions of every table upstream of ``table`` that its lake snapshot ``snapshot_id`` (None: no
+    snapshot, the empty table) was computed from: the inputs of the model round that produced it, and so on up
+    through inputs that are models. Empty for a source (a table no round writes).
+
+    Raises:
+        QualityError: the snapshot of a model is no retained round boundary.
+    """
+    from lakehouse.errors import RoundUnknown
+    from lakehouse.layers.rounds import boundary_round, latest_round
+    from lakehouse.union import snapshot_offsets
+
+    definition = lh.table(table)
+    if snapshot_id is None:
+        ends = dict.fromkeys(range(definition.buckets), 0)
+    else:
+        ends = snapshot_offsets(lh.lake_table(table).metadata, snapshot_id, definition.buckets)
+    positions: dict[str, dict[int, int]] = {}
+    todo = [(table, ends)]
+    while todo:
+        model, at = todo.pop()
+        latest = latest_round(lh.store, model)
+        if latest is None:
+            continue  # a source: nothing upstream
+        try:
+            record = boundary_round(lh.store, model, at, lh.log(model).end_offsets)
+        except RoundUnknown as exc:
+            raise QualityError(
+                f"{table}: which state of its inputs its lake snapshot {snapshot_id} reflects is unknown, so its "
+                f"suite's references to them cannot be resolved: {exc}. Tier the tables again (tiering stops at "
+                "round boundaries)"
+            ) from None
+        if record is not None:
+            inputs = record.end
+        else:  # before its first round: computed from nothing yet
+            inputs = {i: dict.fromkeys(range(lh.table(i).buckets), 0) for i in latest.end}
+        for name, offsets in inputs.items():
+            if name not in positions:  # the nearest path wins (a diamond reaches one table twice)
+                positions[name] = dict(offsets)
+                todo.append((name, dict(offsets)))
+    return positions
+
+
+def _resolve(lh: Lakehouse, ref: Reference, spark_tz: str | None, upstream: Mapping[str, dict[int, int]]) -> Any:
+    """The value of a reference: from the referenced table as of its position in ``upstream``
+    (`upstream_positions`) or else its current lake snapshot; or from the clock."""
     if ref.kind == "now_minus_seconds":
         at = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=float(ref.spec["seconds"]))
         if spark_tz is not None:  # Spark hands GX naive timestamps in the session's time zone
@@ -435,12 +500,15 @@ def _resolve(lh: Lakehouse, ref: Reference, spark_tz: str | None) -> Any:
 
             return at.astimezone(ZoneInfo(spark_tz)).replace(tzinfo=None)
         return at
-    table = lh.lake_table(ref.spec["table"])
+    name = ref.spec["table"]
+    column = ref.spec["column"] if ref.kind == "column_values" else lh.table(name).schema.names[0]
+    if name in upstream:
+        data = lh.union_read(name, columns=[column], as_of=upstream[name])
+    else:
+        data = lh.lake_table(name).scan(selected_fields=(column,)).to_arrow()
     if ref.kind == "row_count":
-        key = list(lh.table(ref.spec["table"]).schema.names[:1])
-        return table.scan(selected_fields=tuple(key)).to_arrow().num_rows
-    column = ref.spec["column"]
-    values = table.scan(selected_fields=(column,)).to_arrow().column(column)
+        return data.num_rows
+    values = data.column(column)
     import pyarrow.compute as pc
 
     return sorted(pc.unique(values.drop_null()).to_pylist(), key=lambda v: (str(type(v)), v))

@@ -8,19 +8,39 @@ of M stands at ``end`` and then its report is written next to it (``report-<r>.j
 resumes it from its intent: the same range, the same as-of reads, so the same rows, appended under the same
 producer id and sequences (the log recognises what already landed).
 The report also feeds ``lakestream layers status``; old intents and reports are deleted (the newest few are kept).
+
+**Round boundaries.** A round appends to its model's log bucket by bucket, so the log's end seen at an arbitrary
+moment may hold half a round. The ends *between* rounds are known exactly: round ``r``'s intent records in
+``output`` the ends when it began, which are the ends after round ``r - 1``; and once the newest round's report
+exists, the log's end (read while no newer intent appears) is the end after it. `round_boundary` gives the newest
+such ends: tiering a model's table stops there, so every lake snapshot of a model holds whole rounds, and
+`boundary_round` maps a snapshot's ends back to the round that produced them (whose inputs' positions the
+snapshot reflects: quality's cross-table expectations read the inputs as of them).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakehouse.errors import LayerConflict
+from lakehouse.errors import LayerConflict, RoundUnknown
 from lakehouse.tables import RESERVED_NAMESPACE
 from object_store import NotFound, ObjectStore, PreconditionFailed
 
-__all__ = ["LAYERS_PREFIX", "RoundRecord", "RoundReport", "create_round", "latest_round", "prune", "read_report"]
+__all__ = [
+    "LAYERS_PREFIX",
+    "RoundRecord",
+    "RoundReport",
+    "boundary_round",
+    "create_round",
+    "latest_round",
+    "prune",
+    "read_report",
+    "round_boundary",
+    "rounds",
+]
 
 LAYERS_PREFIX = f"{RESERVED_NAMESPACE}/layers/"
 #: Rounds whose intent and report are kept (the newest ones; older ones are deleted after each round).
@@ -89,7 +109,8 @@ class RoundReport:
 
     ``round`` is -1 and ``idle`` True when no input had advanced (nothing ran). ``positions``: every input's
     offsets after the round. ``input_changes``: change rows read from the inputs; ``affected``: output keys (or
-    groups) recomputed; ``upserts``/``deletes``: rows appended to the model's log."""
+    groups) recomputed; ``upserts``/``deletes``: rows appended to the model's log; ``output``: the model's log ends
+    once its appends were done (the round's boundary; empty in reports of older versions)."""
 
     model: str
     round: int
@@ -104,6 +125,7 @@ class RoundReport:
     idle: bool = False
     resumed: bool = False
     finished_at: float = field(default=0.0, compare=False)
+    output: dict[int, int] = field(default_factory=dict, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -120,11 +142,13 @@ class RoundReport:
             "idle": self.idle,
             "resumed": self.resumed,
             "finished_at": self.finished_at,
+            "output": {str(b): o for b, o in self.output.items()},
         }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> RoundReport:
-        return cls(**{**doc, "positions": _positions(doc["positions"]) or {}})
+        output = {int(b): int(o) for b, o in (doc.get("output") or {}).items()}
+        return cls(**{**doc, "positions": _positions(doc["positions"]) or {}, "output": output})
 
 
 def latest_round(store: ObjectStore, model: str) -> RoundRecord | None:
@@ -138,6 +162,81 @@ def latest_round(store: ObjectStore, model: str) -> RoundRecord | None:
         return RoundRecord.from_json(store.get(newest).data)
     except NotFound:  # pruned meanwhile by a runner that went on: look again
         return latest_round(store, model)
+
+
+def rounds(store: ObjectStore, model: str) -> list[RoundRecord]:
+    """Every retained round intent of ``model``, oldest first (intents pruned while listed are left out)."""
+    out = []
+    for info in store.list(f"{LAYERS_PREFIX}{model}/round-"):
+        try:
+            out.append(RoundRecord.from_json(store.get(info.key).data))
+        except NotFound:
+            continue
+    return out
+
+
+def round_boundary(
+    store: ObjectStore, model: str, log_end: Callable[[], dict[int, int]]
+) -> tuple[int, dict[int, int]] | None:
+    """The newest round boundary of ``model``'s log (see the module): ``(r, ends)`` where ``ends`` are the log's
+    ends after round ``r`` (``r`` is -1 for the ends before round 0), or None if ``model`` never ran a round
+    (a table no layer writes). ``log_end`` reads the log's current ends."""
+    latest = latest_round(store, model)
+    if latest is None:
+        return None
+    if not report_exists(store, model, latest.number):  # running, or its runner died: the ends it began at
+        return latest.number - 1, dict(latest.output)
+    ends = log_end()
+    again = latest_round(store, model)
+    if again is None or again.number == latest.number:
+        return latest.number, ends
+    return again.number - 1, dict(again.output)  # a round began meanwhile: its appends may be in `ends`
+
+
+def boundary_round(
+    store: ObjectStore, model: str, ends: dict[int, int], log_end: Callable[[], dict[int, int]]
+) -> RoundRecord | None:
+    """The round of ``model`` whose output the log's state at ``ends`` holds: the newest finished round ``r``
+    whose appends all lie below ``ends``, provided ``ends`` holds none of round ``r + 1``'s appends (rows written
+    between rounds by anything else are part of the state). None when ``ends`` lies before round 0. Buckets
+    missing from either side count as 0.
+
+    Raises:
+        RoundUnknown: ``ends`` holds part of a round, or predates the retained round records.
+    """
+
+    def le(a: dict[int, int], b: dict[int, int]) -> bool:
+        return all(a.get(k, 0) <= b.get(k, 0) for k in set(a) | set(b))
+
+    records = rounds(store, model)
+    by_number = {r.number: r for r in records}
+    for record in reversed(records):
+        if not report_exists(store, model, record.number):
+            continue  # running, or its runner died: its appends are no boundary
+        following = by_number.get(record.number + 1)
+        report = _report(store, model, record.number)
+        after = report.output if report is not None and report.output else None
+        if after is None:  # a report of an older version: the ends the next round began at, or the log's end now
+            after = dict(following.output) if following is not None else log_end()
+        if le(after, ends):
+            if following is None or le(ends, following.output):
+                return record
+            break  # part of round r + 1's appends
+    else:
+        if records and records[0].number == 0 and le(ends, records[0].output):
+            return None
+    raise RoundUnknown(
+        f"model {model}: log offsets {ends} are no round boundary of its retained rounds "
+        f"({', '.join(str(r.number) for r in records) or 'none'}): they hold part of a round, or predate the "
+        "round records kept (the newest few)"
+    )
+
+
+def _report(store: ObjectStore, model: str, number: int) -> RoundReport | None:
+    try:
+        return RoundReport.from_json(json.loads(store.get(_key(model, "report", number)).data))
+    except NotFound:
+        return None
 
 
 def create_round(store: ObjectStore, record: RoundRecord) -> None:

@@ -371,6 +371,7 @@ class Layers:
                 record.end,
                 resumed=True,
                 finished_at=time.time(),
+                output=self.lh.log(name).end_offsets(),
             )
             write_report(self.lh.store, report)
             return report
@@ -411,6 +412,7 @@ class Layers:
             seconds=time.monotonic() - started,
             resumed=resumed,
             finished_at=time.time(),
+            output=self.lh.log(name).end_offsets(),
         )
         write_report(self.lh.store, report)
         prune(self.lh.store, name, record.number)

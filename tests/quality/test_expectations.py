@@ -109,27 +109,74 @@ def test_example_suites_pass_on_clean_data_and_keep_results_and_docs(warehouse, 
     assert rows["dwd.orders_enriched"] == rows["ods.orders"] == N_ORDERS  # what the row-count expectation checked
 
 
-def test_cross_table_references_catch_drift_between_layers(warehouse, suites):
-    """Row-count agreement and referential integrity of dwd against the ODS: an order tiered into ods.orders
-    after the layer ran, and a customer deleted from ods.customer, are both seen from dwd's suite."""
-    lh = warehouse
-    before = run_suite(lh, "dwd.orders_enriched", suites["dwd.orders_enriched"])
-    assert before.ok
+def test_cross_table_references_read_the_inputs_as_the_round_saw_them(warehouse, suites, spark):
+    """A model's snapshot is checked against its inputs as of the round that produced it: ODS changes no round has
+    seen yet are no drift, even once tiered; a layer tiered behind its input's lake is no drift either; but what
+    the round did see (orders left without their customer) and a rogue row in the layer are violations."""
+    from lakehouse.layers.runner import Layers
+
+    lh, dwd, ads = warehouse, "dwd.orders_enriched", "ads.revenue_by_nation_month"
+
+    def check(name: str):
+        return run_suite(lh, name, suites[name])
+
+    assert check(dwd).ok and check(ads).ok
+    # ODS changes after the round, tiered: an order of an existing customer, a customer with orders deleted
     lh.log("ods.orders").append(bad_order(N_ORDERS + 1), "upsert")
-    deleted = lh.union_read("dwd.orders_enriched", columns=["o_custkey"]).column("o_custkey")[0].as_py()
+    deleted = lh.union_read(dwd, columns=["o_custkey"]).column("o_custkey")[0].as_py()
+    orphans = pa.compute.sum(pa.compute.equal(lh.union_read("ods.orders").column("o_custkey"), deleted)).as_py()
     lh.log("ods.customer").append(pa.table({"c_custkey": pa.array([deleted], pa.int64())}), "delete")
     lh.tier("ods.orders")
     lh.tier("ods.customer")
-    after = run_suite(lh, "dwd.orders_enriched", suites["dwd.orders_enriched"])
-    by_type = {v.message.split(" ")[0]: v for v in after.violations}
-    assert set(by_type) == {"expect_table_row_count_to_equal", "expect_column_values_to_be_in_set"}, after.violations
-    count = by_type["expect_table_row_count_to_equal"]
-    assert count.actual == N_ORDERS and count.expected["value"] == N_ORDERS + 1
-    assert f"observed {N_ORDERS}, expected value={N_ORDERS + 1}" in count.message
-    ref = by_type["expect_column_values_to_be_in_set"]
-    assert "on o_custkey" in ref.message and deleted in ref.actual["unexpected_values"]
-    assert ref.snapshot_id == after.snapshot_id == before.snapshot_id  # dwd itself did not change
-    assert after.details["passed"] == after.details["expectations"] - 2
+    after_ods = check(dwd)
+    assert after_ods.ok, [str(v) for v in after_ods.violations]  # the round has not seen them: no drift
+
+    # the layers run on them; dwd is tiered, ads is not: ads still agrees with dwd as its own round read it
+    Layers(lh, load_project(EXAMPLE), spark).run_once()
+    lh.tier(dwd)
+    result = check(ads)
+    assert result.ok and result.snapshot_id == lh.lake_table(ads).current_snapshot().snapshot_id
+    # dwd's round saw orders whose customer is gone: the inner join drops them, so dwd lacks them
+    result = check(dwd)
+    [count] = result.violations
+    assert count.message.startswith("expect_table_row_count_to_equal")
+    assert count.actual == N_ORDERS + 1 - orphans and count.expected["value"] == N_ORDERS + 1
+    lh.tier(ads)
+    assert check(ads).ok
+
+    # a rogue row written into dwd's log behind its runner: a customer that never existed
+    rogue = lh.union_read(dwd).slice(0, 1).drop_columns(["__bucket", "__offset", "__timestamp"])
+    rogue = rogue.set_column(0, "o_orderkey", pa.array([10**9], pa.int64()))
+    rogue = rogue.set_column(1, "o_custkey", pa.array([10**9], pa.int64()))
+    lh.log(dwd).append(rogue, "upsert")
+    lh.tier(dwd)
+    result = check(dwd)
+    by_type = {v.message.split(" ")[0]: v for v in result.violations}
+    assert set(by_type) == {"expect_table_row_count_to_equal", "expect_column_values_to_be_in_set"}
+    assert by_type["expect_column_values_to_be_in_set"].actual["unexpected_values"] == [10**9]
+
+
+def test_a_model_is_tiered_to_round_boundaries_and_a_snapshot_off_them_is_an_error(warehouse, suites):
+    """Half a round in a model's log (a round appending, or a runner that died in it) is not tiered; a snapshot
+    that holds one anyway (tiered without the boundary: an older version) is an error for the suite, not a
+    violation."""
+    from lakehouse.layers.rounds import RoundRecord, create_round, latest_round
+    from lakehouse.tiering import tier
+
+    lh, ads = warehouse, "ads.revenue_by_nation_month"
+    assert qx.upstream_positions(lh, ads, lh.lake_table(ads).current_snapshot().snapshot_id)
+    latest = latest_round(lh.store, ads)
+    before = lh.log(ads).end_offsets()
+    assert lh.lake_offsets(ads) == before
+    create_round(lh.store, RoundRecord(ads, latest.number + 1, "incremental", latest.end, latest.end, before))
+    half = lh.union_read(ads).slice(0, 1).drop_columns(["__bucket", "__offset", "__timestamp"])
+    lh.log(ads).append(half, "upsert")
+    assert lh.tier(ads).snapshot_id is None and lh.lake_offsets(ads) == before  # the half round stays in the log
+
+    tier(lh.store, lh.catalog, lh.log(ads))  # as a tiering that ignores round boundaries would
+    assert lh.lake_offsets(ads) != before
+    with pytest.raises(qx.QualityError, match="no round boundary"):
+        run_suite(lh, ads, suites[ads])
 
 
 @pytest.fixture
@@ -243,6 +290,16 @@ def test_freshness_of_timestamp(ods):
     assert run_suite(lh, "ods.nation", suite(3600)).ok
     [v] = run_suite(lh, "ods.nation", suite(0)).violations  # nothing written after the run started
     assert v.message.startswith("expect_column_max_to_be_between on __timestamp failed: observed ")
+
+    # a table with a log but nothing tiered yet has no state to validate: skipped, not stale (GX saw NaT)
+    d = load_project(EXAMPLE).sources["ods.nation"].definition
+    lh.create_table("ods.nation_copy", d.schema, buckets=d.buckets, primary_key=list(d.primary_key))
+    lh.log("ods.nation_copy").append(nations(np.arange(3)), "upsert")
+    result = run_suite(lh, "ods.nation_copy", suite(3600))
+    assert result.ok and result.snapshot_id is None and result.rows == 0
+    assert result.details["skipped"].startswith("the table has no lake snapshot yet")
+    lh.tier("ods.nation_copy")
+    assert run_suite(lh, "ods.nation_copy", suite(3600)).details.get("skipped") is None
 
 
 @pytest.mark.parametrize("backend", ["local"])  # the engine, not the store, is under test
