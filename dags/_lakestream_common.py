@@ -97,10 +97,15 @@ def spark_conf() -> dict[str, str]:
     (LAKESTREAM_SPARK_CORES_MAX, default 1; 0: not set, the first app takes every core of a standalone cluster)
     so that the tables' apps run side by side, and ``spark.executor.cores`` if LAKESTREAM_SPARK_EXECUTOR_CORES
     is set (at most the cores max: an executor larger than an app may hold is never launched). The cores max
-    applies to a standalone master only (local, YARN and Kubernetes ignore it); executor cores to all clusters."""
+    applies to a standalone master only (local, YARN and Kubernetes ignore it); executor cores to all clusters.
+    LAKESTREAM_SPARK_EXECUTOR_WAIT_SECONDS, if set, becomes ``spark.lakestream.executorWaitSeconds``: how long a
+    job may wait with no executor (a lost worker) before the job cancels itself (default 300; 0: for good)."""
     cores_max = _env_int("LAKESTREAM_SPARK_CORES_MAX", 1, 0)
     executor_cores = _env_int("LAKESTREAM_SPARK_EXECUTOR_CORES", 0, 0)
     conf = {}
+    if os.environ.get("LAKESTREAM_SPARK_EXECUTOR_WAIT_SECONDS", "").strip():
+        wait = _env_int("LAKESTREAM_SPARK_EXECUTOR_WAIT_SECONDS", 300, 0)
+        conf["spark.lakestream.executorWaitSeconds"] = str(wait)
     if cores_max:
         conf["spark.cores.max"] = str(cores_max)
     if executor_cores:

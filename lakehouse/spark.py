@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -68,10 +70,67 @@ def spark_session(master: str | None = None, *, app_name: str = "lakestream", **
             "that Java 17 is installed (JAVA_HOME) and the master is reachable; Spark's own output above says more"
         ) from None
     quiet_logs(spark)
+    watch_executors(spark)
     from lakehouse.spark_source import register
 
     register(spark)  # spark.read.format("lakestream"), with the settings' store
     return spark
+
+
+#: The Spark conf that sets how long a job may wait with no executor before `watch_executors` cancels it.
+EXECUTOR_WAIT_CONF = "spark.lakestream.executorWaitSeconds"
+#: Its default on a cluster master (standalone, YARN, Kubernetes); local masters are never watched.
+DEFAULT_EXECUTOR_WAIT = 300.0
+
+
+def watch_executors(spark: SparkSession, wait: float | None = None, poll: float = 1.0) -> threading.Thread | None:
+    """Cancel the running jobs, with a reason on stderr, once a job has waited ``wait`` seconds (default: the
+    conf `EXECUTOR_WAIT_CONF`, else `DEFAULT_EXECUTOR_WAIT`; 0 turns it off) without a single executor.
+
+    A standalone driver whose worker died waits for executors for good, saying only "Initial job has not
+    accepted any resources" every 15 s: with this the action fails instead (the job reports a failed task), so
+    Airflow's retry can run it again once a worker is back. Local masters run tasks in the driver: not watched.
+    Returns the daemon thread, or None when not watching."""
+    sc = spark.sparkContext
+    master = sc.master or ""
+    if wait is None:
+        raw = sc.getConf().get(EXECUTOR_WAIT_CONF, None)
+        try:
+            wait = float(raw) if raw not in (None, "") else DEFAULT_EXECUTOR_WAIT
+        except ValueError:
+            raise ConfigError(f"{EXECUTOR_WAIT_CONF}={raw!r} is not a number of seconds (0 turns it off)") from None
+    if master.startswith("local") or wait <= 0:
+        return None
+    jsc = sc._jsc.sc()
+    tracker = sc.statusTracker()
+
+    def run() -> None:
+        starved_since: float | None = None
+        while not jsc.isStopped():
+            try:
+                starved = bool(tracker.getActiveJobsIds()) and jsc.getExecutorIds().size() == 0
+            except Exception:  # noqa: BLE001 (the context is stopping)
+                return
+            now = time.monotonic()
+            starved_since = (starved_since or now) if starved else None
+            if starved_since is not None and now - starved_since >= wait:
+                print(
+                    f"lakestream: no Spark executor for {wait:.0f}s while a job waited (master {master}: is a worker "
+                    "alive and registered with free cores and memory? the master's web UI lists them); cancelling "
+                    f"the running jobs (set {EXECUTOR_WAIT_CONF} to wait longer, 0 to wait for good)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                try:
+                    sc.cancelAllJobs()
+                except Exception:  # noqa: BLE001
+                    return
+                starved_since = None
+            time.sleep(poll)
+
+    thread = threading.Thread(target=run, name="lakestream-executor-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 #: Loggers whose WARN lines lakestream jobs print on every run and that say nothing wrong.

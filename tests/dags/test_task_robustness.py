@@ -28,6 +28,7 @@ def test_the_environment_sets_retries_timeout_and_cores_of_every_task(run_probe)
         "LAKESTREAM_TASK_TIMEOUT_MINUTES": "90",
         "LAKESTREAM_SPARK_CORES_MAX": "4",
         "LAKESTREAM_SPARK_EXECUTOR_CORES": "2",
+        "LAKESTREAM_SPARK_EXECUTOR_WAIT_SECONDS": "45",
     }
     result = run_probe("dagbag", LOCAL_2, env=env)
     assert result["import_errors"] == {}, result["output"]
@@ -43,9 +44,13 @@ def test_the_environment_sets_retries_timeout_and_cores_of_every_task(run_probe)
         assert task["retries"] == 5, name
         assert task["retry_delay"] == 7.0, name
         assert task["execution_timeout"] == 90 * 60.0, name
-        assert task["conf"] == {"spark.cores.max": "4", "spark.executor.cores": "2"}, name
+        assert task["conf"] == {
+            "spark.lakestream.executorWaitSeconds": "45",
+            "spark.cores.max": "4",
+            "spark.executor.cores": "2",
+        }, name
         command = task["spark_submit"][LOCAL_2]
-        assert command[3:7] == ["--conf", "spark.cores.max=4", "--conf", "spark.executor.cores=2"], name
+        assert "spark.lakestream.executorWaitSeconds=45" in command and "spark.cores.max=4" in command, name
 
 
 def test_zero_means_no_timeout_and_no_cores_max(run_probe) -> None:
@@ -65,6 +70,7 @@ def test_zero_means_no_timeout_and_no_cores_max(run_probe) -> None:
         ({"LAKESTREAM_TASK_RETRIES": "two"}, "LAKESTREAM_TASK_RETRIES='two' is not an integer"),
         ({"LAKESTREAM_TASK_RETRY_DELAY_SECONDS": "-1"}, "LAKESTREAM_TASK_RETRY_DELAY_SECONDS=-1 is below 0"),
         ({"LAKESTREAM_TASK_TIMEOUT_MINUTES": "1.5"}, "LAKESTREAM_TASK_TIMEOUT_MINUTES='1.5' is not an integer"),
+        ({"LAKESTREAM_SPARK_EXECUTOR_WAIT_SECONDS": "x"}, "LAKESTREAM_SPARK_EXECUTOR_WAIT_SECONDS='x' is not an"),
         (
             {"LAKESTREAM_SPARK_CORES_MAX": "1", "LAKESTREAM_SPARK_EXECUTOR_CORES": "2"},
             "LAKESTREAM_SPARK_EXECUTOR_CORES=2 is above LAKESTREAM_SPARK_CORES_MAX=1",

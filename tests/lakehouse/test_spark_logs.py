@@ -86,3 +86,48 @@ def test_a_driver_without_executors_says_why_it_waits(master_without_workers: st
     after = output[output.index("SESSION") :]  # what the session's log level let through
     assert "WARN TaskSchedulerImpl: Initial job has not accepted any resources" in after, output
     assert "DataSourceManager" not in after, output  # spark_session registers `lakestream` twice: quiet
+
+
+# The same driver with the executor watch at 3 s: the job is cancelled and the action fails, saying why.
+CANCELLED = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from lakehouse.spark import spark_session
+spark = spark_session(master=sys.argv[2], **{"spark.lakestream.executorWaitSeconds": "3"})
+print("SESSION", flush=True)
+started = time.monotonic()
+try:
+    spark.range(1).count()
+except Exception as exc:
+    print("FAILED", type(exc).__name__, round(time.monotonic() - started), flush=True)
+    sys.exit(3)
+print("COUNTED", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_job_without_executors_is_cancelled_after_the_executor_wait(master_without_workers: str) -> None:
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-c", CANCELLED, str(REPO), master_without_workers],
+        env=env, capture_output=True, text=True, timeout=180, check=False,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 3, output
+    assert "no Spark executor for 3s while a job waited" in output, output
+    assert f"master {master_without_workers}" in output and "spark.lakestream.executorWaitSeconds" in output
+    failed = next(line for line in proc.stdout.splitlines() if line.startswith("FAILED"))
+    assert 3 <= int(failed.split()[-1]) < 60, failed  # cancelled after the wait, not at once and not never
+
+
+def test_local_masters_are_not_watched_and_a_bad_wait_is_refused(spark) -> None:
+    from lakehouse.errors import ConfigError
+    from lakehouse.spark import watch_executors
+
+    assert watch_executors(spark) is None  # local[2]: tasks run in the driver
+    spark.sparkContext._conf.set("spark.lakestream.executorWaitSeconds", "soon")
+    try:
+        with pytest.raises(ConfigError, match="executorWaitSeconds='soon' is not a number"):
+            watch_executors(spark)
+    finally:
+        spark.sparkContext._conf.set("spark.lakestream.executorWaitSeconds", "")
