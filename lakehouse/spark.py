@@ -84,13 +84,16 @@ DEFAULT_EXECUTOR_WAIT = 300.0
 
 
 def watch_executors(spark: SparkSession, wait: float | None = None, poll: float = 1.0) -> threading.Thread | None:
-    """Cancel the running jobs, with a reason on stderr, once a job has waited ``wait`` seconds (default: the
-    conf `EXECUTOR_WAIT_CONF`, else `DEFAULT_EXECUTOR_WAIT`; 0 turns it off) without a single executor.
+    """Cancel the running jobs, with a reason on stderr, once the application *lost* every executor it had and a
+    job has waited ``wait`` seconds (default: the conf `EXECUTOR_WAIT_CONF`, else `DEFAULT_EXECUTOR_WAIT`; 0
+    turns it off) without a single one.
 
     A standalone driver whose worker died waits for executors for good, saying only "Initial job has not
-    accepted any resources" every 15 s: with this the action fails instead (the job reports a failed task), so
-    Airflow's retry can run it again once a worker is back. Local masters run tasks in the driver: not watched.
-    Returns the daemon thread, or None when not watching."""
+    accepted any resources" every 15 s: with this the action fails instead, so Airflow's retry can run it again
+    once a worker is back (a worker back within the wait just takes over: the master gives the app new
+    executors). An application that never had an executor is waiting its turn on a busy cluster, or for a
+    worker to come back (a retry): it is left waiting (the task's timeout is the backstop). Local masters run
+    tasks in the driver: not watched. Returns the daemon thread, or None when not watching."""
     sc = spark.sparkContext
     master = sc.master or ""
     if wait is None:
@@ -106,17 +109,20 @@ def watch_executors(spark: SparkSession, wait: float | None = None, poll: float 
 
     def run() -> None:
         starved_since: float | None = None
+        had_executors = False
         while not jsc.isStopped():
             try:
-                starved = bool(tracker.getActiveJobsIds()) and jsc.getExecutorIds().size() == 0
+                executors = jsc.getExecutorIds().size()
+                had_executors = had_executors or executors > 0
+                starved = had_executors and executors == 0 and bool(tracker.getActiveJobsIds())
             except Exception:  # noqa: BLE001 (the context is stopping)
                 return
             now = time.monotonic()
             starved_since = (starved_since or now) if starved else None
             if starved_since is not None and now - starved_since >= wait:
                 print(
-                    f"lakestream: no Spark executor for {wait:.0f}s while a job waited (master {master}: is a worker "
-                    "alive and registered with free cores and memory? the master's web UI lists them); cancelling "
+                    f"lakestream: no Spark executor for {wait:.0f}s while a job waited, after every executor was lost "
+                    f"(master {master}: is a worker alive and registered? the master's web UI lists them); cancelling "
                     f"the running jobs (set {EXECUTOR_WAIT_CONF} to wait longer, 0 to wait for good)",
                     file=sys.stderr,
                     flush=True,
