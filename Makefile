@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed-stamp
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: test demo s3 stack stack-down stack-status bench lint install clean
+.PHONY: test test-stack demo s3 stack stack-down stack-status bench lint install clean
 
 install: $(STAMP)
 
@@ -29,6 +29,10 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The native stack end to end (about 10 minutes): up, the DAGs under the real scheduler, a lost worker, down.
+test-stack: $(STAMP)
+	LAKESTREAM_TEST_STACK=1 $(BIN)/python -m pytest -m stack tests/deploy/test_stack_e2e.py $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/lakestream demo $(DEMO_ARGS)

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from deploy.errors import StackError
 from object_store.seaweedfs import _PORT_FLAGS, ACCESS_KEY, SECRET_KEY, weed_binary
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,10 +57,6 @@ PORT_ENV: dict[str, tuple[str, int]] = {
     "LAKESTREAM_STACK_AIRFLOW_PORT": ("airflow.api", 8080),
 }
 assert set(_PORT_FLAGS) <= {name for name, _ in PORT_ENV.values()}
-
-
-class StackError(Exception):
-    pass
 
 
 @dataclass
@@ -111,7 +108,7 @@ class Config:
             "seaweedfs": f"S3 {self.s3_endpoint}",
             "spark-master": f"{self.spark_master}, UI http://127.0.0.1:{self.ports['spark.master.ui']}",
             "spark-worker": f"UI http://127.0.0.1:{self.ports['spark.worker.ui']}",
-            "airflow-api-server": f"{self.airflow_url}",
+            "airflow-api-server": f"{self.airflow_url} (user admin, password in {self.airflow_password_file})",
         }.get(service, "")
 
     @property
@@ -121,6 +118,11 @@ class Config:
     @property
     def airflow_home(self) -> Path:
         return self.root / "airflow"
+
+    @property
+    def airflow_password_file(self) -> Path:
+        """Where Airflow's simple auth manager keeps the generated password of user ``admin``."""
+        return self.airflow_home / "simple_auth_manager_passwords.json.generated"
 
     def pid_file(self, service: str) -> Path:
         return self.root / f"{service}.pid"
@@ -363,6 +365,8 @@ def start_spark_worker(cfg: Config) -> None:
             "--host", "127.0.0.1", "--webui-port", str(cfg.ports["spark.worker.ui"]),
             "--cores", str(cfg.worker_cores), "--memory", cfg.worker_memory,
             "--work-dir", str(cfg.root / "spark" / "work")]
+    # its RPC port stays random: a worker restarted after a crash must not come back at the address the master
+    # still holds for the dead one (the master refuses a second worker at one address until it times out)
     _spawn(cfg, "spark-worker", args, _spark_env(cfg))
     _wait(cfg, "spark-worker",
           lambda: any(w.get("state") == "ALIVE" for w in _master_json(cfg).get("workers", [])), cfg.timeout)
@@ -447,16 +451,26 @@ def status(cfg: Config, out: Callable[[str], None] = print) -> dict[str, int | N
 
 
 def up(cfg: Config, services: tuple[str, ...] | None = None, out: Callable[[str], None] = print) -> bool:
-    """Start the stack (or the given services, in order). Returns False if it was already running."""
+    """Start the stack (or the given services, in order). Services already running are left as they are and
+    only the others start (a lost Spark worker comes back with a second ``make stack``). Returns False if every
+    wanted service was running already."""
     cfg.root.mkdir(parents=True, exist_ok=True)
     wanted = [(names, start) for names, start in STARTERS
               if (services is None or set(names) & set(services))
               and (cfg.with_airflow or names != AIRFLOW_SERVICES)]
     alive = [s for names, _ in wanted for s in names if running(cfg, s)]
-    if alive:
+    if len(alive) == sum(len(names) for names, _ in wanted):
         out(f"the stack in {cfg.root} is already running ({', '.join(alive)}):")
         status(cfg, out)
         return False
+    for names, _ in wanted:
+        partly = [s for s in names if s in alive]
+        if partly and len(partly) < len(names):
+            raise StackError(f"{', '.join(partly)} running but {', '.join(s for s in names if s not in alive)} not: "
+                             f"stop the stack (make stack-down) and start it again")
+    if alive:
+        out(f"already running: {', '.join(alive)}; starting the rest")
+    wanted = [(names, start) for names, start in wanted if names[0] not in alive]
     (cfg.root / "env").write_text(cfg.env_file_text())
     started: list[str] = []
     t0 = time.monotonic()

@@ -1,0 +1,176 @@
+"""The native stack end to end (``make test-stack``; skipped unless LAKESTREAM_TEST_STACK=1): ``deploy.stack up``
+brings up SeaweedFS, a Spark master and worker and Airflow's real scheduler; orders are produced into the ODS; the
+scheduler runs every DAG (tiering, layers, quality on the assets, maintenance), and then lake == log, the layers
+== their SQL and the quality run published every table; a ``kill -9`` of the Spark worker while tiering runs fails
+the task with the reason in its log, the retry succeeds once the worker is back, nothing lost or doubled; ``down``
+leaves no process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+
+from deploy import scenario, stack
+from deploy.airflow_api import AirflowApi
+from object_store.seaweedfs import _free_ports
+
+pytestmark = [
+    pytest.mark.stack,
+    pytest.mark.skipif(os.environ.get("LAKESTREAM_TEST_STACK") != "1", reason="make test-stack runs it"),
+    pytest.mark.timeout(1800),
+]
+
+N_ORDERS = 20_000
+KILL_ORDERS = 300_000  # enough for the tiering to be mid-run when its worker dies
+EXECUTOR_WAIT = 15  # seconds a tiering job waits without executors before it cancels itself
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory):
+    root = tmp_path_factory.mktemp("stack") / ".stack"
+    ports = _free_ports(len(stack.PORT_ENV))
+    env = scenario.environment({
+        **{var: str(port) for var, port in zip(stack.PORT_ENV, ports, strict=True)},
+        "LAKESTREAM_TASK_RETRIES": "2",
+        "LAKESTREAM_TASK_RETRY_DELAY_SECONDS": "5",
+        "LAKESTREAM_SPARK_EXECUTOR_WAIT_SECONDS": str(EXECUTOR_WAIT),
+    })
+    cfg, seconds, out = scenario.stack_up(root, env)
+    try:
+        yield {"cfg": cfg, "env": env, "root": root, "ready_seconds": seconds, "out": out,
+               "api": AirflowApi.for_home(cfg.airflow_url, cfg.airflow_home), "lh": scenario.open_lakehouse(cfg)}
+    finally:
+        for service in stack.SERVICES:  # whatever the tests did, leave nothing running
+            pid = stack.read_pid(cfg, service)
+            if pid is not None and stack._alive(pid):
+                stack.stop_service(cfg, service, timeout=5)
+
+
+def test_up_is_ready_and_a_second_up_starts_nothing(running) -> None:
+    cfg, env = running["cfg"], running["env"]
+    assert "stack ready in" in running["out"]
+    assert all(stack.running(cfg, s) for s in stack.SERVICES)
+    dags = running["api"].dags()
+    assert {"lake_tiering", "warehouse_layers", "lake_quality", "lake_maintenance"} <= set(dags)
+    pids = {s: stack.running(cfg, s) for s in stack.SERVICES}
+    out = scenario._stack_command("up", running["root"], env)
+    assert "already running" in out
+    assert {s: stack.running(cfg, s) for s in stack.SERVICES} == pids
+
+
+def test_the_scheduler_runs_every_dag_and_publishes(running, spark) -> None:
+    cfg, api, lh, env = running["cfg"], running["api"], running["lh"], running["env"]
+    scenario.deploy_example(cfg, env)
+    producer = scenario.Producer(lh)
+    running["producer"] = producer
+    producer.orders(N_ORDERS)
+    produced = scenario.airflow_now(api)
+    for dag_id in ("lake_tiering", "warehouse_layers", "lake_quality"):
+        api.set_paused(dag_id, False)
+    # the layers round after the data landed, then a tiering run after it (the layers' tables), then quality;
+    # the DAGs go on running meanwhile (pausing one would stall its running run), as they do in production
+    layers = scenario.next_success(api, "warehouse_layers", produced, 600)
+    tiering = scenario.next_success(api, "lake_tiering", layers["end_date"], 600)
+    scenario.next_success(api, "lake_quality", tiering["end_date"], 600)
+    maintenance, _ = scenario.trigger_and_wait(api, "lake_maintenance", 600)
+
+    # lake == log: every ODS row tiered once; the layers' lakes hold whole rounds
+    for name in scenario.ODS:
+        assert lh.lake_offsets(name) == lh.log(name).end_offsets(), name
+        lake, union = lh.lake_read(name), lh.union_read(name)
+        assert lake.num_rows == union.num_rows, name
+    orders = lh.lake_read("ods.orders", columns=["o_orderkey"]).column("o_orderkey")
+    assert len(orders) == pc.count_distinct(orders).as_py() == N_ORDERS
+
+    from lakehouse.layers.project import load_project
+    from quality.layers import check_layers
+    from quality.publish import published_snapshot
+    from quality.reconcile import reconcile
+    from quality.runs import load_runs
+
+    for name in (*scenario.ODS, *scenario.MODELS):
+        result = reconcile(lh, name, full=True)
+        assert result.ok, (name, [str(v) for v in result.violations])
+    for result in check_layers(lh, load_project(scenario.EXAMPLE), spark=spark, full=True):
+        assert result.ok, (result.table, [str(v) for v in result.violations])
+    # the quality run under the scheduler published every table at its current snapshot, with its report
+    for name in (*scenario.ODS, *scenario.MODELS):
+        assert published_snapshot(lh, name) is not None, name
+    [newest] = load_runs(lh, limit=1)
+    assert newest.ok and lh.store.exists(f"_lakestream/quality/reports/{newest.run_id}.html")
+    assert maintenance["state"] == "success"
+    assert_no_failed_run(api)
+
+
+def assert_no_failed_run(api: AirflowApi) -> None:
+    for dag_id in ("lake_tiering", "warehouse_layers", "lake_quality", "lake_maintenance"):
+        failed = [r["dag_run_id"] for r in api.runs(dag_id) if r["state"] == "failed"]
+        assert not failed, f"{dag_id}: failed runs {failed}:\n{api.failure_report(dag_id, failed[0])}"
+
+
+def test_a_lost_worker_fails_the_task_and_the_retry_recovers(running) -> None:
+    cfg, api, lh, env = running["cfg"], running["api"], running["lh"], running["env"]
+    producer = running["producer"]
+    producer.orders(KILL_ORDERS)
+    # the next tiering runs tier them: kill the worker as soon as a tiering app's executor runs a task (its log
+    # says so), so that the app has had executors and a job is under way
+    deadline = time.monotonic() + 300
+    while True:
+        apps = [a["id"] for a in scenario.active_apps(cfg) if "tier" in a.get("name", "")]
+        if any("Running task" in scenario.executor_log(cfg, app) for app in apps):
+            break
+        assert time.monotonic() < deadline, "no tiering app ran a task"
+        time.sleep(0.1)
+    [run] = [r for r in api.runs("lake_tiering", limit=5) if r["state"] == "running"]
+    run_id = run["dag_run_id"]
+    lake_before = lh.lake_offsets("ods.orders")
+    worker = stack.running(cfg, "spark-worker")
+    os.killpg(worker, signal.SIGKILL)  # the worker and its executors, as a lost machine
+    killed = time.monotonic()
+
+    [ti] = api.task_instances("lake_tiering", run_id)
+    while ti["state"] != "up_for_retry":
+        assert ti["state"] not in ("success", "failed"), f"try 1 {ti['state']} although its worker died"
+        assert time.monotonic() - killed < 300, f"the task is still {ti['state']} 300 s after its worker died"
+        time.sleep(1)
+        [ti] = api.task_instances("lake_tiering", run_id)
+    first_try = api.task_log("lake_tiering", run_id, ti["task_id"], 1)
+    assert "no Spark executor for" in first_try, first_try[-3000:]
+    assert lh.lake_offsets("ods.orders") == lake_before  # nothing of the failed try was committed
+
+    out = scenario._stack_command("up", running["root"], env)  # a second `make stack` brings the worker back
+    assert "starting the rest" in out and stack.running(cfg, "spark-worker")
+    run = scenario.wait_success(api, "lake_tiering", run_id, 600)
+    assert run["state"] == "success"
+    [ti] = api.task_instances("lake_tiering", run_id)
+    assert ti["try_number"] == 2
+
+    # nothing lost, nothing doubled
+    assert lh.lake_offsets("ods.orders") == lh.log("ods.orders").end_offsets()
+    orders = lh.lake_read("ods.orders", columns=["o_orderkey"]).column("o_orderkey")
+    assert len(orders) == pc.count_distinct(orders).as_py() == N_ORDERS + KILL_ORDERS
+    from quality.reconcile import reconcile
+
+    assert reconcile(lh, "ods.orders", full=True).ok
+    # the other DAGs' tasks that lost the worker too were retried the same way
+    for dag_id in ("warehouse_layers", "lake_quality"):
+        for r in api.runs(dag_id, limit=5):
+            if r["state"] not in ("success", "failed"):
+                api.wait_run(dag_id, r["dag_run_id"], 600)
+    assert_no_failed_run(api)
+
+
+def test_down_leaves_no_process(running) -> None:
+    cfg = running["cfg"]
+    pids = {s: stack.read_pid(cfg, s) for s in stack.SERVICES}
+    running["lh"].close()
+    out = scenario.stack_down(running["root"], running["env"])
+    for service, pid in pids.items():
+        assert f"stopped {service}" in out
+        assert pid is not None and not stack._group_members(pid), f"{service}: a process of its group is left"
+    assert not any(Path(cfg.root).glob("*.pid"))
