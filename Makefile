@@ -62,6 +62,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/spark_read.py $(BENCH_ARGS)
 	$(BIN)/python bench/layers.py $(BENCH_ARGS)
 	$(BIN)/python bench/quality.py $(BENCH_ARGS)
+	$(BIN)/python bench/stack.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info lakestream-demo

@@ -97,12 +97,9 @@ def main() -> None:
             fresh.append(time.monotonic() - t0)
         print(f"stack: ODS append -> ADS visible (union read) under the scheduler, every-minute DAGs: "
               f"{', '.join(f'{s:.0f}' for s in fresh)} s (median {statistics.median(fresh):.0f} s)")
-        for dag_id in ("lake_tiering", "warehouse_layers", "lake_quality"):
-            api.set_paused(dag_id, True)
-        for dag_id in ("lake_tiering", "warehouse_layers", "lake_quality"):
-            for run in api.runs(dag_id, limit=5):
-                if run["state"] not in ("success", "failed"):
-                    api.wait_run(dag_id, run["dag_run_id"], 900)
+        for dag_id in ("lake_tiering", "warehouse_layers", "lake_quality", "lake_maintenance"):
+            api.set_paused(dag_id, True)  # a paused DAG's running run stalls: wait for its running tasks only
+        scenario.wait_tasks_idle(api, 900)
 
         rng = np.random.default_rng(27)
         schema = pa.schema([("id", pa.int64()), ("user", pa.int64()), ("amount", pa.float64()), ("note", pa.string())])

@@ -139,6 +139,26 @@ def next_success(api: AirflowApi, dag_id: str, after: str, timeout: float, *, po
         time.sleep(poll)
 
 
+def wait_tasks_idle(api: AirflowApi, timeout: float, *, poll: float = 2.0) -> None:
+    """Wait until no task of any DAG is queued or running (after pausing the DAGs: their running runs stall,
+    but the tasks already started finish)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        busy = [
+            f"{dag_id}.{ti['task_id']}"
+            for dag_id in api.dags()
+            for run in api.runs(dag_id, limit=5)
+            if run["state"] not in ("success", "failed")
+            for ti in api.task_instances(dag_id, run["dag_run_id"])
+            if ti["state"] in ("queued", "running")
+        ]
+        if not busy:
+            return
+        if time.monotonic() > deadline:
+            raise AirflowApiError(f"tasks still busy after {timeout:.0f}s: {', '.join(busy)}")
+        time.sleep(poll)
+
+
 def airflow_now(api: AirflowApi) -> str:
     """Now, in the ISO format of Airflow's run timestamps (UTC, microseconds, Z)."""
     import datetime

@@ -8,6 +8,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import lakehouse.spark  # noqa: F401  (first: it silences PySpark's pandas FutureWarning before pyspark is imported)
+
 
 def parser(prog: str, doc: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])

@@ -16,12 +16,18 @@ import re
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.errors import ConfigError, InvalidArgument
 from lakehouse.union import RowFilter
+
+# PySpark 4.2 warns at import and at every Arrow UDF that it "does not yet fully support pandas >= 3.0.0" (pandas 3
+# comes with Great Expectations); lakestream's Spark paths exchange Arrow batches, not pandas, and the warning
+# filled every Airflow task log. Silenced for the processes that import this module (the jobs' drivers).
+warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
 
 #: Masters Spark accepts (its check: "yarn", or starting with "spark", "k8s" or "local").
 MASTER = re.compile(r"local(\[(\d+|\*)(,\s*\d+)?\])?|local-cluster\[.+\]|spark://.+|yarn|k8s://.+")

@@ -78,6 +78,10 @@ def test_the_scheduler_runs_every_dag_and_publishes(running, spark) -> None:
     tiering = scenario.next_success(api, "lake_tiering", layers["end_date"], 600)
     scenario.next_success(api, "lake_quality", tiering["end_date"], 600)
     maintenance, _ = scenario.trigger_and_wait(api, "lake_maintenance", 600)
+    [ti] = api.task_instances("lake_tiering", tiering["dag_run_id"])
+    task_log = api.task_log("lake_tiering", tiering["dag_run_id"], ti["task_id"], ti["try_number"])
+    assert '"table": "ods.orders"' in task_log and "lakestream-tier_all_tables" in task_log
+    assert "does not yet fully support pandas" not in task_log  # PySpark's FutureWarning: not in every task log
 
     # lake == log: every ODS row tiered once; the layers' lakes hold whole rounds
     for name in scenario.ODS:
