@@ -15,6 +15,8 @@ Ports are fixed, so a restart keeps its URLs; each is configurable by an environ
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -24,7 +26,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -450,11 +452,35 @@ def status(cfg: Config, out: Callable[[str], None] = print) -> dict[str, int | N
     return result
 
 
+@contextlib.contextmanager
+def exclusive(cfg: Config) -> Iterator[None]:
+    """Hold the stack directory's lock (``.lock``, an flock) for one ``up`` or ``down`` at a time: two at once
+    would each find nothing running and start every service twice, or stop what the other starts.
+
+    Raises:
+        StackError: another ``up`` or ``down`` holds it.
+    """
+    cfg.root.mkdir(parents=True, exist_ok=True)
+    with open(cfg.root / ".lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StackError(f"another `deploy.stack up` or `down` is running on {cfg.root}; wait for it") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def up(cfg: Config, services: tuple[str, ...] | None = None, out: Callable[[str], None] = print) -> bool:
     """Start the stack (or the given services, in order). Services already running are left as they are and
     only the others start (a lost Spark worker comes back with a second ``make stack``). Returns False if every
-    wanted service was running already."""
-    cfg.root.mkdir(parents=True, exist_ok=True)
+    wanted service was running already. One ``up`` or ``down`` at a time per directory (`exclusive`)."""
+    with exclusive(cfg):
+        return _up(cfg, services, out)
+
+
+def _up(cfg: Config, services: tuple[str, ...] | None, out: Callable[[str], None]) -> bool:
     wanted = [(names, start) for names, start in STARTERS
               if (services is None or set(names) & set(services))
               and (cfg.with_airflow or names != AIRFLOW_SERVICES)]
@@ -493,6 +519,15 @@ def up(cfg: Config, services: tuple[str, ...] | None = None, out: Callable[[str]
 
 
 def down(cfg: Config, out: Callable[[str], None] = print) -> list[str]:
+    """Stop every service by PID, in reverse order; returns the services stopped."""
+    if not cfg.root.is_dir():
+        out(f"nothing running in {cfg.root}")
+        return []
+    with exclusive(cfg):
+        return _down(cfg, out)
+
+
+def _down(cfg: Config, out: Callable[[str], None]) -> list[str]:
     stopped = []
     for service in reversed(SERVICES):
         pid = stop_service(cfg, service)

@@ -124,3 +124,15 @@ def test_up_seaweedfs_only_then_down_leaves_no_process(tmp_path: Path) -> None:
             break
         assert time.monotonic() < deadline, "the stopped group is still there"
         time.sleep(0.05)
+
+
+def test_one_up_or_down_at_a_time(tmp_path: Path) -> None:
+    """Two `make stack` at once would both find nothing running and start everything twice: the second one is
+    refused, naming the directory, and starts nothing."""
+    cfg = stack.Config.from_env(tmp_path / ".stack", env={})
+    with stack.exclusive(cfg):
+        for command in (lambda: stack.up(cfg, out=lambda _: None), lambda: stack.down(cfg, out=lambda _: None)):
+            with pytest.raises(stack.StackError, match="another `deploy.stack up` or `down` is running on"):
+                command()
+    assert not any(cfg.root.glob("*.pid"))
+    assert stack.down(cfg, out=lambda _: None) == []  # free again
