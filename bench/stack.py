@@ -73,7 +73,7 @@ def main() -> None:
         scenario.deploy_example(cfg, env)
         producer = scenario.Producer(lh)
         producer.orders(args.orders)
-        produced = scenario.airflow_now(api)
+        produced = scenario.airflow_now()
         for dag_id in ("lake_tiering", "warehouse_layers", "lake_quality"):
             api.set_paused(dag_id, False)
         layers = scenario.next_success(api, "warehouse_layers", produced, 900)

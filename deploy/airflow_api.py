@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,18 +134,6 @@ class AirflowApi:
                 return run
             if time.monotonic() > deadline:
                 raise AirflowApiError(f"{dag_id} run {run_id} still {run['state']} after {timeout:.0f}s")
-            time.sleep(poll)
-
-    def wait_new_run(self, dag_id: str, known: Iterable[str], timeout: float, *, poll: float = 1.0) -> dict:
-        """Wait for a run of ``dag_id`` whose id is not in ``known`` (a scheduled or asset-triggered one)."""
-        known = set(known)
-        deadline = time.monotonic() + timeout
-        while True:
-            fresh = [r for r in self.runs(dag_id, limit=20) if r["dag_run_id"] not in known]
-            if fresh:
-                return fresh[-1]  # the oldest of the new ones
-            if time.monotonic() > deadline:
-                raise AirflowApiError(f"no new run of {dag_id} within {timeout:.0f}s")
             time.sleep(poll)
 
     def failure_report(self, dag_id: str, run_id: str) -> str:

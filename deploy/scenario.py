@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from deploy.airflow_api import AirflowApi, AirflowApiError
+from deploy.errors import StackError
 from deploy.stack import BUCKET, REPO, Config, _master_json
 from object_store.seaweedfs import ACCESS_KEY, SECRET_KEY
 
@@ -34,7 +35,7 @@ def _stack_command(command: str, root: Path, env: Mapping[str, str], timeout: fl
         capture_output=True, text=True, timeout=timeout, check=False,
     )
     if result.returncode:
-        raise AirflowApiError(f"deploy.stack {command} failed ({result.returncode}):\n{result.stdout}{result.stderr}")
+        raise StackError(f"deploy.stack {command} failed ({result.returncode}):\n{result.stdout}{result.stderr}")
     return result.stdout
 
 
@@ -73,7 +74,7 @@ def deploy_example(cfg: Config, env: Mapping[str, str]) -> str:
         env=user_env(cfg, env), capture_output=True, text=True, timeout=300, check=False,
     )
     if result.returncode:
-        raise AirflowApiError(f"lakestream layers deploy failed:\n{result.stdout}{result.stderr}")
+        raise StackError(f"lakestream layers deploy failed:\n{result.stdout}{result.stderr}")
     return result.stdout
 
 
@@ -159,7 +160,7 @@ def wait_tasks_idle(api: AirflowApi, timeout: float, *, poll: float = 2.0) -> No
         time.sleep(poll)
 
 
-def airflow_now(api: AirflowApi) -> str:
+def airflow_now() -> str:
     """Now, in the ISO format of Airflow's run timestamps (UTC, microseconds, Z)."""
     import datetime
 
@@ -180,21 +181,6 @@ def executor_log(cfg: Config, app_id: str) -> str:
         except OSError:
             continue
     return "\n".join(texts)
-
-
-def worker_executors(cfg: Config) -> list[dict]:
-    """The executors the stack's worker runs now (the worker's JSON API; empty if it does not answer)."""
-    from deploy.stack import _http_json
-
-    try:
-        data = _http_json(f"http://127.0.0.1:{cfg.ports['spark.worker.ui']}/json/")
-    except OSError:
-        return []
-    return list(data.get("executors", [])) if isinstance(data, dict) else []
-
-
-def alive_workers(cfg: Config) -> list[dict]:
-    return [w for w in _master_json(cfg).get("workers", []) if w.get("state") == "ALIVE"]
 
 
 def environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -69,7 +69,7 @@ def test_the_scheduler_runs_every_dag_and_publishes(running, spark) -> None:
     producer = scenario.Producer(lh)
     running["producer"] = producer
     producer.orders(N_ORDERS)
-    produced = scenario.airflow_now(api)
+    produced = scenario.airflow_now()
     for dag_id in ("lake_tiering", "warehouse_layers", "lake_quality"):
         api.set_paused(dag_id, False)
     # the layers round after the data landed, then a tiering run after it (the layers' tables), then quality;
