@@ -120,22 +120,27 @@ def assert_no_failed_run(api: AirflowApi) -> None:
 def test_a_lost_worker_fails_the_task_and_the_retry_recovers(running) -> None:
     cfg, api, lh, env = running["cfg"], running["api"], running["lh"], running["env"]
     producer = running["producer"]
-    producer.orders(KILL_ORDERS)
-    # the next tiering runs tier them: kill the worker as soon as a tiering app's executor runs a task (its log
-    # says so), so that the app has had executors and a job is under way
+    # produce while no tiering task runs, so that the next tiering app (started after this) tiers all of it
     deadline = time.monotonic() + 300
+    while any(ti["state"] in ("queued", "running") for r in api.runs("lake_tiering", limit=2)
+              for ti in api.task_instances("lake_tiering", r["dag_run_id"])):
+        assert time.monotonic() < deadline, "lake_tiering never idle"
+        time.sleep(0.5)
+    started = time.time() * 1000
+    producer.orders(KILL_ORDERS)
+    # kill the worker as soon as that app's executor runs a task (its log says so): the app has had executors,
+    # a job is under way, and ods.orders (tiered last, in name order) is still to come or under way
     while True:
-        apps = [a["id"] for a in scenario.active_apps(cfg) if "tier" in a.get("name", "")]
+        apps = [a["id"] for a in scenario.active_apps(cfg) if "tier" in a.get("name", "") and a["starttime"] > started]
         if any("Running task" in scenario.executor_log(cfg, app) for app in apps):
             break
         assert time.monotonic() < deadline, "no tiering app ran a task"
         time.sleep(0.1)
+    os.killpg(stack.running(cfg, "spark-worker"), signal.SIGKILL)  # the worker and its executors: a lost machine
+    killed = time.monotonic()
+    lake_before = lh.lake_offsets("ods.orders")
     [run] = [r for r in api.runs("lake_tiering", limit=5) if r["state"] == "running"]
     run_id = run["dag_run_id"]
-    lake_before = lh.lake_offsets("ods.orders")
-    worker = stack.running(cfg, "spark-worker")
-    os.killpg(worker, signal.SIGKILL)  # the worker and its executors, as a lost machine
-    killed = time.monotonic()
 
     [ti] = api.task_instances("lake_tiering", run_id)
     while ti["state"] != "up_for_retry":
