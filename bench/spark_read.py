@@ -4,7 +4,7 @@ temporary directory, Spark local[2]).
 
     python bench/spark_read.py                    # 10 M rows, 1 M untiered upserts (a few minutes)
     python bench/spark_read.py --quick            # = --rows 1000000 --tail 100000
-    python bench/spark_read.py --driver-java-options=-XX:+UseSerialGC   # the driver JVM with C2 (see BENCHMARKS.md)
+    python bench/spark_read.py --driver-java-options="-XX:+UseSerialGC -XX:TieredStopAtLevel=1"  # C1 only
 
 Data: ``--rows`` TPC-H-orders-shaped rows (bench/tiering.py's generator) tiered into a primary-key table of
 ``--buckets`` buckets, then ``--tail`` upserts of existing keys left in the log: every read merges a tail.
@@ -193,7 +193,7 @@ def main() -> None:
 
         conf = {"spark.driver.extraJavaOptions": args.driver_java_options} if args.driver_java_options else {}
         spark = spark_session(master="local[2]", **conf)
-        jvm = args.driver_java_options or "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 (spark_session's default)"
+        jvm = args.driver_java_options or "-XX:+UseParallelGC (spark_session's default)"
         register(spark, lh)
 
         def new() -> None:

@@ -133,22 +133,11 @@ def plan_changes(
     schema = changes_schema(definition, columns)
     starts, ends = check_range(start, end, definition, log_)
     changed = [b for b in starts if ends[b] > starts[b]]
-    files: dict[int, list[DataFile]] = {b: [] for b in changed}
-    bases = dict.fromkeys(starts, 0)
-    if definition.has_primary_key and changed:
-        plan = plan_as_of(table, definition, starts)
-        bases = plan.bases
-        for snapshot_id, keep in plan.scans:
-            wanted = [b for b in changed if bases[b] > 0 and (keep is None or b in keep) and not files[b]]
-            if not wanted:
-                continue
-            # partition pruning: only the wanted buckets' manifest entries
-            scan = table.scan(snapshot_id=snapshot_id, row_filter=In(BUCKET_COLUMN, set(wanted)))
-            for task in scan.plan_files():
-                partition = task.file.partition
-                bucket = partition[len(partition) - 1]
-                if bucket in files and bucket in wanted:
-                    files[bucket].append(task.file)
+    bases, files = (
+        _old_state_files(table, definition, starts, changed)
+        if definition.has_primary_key and changed
+        else (dict.fromkeys(starts, 0), {b: [] for b in changed})
+    )
     user = [f.name for f in definition.schema]
     return ChangesPlan(
         definition_json=definition.to_json(),
@@ -159,6 +148,64 @@ def plan_changes(
         end=ends,
         schema=schema,
     )
+
+
+def _old_state_files(
+    table: Table, definition: TableDefinition, starts: dict[int, int], buckets: Sequence[int]
+) -> tuple[dict[int, int], dict[int, list[DataFile]]]:
+    """Per bucket, the offset of the lake snapshot an as-of read at ``starts`` would use (0: no lake part)
+    and that snapshot's data files of the bucket (those of ``buckets`` only: partition pruning)."""
+    files: dict[int, list[DataFile]] = {b: [] for b in buckets}
+    plan = plan_as_of(table, definition, starts)
+    bases = plan.bases
+    for snapshot_id, keep in plan.scans:
+        wanted = [b for b in buckets if bases[b] > 0 and (keep is None or b in keep) and not files[b]]
+        if not wanted:
+            continue
+        # partition pruning: only the wanted buckets' manifest entries
+        scan = table.scan(snapshot_id=snapshot_id, row_filter=In(BUCKET_COLUMN, set(wanted)))
+        for task in scan.plan_files():
+            partition = task.file.partition
+            bucket = partition[len(partition) - 1]
+            if bucket in files and bucket in wanted:
+                files[bucket].append(task.file)
+    return bases, files
+
+
+def plan_lookup(table: Table, log_: Log, as_of: AsOf, buckets: Sequence[int]) -> ChangesPlan:
+    """A point lookup of keys in ``buckets`` as of the offset map ``as_of`` (see `read_bucket_rows`): where
+    each bucket's state comes from, as for the old state of a changes read starting at ``as_of``."""
+    definition = log_.definition
+    if not definition.has_primary_key:
+        raise InvalidArgument(f"{definition.name} has no primary key: rows cannot be looked up by key")
+    check_lake_layout(table.metadata, definition)
+    offsets = check_as_of(as_of, definition, log_)
+    chosen = sorted(set(buckets))
+    bases, files = _old_state_files(table, definition, offsets, chosen)
+    user = [f.name for f in definition.schema]
+    return ChangesPlan(
+        definition_json=definition.to_json(),
+        columns=tuple(user),
+        before_images=True,
+        buckets=tuple(BucketChanges(b, offsets[b], offsets[b], bases[b], tuple(files[b])) for b in chosen),
+        start=offsets,
+        end=offsets,
+        schema=changes_schema(definition),
+    )
+
+
+def read_bucket_rows(plan: ChangesPlan, item: BucketChanges, log_: Log, ctx: Any, keys: pa.Table) -> pa.Table:
+    """The rows of ``keys`` (primary keys of ``item``'s bucket) as the table held them as of ``item.start``,
+    user columns only (keys that did not exist then are absent): the lake snapshot's files of the bucket
+    whose key statistics can hold one, key column first and whole rows only of row groups holding one, with
+    the log between that snapshot and ``item.start`` on top.
+
+    Raises:
+        OffsetOutOfRange, OSError: what the state needs was removed since the plan was made: plan again.
+    """
+    wanted = KeySet(keys, log_.definition.primary_key)
+    _, rows = _state_before(log_.definition, item, log_, ctx, wanted, wanted)
+    return rows.select(list(plan.columns))
 
 
 def read_bucket_changes(plan: ChangesPlan, item: BucketChanges, log_: Log, ctx: Any) -> pa.Table:

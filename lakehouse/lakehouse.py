@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.table import Table
 
 from lakehouse import maintenance
 from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog, register_commit_check
+from lakehouse.changelog import distinct_rows
 from lakehouse.errors import (
     CorruptCatalogError,
     CorruptDataFileError,
@@ -394,7 +396,7 @@ class Lakehouse:
         if spark is None and spark_master is not None:
             from lakehouse.spark import spark_session
 
-            spark = spark_session(master=spark_master)
+            spark = spark_session(master=spark_master, scheduler_only=True)
         return SparkExecutor(spark) if spark is not None else LocalExecutor(workers)
 
     def union_read(
@@ -534,12 +536,40 @@ class Lakehouse:
         """One bucket's changes; planned again if expiry or retention removed its old rows' snapshot or log
         meanwhile (`AsOfUnavailable` once nothing retained can serve them)."""
         from lakehouse.changes import plan_changes, read_bucket_changes
+
+        def replan(table: Any, log: Log) -> Any:
+            return plan_changes(
+                table, log, plan.start, plan.end, before_images=plan.before_images, columns=plan.columns
+            )
+
+        return self._old_state(name, plan, item, ctx, attempts, replan, read_bucket_changes)
+
+    def _bucket_rows(self, name: str | TableName, plan: Any, item: Any, ctx: Any, keys: pa.Table) -> pa.Table:
+        """One bucket's rows of `lookup`, planned again as `_bucket_changes` is."""
+        from lakehouse.changes import plan_lookup, read_bucket_rows
+
+        return self._old_state(
+            name,
+            plan,
+            item,
+            ctx,
+            3,
+            lambda table, log: plan_lookup(table, log, plan.start, [item.bucket]),
+            lambda p, i, log, c: read_bucket_rows(p, i, log, c, keys),
+        )
+
+    def _old_state(
+        self, name: str | TableName, plan: Any, item: Any, ctx: Any, attempts: int, replan: Any, read: Any
+    ) -> pa.Table:
+        """``read(plan, item, log, ctx)`` of a read that needs the state as of ``plan.start`` (a snapshot's
+        files and the log after it); if expiry or retention removed them meanwhile, ``replan(table, log)`` and
+        read again (`AsOfUnavailable` once nothing retained can serve ``plan.start``)."""
         from lakehouse.datafiles import LakeContext
 
         log = self.log(name)
         for attempt in range(attempts):
             try:
-                return read_bucket_changes(plan, item, log, ctx)
+                return read(plan, item, log, ctx)
             except (OffsetOutOfRange, OSError) as exc:
                 table = self.lake_table(name)
                 error = as_of_unavailable(table, log.definition, plan.start, log.start_offsets())
@@ -547,12 +577,57 @@ class Lakehouse:
                     raise error from exc
                 if attempt == attempts - 1:
                     raise
-                replanned = plan_changes(
-                    table, log, plan.start, plan.end, before_images=plan.before_images, columns=plan.columns
-                )
-                item = next(b for b in replanned.buckets if b.bucket == item.bucket)
+                plan = replan(table, log)
+                item = next(b for b in plan.buckets if b.bucket == item.bucket)
                 ctx = LakeContext.of(self.store, table)
         raise AssertionError("unreachable")
+
+    def lookup(
+        self, name: str | TableName, keys: pa.Table, *, as_of: AsOf, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        """The rows of a primary-key table whose keys are rows of ``keys`` (its primary-key columns), as of the
+        offset map ``as_of``, as `union_read` with ``as_of`` holds them (keys absent then are absent here; a
+        key given twice comes once). A point lookup: per bucket of the keys, only the lake files whose key
+        statistics can hold one, their key column first and whole rows only of row groups holding one, plus the
+        log between that snapshot and ``as_of`` (see `lakehouse.changes.read_bucket_rows`); for keys spread
+        over the table it decodes the row groups once, without union reads' filter and merge passes.
+
+        Raises:
+            InvalidArgument: a table without a primary key, ``keys`` without its columns, a bad offset map.
+            AsOfUnavailable: snapshot expiry and log retention removed what ``as_of`` needs.
+        """
+        from lakehouse.changes import plan_lookup
+
+        log = self.log(name)
+        definition = log.definition
+        pk = list(definition.primary_key)
+        if not pk:
+            raise InvalidArgument(f"{definition.name} has no primary key: rows cannot be looked up by key")
+        missing = [c for c in pk if c not in keys.column_names]
+        if missing:
+            raise InvalidArgument(f"{definition.name}: lookup keys lack primary-key column(s) {missing}")
+        names = [f.name for f in definition.schema]
+        chosen = names if columns is None else [c for c in names if c in columns]
+        keys = distinct_rows(keys.select(pk).cast(pa.schema([definition.schema.field(c) for c in pk])))
+        table = self.lake_table(name)
+        empty = table.scan(selected_fields=tuple(chosen)).projection().as_arrow().empty_table()  # union_read's types
+        if keys.num_rows == 0:
+            plan_lookup(table, log, as_of, [])  # the offsets are checked all the same
+            return empty
+        ids = log.bucket_of(keys.column(definition.bucket_key)).to_numpy(zero_copy_only=False)
+        by_bucket = {int(b): keys.filter(pa.array(ids == b)) for b in np.unique(ids)}
+        plan = plan_lookup(table, log, as_of, list(by_bucket))
+        from concurrent.futures import ThreadPoolExecutor
+
+        from lakehouse.datafiles import LakeContext
+
+        ctx = LakeContext.of(self.store, table)
+        with ThreadPoolExecutor(CHANGES_WORKERS, thread_name_prefix="lakestream-lookup") as pool:
+            parts = list(
+                pool.map(lambda item: self._bucket_rows(name, plan, item, ctx, by_bucket[item.bucket]), plan.buckets)
+            )
+        parts = [p.select(chosen).cast(empty.schema) for p in parts if p.num_rows]
+        return pa.concat_tables(parts) if parts else empty
 
     def lake_read(
         self,

@@ -98,7 +98,8 @@ def spark():
     """One Spark `local[2]` session for the whole run (starting one takes ~15 s)."""
     from lakehouse.spark import spark_session
 
-    session = spark_session(master="local[2]", app_name="lakestream-tests")
+    # many small jobs on 2 cores: the C1-only JIT compiles less than the full one would
+    session = spark_session(master="local[2]", app_name="lakestream-tests", scheduler_only=True)
     try:
         yield session
     finally:

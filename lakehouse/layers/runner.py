@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThanOrEqual
@@ -85,6 +86,8 @@ APPEND_ATTEMPTS = 5
 FOLLOW_MAX_BACKOFF = 30.0
 #: Key lists up to this long are pushed into reads as IN filters; longer ones as their range (see `_read_in`).
 IN_LIST_LIMIT = 64
+#: The column tagging the two sides (0: as of the start, 1: as of the end) of a retraction's one query.
+SIDE = "__side"
 
 
 def sql_digest(sql: str) -> str:
@@ -506,13 +509,20 @@ class Layers:
 
     def _regroup(self, record: RoundRecord, select: exp.Select, groups: pa.Table) -> pa.Table:
         """The model's rows of ``groups`` (``__g0``, ... in GROUP BY order), from all their rows as of the
-        round's end."""
+        round's end. A one-input model whose group expressions can be inverted reads only the groups' rows, in
+        the driver (`group_rows`); otherwise the input is read by Spark, with a filter of the groups' rows
+        pushed into the read where one can be built (`groups_filter`)."""
         inputs = self.project.models[record.model].inputs
         views: dict[str, Any] = {t: record.end[t] for t in inputs}
         if len(inputs) == 1:
-            pushed = groups_filter(select, groups)
-            if pushed is not None:  # only the groups' rows cross into Spark (the semi join still decides)
-                views[inputs[0]] = Filtered(record.end[inputs[0]], pushed)
+            (table,) = inputs
+            rows = group_rows(self.lh, table, record.end[table], select, groups)
+            if rows is not None:
+                views[table] = rows
+            else:
+                pushed = groups_filter(select, groups)
+                if pushed is not None:  # only the groups' rows cross into Spark (the semi join still decides)
+                    views[table] = Filtered(record.end[table], pushed)
         views["__groups"] = groups
         return self.sql.run(_restrict_to_groups(select, "__groups"), views)
 
@@ -532,7 +542,7 @@ class Layers:
         model = record.model
         schema = self._output_schema(model)
         key = list(self.project.models[model].primary_key)
-        gone, came = (self.sql.run(select, v).select(schema.names).cast(schema) for v in (before, after))
+        gone, came = self._aggregates(select, before, after, schema)
         keys = distinct_rows(pa.concat_tables([gone.select(key), came.select(key)]))
         old = self._read_rows(model, record.output, keys)
         group_of = retraction.group_outputs
@@ -555,6 +565,30 @@ class Layers:
             recomputed = self._regroup(record, select, groups).select(schema.names).cast(schema)
             new = pa.concat_tables([new, recomputed])
         return new, keys, len(regroup)
+
+    def _aggregates(
+        self, select: exp.Select, before: Mapping[str, pa.Table], after: Mapping[str, pa.Table], schema: pa.Schema
+    ) -> tuple[pa.Table, pa.Table]:
+        """The model's SQL over the changed rows as of the start (``before``) and as of the end (``after``).
+        A one-input model runs it once, over both sides tagged with a ``__side`` column added to its GROUP BY
+        (one Spark job, not two)."""
+        sided = _sided(select)
+        if sided is None or len(before) != 1 or set(before) != set(after):
+            return tuple(self.sql.run(select, v).select(schema.names).cast(schema) for v in (before, after))  # type: ignore[return-value]
+        (table,) = before
+        if before[table].num_rows + after[table].num_rows == 0:
+            return schema.empty_table(), schema.empty_table()
+        both = pa.concat_tables(
+            [
+                rows.append_column(SIDE, pa.array(np.full(rows.num_rows, side, np.int8)))
+                for side, rows in enumerate((before[table], after[table].cast(before[table].schema)))
+            ]
+        )
+        out = self.sql.run(sided, {table: both})
+        side = out[SIDE]
+        return tuple(  # type: ignore[return-value]
+            out.filter(pc.equal(side, i)).select(schema.names).cast(schema) for i in (0, 1)
+        )
 
     def _affected_driving_keys(self, plan: ModelPlan, start: Positions, end: Positions) -> tuple[pa.Table, int]:
         """The driving table's keys a change in the range can affect (see the module), and the number of
@@ -621,8 +655,8 @@ class Layers:
         self, table: str, offsets: Mapping[int, int], values: pa.Table, columns: Sequence[str] | None = None
     ) -> pa.Table:
         """The rows of ``table`` as of ``offsets`` whose columns ``values.column_names`` equal a row of
-        ``values`` (the first column pushed into the read as an IN filter, the rest matched here); only
-        ``columns`` (default all) are read."""
+        ``values`` (the first column pushed into the read as an IN filter, the rest matched here; many values
+        of the primary key: `Lakehouse.lookup`); only ``columns`` (default all) are read."""
         definition = self.lh.table(table)
         names = list(columns) if columns is not None else definition.schema.names
         empty = pa.schema([definition.schema.field(n) for n in names]).empty_table()
@@ -636,6 +670,9 @@ class Layers:
         )
         if len(wanted) == 0:
             return empty
+        if len(wanted) > IN_LIST_LIMIT and sorted(values.column_names) == sorted(definition.primary_key):
+            # many keys: a point lookup (only the row groups holding one decoded, no filter or merge pass)
+            return self.lh.lookup(table, values, as_of=dict(offsets), columns=names).select(names)
         if len(wanted) <= IN_LIST_LIMIT:
             row_filter = In(first, wanted.to_pylist())
         else:
@@ -703,30 +740,38 @@ def _merged(query: exp.Query) -> exp.Query:
 GROUPS_FILTER_LIMIT = 256
 
 
+def group_terms(select: exp.Select) -> list[tuple[int, str, str]]:
+    """The group expressions of a one-input GROUP BY that can be inverted to a condition on an input column:
+    (group index, column, kind) with kind ``eq`` (the group expression is the column itself) or ``month``
+    (``trunc(col, 'MM')``, possibly cast). A cast column is not inverted: a cast may merge values."""
+    terms: list[tuple[int, str, str]] = []
+    for i, g in enumerate(select.args["group"].expressions):
+        if isinstance(g, exp.Column):
+            terms.append((i, g.name, "eq"))
+            continue
+        inner = g
+        while isinstance(inner, exp.Cast):
+            inner = inner.this
+        if (
+            isinstance(inner, exp.DateTrunc | exp.TimestampTrunc)
+            and isinstance(inner.this, exp.Column)
+            and str(inner.args.get("unit").name if inner.args.get("unit") else "").upper() in ("MM", "MON", "MONTH")
+        ):
+            terms.append((i, inner.this.name, "month"))
+    return terms
+
+
 def groups_filter(select: exp.Select, groups: pa.Table) -> Any:
     """A pyiceberg filter keeping (at least) the input rows of ``groups`` (``__g0``, ...) of a one-input GROUP
-    BY, from the group expressions it can invert: a column (``col = value``) and a month of a date
-    (``trunc(col, 'MM')``, possibly cast: ``value <= col < next month``). None when none can be, or the
-    groups are too many."""
+    BY, from the group expressions it can invert (`group_terms`): a column (``col = value``) and a month of a
+    date (``value <= col < next month``). None when none can be, or the groups are too many."""
     import datetime
 
     from pyiceberg.expressions import AlwaysTrue, EqualTo, IsNull, LessThan, Or
 
     if groups.num_rows == 0 or groups.num_rows > GROUPS_FILTER_LIMIT:
         return None
-    terms: list[tuple[int, str, str]] = []  # (group index, column, kind)
-    for i, g in enumerate(select.args["group"].expressions):
-        inner = g
-        while isinstance(inner, exp.Cast):
-            inner = inner.this
-        if isinstance(inner, exp.Column):
-            terms.append((i, inner.name, "eq"))
-        elif (
-            isinstance(inner, exp.DateTrunc | exp.TimestampTrunc)
-            and isinstance(inner.this, exp.Column)
-            and str(inner.args.get("unit").name if inner.args.get("unit") else "").upper() in ("MM", "MON", "MONTH")
-        ):
-            terms.append((i, inner.this.name, "month"))
+    terms = group_terms(select)
     if not terms:
         return None
     disjuncts = []
@@ -750,6 +795,67 @@ def groups_filter(select: exp.Select, groups: pa.Table) -> Any:
     for d in disjuncts[1:]:
         out = Or(out, d)
     return out
+
+
+def group_rows(
+    lh: Lakehouse, table: str, offsets: Mapping[int, int], select: exp.Select, groups: pa.Table
+) -> pa.Table | None:
+    """The rows of ``table`` (the one input of a GROUP BY ``select``) as of ``offsets`` that belong to
+    ``groups`` (``__g0``, ...) as far as the invertible group expressions tell (`group_terms`; the model's
+    semi join on all of them still decides), read by the driver: a coarse filter pushed into the read (each
+    ``eq`` column IN the groups' values, each month column within the groups' months: file and row-group
+    pruning, cheap to evaluate), then the exact groups matched by a hash join on the inverted terms (a
+    disjunction per group costs a comparison per group and row: 1.2 s against 0.3 s over 10 M rows). Only the
+    columns the SQL uses are read. None (the caller reads through Spark) when no term can be inverted, a
+    group's value there is null or of another type, or the groups are more than `GROUPS_FILTER_LIMIT`."""
+    import datetime
+
+    from pyiceberg.expressions import LessThan
+
+    from lakehouse.layers.engine import referenced_columns
+
+    if groups.num_rows == 0 or groups.num_rows > GROUPS_FILTER_LIMIT:
+        return None
+    terms = group_terms(select)
+    schema = lh.table(table).schema
+    if not terms or any(c not in schema.names for _, c, _ in terms):
+        return None
+    wanted: dict[str, pa.Array] = {}
+    conditions: list[Any] = []
+    for i, column, kind in terms:
+        values = groups[f"__g{i}"].combine_chunks()
+        if values.null_count:
+            return None
+        column_type = schema.field(column).type
+        if kind == "month":
+            if not pa.types.is_date32(column_type) or not pa.types.is_date(values.type):
+                return None
+            months = pc.floor_temporal(values.cast(pa.date32()), unit="month")
+            low, high = (v.as_py() for v in pc.min_max(months).values())
+            following = (high + datetime.timedelta(days=32)).replace(day=1)
+            conditions.append(GreaterThanOrEqual(column, low.isoformat()))
+            conditions.append(LessThan(column, following.isoformat()))
+            wanted[f"__k{i}"] = months
+        else:
+            try:
+                values = values.cast(column_type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                return None
+            conditions.append(In(column, set(pc.unique(values).to_pylist())))
+            wanted[f"__k{i}"] = values
+    columns = referenced_columns(select, table)
+    row_filter = conditions[0]
+    for c in conditions[1:]:
+        row_filter = And(row_filter, c)
+    rows = lh.union_read(table, columns=columns, row_filter=row_filter, as_of=dict(offsets))
+    if rows.num_rows == 0:
+        return rows
+    names = rows.column_names
+    keyed = rows
+    for i, column, kind in terms:
+        key = rows[column] if kind == "eq" else pc.floor_temporal(rows[column], unit="month")
+        keyed = keyed.append_column(f"__k{i}", key)
+    return semi_join(keyed, pa.table(wanted), list(wanted)).select(names)
 
 
 def _groups_query(select: exp.Select) -> exp.Select:
@@ -784,8 +890,25 @@ def _restrict_to_groups(select: exp.Select, view: str) -> exp.Select:
     return out
 
 
+def _sided(select: exp.Select) -> exp.Select | None:
+    """``select`` (a GROUP BY over one table, no join) with a column ``__side`` of its table added to its
+    output and its GROUP BY, or None for other shapes."""
+    from_ = select.args.get("from_") or select.args.get("from")
+    if (
+        select.args.get("joins")
+        or not select.args.get("group")
+        or from_ is None
+        or not isinstance(from_.this, exp.Table)
+        or any(isinstance(e, exp.Star) for e in select.expressions)
+    ):
+        return None
+    side = exp.column(SIDE, table=from_.this.alias_or_name)
+    out = select.copy()
+    out.set("expressions", [*out.expressions, side.copy()])
+    out.set("group", exp.Group(expressions=[*out.args["group"].expressions, side.copy()]))
+    return out
+
+
 def _after(position: Mapping[int, int], end: Mapping[int, int]) -> bool:
     """Whether a subscription ``position`` is past a round's ``end`` in some bucket."""
     return any(offset > end.get(bucket, 0) for bucket, offset in position.items())
-
-

@@ -3,6 +3,7 @@ with tiering rounds, compactions, snapshot expiry and log retention,
 
 - ``union_read(as_of=X)`` equals replaying the log to X for every X recorded along the way, or raises
   `AsOfUnavailable` (never a wrong state); X at or after the lake's offsets is always servable;
+- ``lookup(keys, as_of=X)`` of a primary-key table gives the rows of those keys in that state;
 - ``changes(X, Y, before_images=True)`` applied to the state at X gives the state at Y, or raises
   `AsOfUnavailable`.
 
@@ -106,6 +107,13 @@ def run(steps: list[tuple], pk: bool) -> None:
                     continue
                 assert got == replay.state(m), m
                 served.append(m)
+                if pk:  # a point lookup of some keys (present and absent) as of m: the same rows
+                    chosen = {r[0] for r in got[::2]} | {31, -1}
+                    found = lh.lookup(NAME, pa.table({"k": pa.array(sorted(chosen), pa.int64())}), as_of=m)
+                    assert found.column_names == ["k", "v"]
+                    assert sorted(zip(found["k"].to_pylist(), found["v"].to_pylist(), strict=True)) == [
+                        (r[0], r[1]) for r in got if r[0] in chosen
+                    ], m
             for x, y in zip(points, points[1:], strict=False):
                 try:
                     changes = lh.changes(NAME, x, y, before_images=True)

@@ -218,6 +218,28 @@ def test_old_rows_are_looked_up_in_the_files_that_can_hold_them(lakehouse: Lakeh
     assert reads and all(cols == ("k",) for _, cols in reads), reads
 
 
+def test_lookup_of_keys_as_of_offsets(lakehouse: Lakehouse) -> None:
+    lh = lakehouse
+    ends = build(lh, "pk")  # the lake ahead of some maps, behind others
+    expected = oracle(lh, "pk")
+    for m in ends:
+        state = {r[0]: r for r in expected(m)}
+        keys = sorted(state)[::3] + [10**9]
+        found = lh.lookup(NAME, pa.table({"k": pa.array(keys + keys[:2], pa.int64())}), as_of=m)  # repeats: once
+        assert sorted(found.to_pylist(), key=lambda r: r["k"]) == [
+            dict(zip(USER, state[k][: len(USER)], strict=True)) for k in keys if k in state
+        ]
+        assert found.schema == lh.union_read(NAME, as_of=m).select(USER).schema  # union_read's types
+    assert lh.lookup(NAME, pa.table({"k": pa.array([], pa.int64())}), as_of=ends[0]).num_rows == 0
+    with pytest.raises(InvalidArgument, match="lack primary-key column"):
+        lh.lookup(NAME, pa.table({"x": [1]}), as_of=ends[0])
+    with pytest.raises(InvalidArgument):
+        lh.lookup(NAME, pa.table({"k": [1]}), as_of={0: -1})
+    lh.create_table("ods.records", SCHEMA, bucket_key="k", buckets=BUCKETS)  # no primary key
+    with pytest.raises(InvalidArgument, match="no primary key"):
+        lh.lookup("ods.records", pa.table({"k": [1]}), as_of=dict.fromkeys(range(BUCKETS), 0))
+
+
 def test_retention_of_the_range_is_a_clear_error(lakehouse: Lakehouse) -> None:
     lh = lakehouse
     ends = build(lh, "log")
