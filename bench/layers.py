@@ -15,15 +15,17 @@ numpy from a fixed seed) is appended to the logs in 100,000-row batches and tier
 2. **Freshness with ``follow``.** On a smaller warehouse (``--fresh-orders``, 1 M; ``--quick`` 50 k) a producer
    appends 100 changes to ods.orders every 100 ms (1,000/s: 50 new orders of a dedicated probe customer in a
    dedicated nation and month, keys numbered by batch, and 50 price updates of random existing orders) while
-   ``layers.follow()`` runs in another thread; a probe polls ``union_read`` of dwd.orders_enriched (the batch's
-   keys) and of the ADS (the probe group's ``order_count``) and records when each batch became visible. p50/p99
-   per layer over ``--seconds`` (45 s). Goal: p99 <= 5 s end to end.
+   ``layers.follow()`` runs in another thread and, every ``--tier-every`` seconds (5; 0: never), ods.orders and
+   the layer tables are tiered in a third (as a deployment tiers beside the layers); a probe polls ``union_read``
+   of dwd.orders_enriched (the batch's keys) and of the ADS (the probe group's ``order_count``) and records when
+   each batch became visible. p50/p99 per layer over ``--seconds`` (45 s). Goal: p99 <= 5 s end to end.
 3. **Round memory grows with the changes, not the table.** Peak RSS of a fresh process running the incremental
    round (the same number of changes: 1 % of N orders, 1 % of N/10 customers) over N/4 and N orders: the Python
    driver's VmHWM (reset through /proc/self/clear_refs just before the round) and the sampled peak of the whole
    process tree (the Spark JVM and its Python workers).
 
-    .venv/bin/python bench/layers.py [--quick] [--orders N] [--fresh-orders N] [--seconds S] [--only PART]
+    .venv/bin/python bench/layers.py [--quick] [--orders N] [--fresh-orders N] [--seconds S] [--tier-every S]
+                                     [--only PART]
 
 File:// warehouse in a temporary directory (no S3 run: the figures are compute, not storage). Spark local[2],
 one session per process. Prints Markdown (also to ``--out``).
@@ -504,7 +506,22 @@ def part_freshness(tmp: Path, args: argparse.Namespace, spark: Any, project: Any
 
     seen_dwd: dict[int, float] = {}
     seen_ads: dict[int, float] = {}
+    tier_seconds: list[float] = []
+
+    def tierer() -> None:  # the tiering a deployment runs beside the layers: it bounds the logs' tails
+        try:
+            while not stop.wait(args.tier_every):
+                for name in ("ods.orders", *MODELS):
+                    t0 = time.perf_counter()
+                    lh.tier(name)
+                    tier_seconds.append(time.perf_counter() - t0)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+            stop.set()
+
     threads = [threading.Thread(target=producer, daemon=True), threading.Thread(target=follower, daemon=True)]
+    if args.tier_every > 0:
+        threads.append(threading.Thread(target=tierer, daemon=True))
     say(f"freshness: {args.seconds} s of 1,000 changes/s over {n:,} orders")
     load0 = os.getloadavg()
     started = time.perf_counter()
@@ -557,7 +574,15 @@ def part_freshness(tmp: Path, args: argparse.Namespace, spark: Any, project: Any
         "",
         f"{n:,} orders ({info['customers']:,} customers), tiered, then {args.seconds:.0f} s of a producer appending "
         f"{per_batch_new} new probe orders + {per_batch_upd} updates of random orders every {interval * 1000:.0f} ms "
-        f"while `layers.follow(poll_seconds=0.05)` runs in another thread and a probe polls the union reads "
+        f"while `layers.follow(poll_seconds=0.05)` runs in another thread"
+        + (
+            f", ods.orders and both layer tables are tiered every {args.tier_every:g} s in a third (as a deployment "
+            f"tiers beside the layers; {len(tier_seconds)} tierings, p50 {pct(tier_seconds, 0.5):.2f} s, max "
+            f"{max(tier_seconds):.2f} s)"
+            if tier_seconds
+            else ", nothing is tiered meanwhile (every read's log tail grows through the run)"
+        )
+        + f" and a probe polls the union reads "
         f"({polls} polls, about {args.seconds / max(polls, 1) * 1000:.0f} ms apart). Latency from the batch's send "
         f"to the moment a poll first saw it; batches sent in the first {args.seconds - 10:.0f} s: {len(batches)} "
         f"({len(missing)} not seen in the ADS by the end). Load average {load0[0]:.2f} before, {load1[0]:.2f} after.",
@@ -719,6 +744,9 @@ def main() -> None:
     p.add_argument("--orders", type=int, default=None, help="orders of part 1 and 3 (10,000,000; quick 200,000)")
     p.add_argument("--fresh-orders", type=int, default=None, help="orders of part 2 (1,000,000; quick 50,000)")
     p.add_argument("--seconds", type=float, default=None, help="length of part 2 (45; quick 20)")
+    p.add_argument(
+        "--tier-every", type=float, default=5.0, help="part 2: tier ods.orders and the layers every S s (0: never)"
+    )
     p.add_argument(
         "--only",
         choices=["rounds", "freshness", "memory", "local", "s3"],

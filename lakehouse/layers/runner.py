@@ -54,7 +54,7 @@ from lakehouse.errors import (
     TableAlreadyExists,
     TableNotFound,
 )
-from lakehouse.layers.engine import Filtered, SparkSql
+from lakehouse.layers.engine import Filtered, SparkSql, referenced_columns
 from lakehouse.layers.planner import KEYED, RECOMPUTE, RECOMPUTE_GROUP, ModelPlan, Retraction, explain
 from lakehouse.layers.rounds import (
     RoundRecord,
@@ -469,7 +469,7 @@ class Layers:
             if len(plan.mappings) == 1:
                 # one input: its before-images are the rows that left, its new rows those that came
                 d = plan.driving
-                before, after = self._images(d, record.start[d], record.end[d])
+                before, after = self._images(d, record.start[d], record.end[d], referenced_columns(select, d))
             else:
                 before = self._restricted(plan, driving_keys, record.start)
                 after = self._restricted(plan, driving_keys, record.end)
@@ -497,12 +497,14 @@ class Layers:
         upserts, deletes = self._diff(record.model, new, old)
         return upserts, deletes, changes, wanted.num_rows, note
 
-    def _images(self, table: str, start: Mapping[int, int], end: Mapping[int, int]) -> tuple[dict, dict]:
+    def _images(
+        self, table: str, start: Mapping[int, int], end: Mapping[int, int], columns: Sequence[str] | None = None
+    ) -> tuple[dict, dict]:
         """The rows of ``table`` that changes in [start, end) replaced (as of ``start``) and those that replaced
         them (as of ``end``), from its net changelog with before-images: the old rows are looked up once, pruned
-        by key statistics, and the new ones come from the log."""
-        changes = self.lh.changes(table, start, end, before_images=True)
-        names = self.lh.table(table).schema.names
+        by key statistics, and the new ones come from the log. Only ``columns`` (default all; the key too)."""
+        changes = self.lh.changes(table, start, end, before_images=True, columns=columns)
+        names = [n for n in self.lh.table(table).schema.names if n in changes.column_names]
         op = changes["_op"]
         left = pc.is_in(op, pa.array(["update_before", "delete"]))
         return {table: changes.filter(left).select(names)}, {table: changes.filter(pc.invert(left)).select(names)}
@@ -811,8 +813,6 @@ def group_rows(
     import datetime
 
     from pyiceberg.expressions import LessThan
-
-    from lakehouse.layers.engine import referenced_columns
 
     if groups.num_rows == 0 or groups.num_rows > GROUPS_FILTER_LIMIT:
         return None
