@@ -193,7 +193,7 @@ def main() -> None:
 
         conf = {"spark.driver.extraJavaOptions": args.driver_java_options} if args.driver_java_options else {}
         spark = spark_session(master="local[2]", **conf)
-        jvm = args.driver_java_options or "-XX:+UseParallelGC (spark_session's default)"
+        jvm = args.driver_java_options or "-XX:+UseG1GC (spark_session's default)"
         register(spark, lh)
 
         def new() -> None:
