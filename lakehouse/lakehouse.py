@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -13,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.table import Table
 
@@ -608,7 +610,10 @@ class Lakehouse:
             raise InvalidArgument(f"{definition.name}: lookup keys lack primary-key column(s) {missing}")
         names = [f.name for f in definition.schema]
         chosen = names if columns is None else [c for c in names if c in columns]
-        keys = distinct_rows(keys.select(pk).cast(pa.schema([definition.schema.field(c) for c in pk])))
+        keys = keys.select(pk)
+        valid = [pc.is_valid(keys[c]) for c in pk]  # a null matches no key
+        keys = keys.filter(functools.reduce(pc.and_, valid)) if keys.num_rows else keys
+        keys = distinct_rows(keys.cast(pa.schema([definition.schema.field(c).with_nullable(True) for c in pk])))
         table = self.lake_table(name)
         empty = table.scan(selected_fields=tuple(chosen)).projection().as_arrow().empty_table()  # union_read's types
         if keys.num_rows == 0:

@@ -897,6 +897,7 @@ def _sided(select: exp.Select) -> exp.Select | None:
     if (
         select.args.get("joins")
         or not select.args.get("group")
+        or select.args.get("limit")  # a LIMIT would cut across both sides
         or from_ is None
         or not isinstance(from_.this, exp.Table)
         or any(isinstance(e, exp.Star) for e in select.expressions)

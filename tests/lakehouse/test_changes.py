@@ -231,6 +231,7 @@ def test_lookup_of_keys_as_of_offsets(lakehouse: Lakehouse) -> None:
         ]
         assert found.schema == lh.union_read(NAME, as_of=m).select(USER).schema  # union_read's types
     assert lh.lookup(NAME, pa.table({"k": pa.array([], pa.int64())}), as_of=ends[0]).num_rows == 0
+    assert lh.lookup(NAME, pa.table({"k": pa.array([None], pa.int64())}), as_of=ends[0]).num_rows == 0
     with pytest.raises(InvalidArgument, match="lack primary-key column"):
         lh.lookup(NAME, pa.table({"x": [1]}), as_of=ends[0])
     with pytest.raises(InvalidArgument):

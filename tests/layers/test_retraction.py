@@ -67,3 +67,65 @@ def test_a_regroup_pushes_the_groups_rows_filter_into_the_read():
     for part in ("'2024-12-01'", "'2025-01-01'", "'2024-02-01'", "'2024-03-01'", "IsNull", "n_nationkey", "Or("):
         assert part in text, (part, text)
     assert groups_filter(select, groups.slice(0, 0)) is None
+
+
+def test_group_rows_reads_exactly_the_groups_rows(tmp_path):
+    """A one-input regroup's rows, read by the driver: a coarse filter, then the exact groups (the month of a
+    date inverted, a plain column matched); shapes it cannot invert fall back to Spark (None)."""
+    import datetime
+
+    import pyarrow as pa
+    import sqlglot
+
+    from lakehouse import Lakehouse
+    from lakehouse.layers.runner import _sided, group_rows
+    from lakehouse.layers.sql import DIALECT
+
+    lh = Lakehouse.open(tmp_path.as_uri())
+    schema = pa.schema([("k", pa.int64()), ("n", pa.int64()), ("d", pa.date32()), ("p", pa.int64())])
+    lh.create_table("dwd.x", schema, primary_key=["k"], buckets=2)
+    days = [
+        datetime.date(2024, 1, 31),
+        datetime.date(2024, 2, 1),
+        datetime.date(2024, 2, 29),
+        datetime.date(2024, 3, 1),
+    ]
+    rows = pa.table(
+        {
+            "k": list(range(16)),
+            "n": [k % 2 for k in range(16)],
+            "d": [days[k % 4] for k in range(16)],
+            "p": list(range(16)),
+        },
+        schema=schema,
+    )
+    lh.log("dwd.x").append(rows)
+    lh.tier("dwd.x")
+    lh.log("dwd.x").append(pa.table({"k": [16], "n": [1], "d": [datetime.date(2024, 2, 10)], "p": [99]}, schema=schema))
+    select = sqlglot.parse_one(
+        "SELECT x.n AS n, CAST(TRUNC(x.d, 'MM') AS DATE) AS m, COUNT(*) AS c, MAX(x.p) AS mp FROM dwd.x AS x "
+        "GROUP BY x.n, CAST(TRUNC(x.d, 'MM') AS DATE)",
+        read=DIALECT,
+    )
+    groups = pa.table({"__g0": [1, 0], "__g1": [datetime.date(2024, 2, 1), datetime.date(2024, 1, 1)]})
+    got = group_rows(lh, "dwd.x", lh.log("dwd.x").end_offsets(), select, groups)
+    assert got is not None and sorted(got.column_names) == ["d", "n", "p"]  # only the columns the SQL uses
+    expected = sorted(
+        (r["n"], r["d"], r["p"])
+        for r in [*rows.to_pylist(), {"n": 1, "d": datetime.date(2024, 2, 10), "p": 99}]
+        if (r["n"], r["d"].replace(day=1)) in {(1, datetime.date(2024, 2, 1)), (0, datetime.date(2024, 1, 1))}
+    )
+    assert sorted(zip(got["n"].to_pylist(), got["d"].to_pylist(), got["p"].to_pylist(), strict=True)) == expected
+    assert len(expected) > 2  # the log tail's row (k=16) is among them
+    # a null group value, or more groups than the limit: the caller reads through Spark
+    assert (
+        group_rows(
+            lh, "dwd.x", lh.log("dwd.x").end_offsets(), select, groups.set_column(0, "__g0", pa.array([1, None]))
+        )
+        is None
+    )
+    # the one query of a retraction: a __side column in the output and the GROUP BY; not with a LIMIT
+    sided = _sided(select)
+    assert sided is not None and sided.sql(dialect=DIALECT).count("__side") == 2
+    assert _sided(select.limit(5)) is None
+    lh.close()
