@@ -807,9 +807,10 @@ def group_rows(
     semi join on all of them still decides), read by the driver: a coarse filter pushed into the read (each
     ``eq`` column IN the groups' values, each month column within the groups' months: file and row-group
     pruning, cheap to evaluate), then the exact groups matched by a hash join on the inverted terms (a
-    disjunction per group costs a comparison per group and row: 1.2 s against 0.3 s over 10 M rows). Only the
-    columns the SQL uses are read. None (the caller reads through Spark) when no term can be inverted, a
-    group's value there is null or of another type, or the groups are more than `GROUPS_FILTER_LIMIT`."""
+    disjunction per group costs a comparison per group and row: 40 groups, 1.2 s over 10 M rows whose read
+    alone takes 0.3-0.4 s). Only the columns the SQL uses are read. None (the caller reads through Spark)
+    when no term can be inverted, a group's value there is null or of another type, or the groups are more
+    than `GROUPS_FILTER_LIMIT`."""
     import datetime
 
     from pyiceberg.expressions import LessThan
