@@ -10,6 +10,7 @@ restricted to the rows it needs (changed keys and what they join to). Names that
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,6 +40,11 @@ class Filtered:
 
 View = pa.Table | Mapping[int, int] | Filtered
 _counter = itertools.count()
+#: The Spark conf that sets how many rows of an Arrow table go into one partition of ``createDataFrame``.
+BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
+#: An Arrow view is cut into partitions of at least this many rows.
+MIN_PARTITION_ROWS = 10_000
+_CONF_LOCK = threading.Lock()
 
 
 class SparkSql:
@@ -57,7 +63,7 @@ class SparkSql:
                 view = schema.empty_table()
             if columns is not None:
                 view = view.select([c for c in view.column_names if c in columns])
-            return self.spark.createDataFrame(_spark_friendly(view))
+            return self._create(_spark_friendly(view))
         from lakehouse.spark import read_table
 
         names = self.lh.table(name).schema.names
@@ -67,6 +73,25 @@ class SparkSql:
                 self.spark, self.lh, name, as_of=dict(view.offsets), columns=chosen, row_filter=view.row_filter
             )
         return read_table(self.spark, self.lh, name, as_of=dict(view), columns=chosen)
+
+    def _create(self, table: pa.Table) -> DataFrame:
+        """``createDataFrame`` of ``table`` in one partition per core: PySpark cuts an Arrow table into
+        partitions of ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows (10,000 by default: 38 tasks for
+        378,000 rows, each a fixed cost on a small cluster), so that conf is raised for the call."""
+        per_partition = max(
+            MIN_PARTITION_ROWS, -(-table.num_rows // max(1, self.spark.sparkContext.defaultParallelism))
+        )
+        conf = self.spark.conf
+        with _CONF_LOCK:
+            previous = conf.get(BATCH_CONF, None)
+            conf.set(BATCH_CONF, str(per_partition))
+            try:
+                return self.spark.createDataFrame(table)
+            finally:
+                if previous is None:
+                    conf.unset(BATCH_CONF)
+                else:
+                    conf.set(BATCH_CONF, previous)
 
     def run(self, query: exp.Query, views: Mapping[str, View]) -> pa.Table:
         """The rows of ``query`` with its tables replaced by ``views`` (see the module), as Arrow."""

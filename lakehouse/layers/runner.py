@@ -146,6 +146,8 @@ class Layers:
         self._spark = spark
         self._own_spark = False
         self._sql: SparkSql | None = None
+        #: Per model, what its last incremental round of the current `run_once` changed (see `Handover`).
+        self._handed: dict[str, Handover] = {}
 
     # ---- Spark -----------------------------------------------------------------------------------------
 
@@ -243,7 +245,10 @@ class Layers:
     def run_once(self, models: Sequence[str] | None = None) -> list[RoundReport]:
         """One round of each model (all, or ``models``), in dependency order, each consuming everything its
         inputs hold now (so a model sees what the models before it wrote in this call)."""
-        return [self._round(name) for name in self._chosen(models)]
+        try:
+            return [self._round(name) for name in self._chosen(models)]
+        finally:
+            self._handed.clear()  # held for the later models of this call only
 
     def rebuild(self, model: str) -> RoundReport:
         """Recompute ``model`` in full over its inputs now and append the difference to its table: the same
@@ -363,6 +368,7 @@ class Layers:
     ) -> RoundReport:
         name = record.model
         plan = self.plans[name]
+        self._handed.pop(name, None)
         if resumed and record.kind == "incremental" and all(subs[t].position == record.end[t] for t in subs):
             # appended and advanced before the runner died, only the report was missing: the inputs' range may
             # be gone already (the subscriptions no longer pin it), and there is nothing left to do
@@ -386,9 +392,11 @@ class Layers:
             upserts, deletes, changes, affected = self._full(record)
         else:
             strategy, reason = plan.strategy, plan.reason
-            rows, gone, changes, affected, note = self._incremental(record, plan)
+            rows, gone, left, changes, affected, note = self._incremental(record, plan)
             reason = f"{reason} ({note})" if note else reason
-            self._append(record, rows, gone)
+            end = _contiguous_end(record.output, self._append(record, rows, gone))
+            if end is not None:
+                self._handed[name] = Handover(record.output, end, left, rows)
             upserts, deletes = rows.num_rows, gone.num_rows
         for table, sub in subs.items():
             target = record.end[table]
@@ -429,11 +437,13 @@ class Layers:
         )
         return report
 
-    def _append(self, record: RoundRecord, upserts: pa.Table, deletes: pa.Table) -> None:
+    def _append(self, record: RoundRecord, upserts: pa.Table, deletes: pa.Table) -> list[tuple[int, int, int]]:
+        """Append the round's rows; where they landed (bucket, first offset, last offset)."""
         out = self.lh.log(record.model)
         producer = producer_of(record.model)
-        append_round(out, upserts, "upsert", producer, record.number)
-        append_round(out, deletes, "delete", producer, record.number)
+        return append_round(out, upserts, "upsert", producer, record.number) + append_round(
+            out, deletes, "delete", producer, record.number
+        )
 
     # ---- a round's rows --------------------------------------------------------------------------------
 
@@ -449,14 +459,15 @@ class Layers:
             )
         return upserts, deletes, 0, rows
 
-    def _incremental(self, record: RoundRecord, plan: ModelPlan) -> tuple[pa.Table, pa.Table, int, int, str]:
+    def _incremental(self, record: RoundRecord, plan: ModelPlan) -> tuple[pa.Table, pa.Table, pa.Table, int, int, str]:
+        """(upserts, key-only deletes, the old rows they replace or delete, input changes, affected, note)."""
         assert record.start is not None
         model = self.project.models[record.model]
         driving_keys, changes = self._affected_driving_keys(plan, record.start, record.end)
         key = model.primary_key
         empty = self._output_schema(record.model).empty_table()
         if driving_keys.num_rows == 0:
-            return empty, empty.select(list(key)), changes, 0, ""
+            return empty, empty.select(list(key)), empty, changes, 0, ""
         select = _merged(model.qualified)
         note = ""
         if plan.strategy == KEYED:
@@ -495,14 +506,22 @@ class Layers:
         new = semi_join(new, wanted, key)  # keys outside the round's (a table read under two aliases)
         old = self._read_rows(record.model, record.output, wanted)
         upserts, deletes = self._diff(record.model, new, old)
-        return upserts, deletes, changes, wanted.num_rows, note
+        left = semi_join(old, pa.concat_tables([upserts.select(list(key)), deletes]), key) if old.num_rows else old
+        return upserts, deletes, left.select(empty.schema.names).cast(empty.schema), changes, wanted.num_rows, note
 
     def _images(
         self, table: str, start: Mapping[int, int], end: Mapping[int, int], columns: Sequence[str] | None = None
     ) -> tuple[dict, dict]:
         """The rows of ``table`` that changes in [start, end) replaced (as of ``start``) and those that replaced
         them (as of ``end``), from its net changelog with before-images: the old rows are looked up once, pruned
-        by key statistics, and the new ones come from the log. Only ``columns`` (default all; the key too)."""
+        by key statistics, and the new ones come from the log. Only ``columns`` (default all; the key too).
+        When ``table`` is a model whose round in this `run_once` wrote exactly [start, end), that round's old and
+        new rows are those images already (`Handover`): nothing is read."""
+        handed = self._handed.get(table)
+        if handed is not None and handed.covers(start, end):
+            key = self.project.primary_key_of(table)
+            names = [n for n in self.lh.table(table).schema.names if columns is None or n in columns or n in key]
+            return {table: handed.before.select(names)}, {table: handed.after.select(names)}
         changes = self.lh.changes(table, start, end, before_images=True, columns=columns)
         names = [n for n in self.lh.table(table).schema.names if n in changes.column_names]
         op = changes["_op"]
@@ -732,6 +751,37 @@ class Layers:
 
 
 # ---- helpers ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Handover:
+    """What a model's incremental round changed in its table: its log's [start, end) holds exactly these
+    appends, ``before`` the rows they replaced or deleted (as of ``start``), ``after`` the rows they wrote. A
+    later model of the same `Layers.run_once` reading that range takes its before- and after-images from here
+    instead of looking them up in the table (`Layers._images`): the same rows, already in memory."""
+
+    start: Mapping[int, int]
+    end: Mapping[int, int]
+    before: pa.Table
+    after: pa.Table
+
+    def covers(self, start: Mapping[int, int], end: Mapping[int, int]) -> bool:
+        return _same_offsets(self.start, start) and _same_offsets(self.end, end)
+
+
+def _same_offsets(a: Mapping[int, int], b: Mapping[int, int]) -> bool:
+    return all(a.get(bucket, 0) == b.get(bucket, 0) for bucket in {*a, *b})
+
+
+def _contiguous_end(start: Mapping[int, int], landed: Sequence[tuple[int, int, int]]) -> dict[int, int] | None:
+    """The offsets after appends that landed at ``landed`` (bucket, first, last) from ``start`` on, or None when
+    they leave a gap (another writer's rows between them)."""
+    end = dict(start)
+    for bucket, first, last in sorted(landed):
+        if first != end.get(bucket, 0):
+            return None
+        end[bucket] = last + 1
+    return end
 
 
 def _merged(query: exp.Query) -> exp.Query:

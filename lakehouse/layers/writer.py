@@ -100,12 +100,13 @@ def round_sequence(number: int, op: str, chunk: int) -> int:
     return number * ROUND_SEQUENCES + (ROUND_SEQUENCES // 2 if op == "delete" else 0) + chunk
 
 
-def append_round(log_: Any, data: pa.Table, op: str, producer: str, number: int) -> None:
+def append_round(log_: Any, data: pa.Table, op: str, producer: str, number: int) -> list[tuple[int, int, int]]:
     """Append round ``number``'s ``op`` rows (sorted: the same chunks on every retry) in chunks within the
     log's per-append limits, each under its own sequence (`round_sequence`), retrying an incomplete append
-    (the written buckets are recognised)."""
+    (the written buckets are recognised). Returns where they landed: (bucket, first offset, last offset)."""
+    landed: list[tuple[int, int, int]] = []
     if data.num_rows == 0:
-        return
+        return landed
     limits = log_.limits
     per_row = max(1, data.nbytes // data.num_rows)
     rows = max(1, min(limits.max_rows, (limits.max_bytes // 2) // per_row))
@@ -114,12 +115,14 @@ def append_round(log_: Any, data: pa.Table, op: str, producer: str, number: int)
         sequence = round_sequence(number, op, chunk)
         for attempt in range(APPEND_ATTEMPTS):
             try:
-                log_.append(part, op, producer_id=producer, sequence=sequence)
+                result = log_.append(part, op, producer_id=producer, sequence=sequence)
+                landed.extend((bucket, first, last) for bucket, (first, last) in result.ranges.items())
                 break
             except AppendIncomplete:
                 if attempt == APPEND_ATTEMPTS - 1:
                     raise
                 time.sleep(0.1 * 2**attempt)
+    return landed
 
 
 @dataclass(frozen=True)

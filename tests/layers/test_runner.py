@@ -8,10 +8,12 @@ import shutil
 import subprocess
 import sys
 import threading
+from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from pyiceberg.expressions import EqualTo
 
 from lakehouse.errors import DeployMismatch, InvalidArgument, LayerConflict, ModelChanged, ModelKeyError
 from lakehouse.lakehouse import Lakehouse
@@ -80,6 +82,63 @@ def test_rounds_follow_every_kind_of_change_and_equal_a_rebuild(lakehouse, spark
     assert not [r for r in enriched if r["o_orderkey"] in (8, 9)]  # deletes propagate
     assert {r["n_name"] for r in enriched if r["n_nationkey"] == 1} == {"N1-renamed"}  # a rename fans out
     assert [r for r in enriched if r["o_orderkey"] == 7 and r["c_name"] == "Customer#30"]  # a late customer
+
+
+def test_a_later_model_takes_an_earlier_rounds_images_unless_another_writer_came_between(tmp_path, spark, project):
+    """In one run_once the ADS round takes its before/after images of dwd rows from the DWD round that wrote
+    them (no lookup in dwd); when another writer appended to dwd after that round, the ADS round's range is no
+    longer what the DWD round wrote, so it reads the range itself and sees the other writer's row too."""
+    from tests.layers._tpch import orders
+    from tests.layers.oracle import oracle
+
+    lh, layers = fresh(tmp_path, "wh", spark, project)
+    load_base(lh)
+    layers.run_once()
+    dwd, ads = MODELS
+    looked_up: list[str] = []
+    changes = lh.changes
+
+    def spy(table, *args, **kwargs):
+        looked_up.append(table)
+        return changes(table, *args, **kwargs)
+
+    lh.changes = spy
+
+    def check() -> None:
+        got, want = (
+            state(lh, ads, ("n_nationkey", "order_month")),
+            oracle(project, ads, {dwd: state(lh, dwd, ("o_orderkey",))}),
+        )
+        assert got.to_pylist() == want.select(got.column_names).to_pylist()
+
+    change_some(lh)
+    assert [r.strategy for r in layers.run_once()] == ["keyed", "regroup"]
+    assert dwd not in looked_up
+    check()
+    assert layers.rebuild(ads).upserts == 0
+
+    # another writer's row lands in dwd's log right after the DWD round's own appends
+    own_append = layers._append
+
+    def append_then_another(record, upserts, deletes):
+        landed = own_append(record, upserts, deletes)
+        if record.model == dwd:
+            row = lh.union_read(dwd, row_filter=EqualTo("o_orderkey", 10)).select(lh.table(dwd).schema.names)
+            row = row.set_column(
+                row.schema.get_field_index("o_totalprice"),
+                "o_totalprice",
+                pa.array([Decimal("999.99")], pa.decimal128(12, 2)),
+            )
+            lh.log(dwd).append(row, "upsert", producer_id="someone-else", sequence=0)
+        return landed
+
+    layers._append = append_then_another
+    lh.log("ods.orders").append(orders([11, 12], [1, 2], prices=["7.00", "8.00"]), "upsert")
+    reports = layers.run_once()
+    assert [r.strategy for r in reports] == ["keyed", "regroup"] and reports[1].input_changes == 3
+    assert dwd in looked_up
+    check()
+    assert Decimal("999.99") in state(lh, ads, ("n_nationkey", "order_month"))["max_totalprice"].to_pylist()
 
 
 def test_status_shows_positions_lag_and_the_last_round(tmp_path, spark, project):
