@@ -240,6 +240,8 @@ class Profile:
         "_restricted": "restricted reads (inputs as of start/end, affected rows only)",
         "_read_rows": "old rows of the output (as of the round's start)",
         "_full": "old rows of the output: the whole table",
+        "_images": "before/after images of a one-input GROUP BY (its changelog, or handed over by the round before)",
+        "_regroup": "rows of the groups recomputed, read in the driver",
         "run": "Spark SQL (views, plan, run, toArrow)",
         "_diff": "diff new/old (pyarrow join)",
         "_append": "append to the model's log",
@@ -250,7 +252,16 @@ class Profile:
         self.totals: dict[tuple[str, str], float] = defaultdict(float)
         self.stack: list[list[Any]] = []
         self.model = "?"
-        for attr in ("_changed_keys", "_affected_driving_keys", "_restricted", "_read_rows", "_full", "_diff"):
+        for attr in (
+            "_changed_keys",
+            "_affected_driving_keys",
+            "_restricted",
+            "_read_rows",
+            "_full",
+            "_images",
+            "_regroup",
+            "_diff",
+        ):
             self._wrap(layers, attr)
         self._wrap(layers, "_append")
         self._wrap(layers, "_round", model_arg=True)
@@ -264,15 +275,16 @@ class Profile:
             if model_arg:
                 self.model = args[0]
             t0 = time.perf_counter()
-            self.stack.append([label, 0.0])
+            stack = self.stack
+            stack.append([label, 0.0])
             try:
                 return original(*args, **kwargs)
             finally:
-                _, children = self.stack.pop()
+                _, children = stack.pop()
                 elapsed = time.perf_counter() - t0
                 self.totals[(self.model, label)] += elapsed - children
-                if self.stack:
-                    self.stack[-1][1] += elapsed
+                if stack:
+                    stack[-1][1] += elapsed
 
         setattr(obj, attr, wrapper)
 
