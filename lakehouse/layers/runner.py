@@ -790,6 +790,9 @@ def _merged(query: exp.Query) -> exp.Query:
 
 #: Regroups of at most this many groups push a filter of their rows into the input's read.
 GROUPS_FILTER_LIMIT = 256
+#: A regroup's months of a date column are pushed into its read as their days (an IN list) up to this many
+#: months (about 1,800 days); more as the range from the first to the last.
+MONTHS_AS_DAYS_LIMIT = 60
 
 
 def group_terms(select: exp.Select) -> list[tuple[int, str, str]]:
@@ -882,10 +885,21 @@ def group_rows(
             if not pa.types.is_date32(column_type) or not pa.types.is_date(values.type):
                 return None
             months = pc.floor_temporal(values.cast(pa.date32()), unit="month")
-            low, high = (v.as_py() for v in pc.min_max(months).values())
-            following = (high + datetime.timedelta(days=32)).replace(day=1)
-            conditions.append(GreaterThanOrEqual(column, low.isoformat()))
-            conditions.append(LessThan(column, following.isoformat()))
+            distinct = sorted(pc.unique(months).to_pylist())
+            if len(distinct) <= MONTHS_AS_DAYS_LIMIT:
+                # every day of those months: a range from the first to the last would keep most of a table
+                # whose groups span its years (21 groups, 10 M rows: 7.2 M rows kept and 580 MiB, against 1.8 M)
+                days = [
+                    (month + datetime.timedelta(days=d)).isoformat()
+                    for month in distinct
+                    for d in range(31)
+                    if (month + datetime.timedelta(days=d)).month == month.month
+                ]
+                conditions.append(In(column, days))
+            else:
+                following = (distinct[-1] + datetime.timedelta(days=32)).replace(day=1)
+                conditions.append(GreaterThanOrEqual(column, distinct[0].isoformat()))
+                conditions.append(LessThan(column, following.isoformat()))
             wanted[f"__k{i}"] = months
         else:
             try:

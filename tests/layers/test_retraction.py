@@ -69,9 +69,14 @@ def test_a_regroup_pushes_the_groups_rows_filter_into_the_read():
     assert groups_filter(select, groups.slice(0, 0)) is None
 
 
-def test_group_rows_reads_exactly_the_groups_rows(tmp_path):
-    """A one-input regroup's rows, read by the driver: a coarse filter, then the exact groups (the month of a
-    date inverted, a plain column matched); shapes it cannot invert fall back to Spark (None)."""
+@pytest.mark.parametrize("months_as_days", [60, 0], ids=["days", "range"])
+def test_group_rows_reads_exactly_the_groups_rows(tmp_path, monkeypatch, months_as_days):
+    """A one-input regroup's rows, read by the driver: a coarse filter (the groups' months as their days, a
+    leap day and month ends included, or as one range), then the exact groups (the month of a date inverted,
+    a plain column matched); shapes it cannot invert fall back to Spark (None)."""
+    import lakehouse.layers.runner as runner
+
+    monkeypatch.setattr(runner, "MONTHS_AS_DAYS_LIMIT", months_as_days)
     import datetime
 
     import pyarrow as pa
