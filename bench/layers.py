@@ -275,16 +275,15 @@ class Profile:
             if model_arg:
                 self.model = args[0]
             t0 = time.perf_counter()
-            stack = self.stack
-            stack.append([label, 0.0])
+            self.stack.append([label, 0.0])
             try:
                 return original(*args, **kwargs)
             finally:
-                _, children = stack.pop()
+                _, children = self.stack.pop()
                 elapsed = time.perf_counter() - t0
                 self.totals[(self.model, label)] += elapsed - children
-                if stack:
-                    stack[-1][1] += elapsed
+                if self.stack:
+                    self.stack[-1][1] += elapsed
 
         setattr(obj, attr, wrapper)
 

@@ -470,6 +470,7 @@ class Layers:
             return empty, empty.select(list(key)), empty, changes, 0, ""
         select = _merged(model.qualified)
         note = ""
+        old: pa.Table | None = None  # the old rows of the keys the round covers, once read
         if plan.strategy == KEYED:
             views = self._restricted(plan, driving_keys, record.end)
             new = self.sql.run(select, views)
@@ -486,7 +487,7 @@ class Layers:
                 after = self._restricted(plan, driving_keys, record.end)
             retraction = plan.retraction
             if retraction is not None:
-                new, wanted, regrouped = self._retract(record, select, retraction, before, after)
+                new, wanted, old, regrouped = self._retract(record, select, retraction, before, after)
                 note = (
                     f"this round: {wanted.num_rows} group(s) by retraction, {regrouped} of them recomputed from their "
                     "rows"
@@ -504,7 +505,8 @@ class Layers:
                 wanted = pa.table({k: groups[f"__g{index[k]}"] for k in key})
                 note = f"this round: {groups.num_rows} group(s) recomputed from their rows"
         new = semi_join(new, wanted, key)  # keys outside the round's (a table read under two aliases)
-        old = self._read_rows(record.model, record.output, wanted)
+        if old is None:
+            old = self._read_rows(record.model, record.output, wanted)
         upserts, deletes = self._diff(record.model, new, old)
         left = semi_join(old, pa.concat_tables([upserts.select(list(key)), deletes]), key) if old.num_rows else old
         return upserts, deletes, left.select(empty.schema.names).cast(empty.schema), changes, wanted.num_rows, note
@@ -554,12 +556,12 @@ class Layers:
         retraction: Retraction,
         before: Mapping[str, pa.Table],
         after: Mapping[str, pa.Table],
-    ) -> tuple[pa.Table, pa.Table, int]:
+    ) -> tuple[pa.Table, pa.Table, pa.Table, int]:
         """New rows of the groups the changed rows left or joined: the old row minus the aggregates of the
         changed rows as of the start plus those as of the end (the model's own SQL over the restricted inputs
         computes both). A group is recomputed from its rows when retraction cannot settle it: the row holding
         its max/min left, a sum reached zero from rows that may be null, no ``count(*)`` says it emptied.
-        Returns (new rows, the keys they cover, groups recomputed)."""
+        Returns (new rows, the keys they cover, those keys' old rows, groups recomputed)."""
         model = record.model
         schema = self._output_schema(model)
         key = list(self.project.models[model].primary_key)
@@ -585,7 +587,7 @@ class Layers:
             groups = pa.table({f"__g{i}": pa.array([g[i] for g in regroup], t) for i, t in enumerate(types)})
             recomputed = self._regroup(record, select, groups).select(schema.names).cast(schema)
             new = pa.concat_tables([new, recomputed])
-        return new, keys, len(regroup)
+        return new, keys, old, len(regroup)
 
     def _aggregates(
         self, select: exp.Select, before: Mapping[str, pa.Table], after: Mapping[str, pa.Table], schema: pa.Schema

@@ -103,6 +103,14 @@ def test_a_later_model_takes_an_earlier_rounds_images_unless_another_writer_came
         return changes(table, *args, **kwargs)
 
     lh.changes = spy
+    read_rows: list[str] = []
+    own_read_rows = layers._read_rows
+
+    def counted(model, *args, **kwargs):
+        read_rows.append(model)
+        return own_read_rows(model, *args, **kwargs)
+
+    layers._read_rows = counted
 
     def check() -> None:
         got, want = (
@@ -114,6 +122,7 @@ def test_a_later_model_takes_an_earlier_rounds_images_unless_another_writer_came
     change_some(lh)
     assert [r.strategy for r in layers.run_once()] == ["keyed", "regroup"]
     assert dwd not in looked_up
+    assert read_rows.count(ads) == 1  # the ADS table's old rows read once, by the retraction
     check()
     assert layers.rebuild(ads).upserts == 0
 
