@@ -20,6 +20,7 @@ import mmh3
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.utils.decimal import bytes_required
 
 from lakehouse.errors import InvalidArgument, SchemaError
 
@@ -104,8 +105,8 @@ def _murmur3_binary_chunk(arr: pa.Array) -> np.ndarray:
 
 
 def _decimal_bytes(unscaled: int) -> bytes:
-    length = max(1, (unscaled.bit_length() + 8) // 8)  # room for the sign bit
-    return unscaled.to_bytes(length, "big", signed=True)
+    # minimal two's complement, as Java's BigInteger.toByteArray: -128 is one byte (0x80), not two (0xff80)
+    return unscaled.to_bytes(bytes_required(unscaled), "big", signed=True)
 
 
 def _murmur3_decimals(arr: pa.Array) -> np.ndarray:

@@ -97,6 +97,16 @@ def test_uuid(values, n) -> None:
     assert bucket_ids(arr, n).to_pylist() == _pyiceberg(UUIDType(), n, values)
 
 
+@pytest.mark.parametrize("unscaled", [-128, -129, -127, 127, 128, -32768, -32769, 32767, 0, -1])
+def test_decimal_at_byte_boundaries(unscaled) -> None:
+    """Negative powers of two take the fewest two's-complement bytes (Java's BigInteger.toByteArray): -1.28 hashed
+    as 0xff80 went to the wrong bucket (found by the property above)."""
+    value = decimal.Decimal(unscaled).scaleb(-2)
+    arr = pa.array([value], pa.decimal128(18, 2))
+    for n in (2, 7, 16):
+        assert bucket_ids(arr, n).to_pylist() == _pyiceberg(DecimalType(18, 2), n, [value])
+
+
 def test_spec_reference_values() -> None:
     """Hashes from the Iceberg spec's appendix (bucket hash of 34 and of 'iceberg')."""
     from lakehouse.bucketing import murmur3
