@@ -34,13 +34,14 @@ Applying the rows to the state as of ``start`` (remove the keys of ``update_befo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import In
 from pyiceberg.manifest import DataFile
@@ -311,7 +312,22 @@ def _look_up(
             if len(wanted):
                 want = pc.and_(hits, wanted.hits(group_keys)) if wanted is not keys else hits
                 if pc.any(want).as_py():
-                    rows.append(parquet.read_row_group(i).filter(want))
+                    rows.extend(_rows_where(parquet, i, want))
+
+
+#: Rows decoded at a time when whole rows of a row group are read (`_rows_where`).
+LOOKUP_BATCH_ROWS = 65_536
+
+
+def _rows_where(parquet: pq.ParquetFile, group: int, want: pa.BooleanArray) -> Iterator[pa.Table]:
+    """The rows of row group ``group`` where ``want`` (one value per row) is true, decoded batch by batch: a
+    lookup's memory is the rows it keeps, not a row group's (1,048,576 rows of every column)."""
+    position = 0
+    for batch in parquet.iter_batches(batch_size=LOOKUP_BATCH_ROWS, row_groups=[group], use_threads=True):
+        mask = want.slice(position, batch.num_rows)
+        position += batch.num_rows
+        if pc.any(mask).as_py():
+            yield pa.Table.from_batches([batch]).filter(mask)
 
 
 Bounds = dict[str, tuple[Any, Any]]

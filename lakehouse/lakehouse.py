@@ -409,6 +409,7 @@ class Lakehouse:
         *,
         as_of: AsOf | None = None,
         ref: str | None = None,
+        keep: Callable[[pa.Table], pa.Table] | None = None,
     ) -> pa.Table:
         """The lake snapshot plus the log tail after its offsets, merged by key (see `lakehouse.union`):
         every record whose append has returned is visible. With ``as_of={bucket: offset, ...}`` (every bucket),
@@ -417,11 +418,13 @@ class Lakehouse:
         retention removed what that needs. With ``ref`` (a tag or branch of the lake table, e.g.
         ``"published"``): the table as published, i.e. the lake exactly at that ref's snapshot and no log tail
         (what `lake_read` at the ref returns); `RefNotFound` if there is no such ref, `InvalidArgument` with
-        ``as_of``."""
+        ``as_of``. With ``keep`` (a function narrowing a table of rows, e.g. to those of a set of keys): the read
+        is streamed and only what ``keep`` returns of each batch is held (memory: the kept rows, not the rows
+        the row filter lets through)."""
         return self._reading(
             name,
             lambda table: union_read(
-                table, self.log(name), columns=columns, row_filter=row_filter, as_of=as_of, ref=ref
+                table, self.log(name), columns=columns, row_filter=row_filter, as_of=as_of, ref=ref, keep=keep
             ),
             as_of=as_of,
         )

@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 import json
 import operator
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,6 +46,7 @@ from pyparsing import ParseException
 
 from lakehouse.changelog import KeySet, reduce_changes, upserts_of
 from lakehouse.errors import AsOfUnavailable, CorruptDataFileError, InvalidArgument, RefNotFound, SchemaError
+from lakehouse.filescan import stream_tasks
 from lakehouse.lake import (
     BUCKET_COLUMN,
     COMMIT_USER_PROPERTY,
@@ -251,8 +252,14 @@ def union_read(
     row_filter: RowFilter = None,
     as_of: AsOf | None = None,
     ref: str | None = None,
+    keep: Callable[[pa.Table], pa.Table] | None = None,
 ) -> pa.Table:
-    batches = _union(table, log_, columns, row_filter, stream=False, as_of=as_of, ref=ref)
+    """Union read as one table. With ``keep`` (an exact condition a row filter cannot say: a semi join, a long
+    IN list), the read is streamed and each batch narrowed by ``keep`` as it arrives: its memory is the rows
+    kept plus a few batches, not the rows the row filter lets through."""
+    batches = _union(table, log_, columns, row_filter, stream=keep is not None, as_of=as_of, ref=ref)
+    if keep is not None:
+        batches = _kept(batches, keep)
     first = next(batches, None)
     if first is None:
         out = output_columns(table, columns)
@@ -290,6 +297,13 @@ def lake_read(
         table, log_.definition, columns=columns, row_filter=row_filter, as_of=as_of, lake_only=True, log_=log_
     )
     return pa.Table.from_batches(list(plan.execute_all(None, table=table, stream=False)), schema=plan.arrow_schema)
+
+
+def _kept(batches: Iterator[pa.RecordBatch], keep: Callable[[pa.Table], pa.Table]) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        kept = keep(pa.Table.from_batches([batch]))
+        if kept.num_rows:
+            yield from kept.to_batches()
 
 
 def _read(table: Table, read: Any) -> Any:
@@ -575,6 +589,10 @@ class ReadPlan:
             io = load_file_io(self.io_properties, self.metadata.location)
         return ArrowScan(self.metadata, io, self.projected, self.expr)
 
+    def _stream(self, tasks: Sequence[FileScanTask], io: FileIO) -> Iterator[pa.RecordBatch]:
+        """The lake part of ``tasks``, one file and a few batches in memory at a time."""
+        return stream_tasks(tasks, io, self.metadata, self.projected, self.expr)
+
     def _tail(self, log_: Log, buckets: Sequence[int]) -> pa.Table:
         reads = [self.buckets[b] for b in buckets]
         ends = None if any(r.end is None for r in reads) else {r.bucket: r.end for r in reads}  # type: ignore[misc]
@@ -611,7 +629,8 @@ class ReadPlan:
         """`execute` of a `BucketRead` this plan located (it may travel apart from the plan: a Spark input
         partition carries it, the reader the plan without its buckets)."""
         io = io if io is not None else (table.io if table is not None else None)
-        lake = self._scan(io).to_record_batches(read.tasks) if read.tasks else iter(())
+        io = io if io is not None else load_file_io(self.io_properties, self.metadata.location)
+        lake = self._stream(read.tasks, io)
         tail = None
         if self.union and log_ is not None:
             ends = None if read.end is None else {read.bucket: read.end}
@@ -628,7 +647,7 @@ class ReadPlan:
         if not self.tasks:
             lake: Iterator[pa.RecordBatch] = iter(())
         elif stream:
-            lake = _named(table, self._scan(table.io).to_record_batches(self.tasks))
+            lake = _named(table, self._stream(self.tasks, table.io))
         else:  # pyiceberg reads the files in parallel
             lake = iter(_read(table, lambda: self._scan(table.io).to_table(self.tasks)).to_batches())
         return self._merge(lake, tail)

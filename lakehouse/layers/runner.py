@@ -703,12 +703,18 @@ class Layers:
             # planning in a profile): push the range for file and row-group pruning, match exactly here
             low, high = pc.min_max(wanted).values()
             row_filter = And(GreaterThanOrEqual(first, low.as_py()), LessThanOrEqual(first, high.as_py()))
-        found = self.lh.union_read(table, columns=names, row_filter=row_filter, as_of=dict(offsets)).select(names)
-        if len(wanted) > IN_LIST_LIMIT:
-            found = found.filter(pc.is_in(found[first], value_set=wanted.cast(found.schema.field(first).type)))
-        if len(values.column_names) > 1:
-            found = semi_join(found, values, values.column_names)
-        return found
+        exact = len(wanted) > IN_LIST_LIMIT
+        several = len(values.column_names) > 1
+
+        def keep(rows: pa.Table) -> pa.Table:  # each batch as it is read: only matching rows are held
+            if exact:
+                rows = rows.filter(pc.is_in(rows[first], value_set=wanted.cast(rows.schema.field(first).type)))
+            return semi_join(rows, values, values.column_names) if several else rows
+
+        found = self.lh.union_read(
+            table, columns=names, row_filter=row_filter, as_of=dict(offsets), keep=keep if exact or several else None
+        )
+        return found.select(names)
 
     def _read_rows(self, model: str, offsets: Mapping[int, int], keys: pa.Table) -> pa.Table:
         return self._read_in(model, offsets, keys) if keys.num_rows else self._output_schema(model).empty_table()
@@ -914,15 +920,16 @@ def group_rows(
     row_filter = conditions[0]
     for c in conditions[1:]:
         row_filter = And(row_filter, c)
-    rows = lh.union_read(table, columns=columns, row_filter=row_filter, as_of=dict(offsets))
-    if rows.num_rows == 0:
-        return rows
-    names = rows.column_names
-    keyed = rows
-    for i, column, kind in terms:
-        key = rows[column] if kind == "eq" else pc.floor_temporal(rows[column], unit="month")
-        keyed = keyed.append_column(f"__k{i}", key)
-    return semi_join(keyed, pa.table(wanted), list(wanted)).select(names)
+    groups_keys = pa.table(wanted)
+
+    def keep(rows: pa.Table) -> pa.Table:  # each batch as it is read: only the groups' rows are held
+        keyed = rows
+        for i, column, kind in terms:
+            key = rows[column] if kind == "eq" else pc.floor_temporal(rows[column], unit="month")
+            keyed = keyed.append_column(f"__k{i}", key)
+        return semi_join(keyed, groups_keys, list(wanted)).select(rows.column_names)
+
+    return lh.union_read(table, columns=columns, row_filter=row_filter, as_of=dict(offsets), keep=keep)
 
 
 def _groups_query(select: exp.Select) -> exp.Select:

@@ -30,6 +30,47 @@ def by_key(table: pa.Table) -> dict[int, tuple]:
     return {r[0]: r for r in rows(table)}
 
 
+class SpyParquet:
+    """A spy around the lake's data files as lookups open them (`LakeContext.open_parquet`): which row groups
+    are read, with which columns (``reads``: file name, columns or None for whole rows), and the size of every
+    batch of whole rows decoded (``sizes``)."""
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[str, tuple | None]] = []
+        self.sizes: list[int] = []
+
+    def wrap(self, location: str, parquet):
+        spy = self
+
+        class File:
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc) -> None:
+                parquet.close()
+
+            def __getattr__(self, attr: str):
+                return getattr(parquet, attr)
+
+            def read_row_group(self, i: int, columns=None):
+                spy.reads.append((location.rsplit("/", 1)[-1], tuple(columns) if columns else None))
+                return parquet.read_row_group(i, columns=columns)
+
+            def iter_batches(self, *, row_groups, columns=None, **kwargs):  # whole rows, batch by batch
+                spy.reads.extend((location.rsplit("/", 1)[-1], tuple(columns) if columns else None) for _ in row_groups)
+                for b in parquet.iter_batches(row_groups=row_groups, columns=columns, **kwargs):
+                    spy.sizes.append(b.num_rows)
+                    yield b
+
+        return File()
+
+
+def spy_parquet(monkeypatch) -> SpyParquet:
+    spy, real = SpyParquet(), LakeContext.open_parquet
+    monkeypatch.setattr(LakeContext, "open_parquet", lambda self, location: spy.wrap(location, real(self, location)))
+    return spy
+
+
 def check_changes(lh: Lakehouse, start: dict[int, int], end: dict[int, int], expected) -> Counter:
     """Every invariant of a primary-key table's changes between ``start`` and ``end``; the kinds seen."""
     before = {r[0]: r for r in expected(start)}
@@ -173,27 +214,7 @@ def test_old_rows_are_looked_up_in_the_files_that_can_hold_them(lakehouse: Lakeh
     updated = log.end_offsets()
     log.append(batch([2999], "new"), op="delete")
     end = log.end_offsets()
-    reads: list[tuple[str, tuple | None]] = []
-    real = LakeContext.open_parquet
-
-    class Counting:  # a spy around the real file: which row groups are read, with which columns
-        def __init__(self, location: str, parquet) -> None:
-            self.name, self.parquet = location.rsplit("/", 1)[-1], parquet
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc) -> None:
-            self.parquet.close()
-
-        def __getattr__(self, attr: str):
-            return getattr(self.parquet, attr)
-
-        def read_row_group(self, i: int, columns=None):
-            reads.append((self.name, tuple(columns) if columns else None))
-            return self.parquet.read_row_group(i, columns=columns)
-
-    monkeypatch.setattr(LakeContext, "open_parquet", lambda self, location: Counting(location, real(self, location)))
+    reads = spy_parquet(monkeypatch).reads
     got = lh.changes(NAME, start, end, before_images=True)
     assert sorted((r["k"], r["_op"]) for r in got.to_pylist()) == [
         (1500, UPDATE_AFTER),
@@ -216,6 +237,30 @@ def test_old_rows_are_looked_up_in_the_files_that_can_hold_them(lakehouse: Lakeh
     got = lh.changes(NAME, start, updated)
     assert sorted((r["k"], r["_op"]) for r in got.to_pylist()) == [(1500, UPDATE_AFTER), (1501, UPDATE_AFTER)]
     assert reads and all(cols == ("k",) for _, cols in reads), reads
+
+
+def test_a_lookup_decodes_whole_rows_batch_by_batch_and_keeps_exactly_its_keys(
+    lakehouse: Lakehouse, monkeypatch
+) -> None:
+    """Row groups of 100 rows decoded 7 rows at a time (a row group's mask is cut at batch boundaries): the rows
+    found are exactly those of the keys, with their values; no batch of whole rows is larger than 7."""
+    lh = lakehouse
+    monkeypatch.setattr("lakehouse.datafiles.ROW_GROUP_ROWS", 100)
+    monkeypatch.setattr("lakehouse.changes.LOOKUP_BATCH_ROWS", 7)
+    lh.create_table(NAME, SCHEMA, primary_key=["k"], buckets=2)
+    log = lh.log(NAME)
+    log.append(batch(range(1000), "lake"), op="upsert")
+    lh.tier(NAME)
+    log.append(batch([5, 6], "tail"), op="upsert")  # the log after the snapshot wins
+    sizes = spy_parquet(monkeypatch).sizes
+    keys = [0, 5, 6, 13, 14, 99, 100, 101, 499, 500, 998, 999, 5000]  # batch and row-group edges, one absent
+    found = lh.lookup(NAME, pa.table({"k": pa.array(keys, pa.int64())}), as_of=log.end_offsets())
+    expected = lh.union_read(NAME).filter(pa.compute.field("k").isin(keys))
+    assert sorted(found.to_pylist(), key=lambda r: r["k"]) == sorted(
+        expected.select(USER).to_pylist(), key=lambda r: r["k"]
+    )
+    assert {r["k"]: r["v"] for r in found.to_pylist()}[5].startswith("tail")
+    assert sizes and max(sizes) <= 7
 
 
 def test_lookup_of_keys_as_of_offsets(lakehouse: Lakehouse) -> None:
