@@ -44,7 +44,7 @@ from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThanOrEqual
 from sqlglot import exp
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 
-from lakehouse.changelog import distinct_rows, semi_join
+from lakehouse.changelog import KeySet, distinct_rows, semi_join
 from lakehouse.errors import (
     DeployMismatch,
     InvalidArgument,
@@ -696,24 +696,20 @@ class Layers:
         if len(wanted) > IN_LIST_LIMIT and sorted(values.column_names) == sorted(definition.primary_key):
             # many keys: a point lookup (only the row groups holding one decoded, no filter or merge pass)
             return self.lh.lookup(table, values, as_of=dict(offsets), columns=names).select(names)
+        keep = None
         if len(wanted) <= IN_LIST_LIMIT:
             row_filter = In(first, wanted.to_pylist())
         else:
             # pyiceberg binds and evaluates an IN list literal by literal, per data file (20,000 keys cost 15 s of
-            # planning in a profile): push the range for file and row-group pruning, match exactly here
+            # planning in a profile): push the range for file and row-group pruning, match exactly each batch as
+            # it is read (only matching rows are held; the set is built once, probed per batch)
             low, high = pc.min_max(wanted).values()
             row_filter = And(GreaterThanOrEqual(first, low.as_py()), LessThanOrEqual(first, high.as_py()))
-        exact = len(wanted) > IN_LIST_LIMIT
-        several = len(values.column_names) > 1
-
-        def keep(rows: pa.Table) -> pa.Table:  # each batch as it is read: only matching rows are held
-            if exact:
-                rows = rows.filter(pc.is_in(rows[first], value_set=wanted.cast(rows.schema.field(first).type)))
-            return semi_join(rows, values, values.column_names) if several else rows
-
-        found = self.lh.union_read(
-            table, columns=names, row_filter=row_filter, as_of=dict(offsets), keep=keep if exact or several else None
-        )
+            firsts = KeySet(pa.table({first: wanted}), (first,))
+            keep = lambda rows: rows.filter(firsts.hits(rows))  # noqa: E731
+        found = self.lh.union_read(table, columns=names, row_filter=row_filter, as_of=dict(offsets), keep=keep)
+        if len(values.column_names) > 1:
+            found = semi_join(found, values, values.column_names)
         return found.select(names)
 
     def _read_rows(self, model: str, offsets: Mapping[int, int], keys: pa.Table) -> pa.Table:
