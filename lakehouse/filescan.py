@@ -6,13 +6,17 @@ them in memory at once. Lakestream's data files are plain Parquet whose columns 
 field ids (lakestream tables do not evolve: `lakehouse.lake.check_lake_layout`), so this module reads them
 with pyarrow's dataset scanner directly, file after file, with the scan's filter pushed into the file
 (row-group pruning by statistics, rows filtered while decoding) and a bounded read-ahead: the memory of a
-read is a few batches plus the rows its consumer keeps. A task pyiceberg must read itself (delete files, a
+read is a few batches plus the rows its consumer keeps. Small files (the ones frequent tiering leaves before
+compaction) are read whole by a few threads ahead of the consumer instead: there a store's round trips, not
+decoding, are the cost (200 files of 500 rows on SeaweedFS: 0.6 s one after another, 0.3 s prefetched,
+pyiceberg's parallel read 0.4 s). A task pyiceberg must read itself (delete files, a
 column the file lacks, a format other than Parquet) still goes through `ArrowScan`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -29,6 +33,10 @@ from pyiceberg.table.metadata import TableMetadata
 BATCH_ROWS = 65_536
 #: Batches a file's scanner decodes ahead of its consumer.
 READAHEAD_BATCHES = 2
+#: Files up to this size are read whole, ahead of the consumer (a few small files' rows in memory at once) ...
+SMALL_FILE_BYTES = 1 << 20
+#: ... by this many threads.
+PREFETCH_FILES = 4
 _FORMAT = ds.ParquetFileFormat(
     default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=True, buffer_size=8 << 20)
 )
@@ -38,26 +46,78 @@ def stream_tasks(
     tasks: Iterable[FileScanTask], io: FileIO, metadata: TableMetadata, projected: Schema, expr: BooleanExpression
 ) -> Iterator[pa.RecordBatch]:
     """The rows of ``tasks`` (a scan of ``metadata``'s table) matching ``expr``, columns ``projected`` (names
-    as in the file; the consumer casts to its schema), streamed file by file."""
-    columns = [f.name for f in projected.fields]
-    schema = metadata.schema()
-    names = schema.column_names  # a file of ours holds every column (the filter may name any)
-    arrow_filter = None if isinstance(expr, AlwaysTrue) else expression_to_pyarrow(bind(schema, expr, True))
-    for task in tasks:
+    as in the file; the consumer casts to its schema), in task order: large files streamed a few batches at a
+    time, small ones (up to `SMALL_FILE_BYTES`, where a store's latency costs more than decoding) read whole by
+    `PREFETCH_FILES` threads ahead of the consumer."""
+    read = _FileReader(io, metadata, projected, expr)
+    tasks = list(tasks)
+    small = [_is_small(t) for t in tasks]
+    if not any(small):
+        for task in tasks:
+            yield from read.batches(task)
+        return
+    with ThreadPoolExecutor(PREFETCH_FILES, thread_name_prefix="lakestream-filescan") as pool:
+        ahead: dict[int, Future[list[pa.RecordBatch]]] = {}
+        upcoming = iter([i for i, s in enumerate(small) if s])
+        for _ in range(PREFETCH_FILES):
+            _submit(pool, ahead, upcoming, read, tasks)
+        try:
+            for i, task in enumerate(tasks):
+                if not small[i]:
+                    yield from read.batches(task)
+                    continue
+                batches = ahead.pop(i).result()
+                _submit(pool, ahead, upcoming, read, tasks)
+                yield from batches
+        finally:
+            for future in ahead.values():
+                future.cancel()
+
+
+def _is_small(task: FileScanTask) -> bool:
+    return task.file.file_size_in_bytes <= SMALL_FILE_BYTES
+
+
+def _submit(
+    pool: ThreadPoolExecutor,
+    ahead: dict[int, Future[list[pa.RecordBatch]]],
+    upcoming: Iterator[int],
+    read: _FileReader,
+    tasks: list[FileScanTask],
+) -> None:
+    i = next(upcoming, None)
+    if i is not None:
+        ahead[i] = pool.submit(lambda task: list(read.batches(task)), tasks[i])
+
+
+class _FileReader:
+    """Reads one task's rows (see `stream_tasks`)."""
+
+    def __init__(self, io: FileIO, metadata: TableMetadata, projected: Schema, expr: BooleanExpression) -> None:
+        self.io, self.metadata, self.projected, self.expr = io, metadata, projected, expr
+        self.columns = [f.name for f in projected.fields]
+        schema = metadata.schema()
+        self.names = schema.column_names  # a file of ours holds every column (the filter may name any)
+        self.filter = None if isinstance(expr, AlwaysTrue) else expression_to_pyarrow(bind(schema, expr, True))
+
+    def _pyiceberg(self, task: FileScanTask) -> Iterator[pa.RecordBatch]:
+        return ArrowScan(self.metadata, self.io, self.projected, self.expr).to_record_batches([task])
+
+    def batches(self, task: FileScanTask) -> Iterator[pa.RecordBatch]:
         if task.delete_files or task.file.file_format != FileFormat.PARQUET:
-            yield from ArrowScan(metadata, io, projected, expr).to_record_batches([task])
-            continue
-        with io.new_input(task.file.file_path).open() as stream:
+            yield from self._pyiceberg(task)
+            return
+        with self.io.new_input(task.file.file_path).open() as stream:
             fragment = _FORMAT.make_fragment(stream)
             physical = fragment.physical_schema
-            if any(physical.get_field_index(c) < 0 for c in names):  # not one of our files: pyiceberg maps it
-                yield from ArrowScan(metadata, io, projected, expr).to_record_batches([task])
-                continue
+            if any(physical.get_field_index(c) < 0 for c in self.names):  # not one of our files: pyiceberg maps it
+                yield from self._pyiceberg(task)
+                return
             scanner = ds.Scanner.from_fragment(
                 fragment,
                 schema=physical,
-                columns=columns,
-                filter=arrow_filter,
+                columns=self.columns,
+                filter=self.filter,
                 batch_size=BATCH_ROWS,
                 batch_readahead=READAHEAD_BATCHES,
                 use_threads=True,

@@ -29,6 +29,7 @@ Which keys a range affects follows the model's plan (`lakehouse.layers.planner`)
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
@@ -44,7 +45,7 @@ from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThanOrEqual
 from sqlglot import exp
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 
-from lakehouse.changelog import KeySet, distinct_rows, semi_join
+from lakehouse.changelog import distinct_rows, semi_join
 from lakehouse.errors import (
     DeployMismatch,
     InvalidArgument,
@@ -702,11 +703,15 @@ class Layers:
         else:
             # pyiceberg binds and evaluates an IN list literal by literal, per data file (20,000 keys cost 15 s of
             # planning in a profile): push the range for file and row-group pruning, match exactly each batch as
-            # it is read (only matching rows are held; the set is built once, probed per batch)
+            # it is read (only matching rows are held). A hash lookup per batch: a `KeySet`'s binary search
+            # took 0.9 s over the 10 M orders a hop from 10,000 customers reads, `is_in` 0.2 s
             low, high = pc.min_max(wanted).values()
             row_filter = And(GreaterThanOrEqual(first, low.as_py()), LessThanOrEqual(first, high.as_py()))
-            firsts = KeySet(pa.table({first: wanted}), (first,))
-            keep = lambda rows: rows.filter(firsts.hits(rows))  # noqa: E731
+            cast = functools.cache(wanted.cast)
+
+            def keep(rows: pa.Table) -> pa.Table:
+                return rows.filter(pc.is_in(rows[first], value_set=cast(rows.schema.field(first).type)))
+
         found = self.lh.union_read(table, columns=names, row_filter=row_filter, as_of=dict(offsets), keep=keep)
         if len(values.column_names) > 1:
             found = semi_join(found, values, values.column_names)

@@ -47,10 +47,8 @@ def test_streamed_files_give_pyiceberg_s_rows(lakehouse: Lakehouse, monkeypatch)
     assert len(streamed) == sum(1 for k in range(2000) if k % 7 >= 3)
 
 
-def test_files_are_opened_as_the_consumer_asks(lakehouse: Lakehouse, monkeypatch) -> None:
-    lh = lakehouse
-    _table(lh)
-    opened: list[str] = []
+def _count_opened(monkeypatch) -> list:
+    opened: list = []
     real = filescan._FORMAT
 
     class Counting:  # a spy around the real format: which files became fragments, when
@@ -59,12 +57,42 @@ def test_files_are_opened_as_the_consumer_asks(lakehouse: Lakehouse, monkeypatch
             return real.make_fragment(stream)
 
     monkeypatch.setattr(filescan, "_FORMAT", Counting())
+    return opened
+
+
+def test_large_files_are_opened_as_the_consumer_asks(lakehouse: Lakehouse, monkeypatch) -> None:
+    lh = lakehouse
+    _table(lh)
+    monkeypatch.setattr(filescan, "SMALL_FILE_BYTES", 0)  # every file counts as large: streamed in turn
+    opened = _count_opened(monkeypatch)
     batches = lh.union_batches(NAME)
     first = next(batches)
     assert first.num_rows and len(opened) == 1  # pyiceberg's to_record_batches had read all 8 files by now
     rest = list(batches)
     assert len(opened) == 8
     assert sum(b.num_rows for b in [first, *rest]) == 2000
+
+
+def test_small_files_are_read_a_few_ahead_in_task_order(lakehouse: Lakehouse, monkeypatch) -> None:
+    lh = lakehouse
+    monkeypatch.setattr(filescan, "PREFETCH_FILES", 2)
+    _table(lh, rounds=6)  # 12 files of 250 rows
+    table = lh.lake_table(NAME)
+    scan = table.scan(selected_fields=("k",))
+    tasks = list(scan.plan_files())
+    assert len(tasks) == 12
+    # a third of them large (streamed in place), the rest small (prefetched): the order of the tasks holds
+    large = {t.file.file_path for t in tasks[::3]}
+    monkeypatch.setattr(filescan, "_is_small", lambda task: task.file.file_path not in large)
+    opened = _count_opened(monkeypatch)
+    batches = filescan.stream_tasks(tasks, table.io, table.metadata, scan.projection(), scan.row_filter)
+    first = next(batches)
+    assert first.num_rows and len(opened) <= 1 + 2  # the first file, two small ones ahead
+    rest = list(batches)
+    assert len(opened) == 12
+    scan_ = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter)
+    expected = [k for t in tasks for k in scan_.to_table([t]).column("k").to_pylist()]  # file after file
+    assert [k for b in [first, *rest] for k in b.column("k").to_pylist()] == expected
 
 
 def test_a_file_lacking_a_column_is_read_by_pyiceberg(lakehouse: Lakehouse, tmp_path) -> None:
