@@ -628,8 +628,8 @@ class ReadPlan:
     ) -> Iterator[pa.RecordBatch]:
         """`execute` of a `BucketRead` this plan located (it may travel apart from the plan: a Spark input
         partition carries it, the reader the plan without its buckets)."""
-        io = io if io is not None else (table.io if table is not None else None)
-        io = io if io is not None else load_file_io(self.io_properties, self.metadata.location)
+        if io is None:
+            io = table.io if table is not None else load_file_io(self.io_properties, self.metadata.location)
         lake = self._stream(read.tasks, io)
         tail = None
         if self.union and log_ is not None:

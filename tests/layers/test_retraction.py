@@ -74,17 +74,17 @@ def test_group_rows_reads_exactly_the_groups_rows(tmp_path, monkeypatch, months_
     """A one-input regroup's rows, read by the driver: a coarse filter (the groups' months as their days, a
     leap day and month ends included, or as one range), then the exact groups (the month of a date inverted,
     a plain column matched); shapes it cannot invert fall back to Spark (None)."""
-    import lakehouse.layers.runner as runner
-
-    monkeypatch.setattr(runner, "MONTHS_AS_DAYS_LIMIT", months_as_days)
     import datetime
 
     import pyarrow as pa
     import sqlglot
 
+    import lakehouse.layers.runner as runner
     from lakehouse import Lakehouse
     from lakehouse.layers.runner import _sided, group_rows
     from lakehouse.layers.sql import DIALECT
+
+    monkeypatch.setattr(runner, "MONTHS_AS_DAYS_LIMIT", months_as_days)
 
     lh = Lakehouse.open(tmp_path.as_uri())
     schema = pa.schema([("k", pa.int64()), ("n", pa.int64()), ("d", pa.date32()), ("p", pa.int64())])

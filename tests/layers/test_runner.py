@@ -84,6 +84,16 @@ def test_rounds_follow_every_kind_of_change_and_equal_a_rebuild(lakehouse, spark
     assert [r for r in enriched if r["o_orderkey"] == 7 and r["c_name"] == "Customer#30"]  # a late customer
 
 
+def _recording(method, calls: list[str]):
+    """``method`` (a bound method taking a table or model name first), appending that name to ``calls``."""
+
+    def spy(name, *args, **kwargs):
+        calls.append(name)
+        return method(name, *args, **kwargs)
+
+    return spy
+
+
 def test_a_later_model_takes_an_earlier_rounds_images_unless_another_writer_came_between(tmp_path, spark, project):
     """In one run_once the ADS round takes its before/after images of dwd rows from the DWD round that wrote
     them (no lookup in dwd); when another writer appended to dwd after that round, the ADS round's range is no
@@ -95,22 +105,10 @@ def test_a_later_model_takes_an_earlier_rounds_images_unless_another_writer_came
     load_base(lh)
     layers.run_once()
     dwd, ads = MODELS
-    looked_up: list[str] = []
-    changes = lh.changes
-
-    def spy(table, *args, **kwargs):
-        looked_up.append(table)
-        return changes(table, *args, **kwargs)
-
-    lh.changes = spy
-    read_rows: list[str] = []
-    own_read_rows = layers._read_rows
-
-    def counted(model, *args, **kwargs):
-        read_rows.append(model)
-        return own_read_rows(model, *args, **kwargs)
-
-    layers._read_rows = counted
+    looked_up: list[str] = []  # the tables whose changes are read
+    read_rows: list[str] = []  # the models whose old rows are read
+    lh.changes = _recording(lh.changes, looked_up)
+    layers._read_rows = _recording(layers._read_rows, read_rows)
 
     def check() -> None:
         got, want = (
