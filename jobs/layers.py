@@ -3,6 +3,7 @@
     spark-submit jobs/layers.py --project examples/tpch                       # one round of every model
     spark-submit jobs/layers.py --project DIR --model dwd.orders_enriched     # one round of one model
     spark-submit jobs/layers.py --project DIR --rebuild --model M             # recompute M in full
+    spark-submit jobs/layers.py --project DIR --rebuild --abandon --model M   # ... giving up a stuck round
     spark-submit jobs/layers.py --project DIR --follow                        # rounds as inputs advance (SIGTERM stops)
 
 The project folder defaults to LAKESTREAM_LAYERS_PROJECT, else examples/tpch of this repository. Tables the
@@ -46,6 +47,11 @@ def parser() -> argparse.ArgumentParser:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--rebuild", action="store_true", help="recompute the models in full (exactly once)")
     mode.add_argument("--follow", action="store_true", help="run rounds as inputs advance until SIGTERM/SIGINT")
+    p.add_argument(
+        "--abandon",
+        action="store_true",
+        help="--rebuild: give up an unfinished round instead of finishing it first (one that cannot finish)",
+    )
     p.add_argument("--poll-seconds", type=float, default=0.2, help="--follow: how often inputs are checked")
     p.add_argument("--max-rounds", type=int, default=None, help="--follow: stop after this many rounds")
     p.add_argument("--warehouse", help="file:///path or s3://bucket/prefix (default: settings)")
@@ -76,7 +82,7 @@ def run(lh, args: argparse.Namespace) -> int:
             emit({"deployed": created})
         if args.rebuild:
             for model in models:
-                emit(layers.rebuild(model).to_json())
+                emit(layers.rebuild(model, abandon=args.abandon).to_json())
         elif args.follow:
             stop = threading.Event()  # SIGTERM (Airflow, spark-submit's kill) or SIGINT: after the round, exit 0
             previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}

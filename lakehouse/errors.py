@@ -28,6 +28,7 @@ __all__ = [
     "LogClosed",
     "MaintenanceError",
     "ModelKeyError",
+    "ModelSchemaChanged",
     "ModelSqlError",
     "OffsetOutOfRange",
     "ProducerError",
@@ -90,8 +91,8 @@ class DependencyCycleError(ProjectError):
 
 
 class ModelKeyError(ProjectError):
-    """A model's output lacks a column of its declared primary key, or a GROUP BY model's key column is not
-    one of its GROUP BY expressions."""
+    """A model's output lacks a column of its declared primary key, a GROUP BY model's key column is not one of
+    its GROUP BY expressions, or a round's rows hold a key twice or a null key (nothing is written then)."""
 
 
 class LayerConflict(LakestreamError):
@@ -110,7 +111,13 @@ class ModelChanged(ProjectError):
 
 
 class DeployMismatch(ProjectError):
-    """A table the project declares already exists with another schema or key (``lakestream layers deploy``)."""
+    """A table the project declares exists with other columns, types, key or buckets (``lakestream layers
+    deploy``, and every round before it writes)."""
+
+
+class ModelSchemaChanged(DeployMismatch):
+    """A model's SQL (or header) no longer matches its table: a round would write rows of another shape. The
+    message says what differs; the table is built again from its inputs once dropped and deployed."""
 
 
 class InvalidTableName(LakestreamError, ValueError):

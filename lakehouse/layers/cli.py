@@ -254,6 +254,14 @@ def _follow(
 def rebuild_command(
     project: ProjectOpt,
     model: Annotated[str, typer.Option("--model", "-m", help="namespace.table of the model", show_default=False)],
+    abandon: Annotated[
+        bool,
+        typer.Option(
+            "--abandon",
+            help="give up the model's unfinished round instead of finishing it first (a round that cannot finish: "
+            "its SQL changed or fails); the rebuild makes the table right whatever that round appended",
+        ),
+    ] = False,
     spark_master: SparkMasterOpt = "local[2]",
     json_output: JsonOpt = False,
     warehouse: WarehouseOpt = None,
@@ -267,7 +275,7 @@ def rebuild_command(
         with lh:
             try:
                 (name,) = select_models(loaded, [model])
-                report = layers.rebuild(name)
+                report = layers.rebuild(name, abandon=abandon)
             finally:
                 layers.close()
     except LakestreamError as exc:
@@ -323,3 +331,6 @@ def status_command(
             )
         table.add_row(*(Text(str(c)) for c in (s.model, s.strategy, _positions(s.positions), lag, seconds, last_text)))
     console.print(table)
+    for s in statuses:
+        if getattr(s, "problem", None):
+            console.print(Text(f"{s.model}: {s.problem}", style="yellow"), soft_wrap=True)

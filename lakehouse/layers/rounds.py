@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lakehouse.errors import LayerConflict, RoundUnknown
+from lakehouse.layers.lease import Owner, RoundLease
 from lakehouse.tables import RESERVED_NAMESPACE
 from object_store import NotFound, ObjectStore, PreconditionFailed
 
@@ -35,6 +36,7 @@ __all__ = [
     "RoundReport",
     "boundary_round",
     "create_round",
+    "forget_rounds",
     "latest_round",
     "prune",
     "read_report",
@@ -72,6 +74,12 @@ class RoundRecord:
     output: dict[int, int]
     #: sha256 of the model's SQL the round computes with ("" in records of older versions)
     sql: str = ""
+    #: the ``table_uuid`` of the model's table, and of each input, when the round began ("" / {} in records of
+    #: older versions): positions and rounds belong to those tables, not to tables created again under their names
+    table_uuid: str = ""
+    input_uuids: dict[str, str] = field(default_factory=dict)
+    #: why a full round is full (its report says it)
+    reason: str = ""
 
     @property
     def key(self) -> str:
@@ -86,6 +94,9 @@ class RoundRecord:
             "end": self.end,
             "output": self.output,
             "sql": self.sql,
+            "table_uuid": self.table_uuid,
+            "input_uuids": self.input_uuids,
+            "reason": self.reason,
         }
         return json.dumps(doc, sort_keys=True).encode()
 
@@ -100,6 +111,9 @@ class RoundRecord:
             end=_positions(doc["end"]) or {},
             output={int(b): int(o) for b, o in doc["output"].items()},
             sql=doc.get("sql", ""),
+            table_uuid=doc.get("table_uuid", ""),
+            input_uuids=dict(doc.get("input_uuids") or {}),
+            reason=doc.get("reason", ""),
         )
 
 
@@ -110,7 +124,9 @@ class RoundReport:
     ``round`` is -1 and ``idle`` True when no input had advanced (nothing ran). ``positions``: every input's
     offsets after the round. ``input_changes``: change rows read from the inputs; ``affected``: output keys (or
     groups) recomputed; ``upserts``/``deletes``: rows appended to the model's log; ``output``: the model's log ends
-    once its appends were done (the round's boundary; empty in reports of older versions)."""
+    once its appends were done (the round's boundary; empty in reports of older versions). ``abandoned``: the
+    round never finished; a rebuild (or a model or input table created again) replaced it, so its appends, if
+    any, are no boundary (`round_boundary`)."""
 
     model: str
     round: int
@@ -124,6 +140,7 @@ class RoundReport:
     seconds: float = 0.0
     idle: bool = False
     resumed: bool = False
+    abandoned: bool = False
     finished_at: float = field(default=0.0, compare=False)
     output: dict[int, int] = field(default_factory=dict, compare=False)
 
@@ -141,6 +158,7 @@ class RoundReport:
             "seconds": round(self.seconds, 3),
             "idle": self.idle,
             "resumed": self.resumed,
+            "abandoned": self.abandoned,
             "finished_at": self.finished_at,
             "output": {str(b): o for b, o in self.output.items()},
         }
@@ -180,17 +198,33 @@ def round_boundary(
 ) -> tuple[int, dict[int, int]] | None:
     """The newest round boundary of ``model``'s log (see the module): ``(r, ends)`` where ``ends`` are the log's
     ends after round ``r`` (``r`` is -1 for the ends before round 0), or None if ``model`` never ran a round
-    (a table no layer writes). ``log_end`` reads the log's current ends."""
+    (a table no layer writes). ``log_end`` reads the log's current ends. An abandoned round is no boundary: its
+    appends, if any, stay beyond the boundary until the round that replaced it finishes."""
     latest = latest_round(store, model)
     if latest is None:
         return None
-    if not report_exists(store, model, latest.number):  # running, or its runner died: the ends it began at
-        return latest.number - 1, dict(latest.output)
+    report = _report(store, model, latest.number)
+    if report is None or report.abandoned:  # running, its runner died, or abandoned: the ends it began at
+        return _start_boundary(store, model, latest)
     ends = log_end()
     again = latest_round(store, model)
     if again is None or again.number == latest.number:
         return latest.number, ends
-    return again.number - 1, dict(again.output)  # a round began meanwhile: its appends may be in `ends`
+    return _start_boundary(store, model, again)  # a round began meanwhile: its appends may be in `ends`
+
+
+def _start_boundary(store: ObjectStore, model: str, record: RoundRecord) -> tuple[int, dict[int, int]]:
+    """The boundary before ``record``'s appends: the ends it began at, or, after abandoned rounds, the ends the
+    first of them began at."""
+    while record.number > 0:
+        previous = _report(store, model, record.number - 1)
+        if previous is None or not previous.abandoned:
+            break
+        try:
+            record = RoundRecord.from_json(store.get(_key(model, "round", record.number - 1)).data)
+        except NotFound:  # pruned: the oldest retained is as far back as a boundary can be known
+            break
+    return record.number - 1, dict(record.output)
 
 
 def boundary_round(
@@ -211,10 +245,10 @@ def boundary_round(
     records = rounds(store, model)
     by_number = {r.number: r for r in records}
     for record in reversed(records):
-        if not report_exists(store, model, record.number):
-            continue  # running, or its runner died: its appends are no boundary
-        following = by_number.get(record.number + 1)
         report = _report(store, model, record.number)
+        if report is None or report.abandoned:
+            continue  # running, its runner died, or abandoned: its appends are no boundary
+        following = by_number.get(record.number + 1)
         after = report.output if report is not None and report.output else None
         if after is None:  # a report of an older version: the ends the next round began at, or the log's end now
             after = dict(following.output) if following is not None else log_end()
@@ -239,20 +273,22 @@ def _report(store: ObjectStore, model: str, number: int) -> RoundReport | None:
         return None
 
 
-def create_round(store: ObjectStore, record: RoundRecord) -> None:
-    """Create the round's intent, once.
+def create_round(store: ObjectStore, record: RoundRecord, owner: Owner) -> RoundLease:
+    """Create the round's intent, once, held by ``owner`` (`lakehouse.layers.lease`: it heartbeats from now on).
 
     Raises:
         LayerConflict: another runner created this round first.
     """
+    doc = RoundLease.document(record.to_json(), owner)
     try:
-        store.put(record.key, record.to_json(), if_none_match=True)
+        etag = store.put(record.key, json.dumps(doc, sort_keys=True).encode(), if_none_match=True)
     except PreconditionFailed:
         raise LayerConflict(
             f"model {record.model}: round {record.number} was started by another runner at the same time; only one "
             "runner of a model may run. Nothing was written by this one; if the other died, run again (its round "
             "is resumed exactly once)"
         ) from None
+    return RoundLease(store, record.key, doc, etag, owner)
 
 
 def write_report(store: ObjectStore, report: RoundReport) -> None:
@@ -279,21 +315,37 @@ def prune(store: ObjectStore, model: str, newest: int) -> None:
     """Delete intents and reports older than the newest `KEEP_ROUNDS` rounds."""
     for kind in ("round", "report"):
         for info in store.list(f"{LAYERS_PREFIX}{model}/{kind}-"):
-            number = int(info.key.rsplit("-", 1)[1].split(".")[0])
-            if number <= newest - KEEP_ROUNDS:
+            if _number(info.key) <= newest - KEEP_ROUNDS:
                 try:
                     store.delete(info.key)
                 except NotFound:
                     pass
 
 
-def delete_model_state(store: ObjectStore, model: str) -> int:
-    """Delete every round record of ``model`` (when its table is dropped); returns how many."""
-    deleted = 0
-    for info in list(store.list(f"{LAYERS_PREFIX}{model}/")):
+def forget_rounds(store: ObjectStore, model: str, table_uuid: str) -> int:
+    """Delete the round records of earlier tables named ``model`` (intents not of ``table_uuid``: the table was
+    dropped and created again, and its round numbers start again at 0); returns how many intents. Rounds of the
+    current table, which a concurrent runner may have begun meanwhile, are kept. Reports go before intents, so an
+    interrupted call leaves intents that the next call deletes."""
+    current: set[int] = set()
+    earlier: list[str] = []
+    for info in list(store.list(f"{LAYERS_PREFIX}{model}/round-")):
         try:
-            store.delete(info.key)
-            deleted += 1
+            record = RoundRecord.from_json(store.get(info.key).data)
+        except NotFound:
+            continue
+        if record.table_uuid == table_uuid:
+            current.add(record.number)
+        else:
+            earlier.append(info.key)
+    reports = [i.key for i in store.list(f"{LAYERS_PREFIX}{model}/report-") if _number(i.key) not in current]
+    for key in [*reports, *earlier]:
+        try:
+            store.delete(key)
         except NotFound:
             pass
-    return deleted
+    return len(earlier)
+
+
+def _number(key: str) -> int:
+    return int(key.rsplit("-", 1)[1].split(".")[0])

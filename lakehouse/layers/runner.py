@@ -51,23 +51,28 @@ from lakehouse.errors import (
     InvalidArgument,
     LayerConflict,
     ModelChanged,
+    ModelSchemaChanged,
     SubscriptionConflict,
+    SubscriptionNotFound,
     TableAlreadyExists,
     TableNotFound,
 )
+from lakehouse.layers.drift import table_differences
 from lakehouse.layers.engine import Filtered, SparkSql, referenced_columns
+from lakehouse.layers.lease import Owner, RoundLease, take_over
 from lakehouse.layers.planner import KEYED, RECOMPUTE, RECOMPUTE_GROUP, ModelPlan, Retraction, explain
 from lakehouse.layers.rounds import (
     RoundRecord,
     RoundReport,
     create_round,
+    forget_rounds,
     latest_round,
     prune,
     read_report,
     report_exists,
     write_report,
 )
-from lakehouse.layers.writer import append_round, diff_rows
+from lakehouse.layers.writer import append_round, check_keys, diff_rows
 from object_store import StoreUnavailable
 
 if TYPE_CHECKING:
@@ -108,7 +113,9 @@ def producer_of(model: str) -> str:
 
 @dataclass(frozen=True)
 class ModelStatus:
-    """Where a model stands: per input its subscription's position and lag, and its last round."""
+    """Where a model stands: per input its subscription's position and lag, and its last round. ``problem``:
+    what keeps its next round from running, if anything is known to (its table no longer matches its SQL, an
+    input's declaration no longer matches its table, a missing table)."""
 
     model: str
     strategy: str
@@ -116,6 +123,7 @@ class ModelStatus:
     lag_records: dict[str, int]
     lag_seconds: float | None
     last_round: RoundReport | None
+    problem: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -125,6 +133,7 @@ class ModelStatus:
             "lag_records": self.lag_records,
             "lag_seconds": self.lag_seconds,
             "last_round": self.last_round.to_json() if self.last_round else None,
+            "problem": self.problem,
         }
 
 
@@ -149,6 +158,10 @@ class Layers:
         self._sql: SparkSql | None = None
         #: Per model, what its last incremental round of the current `run_once` changed (see `Handover`).
         self._handed: dict[str, Handover] = {}
+        #: Models (and tables) found as the project declares them (`_verify`): checked once per runner.
+        self._verified: set[str] = set()
+        self._verified_tables: set[str] = set()
+        self.owner = Owner.new()
 
     # ---- Spark -----------------------------------------------------------------------------------------
 
@@ -207,13 +220,13 @@ class Layers:
             self._check_existing(name, existing, schema, settings)
         return created
 
-    def _declared(self, name: str) -> tuple[pa.Schema, dict[str, Any]]:
+    def _declared(self, name: str, *, schema: pa.Schema | None = None) -> tuple[pa.Schema, dict[str, Any]]:
         if name in self.project.sources:
             d = self.project.sources[name].definition
-            schema = d.schema
+            schema = schema or d.schema
         else:
             model = self.project.models[name]
-            schema = model.schema or self._inferred_schema(name)
+            schema = schema or model.schema or self._inferred_schema(name)
             d = model
         settings = {
             "buckets": d.buckets,
@@ -231,31 +244,77 @@ class Layers:
         return pa.schema([pa.field(f.name, f.type, f.name not in model.primary_key) for f in result])
 
     def _check_existing(self, name: str, existing: Any, schema: pa.Schema, settings: Mapping[str, Any]) -> None:
-        have = [(f.name, str(f.type)) for f in existing.schema]
-        want = [(f.name, str(f.type)) for f in schema]
-        if have != want or tuple(existing.primary_key) != tuple(settings["primary_key"] or ()):
-            raise DeployMismatch(
-                f"table {name} exists in {self.lh.url} with columns {have} and key {list(existing.primary_key)}, but "
-                f"the project declares {want} and key {settings['primary_key']}; drop it (lakestream table drop "
-                f"{name}) to create it as declared, or change the project",
+        differences = table_differences(existing, schema, settings)
+        if differences:
+            raise self._mismatch(name, differences)
+
+    def _mismatch(self, name: str, differences: Sequence[str]) -> DeployMismatch:
+        """The error for table ``name`` differing from the project: a model's table can be built again from its
+        inputs, a source's holds ingested data and is never to be dropped."""
+        what = "; ".join(differences)
+        if name in self.project.models:
+            model = self.project.models[name]
+            return ModelSchemaChanged(
+                f"model {name}: its table in {self.lh.url} differs from what its SQL ({model.path}) declares: "
+                f"{what}. A model's table holds only what its SQL derives from its inputs, so it can be built "
+                f"again: drop it (lakestream table drop {name} --yes) and run lakestream layers deploy; its next "
+                "round builds it in full from its inputs, and the models reading it follow. Or restore the SQL. "
+                "Nothing was written",
+                path=model.path,
                 model=name,
             )
+        source = self.project.sources[name]
+        return DeployMismatch(
+            f"source {name}: sources.yml ({source.path}) declares it otherwise than its table in {self.lh.url}: "
+            f"{what}. The table and the data ingested into it are unchanged: lakestream tables keep the schema "
+            f"they were created with. Make the declaration in sources.yml match the table again (lakestream table "
+            f"describe {name} shows it), or declare a new table under another name for the new shape",
+            path=source.path,
+            model=name,
+        )
+
+    def _verify(self, name: str) -> None:
+        """Before a round of ``name``: its table and its inputs' tables are as the project declares them (column
+        names, and types where the project knows them without Spark; key; buckets), once per runner.
+
+        Raises:
+            ModelSchemaChanged: the model's SQL (or header) no longer matches its table.
+            DeployMismatch: a source's declaration no longer matches its table.
+        """
+        if name in self._verified:
+            return
+        for table in (*self.project.models[name].inputs, name):
+            if table in self._verified_tables:
+                continue
+            if table in self.project.sources:
+                schema = self.project.sources[table].definition.schema
+            else:  # a type only Spark knows is null here: it is checked as the round's rows are cast
+                schema = pa.schema([pa.field(c.name, c.type or pa.null()) for c in self.project.models[table].columns])
+            _, settings = self._declared(table, schema=schema)
+            differences = table_differences(self.lh.table(table), schema, settings)
+            if differences:
+                raise self._mismatch(table, differences)
+            self._verified_tables.add(table)
+        self._verified.add(name)
 
     # ---- running ---------------------------------------------------------------------------------------
 
     def run_once(self, models: Sequence[str] | None = None) -> list[RoundReport]:
-        """One round of each model (all, or ``models``), in dependency order, each consuming everything its
-        inputs hold now (so a model sees what the models before it wrote in this call)."""
+        """Each model (all, or ``models``), in dependency order, brought up to what its inputs hold now (so a model
+        sees what the models before it wrote in this call): a round a stopped runner left unfinished is finished
+        first (a report ``resumed``), then a round over what came since."""
         try:
-            return [self._round(name) for name in self._chosen(models)]
+            return [report for name in self._chosen(models) for report in self._round(name)]
         finally:
             self._handed.clear()  # held for the later models of this call only
 
-    def rebuild(self, model: str) -> RoundReport:
+    def rebuild(self, model: str, *, abandon: bool = False) -> RoundReport:
         """Recompute ``model`` in full over its inputs now and append the difference to its table: the same
-        exactly-once path as a round (an unfinished round is finished first)."""
+        exactly-once path as a round. An unfinished round is finished first, or with ``abandon`` given up
+        (the way out of a round that cannot finish: the rebuild's diff makes the table right whatever that round
+        appended)."""
         (name,) = self._chosen([model])
-        return self._round(name, rebuild=True)
+        return self._round(name, rebuild=True, abandon=abandon)[-1]
 
     def follow(
         self,
@@ -307,49 +366,160 @@ class Layers:
             )
         return [m for m in self.project.order if m in models]
 
-    def _subscriptions(self, name: str) -> dict[str, Subscription]:
-        return {t: self.lh.subscription(t, consumer_of(name), start="latest") for t in self.project.models[name].inputs}
+    def _subscriptions(self, name: str) -> tuple[dict[str, Subscription], set[str]]:
+        """The model's position in each input, and the inputs where it had none (a first round, or an input
+        table created again since: its subscriptions went with the old table)."""
+        subs: dict[str, Subscription] = {}
+        fresh: set[str] = set()
+        consumer = consumer_of(name)
+        for table in self.project.models[name].inputs:
+            try:
+                subs[table] = self.lh.subscription(table, consumer, create=False)
+                continue
+            except SubscriptionNotFound:
+                try:  # one of an earlier table of this name applies to nothing
+                    self.lh.drop_subscription(table, consumer)
+                except SubscriptionNotFound:
+                    pass
+            subs[table] = self.lh.subscription(table, consumer, start="latest")
+            fresh.add(table)
+        return subs, fresh
 
-    def _round(self, name: str, *, rebuild: bool = False) -> RoundReport:
+    def _table_created_again(self, name: str, latest: RoundRecord, table_uuid: str) -> bool:
+        """Whether ``name``'s rounds up to ``latest`` were those of an earlier table of this name."""
+        if latest.table_uuid:
+            return latest.table_uuid != table_uuid
+        try:  # a round recorded without the uuid: its table's own pin went with the table
+            self.lh.subscription(name, f"{consumer_of(name)}.self", create=False)
+        except SubscriptionNotFound:
+            return True
+        return False
+
+    def _round(self, name: str, *, rebuild: bool = False, abandon: bool = False) -> list[RoundReport]:
+        """Bring ``name`` up to its inputs now (see `run_once`): the reports of the rounds it ran."""
         started = time.monotonic()
         model = self.project.models[name]
         plan = self.plans[name]
         store = self.lh.store
+        self._verify(name)
+        table_uuid = self.lh.table(name).table_uuid
+        input_uuids = {t: self.lh.table(t).table_uuid for t in model.inputs}
         latest = latest_round(store, name)
-        subs = self._subscriptions(name)
-        if latest is not None and any(_after(subs[t].position, latest.end.get(t, {})) for t in model.inputs):
+        created_again = latest is not None and self._table_created_again(name, latest, table_uuid)
+        if created_again:  # the rounds of a dropped table of this name: this one starts afresh
+            forget_rounds(store, name, table_uuid)
+            latest = latest_round(store, name)
+        subs, fresh = self._subscriptions(name)
+        renewed = (
+            []
+            if latest is None
+            else sorted(
+                t for t in model.inputs if t in fresh or latest.input_uuids.get(t, input_uuids[t]) != input_uuids[t]
+            )
+        )
+        if latest is not None and any(
+            _after(subs[t].position, latest.end.get(t, {})) for t in model.inputs if t not in renewed
+        ):
             raise LayerConflict(
                 f"model {name}: another runner finished a round after round {latest.number} while this one started; "
                 "only one runner of a model may run. Nothing was written by this one"
             )
         digest = sql_digest(model.sql)
+        reports: list[RoundReport] = []
         if latest is not None and not report_exists(store, name, latest.number):
-            if latest.sql and latest.sql != digest:
-                raise ModelChanged(
-                    f"model {name}: its SQL ({model.path}) changed while round {latest.number} was unfinished; that "
-                    "round must finish with the SQL it started with. Restore the SQL, run once, then change it "
-                    "again (the next round recomputes the model in full)",
-                    path=model.path,
-                    model=name,
+            if renewed or abandon:
+                why = (
+                    f"input {', '.join(renewed)} was created again: the round's range is gone"
+                    if renewed
+                    else "abandoned by a rebuild, which makes the table right whatever it appended"
                 )
-            report = self._execute(latest, subs, started, resumed=True)  # a round a runner left unfinished
-            if not rebuild:
-                return report
-            started = time.monotonic()
-            subs = {t: s.refresh() for t, s in subs.items()}
+                reports.append(self._abandon(latest, why))
+            else:
+                if latest.sql and latest.sql != digest:
+                    raise ModelChanged(
+                        f"model {name}: its SQL ({model.path}) changed while round {latest.number} was unfinished; "
+                        "that round must finish with the SQL it started with. Restore the SQL and run again (the next "
+                        "round recomputes the model in full), or give the unfinished round up: lakestream layers "
+                        f"rebuild --model {name} --abandon (recomputes the model in full with the new SQL)",
+                        path=model.path,
+                        model=name,
+                    )
+                lease = take_over(store, latest.key, name, latest.number, self.owner)
+                reports.append(self._run(latest, subs, started, lease, resumed=True))  # a round a runner left
+                started = time.monotonic()
+                subs = {t: s.refresh() for t, s in subs.items()}
         number = 0 if latest is None else latest.number + 1
         ends = {t: self.lh.log(t).end_offsets() for t in model.inputs}
-        if latest is None or rebuild or (latest.sql and latest.sql != digest):
-            kind, start = ("rebuild" if rebuild else "full"), None
+        if rebuild:
+            kind, start, reason = "rebuild", None, "rebuild round: the whole SQL, diffed"
+        elif latest is None:
+            kind, start, reason = "full", None, "first round: the whole SQL, diffed"
+            if created_again:
+                reason = "first round of its table, created again: the whole SQL, diffed"
+        elif renewed:
+            kind, start = "full", None
+            reason = f"input {', '.join(renewed)} was created again since the last round: the whole SQL, diffed"
+        elif latest.sql and latest.sql != digest:
+            kind, start, reason = "full", None, "the model's SQL changed since its last round: the whole SQL, diffed"
         else:
-            kind, start = "incremental", {t: subs[t].position for t in model.inputs}
+            kind, start, reason = "incremental", {t: subs[t].position for t in model.inputs}, ""
             if start == ends:
-                return RoundReport(name, -1, plan.strategy, "no input advanced", ends, idle=True)
+                if not reports:
+                    reports.append(RoundReport(name, -1, plan.strategy, "no input advanced", ends, idle=True))
+                return reports
         output = self.lh.log(name).end_offsets()
         self._pin_own_table(name, output)
-        record = RoundRecord(name, number, kind, start, ends, output, digest)
-        create_round(store, record)
-        return self._execute(record, subs, started)
+        record = RoundRecord(name, number, kind, start, ends, output, digest, table_uuid, input_uuids, reason)
+        lease = create_round(store, record, self.owner)
+        reports.append(self._run(record, subs, started, lease))
+        return reports
+
+    def _run(
+        self,
+        record: RoundRecord,
+        subs: Mapping[str, Subscription],
+        started: float,
+        lease: RoundLease,
+        *,
+        resumed: bool = False,
+    ) -> RoundReport:
+        """`_execute` a round held by ``lease``. A new round that fails before it could have appended leaves no
+        intent (the next round starts afresh, with whatever was fixed); otherwise the round stays unfinished and
+        the next runner resumes it at once."""
+        try:
+            report = self._execute(record, subs, started, lease, resumed=resumed)
+        except Exception:
+            if resumed or lease.appended:
+                lease.release()
+            else:
+                lease.delete()
+            raise
+        except BaseException:
+            lease.release()
+            raise
+        lease.finish()
+        return report
+
+    def _abandon(self, record: RoundRecord, why: str) -> RoundReport:
+        """Give up unfinished round ``record`` (never a live runner's): its report says so, and it is no round
+        boundary (`lakehouse.layers.rounds.round_boundary`); the full round that follows makes the table right."""
+        lease = take_over(self.lh.store, record.key, record.model, record.number, self.owner)
+        try:
+            report = RoundReport(
+                record.model,
+                record.number,
+                "abandoned",
+                why,
+                record.end,
+                abandoned=True,
+                finished_at=time.time(),
+                output=self.lh.log(record.model).end_offsets(),
+            )
+            write_report(self.lh.store, report)
+        finally:
+            lease.finish()
+        log.warning("layers: %s round %d abandoned: %s", record.model, record.number, why)
+        return report
 
     def _pin_own_table(self, name: str, output: dict[int, int]) -> None:
         """Keep M's own table readable as of ``output`` (the old rows of the round about to start) until the
@@ -365,7 +535,13 @@ class Layers:
                 ) from None
 
     def _execute(
-        self, record: RoundRecord, subs: Mapping[str, Subscription], started: float, *, resumed: bool = False
+        self,
+        record: RoundRecord,
+        subs: Mapping[str, Subscription],
+        started: float,
+        lease: RoundLease,
+        *,
+        resumed: bool = False,
     ) -> RoundReport:
         name = record.model
         plan = self.plans[name]
@@ -385,20 +561,27 @@ class Layers:
             )
             write_report(self.lh.store, report)
             return report
+
+        def appending() -> None:  # from here on the round may have written: its intent must stay
+            lease.check()
+            lease.appended = True
+
         if record.start is None or plan.strategy == RECOMPUTE:
             strategy = record.kind if record.kind == "rebuild" else RECOMPUTE
-            reason = plan.reason if record.start is not None else f"{record.kind} round: the whole SQL, diffed"
-            if record.kind == "full" and record.number > 0:
-                reason = "the model's SQL changed since its last round: the whole SQL, diffed"
-            upserts, deletes, changes, affected = self._full(record)
+            reason = record.reason or f"{record.kind} round: the whole SQL, diffed"
+            if record.start is not None:
+                reason = plan.reason
+            upserts, deletes, changes, affected = self._full(record, appending)
         else:
             strategy, reason = plan.strategy, plan.reason
             rows, gone, left, changes, affected, note = self._incremental(record, plan)
             reason = f"{reason} ({note})" if note else reason
+            appending()
             end = _contiguous_end(record.output, self._append(record, rows, gone))
             if end is not None:
                 self._handed[name] = Handover(record.output, end, left, rows)
             upserts, deletes = rows.num_rows, gone.num_rows
+        lease.check()
         for table, sub in subs.items():
             target = record.end[table]
             if sub.position == target:
@@ -448,15 +631,23 @@ class Layers:
 
     # ---- a round's rows --------------------------------------------------------------------------------
 
-    def _full(self, record: RoundRecord) -> tuple[int, int, int, int]:
+    def _full(self, record: RoundRecord, appending: Callable[[], None]) -> tuple[int, int, int, int]:
         """The whole SQL as of the round's end, diffed and appended per bucket by Spark tasks
-        (`lakehouse.layers.writer`): (upserts, deletes, input changes, rows)."""
+        (`lakehouse.layers.writer`; ``appending`` is called before the first append): (upserts, deletes, input
+        changes, rows)."""
         from lakehouse.layers.writer import write_full
 
         model = self.project.models[record.model]
         with self.sql.dataframe(model.qualified, {t: record.end[t] for t in model.inputs}) as new:
             upserts, deletes, rows = write_full(
-                self.lh, record.model, record.number, producer_of(record.model), record.output, new, model.primary_key
+                self.lh,
+                record.model,
+                record.number,
+                producer_of(record.model),
+                record.output,
+                new,
+                model.primary_key,
+                before_append=appending,
             )
         return upserts, deletes, 0, rows
 
@@ -505,6 +696,7 @@ class Layers:
                 index = {g.output: i for i, g in enumerate(plan.group_by) if g.output}
                 wanted = pa.table({k: groups[f"__g{index[k]}"] for k in key})
                 note = f"this round: {groups.num_rows} group(s) recomputed from their rows"
+        check_keys(record.model, new, key)  # before the semi join, which would drop null keys unseen
         new = semi_join(new, wanted, key)  # keys outside the round's (a table read under two aliases)
         if old is None:
             old = self._read_rows(record.model, record.output, wanted)
@@ -564,7 +756,7 @@ class Layers:
         its max/min left, a sum reached zero from rows that may be null, no ``count(*)`` says it emptied.
         Returns (new rows, the keys they cover, those keys' old rows, groups recomputed)."""
         model = record.model
-        schema = self._output_schema(model)
+        schema = _nullable(self._output_schema(model))  # a null key is reported by `check_keys`, not by a cast
         key = list(self.project.models[model].primary_key)
         gone, came = self._aggregates(select, before, after, schema)
         keys = distinct_rows(pa.concat_tables([gone.select(key), came.select(key)]))
@@ -730,8 +922,6 @@ class Layers:
 
     def status(self) -> list[ModelStatus]:
         """Each model's position per input, its lag (records and seconds) and its last round's report."""
-        from lakehouse.errors import SubscriptionNotFound
-
         out = []
         for name in self.project.order:
             positions: Positions = {}
@@ -754,9 +944,17 @@ class Layers:
                     lag_records,
                     max(seconds) if seconds else None,
                     read_report(self.lh.store, name),
+                    self._problem(name),
                 )
             )
         return out
+
+    def _problem(self, name: str) -> str | None:
+        try:
+            self._verify(name)
+        except (DeployMismatch, TableNotFound) as exc:
+            return str(exc)
+        return None
 
 
 # ---- helpers ---------------------------------------------------------------------------------------------
@@ -776,6 +974,10 @@ class Handover:
 
     def covers(self, start: Mapping[int, int], end: Mapping[int, int]) -> bool:
         return _same_offsets(self.start, start) and _same_offsets(self.end, end)
+
+
+def _nullable(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([f.with_nullable(True) for f in schema])
 
 
 def _same_offsets(a: Mapping[int, int], b: Mapping[int, int]) -> bool:

@@ -17,14 +17,14 @@ docs/architecture.md): never in the plan's ``repr``, Spark's UI or logs.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakehouse.errors import AppendIncomplete, ModelKeyError
+from lakehouse.errors import AppendIncomplete, ModelKeyError, ModelSchemaChanged
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from lakehouse.lakehouse import Lakehouse
     from lakehouse.union import ReadPlan
 
-__all__ = ["BucketWriter", "append_round", "diff_rows", "round_sequence", "write_full"]
+__all__ = ["BucketWriter", "append_round", "check_keys", "diff_rows", "round_sequence", "write_full"]
 
 APPEND_ATTEMPTS = 5
 BUCKET = "__lakestream_bucket"
@@ -45,15 +45,17 @@ def diff_rows(
     """(upserts, key-only deletes) that turn ``old`` into ``new``, both keyed by ``key``, sorted by key. A key
     ``new`` holds twice is the model's error (its SQL does not yield one row per key)."""
     key = list(key)
+    check_keys(model, new, key)
     try:
         new = new.select(schema.names).cast(schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError) as exc:
-        raise ModelKeyError(
-            f"model {model}: its SQL's rows {new.schema} do not fit its table {schema} ({exc}); fix the SQL or "
-            "drop the table and deploy again",
+        raise ModelSchemaChanged(
+            f"model {model}: its SQL's rows ({_fields(new.schema)}) do not fit its table ({_fields(schema)}): "
+            f"{str(exc).splitlines()[0]}. Make the SQL give the table's columns and types (a CAST), or drop the "
+            f"model's table (lakestream table drop {model} --yes) and run lakestream layers deploy: its next round "
+            "builds it in full. Nothing was written for this round",
             model=model,
         ) from None
-    check_unique(model, new, key)
     old = old.select(schema.names).cast(schema)
     others = [n for n in schema.names if n not in key]
     left = new.append_column("__in_new", pa.array([True] * new.num_rows, pa.bool_()))
@@ -71,6 +73,40 @@ def diff_rows(
     upserts = joined.filter(pc.and_(in_new, differs)).select(schema.names).cast(schema).sort_by(order)
     deletes = joined.filter(pc.and_(in_old, pc.invert(in_new))).select(key).sort_by(order)
     return upserts, deletes.cast(pa.schema([schema.field(k) for k in key]))
+
+
+def _fields(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name} {f.type}" for f in schema)
+
+
+def check_keys(model: str, table: pa.Table, key: Sequence[str]) -> None:
+    """A round's rows ``table`` hold each key once and no null key (else `ModelKeyError`, before any append)."""
+    if table.num_rows == 0:
+        return
+    missing = [k for k in key if k not in table.column_names]
+    if missing:
+        raise ModelKeyError(
+            f"model {model}: its SQL's rows lack the key column(s) {missing} (they have {table.column_names}); "
+            "fix the SQL or its primary_key. Nothing was written for this round",
+            model=model,
+        )
+    null = None
+    for k in key:
+        column_null = pc.is_null(table[k])
+        null = column_null if null is None else pc.or_(null, column_null)
+    nulls = table.filter(null)
+    if nulls.num_rows:
+        null_key_error(model, nulls.num_rows, nulls.slice(0, 1).to_pylist()[0], key)
+    check_unique(model, table, key)
+
+
+def null_key_error(model: str, count: int, sample: dict, key: Sequence[str]) -> None:
+    raise ModelKeyError(
+        f"model {model}: its SQL yields {count} row(s) whose key {list(key)} is null, e.g. {sample}; a key column "
+        "is never null (coalesce it to a value, or filter such rows out). Nothing was written for this round; fix "
+        "the SQL and run again",
+        model=model,
+    )
 
 
 def check_unique(model: str, table: pa.Table, key: Sequence[str]) -> None:
@@ -187,10 +223,24 @@ class BucketWriter:
 
 
 def write_full(
-    lh: Lakehouse, model: str, number: int, producer: str, output: dict[int, int], new: DataFrame, key: Sequence[str]
+    lh: Lakehouse,
+    model: str,
+    number: int,
+    producer: str,
+    output: dict[int, int],
+    new: DataFrame,
+    key: Sequence[str],
+    *,
+    before_append: Callable[[], None] = lambda: None,
 ) -> tuple[int, int, int]:
     """Write a full round's rows ``new`` (a DataFrame of the model's SQL) to ``model``'s log from Spark tasks
-    (see the module); returns (upserts, deletes, rows)."""
+    (see the module; ``before_append`` is called once the rows are checked, before the first append); returns
+    (upserts, deletes, rows).
+
+    Raises:
+        ModelSchemaChanged: the rows' columns are not the table's.
+        ModelKeyError: a key is null or comes twice. Nothing was appended.
+    """
     from lakehouse.union import plan_read
 
     definition = lh.table(model)
@@ -208,12 +258,26 @@ def write_full(
         lh.store.url,
         dict(lh.store.connection_options()),
     )
+    columns = list(new.columns)
+    if sorted(columns) != sorted(schema.names):
+        raise ModelSchemaChanged(
+            f"model {model}: its SQL's columns {columns} are not its table's {schema.names}; make the SQL give the "
+            f"table's columns, or drop the model's table (lakestream table drop {model} --yes) and run lakestream "
+            "layers deploy: its next round builds it in full. Nothing was written for this round",
+            model=model,
+        )
     rows = new.persist()
     try:
-        twice = rows.groupBy(*key).count().filter("count > 1")
-        sample = [r.asDict() for r in twice.limit(3).collect()]
+        # one aggregation finds both: a key yielded twice, and a null key (a group of its own)
+        null = " OR ".join(f"`{k}` IS NULL" for k in key)
+        bad = rows.groupBy(*key).count().filter(f"count > 1 OR {null}")
+        sample = [r.asDict() for r in bad.limit(3).collect()]
+        if any(any(s[k] is None for k in key) for s in sample):
+            nulls = rows.filter(null)
+            null_key_error(model, nulls.count(), nulls.limit(1).collect()[0].asDict(), key)
         if sample:
-            _twice_error(model, twice.count(), [{k: s[k] for k in key} for s in sample], key)
+            _twice_error(model, bad.count(), [{k: s[k] for k in key} for s in sample], key)
+        before_append()
         spark_schema = f"{', '.join(f'`{f.name}` {_ddl(rows, f.name)}' for f in rows.schema)}, {BUCKET} int"
         tagged = rows.mapInArrow(writer.tag, spark_schema)
         summary = tagged.repartition(definition.buckets, BUCKET).mapInArrow(writer.write, SUMMARY).collect()

@@ -79,8 +79,8 @@ class FakeLayers:
         self.calls.append(("run_once", models))
         return [Report(m, idle=(m != self.project.order[0])) for m in (models or self.project.order)]
 
-    def rebuild(self, model):
-        self.calls.append(("rebuild", model))
+    def rebuild(self, model, *, abandon=False):
+        self.calls.append(("rebuild", model, abandon))
         return Report(model, strategy="rebuild", upserts=7)
 
     def status(self):
@@ -190,7 +190,10 @@ def test_rebuild_and_status(fake) -> None:
     result = invoke("rebuild", "--project", str(TPCH), "--model", "dwd.orders_enriched", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["strategy"] == "rebuild"
-    assert ("rebuild", "dwd.orders_enriched") in fake.calls
+    assert ("rebuild", "dwd.orders_enriched", False) in fake.calls
+    result = invoke("rebuild", "--project", str(TPCH), "--model", "dwd.orders_enriched", "--abandon")
+    assert result.exit_code == 0, result.output
+    assert ("rebuild", "dwd.orders_enriched", True) in fake.calls
 
     result = invoke("status", "--project", str(TPCH))
     assert result.exit_code == 0, result.output
@@ -238,7 +241,7 @@ def test_deploy_over_a_table_of_another_shape_is_one_line_and_exit_1(warehouse) 
         )
     result = invoke("deploy", "--project", str(TPCH))
     assert result.exit_code == 1
-    assert result.output.startswith("error: table ods.nation exists") and len(result.output.splitlines()) == 1
+    assert result.output.startswith("error: source ods.nation: sources.yml") and len(result.output.splitlines()) == 1
 
 
 def test_run_once_status_rebuild_equal_the_sql(warehouse, spark, monkeypatch) -> None:

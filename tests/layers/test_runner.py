@@ -55,7 +55,9 @@ def test_deploy_refuses_a_table_of_another_shape(tmp_path, spark, project):
     lh.create_table(
         "ods.nation", pa.schema([pa.field("n_nationkey", pa.int64(), False)]), buckets=1, primary_key=["n_nationkey"]
     )
-    with pytest.raises(DeployMismatch, match="ods.nation exists .* declares"):
+    with pytest.raises(
+        DeployMismatch, match="source ods.nation: sources.yml .* declares it otherwise .*added columns n_name"
+    ):
         Layers(lh, project, spark).deploy()
 
 

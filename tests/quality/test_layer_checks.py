@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from lakehouse.layers.lease import Owner
 from lakehouse.layers.project import load_project
 from lakehouse.layers.rounds import RoundRecord, create_round, latest_round
 from lakehouse.layers.runner import Layers
@@ -177,7 +178,9 @@ def test_positions_of_a_round_in_progress_are_those_of_the_round_before(lakehous
     ends = lh.log(DWD).end_offsets()
     lh.log("ods.orders").append(orders([60], [1]), "upsert")
     inputs = {t: lh.log(t).end_offsets() for t in project.models[DWD].inputs}
-    create_round(lh.store, RoundRecord(DWD, 1, "incremental", finished.end, inputs, ends, finished.sql))
+    create_round(
+        lh.store, RoundRecord(DWD, 1, "incremental", finished.end, inputs, ends, finished.sql), Owner.new()
+    ).release()
     good = row_of(lh, DWD, "o_orderkey", 10)
     append_rows(lh, DWD, [{**good, "o_orderstatus": "X"}])  # the running round's appends (not finished)
     state = newest_finished_round(lh, DWD)

@@ -1,0 +1,261 @@
+"""A model's life as its user changes it: SQL that changes its columns, a model table dropped and created again,
+a source declared with other columns, null keys, a crash followed by ``--once``, two runners at once. Each case
+ends in right tables or in one clear error that writes nothing and blocks no fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from lakehouse.errors import DeployMismatch, LayerConflict, ModelChanged, ModelKeyError, ModelSchemaChanged
+from lakehouse.lakehouse import Lakehouse
+from lakehouse.layers.project import load_project
+from lakehouse.layers.rounds import latest_round, read_report, report_exists
+from lakehouse.layers.runner import Layers
+
+pytestmark = pytest.mark.usefixtures("spark")
+
+SOURCES = """
+sources:
+  ods.o:
+    columns: {id: int64, grp: string, v: int64}
+    primary_key: [id]
+    buckets: 2
+"""
+M_SQL = "-- primary_key: [id]\n-- buckets: 2\nSELECT id, grp, v FROM ods.o\n"
+A_SQL = "-- primary_key: [grp]\n-- buckets: 2\nSELECT grp, count(*) AS n, sum(v) AS total FROM dwd.m GROUP BY grp\n"
+
+
+def make_project(root: Path, models: dict[str, str], sources: str = SOURCES) -> Path:
+    (root / "models").mkdir(parents=True, exist_ok=True)
+    for old in (root / "models").glob("*.sql"):
+        old.unlink()
+    (root / "sources.yml").write_text(sources)
+    for name, sql in models.items():
+        (root / "models" / f"{name}.sql").write_text(sql)
+    return root
+
+
+def rows(n: int, start: int = 0, grp=None) -> pa.Table:
+    ids = list(range(start, start + n))
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "grp": [grp if grp is not None else f"g{i % 3}" for i in ids],
+            "v": pa.array(ids, pa.int64()),
+        }
+    )
+
+
+def table_rows(lh: Lakehouse, name: str) -> list[dict]:
+    t = lh.union_read(name)
+    t = t.select([c for c in t.column_names if not c.startswith("__")])
+    key = lh.table(name).primary_key
+    return t.sort_by([(k, "ascending") for k in key]).to_pylist()
+
+
+def expected_a(lh: Lakehouse) -> list[dict]:
+    groups: dict[str, dict] = {}
+    for r in table_rows(lh, "ods.o"):
+        g = groups.setdefault(r["grp"], {"grp": r["grp"], "n": 0, "total": 0})
+        g["n"] += 1
+        g["total"] += r["v"]
+    return [groups[g] for g in sorted(groups)]
+
+
+@pytest.fixture
+def setup(tmp_path, spark):
+    root = make_project(tmp_path / "project", {"dwd.m": M_SQL, "ads.a": A_SQL})
+    lh = Lakehouse.open(f"file://{tmp_path / 'wh'}")
+    layers = Layers(lh, load_project(root), spark)
+    layers.deploy()
+    lh.log("ods.o").append(rows(10), "upsert")
+    layers.run_once()
+    return lh, root
+
+
+def test_sql_that_gains_a_column_is_refused_naming_it_and_writes_nothing(setup, spark):
+    lh, root = setup
+    (root / "models" / "dwd.m.sql").write_text(M_SQL.replace("v FROM", "v, upper(grp) AS grp_uc FROM"))
+    lh.log("ods.o").append(rows(1, 10), "upsert")
+    before = lh.log("dwd.m").end_offsets()
+    layers = Layers(lh, load_project(root), spark)
+    with pytest.raises(ModelSchemaChanged, match=r"dwd\.m.*grp_uc") as caught:
+        layers.run_once()
+    assert "lakestream table drop dwd.m" in str(caught.value)
+    assert lh.log("dwd.m").end_offsets() == before
+    with pytest.raises(DeployMismatch, match="added column grp_uc"):  # deploy says the same
+        layers.deploy()
+    assert "added column grp_uc" in {s.model: s.problem for s in layers.status()}["dwd.m"]  # and status
+
+
+def test_a_model_table_created_again_is_built_in_full_and_its_downstream_follows(setup, spark):
+    lh, root = setup
+    (root / "models" / "dwd.m.sql").write_text(M_SQL.replace("v FROM", "v, upper(grp) AS grp_uc FROM"))
+    lh.drop_table("dwd.m")
+    layers = Layers(lh, load_project(root), spark)
+    layers.deploy()
+    lh.log("ods.o").append(rows(1, 10), "upsert")
+    reports = layers.run_once()
+    got = table_rows(lh, "dwd.m")
+    assert [r["id"] for r in got] == list(range(11))
+    assert all(r["grp_uc"] == r["grp"].upper() for r in got)
+    assert table_rows(lh, "ads.a") == expected_a(lh)
+    assert [r.idle for r in reports] == [False, False]
+    assert all("created again" in r.reason for r in reports), [r.reason for r in reports]
+    assert all(r.idle for r in layers.run_once())  # caught up now
+
+
+def test_a_source_declared_with_another_column_never_advises_dropping_it(setup, spark):
+    lh, root = setup
+    make_project(root, {"dwd.m": M_SQL, "ads.a": A_SQL}, SOURCES.replace("v: int64}", "v: int64, note: string}"))
+    layers = Layers(lh, load_project(root), spark)
+    for action in (layers.deploy, layers.run_once):
+        with pytest.raises(DeployMismatch) as caught:
+            action()
+        message = str(caught.value)
+        assert "source ods.o" in message and "added column note" in message
+        assert "drop" not in message.lower()
+    assert len(table_rows(lh, "ods.o")) == 10
+
+
+NULL_KEYED = "-- primary_key: [grp]\n-- buckets: 2\nSELECT grp, count(*) AS n FROM ods.o GROUP BY grp\n"
+
+
+@pytest.mark.parametrize("when", ["full", "incremental", "rebuild"])
+def test_a_null_key_is_one_clear_error_and_the_fixed_sql_runs(tmp_path, spark, when):
+    root = make_project(tmp_path / "project", {"ads.s": NULL_KEYED})
+    lh = Lakehouse.open(f"file://{tmp_path / 'wh'}")
+    layers = Layers(lh, load_project(root), spark)
+    layers.deploy()
+    lh.log("ods.o").append(rows(6), "upsert")
+    if when != "full":
+        layers.run_once()
+    lh.log("ods.o").append(rows(2, 6, grp=None).set_column(1, "grp", pa.nulls(2, pa.string())), "upsert")
+    before = latest_round(lh.store, "ads.s")
+    ends = lh.log("ads.s").end_offsets()
+    with pytest.raises(ModelKeyError) as caught:
+        layers.rebuild("ads.s") if when == "rebuild" else layers.run_once()
+    message = str(caught.value)
+    assert "ads.s" in message and "null" in message and "['grp']" in message and "'n': 2" in message, message
+    assert len(message.splitlines()) == 1
+    assert lh.log("ads.s").end_offsets() == ends  # nothing appended
+    after = latest_round(lh.store, "ads.s")  # and no unfinished round left behind
+    assert (after and after.number) == (before and before.number)
+    (root / "models" / "ads.s.sql").write_text(
+        "-- primary_key: [grp]\n-- buckets: 2\n"
+        "SELECT coalesce(grp, '-') AS grp, count(*) AS n FROM ods.o GROUP BY coalesce(grp, '-')\n"
+    )
+    fixed = Layers(lh, load_project(root), spark)
+    fixed.run_once()
+    assert {r["grp"]: r["n"] for r in table_rows(lh, "ads.s")} == {"g0": 2, "g1": 2, "g2": 2, "-": 2}
+
+
+def test_once_after_a_crash_finishes_the_round_then_runs_to_now(setup, spark):
+    lh, root = setup
+    project = load_project(root)
+    lh.log("ods.o").append(rows(2, 10), "upsert")
+
+    class DiesBeforeAppending(Layers):
+        def _append(self, record, upserts, deletes):
+            raise KeyboardInterrupt  # the runner stops here, its round unfinished
+
+    with pytest.raises(KeyboardInterrupt):
+        DiesBeforeAppending(lh, project, spark).run_once(["dwd.m"])
+    lh.log("ods.o").append(rows(3, 12), "upsert")  # the inputs move on
+    reports = Layers(lh, project, spark).run_once()
+    assert [(r.model, r.resumed) for r in reports] == [("dwd.m", True), ("dwd.m", False), ("ads.a", False)]
+    assert [r["id"] for r in table_rows(lh, "dwd.m")] == list(range(15))
+    assert table_rows(lh, "ads.a") == expected_a(lh)
+
+
+def test_a_live_runners_round_is_not_taken_over(setup, spark):
+    lh, root = setup
+    project = load_project(root)
+    lh.log("ods.o").append(rows(2, 10), "upsert")
+    inside, release = threading.Event(), threading.Event()
+
+    class Slow(Layers):
+        def _append(self, record, upserts, deletes):
+            inside.set()
+            assert release.wait(120)
+            return super()._append(record, upserts, deletes)
+
+    errors: list[BaseException] = []
+    first = Slow(Lakehouse.open(lh.url), project, spark)
+    thread = threading.Thread(target=lambda: _catch(errors, first.run_once, ["dwd.m"]))
+    thread.start()
+    try:
+        assert inside.wait(120)
+        before = lh.log("dwd.m").end_offsets()
+        with pytest.raises(LayerConflict, match=rf"round 1 .*being run by .*pid {os.getpid()}"):
+            Layers(Lakehouse.open(lh.url), project, spark).run_once(["dwd.m"])
+        assert lh.log("dwd.m").end_offsets() == before
+    finally:
+        release.set()
+        thread.join(120)
+    assert not errors, errors
+    assert report_exists(lh.store, "dwd.m", 1) and read_report(lh.store, "dwd.m").round == 1
+
+
+def test_a_dead_runners_round_is_resumed(setup, spark, tmp_path):
+    lh, root = setup
+    project = load_project(root)
+    lh.log("ods.o").append(rows(2, 10), "upsert")
+
+    class DiesBeforeAppending(Layers):
+        def _append(self, record, upserts, deletes):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        DiesBeforeAppending(lh, project, spark).run_once(["dwd.m"])
+    # as if another host's runner had held it and stopped heartbeating: its lease lapses
+    record = latest_round(lh.store, "dwd.m")
+    obj = lh.store.get(record.key)
+    doc = json.loads(obj.data)
+    doc["owner"] = {"id": "elsewhere", "host": socket.gethostname() + "-other", "pid": 1, "started": 0}
+    doc["heartbeat"] = time.time()
+    lh.store.put(record.key, json.dumps(doc).encode(), if_match=obj.etag)
+    with pytest.raises(LayerConflict, match="being run by"):
+        Layers(lh, project, spark).run_once(["dwd.m"])
+    doc["heartbeat"] = time.time() - 3600
+    lh.store.put(record.key, json.dumps(doc).encode())
+    reports = Layers(lh, project, spark).run_once(["dwd.m"])
+    assert reports[0].resumed and reports[0].round == record.number
+    assert [r["id"] for r in table_rows(lh, "dwd.m")] == list(range(12))
+
+
+def test_a_stuck_round_is_abandoned_by_a_rebuild(setup, spark):
+    lh, root = setup
+    project = load_project(root)
+    lh.log("ods.o").append(rows(2, 10), "upsert")
+
+    class DiesBeforeAppending(Layers):
+        def _append(self, record, upserts, deletes):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        DiesBeforeAppending(lh, project, spark).run_once(["dwd.m"])
+    sql = root / "models" / "dwd.m.sql"
+    sql.write_text(M_SQL.replace("SELECT id, grp, v", "SELECT id, lower(grp) AS grp, v"))
+    changed = load_project(root)
+    with pytest.raises(ModelChanged, match="rebuild --model dwd.m --abandon"):
+        Layers(lh, changed, spark).run_once(["dwd.m"])
+    report = Layers(lh, changed, spark).rebuild("dwd.m", abandon=True)
+    assert report.strategy == "rebuild"
+    assert [r["id"] for r in table_rows(lh, "dwd.m")] == list(range(12))
+    assert all(r.idle for r in Layers(lh, changed, spark).run_once(["dwd.m"]))
+
+
+def _catch(errors, fn, *args):
+    try:
+        fn(*args)
+    except BaseException as exc:  # noqa: BLE001 - the test inspects it
+        errors.append(exc)
