@@ -161,7 +161,10 @@ def _produce(lh, ns: str, expected: _Expected, changes: int, phase: int, console
     _check(
         sum(ends.values()) == expected.changes, f"orders log has {sum(ends.values())} records, sent {expected.changes}"
     )
-    return f"{sent['upsert']:,} upserts, {sent['delete']:,} deletes, {sent['events'] + sent['customers']:,} other"
+    return (
+        f"orders {sent['upsert']:,} upserts and {sent['delete']:,} deletes; events {sent['events']:,} appends; "
+        f"customers {sent['customers']:,} upserts"
+    )
 
 
 def _spark(state: dict, master: str | None) -> str:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -203,6 +205,33 @@ def test_a_live_runners_round_is_not_taken_over(setup, spark):
         thread.join(120)
     assert not errors, errors
     assert report_exists(lh.store, "dwd.m", 1) and read_report(lh.store, "dwd.m").round == 1
+
+
+def test_a_round_of_a_runner_in_another_process_is_not_taken_over(setup, spark, tmp_path):
+    lh, root = setup
+    lh.log("ods.o").append(rows(2, 10), "upsert")
+    inside, gate = tmp_path / "inside", tmp_path / "gate"
+    args = json.dumps([lh.url, str(root), "dwd.m", str(inside), str(gate)])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.layers._pausing_worker", args],
+        cwd=Path(__file__).resolve().parents[2],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not inside.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        with pytest.raises(LayerConflict, match=rf"round 1 is being run by another runner \(pid {proc.pid} on "):
+            Layers(lh, load_project(root), spark).run_once(["dwd.m"])
+    finally:
+        gate.touch()
+        out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err[-3000:]
+    assert [(r["round"], r["resumed"]) for r in json.loads(out)] == [(1, False)]
+    assert [r["id"] for r in table_rows(lh, "dwd.m")] == list(range(12))
 
 
 def test_a_dead_runners_round_is_resumed(setup, spark, tmp_path):
