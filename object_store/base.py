@@ -18,18 +18,17 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from object_store.errors import InvalidArgument, InvalidKey, NotFound, PreconditionFailed, UnsafeStoreError
+from object_store.multipart import ObjectWriter
+from object_store.tokens import WRITE_TOKEN_KEY, new_token
 
 if TYPE_CHECKING:
     import pyarrow.fs
 
-    from object_store.multipart import ObjectWriter
 
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
 
-#: User-metadata key that carries the unique token of a conditional write (hidden from callers).
-WRITE_TOKEN_KEY = "lakestream-write-token"
 #: S3 allows 2 KB of user metadata per object (keys and values); the write token of a conditional write
 #: takes the rest.
 _METADATA_RESERVED = 64
@@ -203,7 +202,7 @@ class ObjectStore(abc.ABC):
         if if_match is None and not if_none_match:
             return self._put(key, bytes(data), if_match=None, if_none_match=False, metadata=meta)
         self.ensure_conditional_writes()
-        token = uuid.uuid4().hex
+        token = new_token()
         meta[WRITE_TOKEN_KEY] = token
         try:
             return self._put(key, bytes(data), if_match=if_match, if_none_match=if_none_match, metadata=meta)
@@ -270,7 +269,6 @@ class ObjectStore(abc.ABC):
         max_concurrency: int = 4,
     ) -> ObjectWriter:
         """A context manager that streams an object up in parts; see `object_store.multipart.ObjectWriter`."""
-        from object_store.multipart import ObjectWriter
 
         validate_key(key)
         return ObjectWriter(

@@ -40,8 +40,9 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from object_store.base import WRITE_TOKEN_KEY, Object, ObjectInfo, ObjectStore
+from object_store.base import Object, ObjectInfo, ObjectStore
 from object_store.errors import InvalidKey, NotFound, PreconditionFailed, StoreError
+from object_store.tokens import WRITE_TOKEN_KEY
 
 INTERNAL_DIR = ".lakestream-store"
 _READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
+from typing import TYPE_CHECKING
 
-from object_store.base import WRITE_TOKEN_KEY, ObjectStore
 from object_store.errors import InvalidArgument, PreconditionFailed
+from object_store.tokens import WRITE_TOKEN_KEY, new_token
+
+if TYPE_CHECKING:
+    from object_store.base import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +161,7 @@ class ObjectWriter:
             self._check_overwrite_early()
             metadata = dict(self._metadata)
             if self._if_none_match:  # lets a retried completion recognise its own first attempt
-                metadata[WRITE_TOKEN_KEY] = uuid.uuid4().hex
+                metadata[WRITE_TOKEN_KEY] = new_token()
                 self._store.ensure_conditional_writes()
             self._metadata = metadata
             self._upload_id = self._store._create_multipart(self.key, metadata)

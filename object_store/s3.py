@@ -38,7 +38,7 @@ import google_crc32c
 import pyarrow.fs as pafs
 from botocore.config import Config
 
-from object_store.base import WRITE_TOKEN_KEY, Object, ObjectInfo, ObjectStore
+from object_store.base import Object, ObjectInfo, ObjectStore
 from object_store.errors import (
     AccessDenied,
     InvalidArgument,
@@ -47,6 +47,7 @@ from object_store.errors import (
     StoreError,
     StoreUnavailable,
 )
+from object_store.tokens import WRITE_TOKEN_KEY
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
