@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
+from lakehouse.console import OutputConsole, new_table
 from lakehouse.errors import InvalidArgument, LakestreamError
 from lakehouse.layers.cli import layers_app
 from lakehouse.settings import load_settings
@@ -67,8 +67,8 @@ app.add_typer(catalog_app, name="catalog")
 app.add_typer(layers_app, name="layers")
 subscription_app = typer.Typer(help="Durable consumer positions of tables (subscriptions).", no_args_is_help=True)
 app.add_typer(subscription_app, name="subscription")
-console = Console()
-err = Console(stderr=True)
+console = OutputConsole()
+err = OutputConsole(stderr=True)
 
 WarehouseOpt = Annotated[
     str | None, typer.Option("--warehouse", "-w", help="file:///path or s3://bucket/prefix (else settings)")
@@ -86,9 +86,7 @@ def _cells(*values: object) -> list[Text]:
 
 
 def _data_table(names: list[str], rows: list[dict]) -> Table:
-    table = Table()
-    for name in names:
-        table.add_column(Text(name))
+    table = new_table(*(Text(name) for name in names))
     for row in rows:
         table.add_row(*_cells(*row.values()))
     return table
@@ -151,7 +149,7 @@ def store_ls(
     """List objects under a prefix, in key order."""
     try:
         store = _settings(warehouse, config).open_store()
-        table = Table("key", "size", "etag", "last modified")
+        table = new_table("key", "size", "etag", "last modified")
         for n, info in enumerate(store.list(prefix)):
             if n >= limit:
                 break
@@ -260,7 +258,7 @@ def table_list(
         names = lh.list_tables(namespace)
     except LakestreamError as exc:
         _fail(exc)
-    table = Table("table", "kind", "buckets", "primary key")
+    table = new_table("table", "kind", "buckets", "primary key")
     runs = []
     for run in lh.for_each_table(lh.table, names):  # a broken definition is listed, not the end of the listing
         runs.append(run)
@@ -359,7 +357,7 @@ def log_offsets(name: str, warehouse: WarehouseOpt = None, config: ConfigOpt = N
         starts, ends = log.start_offsets(), log.end_offsets()
     except LakestreamError as exc:
         _fail(exc)
-    table = Table("bucket", "start offset", "end offset", "records")
+    table = new_table("bucket", "start offset", "end offset", "records")
     for b, end in ends.items():
         table.add_row(str(b), str(starts[b]), str(end), str(end - starts[b]))
     table.add_row("all", "", "", str(sum(ends.values()) - sum(starts.values())))
@@ -423,7 +421,7 @@ def tier(
         executor = lh.executor(spark_master=spark_master, workers=workers)
     except LakestreamError as exc:
         _fail(exc)
-    out = Table("table", "records", "files +/-", "MB", "seconds", "snapshot", "offsets")
+    out = new_table("table", "records", "files +/-", "MB", "seconds", "snapshot", "offsets")
     spark = getattr(executor, "spark", None)
     runs = []
     work = lambda name: lh.tier(name, spark=spark, workers=workers, max_split_rows=max_split_rows)  # noqa: E731
@@ -483,7 +481,7 @@ def compact(
         names = table or [str(t) for t in lh.list_tables()]
     except LakestreamError as exc:
         _fail(exc)
-    out = Table("table", "files before", "files after", "rewritten", "MB read", "MB written", "seconds")
+    out = new_table("table", "files before", "files after", "rewritten", "MB read", "MB written", "seconds")
     runs = []
     work = lambda name: lh.compact(name, target_file_size=size, min_input_files=min_input_files, spark=spark)  # noqa: E731
     for run in lh.for_each_table(work, names):
@@ -707,7 +705,7 @@ def subscription_show(
         }
     )
     who = f"subscription {sub.consumer}"
-    out = Table("bucket", "position", "records behind", "seconds behind", "log kept from")
+    out = new_table("bucket", "position", "records behind", "seconds behind", "log kept from")
     for b, lg in lag.items():
         floor = pins.log.get(b)
         kept = str(floor[0]) if floor is not None and who in floor[1].split(", ") else "-"

@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
-from rich.table import Table
 
+from lakehouse.console import OutputConsole, new_table
 from lakehouse.errors import LakestreamError
 from object_store import MiB, ObjectStore, PreconditionFailed
 
@@ -73,7 +73,7 @@ def run_demo(
     """Run every step against ``store`` (under a fresh namespace / prefix) and print a summary."""
     from lakehouse.lakehouse import Lakehouse
 
-    console = console or Console()
+    console = console or OutputConsole()
     stamp = f"{time.strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:6]}"
     ns, run = f"demo_{stamp}", f"demo/{stamp}"
     where = f"Spark {spark_master}" if spark_master else "the local executor"
@@ -102,9 +102,9 @@ def run_demo(
         steps.append(Step(name, result, time.perf_counter() - t0))
         console.print(f"  [green]ok[/] {name} ({steps[-1].seconds:.1f} s): {result}")
     _offsets_table(lh, f"{ns}.orders", console)
-    table = Table(title=f"lakestream demo: all checks passed ({sum(s.seconds for s in steps):.0f} s)")
-    for col in ("step", "result", "seconds"):
-        table.add_column(col)
+    table = new_table(
+        "step", "result", "seconds", title=f"lakestream demo: all checks passed ({sum(s.seconds for s in steps):.0f} s)"
+    )
     for s in steps:
         table.add_row(s.name, s.result, f"{s.seconds:.1f}")
     console.print(table)
@@ -231,10 +231,9 @@ def _layers(store: ObjectStore, stamp: str, state: dict, console: Console) -> st
 
 def _offsets_table(lh, name: str, console: Console) -> None:
     ends, lake = lh.log(name).end_offsets(), lh.lake_offsets(name)
-    table = Table(title=f"{name}: offsets per bucket (bucket[8](o_orderkey))")
-    table.add_column("")
+    table = new_table("", title=f"{name}: offsets per bucket (bucket[8](o_orderkey))")
     for b in ends:
-        table.add_column(str(b), justify="right")
+        table.add_column(str(b), justify="right", overflow="fold")
     table.add_row("log end", *(str(e) for e in ends.values()))
     table.add_row("lake", *(str(o) for o in lake.values()))
     console.print(table)

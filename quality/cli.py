@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from lakehouse.cli import ConfigOpt, WarehouseOpt, _fail, _lakehouse, app, console, err
+from lakehouse.console import new_table
 from lakehouse.errors import LakestreamError
 from quality.results import CheckResult
 
@@ -78,9 +79,7 @@ def _row(out: Table, r: CheckResult) -> None:
     what = r.error or "; ".join(str(v) for v in r.violations[:3]) or _summary(r)
     if len(r.violations) > 3:
         what += f" (+{len(r.violations) - 3} more)"
-    out.add_row(
-        r.table, r.check, status, str(r.snapshot_id or "-"), f"{r.rows:,}", f"{r.seconds:.2f}", escape(what)
-    )
+    out.add_row(r.table, r.check, status, str(r.snapshot_id or "-"), f"{r.rows:,}", f"{r.seconds:.2f}", escape(what))
 
 
 def _summary(r: CheckResult) -> str:
@@ -130,7 +129,7 @@ def check(
     if as_json:
         console.print_json(json.dumps(run.to_dict(), default=str))
     else:
-        result = Table("table", "check", "status", "snapshot", "rows", "seconds", "details", show_lines=False)
+        result = new_table("table", "check", "status", "snapshot", "rows", "seconds", "details")
         for r in run.results:
             _row(result, r)
         console.print(result)

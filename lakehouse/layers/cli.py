@@ -10,16 +10,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from lakehouse.console import OutputConsole, new_table
 from lakehouse.errors import LakestreamError
 
 layers_app = typer.Typer(
     help="Warehouse layers: a project of Spark SQL models (see docs/layers.md).", no_args_is_help=True
 )
-console = Console()
+console = OutputConsole()
 
 ProjectOpt = Annotated[
     Path, typer.Option("--project", "-p", help="the project folder (sources.yml, models/)", show_default=False)
@@ -47,9 +47,7 @@ def explain_command(project: ProjectOpt) -> None:
         plans = explain(load_project(project))
     except LakestreamError as exc:
         _fail(exc)
-    table = Table(show_lines=True)
-    for name in ("order", "model", "inputs", "strategy", "reason", "key mapping"):
-        table.add_column(name, overflow="fold")
+    table = new_table("order", "model", "inputs", "strategy", "reason", "key mapping", show_lines=True)
     for plan in plans:
         lines = [m.describe() for m in plan.mappings]
         if plan.group_by:
@@ -112,9 +110,9 @@ def _count(n: int) -> str:
 
 
 def _rounds_table(reports) -> Table:
-    table = Table(title=None)
+    table = new_table()
     for name in ("model", "round", "strategy", "input changes", "affected", "upserts", "deletes", "seconds"):
-        table.add_column(name, justify="left" if name in ("model", "strategy") else "right")
+        table.add_column(name, justify="left" if name in ("model", "strategy") else "right", overflow="fold")
     for r in reports:
         strategy = f"{r.strategy} (idle)" if r.idle else f"{r.strategy} (resumed)" if r.resumed else r.strategy
         cells = (
@@ -149,7 +147,7 @@ def deploy_command(project: ProjectOpt, warehouse: WarehouseOpt = None, config: 
                 layers.close()
     except LakestreamError as exc:
         _fail(exc)
-    table = Table("table", "kind", "state")
+    table = new_table("table", "kind", "state")
     for name in loaded.tables:
         kind = "source" if name in loaded.sources else "model"
         table.add_row(Text(name), kind, "[green]created[/]" if name in created else "already there")
@@ -307,9 +305,7 @@ def status_command(
         for status in statuses:
             _print_json(status.to_json())
         return
-    table = Table(show_lines=True)
-    for name in ("model", "strategy", "position", "lag records", "lag seconds", "last round"):
-        table.add_column(name, overflow="fold")
+    table = new_table("model", "strategy", "position", "lag records", "lag seconds", "last round", show_lines=True)
     for s in statuses:
         lag = "\n".join(f"{t}: {_count(n)}" for t, n in s.lag_records.items()) or "-"
         seconds = "caught up" if s.lag_seconds is None else f"{s.lag_seconds:.1f}"
