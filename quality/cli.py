@@ -15,8 +15,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from lakehouse.cli import ConfigOpt, WarehouseOpt, _fail, _lakehouse, app, console, err
-from lakehouse.console import new_table
+from lakehouse.console import json_line, new_table
 from lakehouse.errors import LakestreamError
+from lakehouse.layers.cli import JsonOpt
 from quality.results import CheckResult
 
 __all__ = ["app"]
@@ -152,6 +153,7 @@ def report(
     runs: Annotated[int, typer.Option(help="runs shown in the index and the trends")] = 30,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
     """Write the data-quality report of the latest `lakestream check` run (and the index of runs) to the warehouse
     under _lakestream/quality/, and to --out if given."""
@@ -166,5 +168,8 @@ def report(
         written = write_report(lh, history[0], history=history, out_dir=out)
     except LakestreamError as exc:
         _fail(exc)
+    if json_output:
+        json_line({"run_id": history[0].run_id, **written})
+        return
     for where in written.values() if isinstance(written, dict) else written:
         console.print(str(where))

@@ -485,6 +485,29 @@ def test_cli_explain_prints_each_model_with_its_strategy() -> None:
     assert "ods.nation(n_nationkey) -> ods.customer(c_nationkey)" in result.output
 
 
+def test_cli_explain_and_validate_json() -> None:
+    import json
+
+    result = runner.invoke(layers_app, ["explain", "--project", str(EXAMPLE), "--json"])
+    assert result.exit_code == 0, result.output
+    plans = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(p["order"], p["model"], p["strategy"]) for p in plans] == [
+        (1, "dwd.orders_enriched", "keyed"),
+        (2, "ads.revenue_by_nation_month", "regroup"),
+    ]
+    assert "ods.nation(n_nationkey) -> ods.customer(c_nationkey)" in " ".join(plans[0]["key_mapping"])
+    assert plans[1]["inputs"] == ["dwd.orders_enriched"] and plans[1]["group_by"]
+    result = runner.invoke(layers_app, ["validate", "--project", str(EXAMPLE), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {
+        "ok": True,
+        "sources": ["ods.nation", "ods.customer", "ods.orders"],
+        "models": ["dwd.orders_enriched", "ads.revenue_by_nation_month"],
+        "order": ["dwd.orders_enriched", "ads.revenue_by_nation_month"],
+        "untyped_columns": {},
+    }
+
+
 def test_cli_validate_ok_and_error(tmp_path) -> None:
     ok = runner.invoke(layers_app, ["validate", "--project", str(EXAMPLE)])
     assert ok.exit_code == 0, ok.output
@@ -497,6 +520,8 @@ def test_cli_validate_ok_and_error(tmp_path) -> None:
     untyped = make_project(tmp_path / "u", {"dwd.a": model("SELECT f_id, f_qty * 2 AS q FROM ods.f")})
     result = runner.invoke(layers_app, ["validate", "--project", str(untyped)])
     assert result.exit_code == 0 and "dwd.a: types of q are checked at deploy" in result.output
+    result = runner.invoke(layers_app, ["validate", "--project", str(untyped), "--json"])
+    assert result.exit_code == 0 and '"untyped_columns": {"dwd.a": ["q"]}' in result.stdout, result.output
 
 
 def test_column_names_keep_their_case_and_are_matched_with_it(tmp_path) -> None:
