@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import sys
@@ -10,14 +11,14 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
+from lakehouse.console import OutputConsole, json_line, new_table
 from lakehouse.errors import InvalidArgument, LakestreamError
-from lakehouse.layers.cli import layers_app
+from lakehouse.layers.cli import JsonOpt, layers_app
 from lakehouse.settings import load_settings
 
 #: Errors from below the library that the CLI reports in one line instead of a traceback (the facade
@@ -67,8 +68,8 @@ app.add_typer(catalog_app, name="catalog")
 app.add_typer(layers_app, name="layers")
 subscription_app = typer.Typer(help="Durable consumer positions of tables (subscriptions).", no_args_is_help=True)
 app.add_typer(subscription_app, name="subscription")
-console = Console()
-err = Console(stderr=True)
+console = OutputConsole()
+err = OutputConsole(stderr=True)
 
 WarehouseOpt = Annotated[
     str | None, typer.Option("--warehouse", "-w", help="file:///path or s3://bucket/prefix (else settings)")
@@ -86,12 +87,38 @@ def _cells(*values: object) -> list[Text]:
 
 
 def _data_table(names: list[str], rows: list[dict]) -> Table:
-    table = Table()
-    for name in names:
-        table.add_column(Text(name))
+    table = new_table(*(Text(name) for name in names))
     for row in rows:
         table.add_row(*_cells(*row.values()))
     return table
+
+
+def _rows_json(rows: list[dict]) -> None:
+    """--json of a command that prints data: one object per row, column names as keys."""
+    for row in rows:
+        json_line(row)
+
+
+def _run_json(run) -> None:
+    """--json of a command over tables: the table's result, or what went wrong (as the jobs print it)."""
+    if run.ok:
+        json_line(run.result.to_dict())
+    else:
+        json_line({"table": run.table, "error": run.message, "type": type(run.error).__name__})
+
+
+def _definition_json(d) -> dict:
+    return {
+        "name": str(d.name),
+        "kind": "primary-key" if d.has_primary_key else "log",
+        "buckets": d.buckets,
+        "primary_key": list(d.primary_key),
+        "bucket_key": d.bucket_key,
+        "partition_by": list(d.partition_by),
+        "columns": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in d.schema],
+        "uuid": d.table_uuid,
+        "created": d.created_at,
+    }
 
 
 def _fail(exc: Exception) -> NoReturn:
@@ -120,24 +147,30 @@ def _failed(run) -> bool:
 
 
 @app.command()
-def config(warehouse: WarehouseOpt = None, config: ConfigOpt = None) -> None:
+def config(warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output: JsonOpt = False) -> None:
     """Show the resolved settings (secrets masked)."""
     try:
         settings = _settings(warehouse, config)
     except LakestreamError as exc:
         _fail(exc)
+    if json_output:
+        json_line(settings.describe(missing=None))
+        return
     for k, v in settings.describe().items():
         console.print(f"{k:18} {v}", markup=False)
 
 
 @store_app.command("probe")
-def store_probe(warehouse: WarehouseOpt = None, config: ConfigOpt = None) -> None:
+def store_probe(warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output: JsonOpt = False) -> None:
     """Check that the store enforces If-None-Match and If-Match (lakestream refuses stores that do not)."""
     try:
         store = _settings(warehouse, config).open_store(create_bucket=None)
         store.ensure_conditional_writes()
     except LakestreamError as exc:
         _fail(exc)
+    if json_output:
+        json_line({"store": store.url, "conditional_writes": True})
+        return
     console.print(f"[green]ok[/] {escape(store.url)}: conditional writes are enforced")
 
 
@@ -147,18 +180,24 @@ def store_ls(
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
     limit: Annotated[int, typer.Option(help="stop after this many keys")] = 1000,
+    json_output: JsonOpt = False,
 ) -> None:
     """List objects under a prefix, in key order."""
     try:
         store = _settings(warehouse, config).open_store()
-        table = Table("key", "size", "etag", "last modified")
+        table = new_table("key", "size", "etag", "last modified")
         for n, info in enumerate(store.list(prefix)):
             if n >= limit:
                 break
-            table.add_row(*_cells(info.key, info.size, info.etag, info.last_modified.isoformat(timespec="seconds")))
+            modified = info.last_modified.isoformat(timespec="seconds")
+            if json_output:
+                json_line({"key": info.key, "size": info.size, "etag": info.etag, "last_modified": modified})
+                continue
+            table.add_row(*_cells(info.key, info.size, info.etag, modified))
     except LakestreamError as exc:
         _fail(exc)
-    console.print(table)
+    if not json_output:
+        console.print(table)
 
 
 def _lakehouse(warehouse: str | None, config: Path | None):
@@ -181,6 +220,7 @@ def table_create(
     ] = None,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
     """Create a table (a log table without --primary-key; a primary-key table with it). Columns may be
     given as `table describe` prints them."""
@@ -198,6 +238,9 @@ def table_create(
         )
     except LakestreamError as exc:
         _fail(exc)
+    if json_output:
+        json_line({**_definition_json(definition), "warehouse": lh.url})
+        return
     console.print(f"[green]created[/] {definition.name} in {escape(lh.url)}")
     _print_mapping(definition.describe())
 
@@ -208,6 +251,7 @@ def table_drop(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
     """Drop a table: its log (every segment), its Iceberg lake table and files, and its definition. Works on
     a half-created or half-dropped table too. Stop its producers, tiering and maintenance first."""
@@ -217,10 +261,14 @@ def table_drop(
             typer.confirm(
                 f"drop {name} in {lh.url}: its log, its lake table and every file of both? This cannot be undone",
                 abort=True,
+                err=json_output,  # stdout holds only JSON
             )
         r = lh.drop_table(name)
     except LakestreamError as exc:
         _fail(exc)
+    if json_output:
+        json_line(dataclasses.asdict(r))
+        return
     parts = [
         "lake table" if r.lake_table else "no lake table",
         f"{r.objects_deleted} objects (log segments, data and metadata files)",
@@ -237,14 +285,20 @@ def table_drop(
 
 
 @table_app.command("describe")
-def table_describe(name: str, warehouse: WarehouseOpt = None, config: ConfigOpt = None) -> None:
+def table_describe(
+    name: str, warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output: JsonOpt = False
+) -> None:
     """Show a table's definition and its log's offsets."""
     try:
         lh = _lakehouse(warehouse, config)
-        _print_mapping(lh.table(name).describe())
+        definition = lh.table(name)
         ends = lh.log(name).end_offsets()
     except LakestreamError as exc:
         _fail(exc)
+    if json_output:
+        json_line({**_definition_json(definition), "log_records": sum(ends.values()), "end_offsets": ends})
+        return
+    _print_mapping(definition.describe())
     console.print(f"{'log records':14} {sum(ends.values())} in {len(ends)} buckets")
 
 
@@ -253,6 +307,7 @@ def table_list(
     namespace: Annotated[str | None, typer.Argument(help="only this namespace")] = None,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
     """List tables."""
     try:
@@ -260,18 +315,24 @@ def table_list(
         names = lh.list_tables(namespace)
     except LakestreamError as exc:
         _fail(exc)
-    table = Table("table", "kind", "buckets", "primary key")
+    table = new_table("table", "kind", "buckets", "primary key")
     runs = []
     for run in lh.for_each_table(lh.table, names):  # a broken definition is listed, not the end of the listing
         runs.append(run)
         d = run.result
         if _failed(run):
+            if json_output:
+                _run_json(run)
             table.add_row(*_cells(run.table, "unreadable (see the error)", "", ""))
             continue
+        if json_output:
+            json_line(_definition_json(d))
         table.add_row(
             *_cells(run.table, "primary-key" if d.has_primary_key else "log", d.buckets, ", ".join(d.primary_key))
         )
-    if table.row_count:
+    if json_output:
+        pass  # each table was printed as it was read
+    elif table.row_count:
         console.print(table)
     else:
         console.print(f"no tables{f' in namespace {namespace}' if namespace else ''} in {lh.url}", markup=False)
@@ -279,7 +340,9 @@ def table_list(
 
 
 @table_app.command("location")
-def table_location(name: str, warehouse: WarehouseOpt = None, config: ConfigOpt = None) -> None:
+def table_location(
+    name: str, warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output: JsonOpt = False
+) -> None:
     """Print the current Iceberg metadata file of a table (open it with DuckDB, pyiceberg, Spark, ...)."""
     from pyiceberg.exceptions import NoSuchTableError
 
@@ -287,6 +350,9 @@ def table_location(name: str, warehouse: WarehouseOpt = None, config: ConfigOpt 
         location = _lakehouse(warehouse, config).catalog.table_location(name)
     except (LakestreamError, NoSuchTableError, ValueError) as exc:
         _fail(exc)
+    if json_output:
+        json_line({"table": name, "metadata_location": location})
+        return
     print(location)
 
 
@@ -297,22 +363,29 @@ def table_register(
     overwrite: Annotated[bool, typer.Option(help="replace the pointer of an existing table")] = False,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
     """Point an Iceberg table name at an existing metadata file (also repairs a damaged pointer)."""
     try:
         table = _lakehouse(warehouse, config).register_table(name, metadata_location, overwrite=overwrite)
     except (LakestreamError, ValueError) as exc:
         _fail(exc)
+    if json_output:
+        json_line({"table": name, "metadata_location": table.metadata_location})
+        return
     console.print(f"[green]registered[/] {escape(name)} -> {escape(table.metadata_location)}")
 
 
 @catalog_app.command("repair")
-def catalog_repair(warehouse: WarehouseOpt = None, config: ConfigOpt = None) -> None:
+def catalog_repair(warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output: JsonOpt = False) -> None:
     """Finish or roll back renames interrupted by a crash."""
     try:
         done = _lakehouse(warehouse, config).catalog.repair()
     except LakestreamError as exc:
         _fail(exc)
+    if json_output:
+        json_line({"resolved": list(done)})
+        return
     for line in done:
         console.print(line, markup=False)
     console.print(f"{len(done)} interrupted rename(s) resolved")
@@ -325,14 +398,19 @@ def catalog_list(
     ] = None,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
     """The namespaces and Iceberg tables one level below NAMESPACE, at any depth ("com.organization")."""
     catalog = _lakehouse(warehouse, config).catalog
     parent = tuple(namespace.split(".")) if namespace else ()
-    for child in catalog.list_namespaces(parent):
-        console.print(Text(f"namespace  {'.'.join(child)}"))
-    for ident in catalog.list_tables(parent) if parent else []:
-        console.print(Text(f"table      {'.'.join(ident)}"))
+    for kind, ident in [
+        *(("namespace", child) for child in catalog.list_namespaces(parent)),
+        *(("table", ident) for ident in (catalog.list_tables(parent) if parent else [])),
+    ]:
+        if json_output:  # the parts too: a part may hold a "."
+            json_line({"kind": kind, "name": ".".join(ident), "identifier": list(ident)})
+        else:
+            console.print(Text(f"{kind:10} {'.'.join(ident)}"))
 
 
 @catalog_app.command("properties")
@@ -340,26 +418,39 @@ def catalog_properties(
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
     show_secrets: Annotated[bool, typer.Option(help="print credentials too")] = False,
+    json_output: JsonOpt = False,
 ) -> None:
     """Print the pyiceberg properties (for load_catalog or .pyiceberg.yaml) of this warehouse's catalog."""
     try:
         props = _lakehouse(warehouse, config).catalog_properties()
     except LakestreamError as exc:
         _fail(exc)
-    for k, v in props.items():
-        secret = k.endswith(("secret-access-key", "session-token"))
-        print(f"{k}: {'****' if secret and not show_secrets else v}")
+    shown = {
+        k: "****" if k.endswith(("secret-access-key", "session-token")) and not show_secrets else v
+        for k, v in props.items()
+    }
+    if json_output:
+        json_line(shown)
+        return
+    for k, v in shown.items():
+        print(f"{k}: {v}")
 
 
 @log_app.command("offsets")
-def log_offsets(name: str, warehouse: WarehouseOpt = None, config: ConfigOpt = None) -> None:
+def log_offsets(
+    name: str, warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output: JsonOpt = False
+) -> None:
     """Start and end offsets of every bucket of a table's log."""
     try:
         log = _lakehouse(warehouse, config).log(name)
         starts, ends = log.start_offsets(), log.end_offsets()
     except LakestreamError as exc:
         _fail(exc)
-    table = Table("bucket", "start offset", "end offset", "records")
+    if json_output:
+        for b, end in ends.items():
+            json_line({"bucket": b, "start_offset": starts[b], "end_offset": end, "records": end - starts[b]})
+        return
+    table = new_table("bucket", "start offset", "end offset", "records")
     for b, end in ends.items():
         table.add_row(str(b), str(starts[b]), str(end), str(end - starts[b]))
     table.add_row("all", "", "", str(sum(ends.values()) - sum(starts.values())))
@@ -374,8 +465,10 @@ def log_tail(
     limit: Annotated[int, typer.Option(min=1, help="at most this many records")] = 20,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
-    """Print records of one bucket with their offsets, operations and append times."""
+    """Print records of one bucket with their offsets, operations and append times (--json: one object per
+    record, its columns with _offset, _op and _timestamp)."""
     try:
         log = _lakehouse(warehouse, config).log(name)
         known = bucket in range(log.definition.buckets)  # else the read below says which buckets exist
@@ -385,6 +478,9 @@ def log_tail(
         rows = log.read(bucket, start, start + limit)
     except (LakestreamError, ValueError) as exc:
         _fail(exc)
+    if json_output:
+        _rows_json(rows.to_pylist())
+        return
     table = _data_table(rows.column_names, rows.to_pylist())
     console.print(table)
     if rows.num_rows:
@@ -413,6 +509,7 @@ def tier(
     max_split_rows: Annotated[int | None, typer.Option(help="log records per task at most")] = None,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
     """Tier tables' logs into their Iceberg tables, exactly once (one round per table)."""
     if local and spark_master:
@@ -423,13 +520,15 @@ def tier(
         executor = lh.executor(spark_master=spark_master, workers=workers)
     except LakestreamError as exc:
         _fail(exc)
-    out = Table("table", "records", "files +/-", "MB", "seconds", "snapshot", "offsets")
+    out = new_table("table", "records", "files +/-", "MB", "seconds", "snapshot", "offsets")
     spark = getattr(executor, "spark", None)
     runs = []
     work = lambda name: lh.tier(name, spark=spark, workers=workers, max_split_rows=max_split_rows)  # noqa: E731
     for run in lh.for_each_table(work, names):
         runs.append(run)
-        if _failed(run):
+        if json_output:
+            _run_json(run)
+        if _failed(run) or json_output:
             continue
         r = run.result
         out.add_row(
@@ -441,7 +540,8 @@ def tier(
             str(r.snapshot_id or "- (nothing to tier)"),
             " ".join(f"{b}:{o}" for b, o in r.offsets.items()),
         )
-    console.print(out)
+    if not json_output:
+        console.print(out)
     _finish(runs)
 
 
@@ -474,6 +574,7 @@ def compact(
     spark_master: Annotated[str | None, typer.Option(help="run the tasks on Spark")] = None,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
     """Rewrite small data files into target-sized ones (one replace snapshot per table)."""
     try:
@@ -483,12 +584,14 @@ def compact(
         names = table or [str(t) for t in lh.list_tables()]
     except LakestreamError as exc:
         _fail(exc)
-    out = Table("table", "files before", "files after", "rewritten", "MB read", "MB written", "seconds")
+    out = new_table("table", "files before", "files after", "rewritten", "MB read", "MB written", "seconds")
     runs = []
     work = lambda name: lh.compact(name, target_file_size=size, min_input_files=min_input_files, spark=spark)  # noqa: E731
     for run in lh.for_each_table(work, names):
         runs.append(run)
-        if _failed(run):
+        if json_output:
+            _run_json(run)
+        if _failed(run) or json_output:
             continue
         r = run.result
         out.add_row(
@@ -500,7 +603,8 @@ def compact(
             f"{r.bytes_written / 1e6:.1f}",
             f"{r.seconds:.2f}",
         )
-    console.print(out)
+    if not json_output:
+        console.print(out)
     _finish(runs)
 
 
@@ -526,6 +630,7 @@ def maintain(
     spark_master: Annotated[str | None, typer.Option(help="run compaction tasks on Spark")] = None,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
     """Compaction, snapshot expiry, orphan removal and log retention, in that order, per table."""
     from lakehouse.maintenance.orphans import check_orphan_age
@@ -549,7 +654,9 @@ def maintain(
     runs = []
     for run in lh.for_each_table(lambda name: lh.maintain(name, spark=spark, **args), names):
         runs.append(run)
-        if _failed(run):
+        if json_output:
+            _run_json(run)
+        if _failed(run) or json_output:
             continue
         c, e, o, t = run.result.compaction, run.result.expiry, run.result.orphans, run.result.retention
         console.print(f"[bold]{escape(run.table)}[/]")
@@ -596,6 +703,9 @@ def table_read(
     limit: Annotated[int, typer.Option(min=0, help="rows to print (0: only count them)")] = 20,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="machine output: one JSON object per row (at most --limit)")
+    ] = False,
 ) -> None:
     """Read a table: union read (lake + log tail, fresh) or, with --lake, the lake only; --as-of reads either as
     of log offsets; --ref published reads the table as published (the lake at that tag, no log tail)."""
@@ -613,6 +723,9 @@ def table_read(
             data = lh.union_read(name, cols, where, as_of=offsets)
     except (LakestreamError, ValueError) as exc:
         _fail(exc)
+    if json_output:
+        _rows_json(data.slice(0, limit).to_pylist())
+        return
     out = _data_table(data.column_names, data.slice(0, limit).to_pylist())
     console.print(out)
     what = f"lake at {ref}" if ref is not None else "lake" if lake_only else "union read"
@@ -633,6 +746,9 @@ def table_changes(
     limit: Annotated[int, typer.Option(min=0, help="rows to print (0: only count them)")] = 20,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="machine output: one JSON object per change (at most --limit)")
+    ] = False,
 ) -> None:
     """What changed between two offset maps: a log table's records; a primary-key table's net change per key
     (_op: insert, update_before, update_after, delete)."""
@@ -646,6 +762,9 @@ def table_changes(
         data = lh.changes(name, starts, ends, before_images=before_images, columns=cols)
     except (LakestreamError, ValueError) as exc:
         _fail(exc)
+    if json_output:
+        _rows_json(data.slice(0, limit).to_pylist())
+        return
     console.print(_data_table(data.column_names, data.slice(0, limit).to_pylist()))
     upto = ",".join(f"{b}:{o}" for b, o in sorted(ends.items()))
     console.print(f"{data.num_rows:,} changes from {start} up to {upto}; showing {min(limit, data.num_rows)}")
@@ -656,6 +775,7 @@ def subscription_list(
     table: Annotated[str | None, typer.Argument(help="only this table's (namespace.table)")] = None,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
     """List subscriptions: table, consumer, position, records behind, last advanced."""
     try:
@@ -663,7 +783,21 @@ def subscription_list(
         subs = lh.subscriptions(table)
         rows = []
         for sub in subs:
-            behind = "-" if sub.stale else str(sum(lag.records for lag in sub.lag().values()))
+            records = None if sub.stale else sum(lag.records for lag in sub.lag().values())
+            if json_output:
+                json_line(
+                    {
+                        "table": sub.table,
+                        "consumer": sub.consumer,
+                        "position": sub.position,
+                        "records_behind": records,
+                        "advanced_at": sub.advanced_at,
+                        "idle_seconds": round(sub.idle_for().total_seconds(), 3),
+                        "stale": sub.stale,
+                    }
+                )
+                continue
+            behind = "-" if records is None else str(records)
             rows.append(
                 {
                     "table": sub.table,
@@ -676,6 +810,8 @@ def subscription_list(
             )
     except LakestreamError as exc:
         _fail(exc)
+    if json_output:
+        return
     if rows:
         console.print(_data_table(list(rows[0]), rows))
     else:
@@ -688,6 +824,7 @@ def subscription_show(
     consumer: Annotated[str, typer.Argument(help="the consumer's name")],
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
     """A subscription's position, lag per bucket, last advance and what it pins (snapshots, log)."""
     try:
@@ -697,6 +834,36 @@ def subscription_show(
         pins = lh.subscription_pins(table)
     except LakestreamError as exc:
         _fail(exc)
+    who = f"subscription {sub.consumer}"
+    kept = {}  # bucket -> the offset from which the log is kept for this subscription
+    for b, (offset, names) in pins.log.items():
+        if who in names.split(", "):
+            kept[b] = offset
+    snapshots = sorted(s for s, names in pins.snapshots.items() if who in names.split(", "))
+    if json_output:
+        buckets = [
+            {
+                "bucket": b,
+                "position": sub.position[b],
+                "records_behind": lg.records,
+                "seconds_behind": lg.seconds,
+                "log_kept_from": kept.get(b),
+            }
+            for b, lg in lag.items()
+        ]
+        json_line(
+            {
+                "table": sub.table,
+                "consumer": sub.consumer,
+                "created_at": sub.created_at,
+                "advanced_at": sub.advanced_at,
+                "advances": sub.record.advances,
+                "idle_seconds": round(sub.idle_for().total_seconds(), 3),
+                "buckets": buckets,
+                "pinned_snapshots": snapshots,
+            }
+        )
+        return
     _print_mapping(
         {
             "table": sub.table,
@@ -706,15 +873,11 @@ def subscription_show(
             f"{sub.record.advances} advances)",
         }
     )
-    who = f"subscription {sub.consumer}"
-    out = Table("bucket", "position", "records behind", "seconds behind", "log kept from")
+    out = new_table("bucket", "position", "records behind", "seconds behind", "log kept from")
     for b, lg in lag.items():
-        floor = pins.log.get(b)
-        kept = str(floor[0]) if floor is not None and who in floor[1].split(", ") else "-"
         seconds = "?" if lg.seconds is None else f"{lg.seconds:.1f}"
-        out.add_row(*_cells(b, sub.position[b], lg.records, seconds, kept))
+        out.add_row(*_cells(b, sub.position[b], lg.records, seconds, kept.get(b, "-")))
     console.print(out)
-    snapshots = sorted(s for s, names in pins.snapshots.items() if who in names.split(", "))
     console.print(f"{'pins snapshots':14} {', '.join(map(str, snapshots)) or '- (none: its state is the log alone)'}")
 
 
@@ -725,6 +888,7 @@ def subscription_drop(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
     """Drop a subscription: maintenance may then delete the log and snapshots its position needed."""
     try:
@@ -734,10 +898,14 @@ def subscription_drop(
                 f"drop subscription {consumer} of {table} in {lh.url}? Its position is lost, and maintenance may "
                 "delete what it needed",
                 abort=True,
+                err=json_output,  # stdout holds only JSON
             )
         lh.drop_subscription(table, consumer)
     except LakestreamError as exc:
         _fail(exc)
+    if json_output:
+        json_line({"table": table, "consumer": consumer, "dropped": True})
+        return
     console.print(f"[green]dropped[/] subscription {escape(consumer)} of {escape(table)}")
 
 
@@ -764,16 +932,42 @@ def demo(
     spark_master: Annotated[str, typer.Option(help="Spark master for tiering")] = "local[2]",
     local: Annotated[bool, typer.Option("--local", help="tier on the local executor instead of Spark")] = False,
     big_mib: Annotated[int, typer.Option(min=1, help="size of the multipart write")] = 16,
+    json_output: Annotated[
+        bool,
+        typer.Option("--json", help="machine output: one JSON object per step as it passes, then one for the run"),
+    ] = False,
 ) -> None:
     """Run the demo on embedded defaults; exits non-zero if any of its checks fails."""
-    from lakehouse.demo import run_demo
+    from lakehouse.demo import Step, run_demo
+
+    def step_json(step: Step) -> None:
+        json_line({"step": step.name, "result": step.result, "seconds": round(step.seconds, 3)})
 
     try:
         settings = load_settings(None, warehouse=warehouse or str(Path("lakestream-demo").resolve()))
         store = settings.open_store()
-        run_demo(store, console, big_mib=big_mib, changes=changes, spark_master=None if local else spark_master)
+        done = run_demo(
+            store,
+            OutputConsole(quiet=True) if json_output else console,
+            big_mib=big_mib,
+            changes=changes,
+            spark_master=None if local else spark_master,
+            on_step=step_json if json_output else None,
+        )
     except LakestreamError as exc:
         _fail(exc)
+    if json_output:
+        json_line(
+            {
+                "ok": True,
+                "warehouse": store.url,
+                "namespace": done.namespace,
+                "seconds": round(done.seconds, 3),
+                "log_end": done.log_end,
+                "lake_offsets": done.lake_offsets,
+                "metadata_location": done.metadata_location,
+            }
+        )
 
 
 def main() -> None:  # pragma: no cover - console entry point

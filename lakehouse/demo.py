@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
-from rich.table import Table
 
+from lakehouse.console import OutputConsole, new_table
 from lakehouse.errors import LakestreamError
 from object_store import MiB, ObjectStore, PreconditionFailed
 
@@ -38,6 +38,22 @@ class Step:
     name: str
     result: str
     seconds: float
+
+
+@dataclass
+class DemoResult:
+    """What `run_demo` did: its steps, and where to read the orders table it built."""
+
+    steps: list[Step]
+    namespace: str
+    #: the orders table's offsets per bucket: the log's end and the lake's (equal: the lake caught up)
+    log_end: dict[int, int]
+    lake_offsets: dict[int, int]
+    metadata_location: str
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.seconds for s in self.steps)
 
 
 @dataclass
@@ -69,11 +85,13 @@ def run_demo(
     big_mib: int = 16,
     changes: int = 4_000_000,
     spark_master: str | None = "local[2]",
-) -> list[Step]:
-    """Run every step against ``store`` (under a fresh namespace / prefix) and print a summary."""
+    on_step: Callable[[Step], None] | None = None,
+) -> DemoResult:
+    """Run every step against ``store`` (under a fresh namespace / prefix) and print a summary; ``on_step`` is
+    called with each step as it completes."""
     from lakehouse.lakehouse import Lakehouse
 
-    console = console or Console()
+    console = console or OutputConsole()
     stamp = f"{time.strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:6]}"
     ns, run = f"demo_{stamp}", f"demo/{stamp}"
     where = f"Spark {spark_master}" if spark_master else "the local executor"
@@ -101,18 +119,22 @@ def run_demo(
             result = fn()
         steps.append(Step(name, result, time.perf_counter() - t0))
         console.print(f"  [green]ok[/] {name} ({steps[-1].seconds:.1f} s): {result}")
-    _offsets_table(lh, f"{ns}.orders", console)
-    table = Table(title=f"lakestream demo: all checks passed ({sum(s.seconds for s in steps):.0f} s)")
-    for col in ("step", "result", "seconds"):
-        table.add_column(col)
+        if on_step is not None:
+            on_step(steps[-1])
+    orders = f"{ns}.orders"
+    done = DemoResult(
+        steps, ns, lh.log(orders).end_offsets(), lh.lake_offsets(orders), lh.catalog.table_location(orders)
+    )
+    _offsets_table(orders, done, console)
+    table = new_table("step", "result", "seconds", title=f"lakestream demo: all checks passed ({done.seconds:.0f} s)")
     for s in steps:
         table.add_row(s.name, s.result, f"{s.seconds:.1f}")
     console.print(table)
-    console.print(f"Read the lake with any Iceberg engine: {lh.catalog.table_location(f'{ns}.orders')}")
+    console.print(f"Read the lake with any Iceberg engine: {done.metadata_location}")
     if state.get("spark") is not None:
         state["spark"].stop()
     lh.close()
-    return steps
+    return done
 
 
 def _create(lh, ns: str) -> str:
@@ -232,14 +254,12 @@ def _layers(store: ObjectStore, stamp: str, state: dict, console: Console) -> st
         lh.close()
 
 
-def _offsets_table(lh, name: str, console: Console) -> None:
-    ends, lake = lh.log(name).end_offsets(), lh.lake_offsets(name)
-    table = Table(title=f"{name}: offsets per bucket (bucket[8](o_orderkey))")
-    table.add_column("")
-    for b in ends:
-        table.add_column(str(b), justify="right")
-    table.add_row("log end", *(str(e) for e in ends.values()))
-    table.add_row("lake", *(str(o) for o in lake.values()))
+def _offsets_table(name: str, done: DemoResult, console: Console) -> None:
+    table = new_table("", title=f"{name}: offsets per bucket (bucket[8](o_orderkey))")
+    for b in done.log_end:
+        table.add_column(str(b), justify="right", overflow="fold")
+    table.add_row("log end", *(str(e) for e in done.log_end.values()))
+    table.add_row("lake", *(str(o) for o in done.lake_offsets.values()))
     console.print(table)
 
 

@@ -75,7 +75,21 @@ class ProjectFormatError(ProjectError):
 
 class ModelSqlError(ProjectError):
     """A model's SQL does not parse, is not a single query, has an output column without a name (or two with
-    one name), or names a column its inputs do not have."""
+    one name), or names a column its inputs do not have. For SQL that does not parse, ``line`` and ``column``
+    (1-based, in the model's file) are where the problem is."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        model: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+    ) -> None:
+        super().__init__(message, path=path, model=model)
+        self.line = line
+        self.column = column
 
 
 class UnknownTableError(ProjectError):

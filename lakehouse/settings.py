@@ -81,14 +81,14 @@ class Settings:
         """Open the warehouse's object store."""
         return open_store(self.warehouse, **{**self.store_options(), **options})
 
-    def describe(self) -> dict[str, str]:
-        """A printable view: secrets masked."""
+    def describe(self, missing: str | None = "-") -> dict[str, str | None]:
+        """A printable view: secrets masked, a setting that is not set shown as ``missing``."""
         out = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if value and f.name in ("secret_access_key", "session_token"):
                 value = "****"
-            out[f.name] = value if value is not None else "-"
+            out[f.name] = value if value is not None else missing
         return out
 
 

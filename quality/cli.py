@@ -15,7 +15,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from lakehouse.cli import ConfigOpt, WarehouseOpt, _fail, _lakehouse, app, console, err
+from lakehouse.console import json_line, new_table
 from lakehouse.errors import LakestreamError
+from lakehouse.layers.cli import JsonOpt
 from quality.results import CheckResult
 
 __all__ = ["app"]
@@ -78,9 +80,7 @@ def _row(out: Table, r: CheckResult) -> None:
     what = r.error or "; ".join(str(v) for v in r.violations[:3]) or _summary(r)
     if len(r.violations) > 3:
         what += f" (+{len(r.violations) - 3} more)"
-    out.add_row(
-        r.table, r.check, status, str(r.snapshot_id or "-"), f"{r.rows:,}", f"{r.seconds:.2f}", escape(what)
-    )
+    out.add_row(r.table, r.check, status, str(r.snapshot_id or "-"), f"{r.rows:,}", f"{r.seconds:.2f}", escape(what))
 
 
 def _summary(r: CheckResult) -> str:
@@ -130,7 +130,7 @@ def check(
     if as_json:
         console.print_json(json.dumps(run.to_dict(), default=str))
     else:
-        result = Table("table", "check", "status", "snapshot", "rows", "seconds", "details", show_lines=False)
+        result = new_table("table", "check", "status", "snapshot", "rows", "seconds", "details")
         for r in run.results:
             _row(result, r)
         console.print(result)
@@ -153,6 +153,7 @@ def report(
     runs: Annotated[int, typer.Option(help="runs shown in the index and the trends")] = 30,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
+    json_output: JsonOpt = False,
 ) -> None:
     """Write the data-quality report of the latest `lakestream check` run (and the index of runs) to the warehouse
     under _lakestream/quality/, and to --out if given."""
@@ -167,5 +168,8 @@ def report(
         written = write_report(lh, history[0], history=history, out_dir=out)
     except LakestreamError as exc:
         _fail(exc)
+    if json_output:
+        json_line({"run_id": history[0].run_id, **written})
+        return
     for where in written.values() if isinstance(written, dict) else written:
         console.print(str(where))

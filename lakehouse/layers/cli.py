@@ -10,16 +10,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from lakehouse.console import OutputConsole, json_line, new_table
 from lakehouse.errors import LakestreamError
 
 layers_app = typer.Typer(
     help="Warehouse layers: a project of Spark SQL models (see docs/layers.md).", no_args_is_help=True
 )
-console = Console()
+console = OutputConsole()
 
 ProjectOpt = Annotated[
     Path, typer.Option("--project", "-p", help="the project folder (sources.yml, models/)", show_default=False)
@@ -29,6 +29,8 @@ WarehouseOpt = Annotated[
     str | None, typer.Option("--warehouse", "-w", help="file:///path or s3://bucket/prefix (else settings)")
 ]
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML settings file (else LAKESTREAM_CONFIG)")]
+#: every command's --json (lakehouse.cli's too)
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine output: one JSON object per line")]
 
 
 def _fail(exc: Exception):
@@ -38,7 +40,7 @@ def _fail(exc: Exception):
 
 
 @layers_app.command("explain")
-def explain_command(project: ProjectOpt) -> None:
+def explain_command(project: ProjectOpt, json_output: JsonOpt = False) -> None:
     """Each model's incremental strategy and why, in dependency order."""
     from lakehouse.layers.planner import explain
     from lakehouse.layers.project import load_project
@@ -47,9 +49,22 @@ def explain_command(project: ProjectOpt) -> None:
         plans = explain(load_project(project))
     except LakestreamError as exc:
         _fail(exc)
-    table = Table(show_lines=True)
-    for name in ("order", "model", "inputs", "strategy", "reason", "key mapping"):
-        table.add_column(name, overflow="fold")
+    if json_output:
+        for plan in plans:
+            json_line(
+                {
+                    "order": plan.order,
+                    "model": plan.model,
+                    "inputs": list(plan.inputs),
+                    "strategy": plan.strategy,
+                    "reason": plan.reason,
+                    "driving": plan.driving,
+                    "group_by": [g.output or g.expression for g in plan.group_by],
+                    "key_mapping": [m.describe() for m in plan.mappings],
+                }
+            )
+        return
+    table = new_table("order", "model", "inputs", "strategy", "reason", "key mapping", show_lines=True)
     for plan in plans:
         lines = [m.describe() for m in plan.mappings]
         if plan.group_by:
@@ -61,7 +76,7 @@ def explain_command(project: ProjectOpt) -> None:
 
 
 @layers_app.command("validate")
-def validate_command(project: ProjectOpt) -> None:
+def validate_command(project: ProjectOpt, json_output: JsonOpt = False) -> None:
     """Check the project (files, SQL, inputs, cycles, keys) without touching any warehouse; exit 1 on the first
     error."""
     from lakehouse.layers.project import load_project
@@ -71,6 +86,17 @@ def validate_command(project: ProjectOpt) -> None:
     except LakestreamError as exc:
         _fail(exc)
     untyped = {name: m.untyped_columns for name, m in loaded.models.items() if m.untyped_columns}
+    if json_output:
+        json_line(
+            {
+                "ok": True,
+                "sources": list(loaded.sources),
+                "models": list(loaded.models),
+                "order": list(loaded.order),
+                "untyped_columns": {name: list(columns) for name, columns in untyped.items()},
+            }
+        )
+        return
     console.print(
         f"[green]ok[/] {len(loaded.sources)} sources, {len(loaded.models)} models; order: "
         f"{' -> '.join(loaded.order) or '-'}",
@@ -89,7 +115,6 @@ ModelOpt = Annotated[
 SparkMasterOpt = Annotated[
     str, typer.Option("--spark-master", help="Spark master for the rounds (local[N], spark://host:port, ...)")
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="machine output: one JSON object per line")]
 
 
 def _open_layers(project: Path, warehouse, config, spark_master: str | None = "local[2]"):
@@ -112,9 +137,9 @@ def _count(n: int) -> str:
 
 
 def _rounds_table(reports) -> Table:
-    table = Table(title=None)
+    table = new_table()
     for name in ("model", "round", "strategy", "input changes", "affected", "upserts", "deletes", "seconds"):
-        table.add_column(name, justify="left" if name in ("model", "strategy") else "right")
+        table.add_column(name, justify="left" if name in ("model", "strategy") else "right", overflow="fold")
     for r in reports:
         strategy = f"{r.strategy} (idle)" if r.idle else f"{r.strategy} (resumed)" if r.resumed else r.strategy
         cells = (
@@ -131,14 +156,10 @@ def _rounds_table(reports) -> Table:
     return table
 
 
-def _print_json(obj) -> None:
-    import json
-
-    print(json.dumps(obj, default=str), flush=True)
-
-
 @layers_app.command("deploy")
-def deploy_command(project: ProjectOpt, warehouse: WarehouseOpt = None, config: ConfigOpt = None) -> None:
+def deploy_command(
+    project: ProjectOpt, warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output: JsonOpt = False
+) -> None:
     """Create every table the project declares (sources and models) that does not exist yet; idempotent."""
     try:
         lh, loaded, layers = _open_layers(project, warehouse, config)
@@ -149,7 +170,13 @@ def deploy_command(project: ProjectOpt, warehouse: WarehouseOpt = None, config: 
                 layers.close()
     except LakestreamError as exc:
         _fail(exc)
-    table = Table("table", "kind", "state")
+    if json_output:
+        for name in loaded.tables:
+            json_line(
+                {"table": name, "kind": "source" if name in loaded.sources else "model", "created": name in created}
+            )
+        return
+    table = new_table("table", "kind", "state")
     for name in loaded.tables:
         kind = "source" if name in loaded.sources else "model"
         table.add_row(Text(name), kind, "[green]created[/]" if name in created else "already there")
@@ -193,7 +220,7 @@ def run_command(
                     reports = layers.run_once(models if model else None)
                     if json_output:
                         for report in reports:
-                            _print_json(report.to_json())
+                            json_line(report.to_json())
                     else:
                         console.print(_rounds_table(reports))
                 else:
@@ -224,7 +251,7 @@ def _follow(
         if report.idle:
             return
         if json_output:
-            _print_json(report.to_json())
+            json_line(report.to_json())
             return
         if any(r.model == report.model for r in pending):
             flush()
@@ -281,7 +308,7 @@ def rebuild_command(
     except LakestreamError as exc:
         _fail(exc)
     if json_output:
-        _print_json(report.to_json())
+        json_line(report.to_json())
     else:
         console.print(_rounds_table([report]))
 
@@ -313,11 +340,9 @@ def status_command(
         _fail(exc)
     if json_output:
         for status in statuses:
-            _print_json(status.to_json())
+            json_line(status.to_json())
         return
-    table = Table(show_lines=True)
-    for name in ("model", "strategy", "position", "lag records", "lag seconds", "last round"):
-        table.add_column(name, overflow="fold")
+    table = new_table("model", "strategy", "position", "lag records", "lag seconds", "last round", show_lines=True)
     for s in statuses:
         lag = "\n".join(f"{t}: {_count(n)}" for t, n in s.lag_records.items()) or "-"
         seconds = "caught up" if s.lag_seconds is None else f"{s.lag_seconds:.1f}"

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 from rich.console import Console
-from rich.table import Table
+
+from lakehouse.console import new_table
 
 if TYPE_CHECKING:
     from lakehouse.lakehouse import Lakehouse
@@ -135,9 +136,14 @@ def run_layers_demo(lh: Lakehouse, spark: Any, console: Console, *, n_orders: in
         _check(result.ok, f"{result.table} differs from its SQL computed in full: {'; '.join(problems)}")
         ends = {t: {str(b): o for b, o in lh.log(t).end_offsets().items()} for t in project.models[result.table].inputs}
         _check(result.details.get("positions") == ends, f"{result.table} is not caught up with its inputs")
-    table = Table(title="warehouse layers: append to ods.orders -> visible in the layer (follow)")
-    for col in ("layer", "strategy", "rows", "p50", "max"):
-        table.add_column(col)
+    table = new_table(
+        "layer",
+        "strategy",
+        "rows",
+        "p50",
+        "max",
+        title="warehouse layers: append to ods.orders -> visible in the layer (follow)",
+    )
     plans = {s.model: s.strategy for s in layers.status()}
     for model in project.order:
         times = fresh[model]

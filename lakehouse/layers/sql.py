@@ -13,15 +13,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
-import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
-from sqlglot.errors import OptimizeError, ParseError, SqlglotError
+from sqlglot.errors import OptimizeError, SqlglotError
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
 from lakehouse.errors import ModelSqlError
+from lakehouse.layers.syntax import parse_statements
 
 DIALECT = "spark"
 #: Qualification matches column names with their case, as declared (Spark would match them without regard to
@@ -51,22 +51,24 @@ class OutputColumn:
 def parse_query(sql: str, *, where: str, model: str, path: str) -> exp.Query:
     """The one query (a SELECT, or a UNION/INTERSECT/EXCEPT of SELECTs, with or without WITH) in ``sql``.
 
+    ``sql`` is the file's text with everything before the query blanked out, so that lines and columns are the
+    file's.
+
     Raises:
-        ModelSqlError: the SQL does not parse, holds several statements, or is not a query.
+        ModelSqlError: the SQL does not parse (the message says what is wrong in SQL's terms, at which line and
+            column of ``path``, with an excerpt), holds several statements, or is not a query.
     """
-    try:
-        statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
-    except ParseError as exc:
-        first = exc.errors[0] if exc.errors else {}
-        detail = first.get("description") or str(exc).splitlines()[0]
-        at = f" at line {first['line']}, column {first['col']}" if first.get("line") else ""
+    statements, problem = parse_statements(sql, DIALECT)
+    if problem is not None:
+        line, column = problem.position(sql)
         raise ModelSqlError(
-            f"{where}: the SQL does not parse as Spark SQL{at}: {detail}; fix the SELECT", path=path, model=model
-        ) from None
-    except SqlglotError as exc:  # a tokenizer error (an unterminated string or comment)
-        raise ModelSqlError(
-            f"{where}: the SQL does not parse as Spark SQL: {exc}; fix the SELECT", path=path, model=model
-        ) from None
+            f"{path}:{line}:{column} (model {model}): the SQL does not parse as Spark SQL: {problem.message}\n"
+            f"{problem.excerpt(sql)}",
+            path=path,
+            model=model,
+            line=line,
+            column=column,
+        )
     if len(statements) != 1:
         raise ModelSqlError(
             f"{where}: the file holds {len(statements)} SQL statements; a model is exactly one SELECT (its "

@@ -15,10 +15,15 @@ runner = CliRunner()
 
 def test_demo_runs_and_checks_itself(tmp_path) -> None:
     args = ["demo", "--warehouse", str(tmp_path / "wh"), "--big-mib", "12", "--changes", "20000", "--local"]
-    result = runner.invoke(app, args)
+    result = runner.invoke(app, args, env={"COLUMNS": None})  # as piped to a log: not a terminal
     assert result.exit_code == 0, result.output
     assert "all checks passed" in result.output and "exactly once" in result.output
     assert "1 winner/round" in result.output and "none lost" in result.output
+    # whole lines, the metadata file's path too (wrapped and cut at 80 columns before)
+    assert "…" not in result.output
+    assert "(8 writers x 5); CAS: 200 increments, none lost; multipart 12 MiB" in result.output, result.output
+    location = next(line for line in result.output.splitlines() if line.startswith("Read the lake"))
+    assert location.endswith(".metadata.json") and str(tmp_path / "wh") in location, result.output
 
 
 @pytest.mark.parametrize(("option", "value"), [("--changes", "10"), ("--changes", "-5"), ("--big-mib", "-1")])

@@ -139,6 +139,16 @@ def test_deploy_prints_created_and_already_there(fake) -> None:
     assert result.exit_code == 0, result.output
     assert "1 created, 4 already there" in result.output
     assert fake.calls == [("init", "local[2]"), ("deploy",), ("close",)]  # Spark only to infer types
+    result = invoke("deploy", "--project", str(TPCH), "--json")
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert {line["table"]: (line["kind"], line["created"]) for line in lines} == {
+        "ods.orders": ("source", True),
+        "ods.customer": ("source", False),
+        "ods.nation": ("source", False),
+        "dwd.orders_enriched": ("model", False),
+        "ads.revenue_by_nation_month": ("model", False),
+    }
 
 
 def test_run_once_prints_a_table_or_json_lines(fake) -> None:

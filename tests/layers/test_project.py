@@ -172,7 +172,7 @@ BAD_MODELS = [
         ["table ods.missing is neither a source nor a model", "models/ods.missing.sql", "dwd.a.sql"],
     ),
     ({"dwd.a": model("SELECT f_id FROM f")}, UnknownTableError, ["table f", "namespace.table"]),
-    ({"dwd.a": model("SELECT f_id FROM ods.f WHERE")}, ModelSqlError, ["does not parse", "line 2"]),
+    ({"dwd.a": model("SELECT f_id FROM ods.f WHERE")}, ModelSqlError, ["does not parse", ":2:24 (model dwd.a)"]),
     ({"dwd.a": model("SELECT f_id FROM ods.f; SELECT 1")}, ModelSqlError, ["2 SQL statements"]),
     ({"dwd.a": model("INSERT INTO ods.d SELECT f_id, 'x', 1 FROM ods.f")}, ModelSqlError, ["INSERT", "not a SELECT"]),
     ({"dwd.a": model("SELECT f_id, f_qty + 1 FROM ods.f")}, ModelSqlError, ["output column 2", "AS name"]),
@@ -236,6 +236,89 @@ def test_a_cycle_error_names_the_cycle_and_its_files(tmp_path) -> None:
         load_project(root)
     assert caught.value.cycle == ["dwd.a", "dwd.b", "dwd.a"]
     assert "dwd.a.sql" in str(caught.value) and "dwd.b.sql" in str(caught.value)
+
+
+# Broken SQL (its lines after the file's header), then the line and column within it, and what the message says.
+BROKEN_SQL = [
+    ("SELECT f_id FROM ods.f WHERE", 1, 24, "the WHERE clause has no condition (unexpected end of the query)"),
+    ("SELECT f_id FROM ods.f\nWHERE\nGROUP BY f_id", 2, 1, "the WHERE clause has no condition (found 'GROUP BY')"),
+    ("SELECT f_id,, f_qty FROM ods.f", 1, 13, "expected an expression after ',' (found ',')"),
+    ("SELECT FROM ods.f", 1, 1, "the SELECT lists no columns (found 'FROM')"),
+    (
+        "SELECT f_id,\n  f_qty,\nFROM ods.f",
+        2,
+        8,
+        "expected an expression after ',' (found 'FROM'); remove the trailing",
+    ),
+    ("SELECT f_id\nFROM ods.f\nWHERE (f_qty > 1", 3, 7, "this '(' is never closed"),
+    ("SELECT f_id FROM ods.f WHERE f_qty > 1)", 1, 39, "')' closes no '('"),
+    ("SELECT f_id, sum(f_qty AS q FROM ods.f GROUP BY f_id", 1, 17, "this '(' is never closed"),
+    ("SELECT f_id, sum(f_qty FROM ods.f GROUP BY f_id)", 1, 24, "expected ')' to close the '(' at line 4, column 17"),
+    ("SELECT f_id FROM ods.f WHERE f_dim = 'abc", 1, 38, "this string is never closed; end it with '"),
+    ("SELECT f_id FROM ods.f /* why", 1, 24, "this /* comment is never closed"),
+    ("SELECT `f_id FROM ods.f", 1, 8, "this quoted name is never closed"),
+    ("SELEC f_id FROM ods.f", 1, 1, "the query starts with 'SELEC', which is not a keyword; did you mean SELECT?"),
+    ("SELECT f_id FORM ods.f", 1, 18, "is 'FORM' (line 4, column 13) a misspelled FROM?"),
+    ("SELECT f_id FROM ods.f ORDER BY", 1, 24, "ORDER BY has no expressions"),
+    ("SELECT f_id FROM ods.f GROUP BY", 1, 24, "GROUP BY has no expressions"),
+    ("SELECT f.f_id FROM ods.f f JOIN ods.d d ON", 1, 41, "the JOIN's ON has no condition"),
+    ("SELECT f_id, f_qty + FROM ods.f", 1, 22, "'+' has no right-hand operand (found 'FROM')"),
+    ("SELECT f_id FROM ods.f WHERE f_qty > 1 AND", 1, 40, "AND has no condition after it"),
+    ("SELECT f_id FROM ods.f WHERE f_qty BETWEEN 1", 1, 44, "BETWEEN has no upper bound"),
+    ("SELECT f_id, CAST(f_qty AS) AS q FROM ods.f", 1, 25, "CAST has no type after AS"),
+    ("SELECT f_id AS FROM ods.f", 1, 13, "AS has no name after it (found 'FROM')"),
+    ("SELECT f_id, CASE WHEN f_qty > 1 THEN 1 AS big FROM ods.f", 1, 41, "CASE has no END"),
+    ("SELECT f_id FROM ods.f UNION", 1, 24, "UNION has no query after it"),
+    ("SELECT f_id, sum() AS s FROM ods.f GROUP BY f_id", 1, 18, "SUM() is missing an argument"),
+    ("SELECT f_id FROM", 1, 17, "expected a table name after 'FROM' (unexpected end of the query)"),
+]
+
+
+@pytest.mark.parametrize(("sql", "line", "column", "words"), BROKEN_SQL, ids=[c[0] for c in BROKEN_SQL])
+def test_sql_that_does_not_parse_is_said_in_sql_terms_at_its_line_and_column(tmp_path, sql, line, column, words):
+    """sqlglot's internals ("Required keyword: 'this' missing for <class ...Where>") were the message, at its own
+    line and column; SQL sqlglot accepts but Spark does not mean (``a,, b``, a trailing ',') passed."""
+    root = make_project(tmp_path, {})
+    file = root / "models" / "dwd.a.sql"
+    file.write_text(f"\n-- primary_key: [f_id]\n-- buckets: 2\n{sql}\n")  # the SQL starts at line 4
+    with pytest.raises(ModelSqlError) as caught:
+        load_project(root)
+    message = str(caught.value)
+    first, source, caret = message.splitlines()
+    at = line + 3
+    assert first.startswith(f"{file}:{at}:{column} (model dwd.a): the SQL does not parse as Spark SQL: "), message
+    assert words in first, message
+    assert (caught.value.line, caught.value.column) == (at, column)
+    assert source == f"{at:>5} | {sql.splitlines()[line - 1]}", message
+    assert caret.index("^") - caret.index("|") - 2 == column - 1, message  # under the column
+    assert "<class" not in message and "sqlglot" not in message and "Token" not in message
+
+
+VALID_SQL = [
+    "SELECT a, b FROM ods.f",
+    "SELECT DISTINCT a FROM ods.f;",
+    "SELECT /*+ BROADCAST(d) */ f.a FROM ods.f f JOIN ods.d d ON f.x = d.y",
+    "SELECT CAST(a AS DECIMAL(12, 2)) AS a, TRY_CAST(b AS INT) AS b FROM ods.f",
+    "SELECT sum(a) OVER (PARTITION BY b ORDER BY c) AS s FROM ods.f",
+    "SELECT b, count(*) AS n FROM ods.f GROUP BY ALL",
+    "SELECT b, count(*) AS n FROM ods.f GROUP BY GROUPING SETS ((b), ())",
+    "WITH x AS (SELECT a FROM ods.f), y AS (SELECT a FROM x) SELECT a FROM y",
+    "SELECT a FROM ods.f WHERE s = 'it''s, (not) a comma' AND t = 'a\\'b,' AND u = \"x)\"",
+    "SELECT a -- a comment, with a comma (and a parenthesis\nFROM ods.f /* , ) WHERE */",
+    "SELECT transform(arr, x -> x + 1) AS t, named_struct('a', 1) AS s FROM ods.f",
+    "SELECT a FROM ods.f f LEFT JOIN ods.d d USING (a) ORDER BY a DESC, b LIMIT 10",
+    "SELECT `from`, `select` AS `where` FROM ods.f",
+    "SELECT a FROM ods.f WHERE a IN (SELECT a FROM ods.d) UNION ALL SELECT a FROM ods.d",
+    "SELECT a FROM ods.f WHERE b BETWEEN 1 AND 2 AND c IS NOT NULL OR NOT d",
+]
+
+
+@pytest.mark.parametrize("sql", VALID_SQL)
+def test_valid_sql_is_not_taken_for_a_syntax_error(sql) -> None:
+    from lakehouse.layers.syntax import parse_statements
+
+    statements, problem = parse_statements(sql, "spark")
+    assert problem is None and len(statements) == 1, problem
 
 
 BAD_SOURCES = [
@@ -485,6 +568,29 @@ def test_cli_explain_prints_each_model_with_its_strategy() -> None:
     assert "ods.nation(n_nationkey) -> ods.customer(c_nationkey)" in result.output
 
 
+def test_cli_explain_and_validate_json() -> None:
+    import json
+
+    result = runner.invoke(layers_app, ["explain", "--project", str(EXAMPLE), "--json"])
+    assert result.exit_code == 0, result.output
+    plans = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(p["order"], p["model"], p["strategy"]) for p in plans] == [
+        (1, "dwd.orders_enriched", "keyed"),
+        (2, "ads.revenue_by_nation_month", "regroup"),
+    ]
+    assert "ods.nation(n_nationkey) -> ods.customer(c_nationkey)" in " ".join(plans[0]["key_mapping"])
+    assert plans[1]["inputs"] == ["dwd.orders_enriched"] and plans[1]["group_by"]
+    result = runner.invoke(layers_app, ["validate", "--project", str(EXAMPLE), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {
+        "ok": True,
+        "sources": ["ods.nation", "ods.customer", "ods.orders"],
+        "models": ["dwd.orders_enriched", "ads.revenue_by_nation_month"],
+        "order": ["dwd.orders_enriched", "ads.revenue_by_nation_month"],
+        "untyped_columns": {},
+    }
+
+
 def test_cli_validate_ok_and_error(tmp_path) -> None:
     ok = runner.invoke(layers_app, ["validate", "--project", str(EXAMPLE)])
     assert ok.exit_code == 0, ok.output
@@ -497,6 +603,22 @@ def test_cli_validate_ok_and_error(tmp_path) -> None:
     untyped = make_project(tmp_path / "u", {"dwd.a": model("SELECT f_id, f_qty * 2 AS q FROM ods.f")})
     result = runner.invoke(layers_app, ["validate", "--project", str(untyped)])
     assert result.exit_code == 0 and "dwd.a: types of q are checked at deploy" in result.output
+    result = runner.invoke(layers_app, ["validate", "--project", str(untyped), "--json"])
+    assert result.exit_code == 0 and '"untyped_columns": {"dwd.a": ["q"]}' in result.stdout, result.output
+
+
+@pytest.mark.parametrize("command", ["validate", "explain"])
+def test_cli_shows_where_the_sql_breaks(tmp_path, command) -> None:
+    root = make_project(tmp_path, {"dwd.a": model("SELECT f_id,\n       f_qty,\nFROM ods.f")})
+    result = runner.invoke(layers_app, [command, "--project", str(root)])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"error: {root / 'models' / 'dwd.a.sql'}:3:13 (model dwd.a): the SQL does not parse as Spark SQL: expected "
+        "an expression after ',' (found 'FROM'); remove the trailing ','",
+        "    3 |        f_qty,",
+        "      |             ^",
+    ]
 
 
 def test_column_names_keep_their_case_and_are_matched_with_it(tmp_path) -> None:

@@ -93,6 +93,21 @@ def test_a_table_that_cannot_be_checked_is_an_error_result_not_a_crash(lakehouse
     assert run.published[NAME] == current(lh, NAME)  # the other table still published
 
 
+@pytest.mark.parametrize("backend", ["local"], indirect=True)
+def test_report_json(lakehouse: Lakehouse, tmp_path) -> None:
+    two_tables(lakehouse)
+    run = run_checks(lakehouse, publish=False)
+    result = cli(lakehouse, "report", "--out", str(tmp_path), "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {
+        "run_id": run.run_id,
+        "report_key": f"_lakestream/quality/reports/{run.run_id}.html",
+        "index_key": "_lakestream/quality/index.html",
+        "report_path": str(tmp_path / "reports" / f"{run.run_id}.html"),
+        "index_path": str(tmp_path / "index.html"),
+    }
+
+
 def test_report_without_a_run_says_what_to_do(lakehouse: Lakehouse) -> None:
     result = cli(lakehouse, "report")
     assert result.exit_code == 1 and "lakestream check" in result.output
