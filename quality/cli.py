@@ -171,5 +171,8 @@ def report(
     if json_output:
         json_line({"run_id": history[0].run_id, **written})
         return
-    for where in written.values() if isinstance(written, dict) else written:
-        console.print(str(where))
+    console.print(f"report: {written['report_key']} in the warehouse {lh.url}", soft_wrap=True)
+    console.print(f"index: {written['index_key']} in the warehouse", soft_wrap=True)
+    for name in ("report_path", "index_path"):
+        if written[name] is not None:
+            console.print(f"{name.split('_')[0]}: {written[name]}", soft_wrap=True)

@@ -80,6 +80,9 @@ def test_check_publishes_what_passed_and_exits_1_on_a_violation(lakehouse: Lakeh
     result = cli(lh, "report", "--out", str(tmp_path / "again"))
     assert result.exit_code == 0, result.output
     assert (tmp_path / "again" / "index.html").exists()
+    assert f"index: {tmp_path / 'again' / 'index.html'}" in result.output and "None" not in result.output
+    result = cli(lh, "report")  # into the warehouse alone: no local paths to name
+    assert result.exit_code == 0 and "None" not in result.output and "_lakestream/quality/index.html" in result.output
 
 
 def test_a_table_that_cannot_be_checked_is_an_error_result_not_a_crash(lakehouse: Lakehouse) -> None:
