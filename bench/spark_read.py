@@ -11,7 +11,7 @@ Data: ``--rows`` TPC-H-orders-shaped rows (bench/tiering.py's generator) tiered 
 
 Measured, interleaved, ``--repeats`` times each (medians), in one Spark session:
 
-* new: ``spark.read.format("lakestream").load(name)`` (`lakehouse.spark_source`: a Python data source, the
+* new: ``spark.read.format("lakestream").load(name)`` (`lakehouse.spark.source`: a Python data source, the
   read plan's buckets as input partitions);
 * old: the ``read_table`` of before (kept below as `old_read_table`: ``spark.range(n).mapInArrow`` with one
   task per bucket, its own copy of the planning);
@@ -189,7 +189,7 @@ def main() -> None:
         lh = Lakehouse.open(Path(tmp, "wh").as_uri())
         rows = build(lh, args.rows, args.tail, args.buckets, args.seed)
         from lakehouse.spark import spark_session
-        from lakehouse.spark_source import register
+        from lakehouse.spark.source import register
 
         conf = {"spark.driver.extraJavaOptions": args.driver_java_options} if args.driver_java_options else {}
         spark = spark_session(master="local[2]", **conf)

@@ -206,6 +206,21 @@ def _lakehouse(warehouse: str | None, config: Path | None):
     return Lakehouse.from_env(config, warehouse=warehouse)
 
 
+def _spark(spark_master: str | None):
+    """A Spark session for a command's tasks (the facade never starts one), or None without a master."""
+    if spark_master is None:
+        return None
+    from lakehouse.spark import spark_session
+
+    return spark_session(master=spark_master, scheduler_only=True)
+
+
+def _executor(spark_master: str | None, workers: int | None):
+    from lakehouse.executor import task_executor
+
+    return task_executor(spark=_spark(spark_master), workers=workers)
+
+
 @table_app.command("create")
 def table_create(
     name: Annotated[str, typer.Argument(help="namespace.table")],
@@ -517,7 +532,7 @@ def tier(
     try:
         lh = _lakehouse(warehouse, config)
         names = table or [str(t) for t in lh.list_tables()]
-        executor = lh.executor(spark_master=spark_master, workers=workers)
+        executor = _executor(spark_master, workers)
     except LakestreamError as exc:
         _fail(exc)
     out = new_table("table", "records", "files +/-", "MB", "seconds", "snapshot", "offsets")
@@ -580,7 +595,7 @@ def compact(
     try:
         lh = _lakehouse(warehouse, config)
         size = _size(target_file_size)
-        spark = getattr(lh.executor(spark_master=spark_master), "spark", None)
+        spark = _spark(spark_master)
         names = table or [str(t) for t in lh.list_tables()]
     except LakestreamError as exc:
         _fail(exc)
@@ -647,7 +662,7 @@ def maintain(
             "unsafe_orphan_age": unsafe_orphan_age,
         }
         check_orphan_age(args["orphan_age"], unsafe_orphan_age=unsafe_orphan_age)
-        spark = getattr(lh.executor(spark_master=spark_master), "spark", None)
+        spark = _spark(spark_master)
         names = table or [str(t) for t in lh.list_tables()]
     except LakestreamError as exc:
         _fail(exc)

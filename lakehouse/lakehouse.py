@@ -32,7 +32,7 @@ from lakehouse.errors import (
     TableAlreadyExists,
     TableNotFound,
 )
-from lakehouse.executor import LocalExecutor, SparkExecutor, TaskExecutor
+from lakehouse.executor import TaskExecutor, task_executor
 from lakehouse.lake import (
     LAKE_TABLE_PROPERTIES,
     TABLE_UUID_PROPERTY,
@@ -369,19 +369,19 @@ class Lakehouse:
         name: str | TableName,
         *,
         spark: Any = None,
-        spark_master: str | None = None,
+        executor: TaskExecutor | None = None,
         workers: int | None = None,
         max_split_rows: int | None = None,
     ) -> TieringResult:
-        """One tiering round of ``name`` (see `lakehouse.tiering`): on the local in-process executor
-        (``workers`` threads) unless a Spark session, or a master to start one with, is given.
+        """One tiering round of ``name`` (see `lakehouse.tiering`): on ``executor``, else on Spark if a session is
+        given, else on the local in-process executor (``workers`` threads).
 
         The table of a layer model is tiered up to its newest round boundary (`lakehouse.layers.rounds`), not
         to its log's end: a round appends bucket by bucket, and a lake snapshot of half a round would be a state
         the model never had. Rows behind the boundary are tiered once the next round finished."""
         from lakehouse.layers.rounds import round_boundary
 
-        executor = self.executor(spark=spark, spark_master=spark_master, workers=workers)
+        executor = task_executor(spark=spark, executor=executor, workers=workers)
         log_ = self.log(name)
         boundary = round_boundary(self.store, str(log_.definition.name), log_.end_offsets)
         return tier(
@@ -392,14 +392,6 @@ class Lakehouse:
             max_split_rows=max_split_rows,
             end=boundary[1] if boundary is not None else None,
         )
-
-    @staticmethod
-    def executor(*, spark: Any = None, spark_master: str | None = None, workers: int | None = None) -> TaskExecutor:
-        if spark is None and spark_master is not None:
-            from lakehouse.spark import spark_session
-
-            spark = spark_session(master=spark_master, scheduler_only=True)
-        return SparkExecutor(spark) if spark is not None else LocalExecutor(workers)
 
     def union_read(
         self,
@@ -716,7 +708,7 @@ class Lakehouse:
         min_input_files: int = maintenance.compaction.DEFAULT_MIN_INPUT_FILES,
         partitions: set[tuple] | None = None,
         spark: Any = None,
-        spark_master: str | None = None,
+        executor: TaskExecutor | None = None,
         workers: int | None = None,
     ) -> maintenance.CompactionResult:
         """Bin-pack small data files into files of ``target_file_size`` (see `lakehouse.maintenance`)."""
@@ -725,7 +717,7 @@ class Lakehouse:
             self.store,
             load_lake_table(self.catalog, definition),
             definition,
-            executor=self.executor(spark=spark, spark_master=spark_master, workers=workers),
+            executor=task_executor(spark=spark, executor=executor, workers=workers),
             target_file_size=target_file_size,
             min_input_files=min_input_files,
             partitions=partitions,

@@ -239,7 +239,7 @@ def _check(
 
 def _sql(spark: SparkSession, lh: Lakehouse) -> Any:
     from lakehouse.layers.engine import SparkSql
-    from lakehouse.spark_source import register
+    from lakehouse.spark.source import register
 
     register(spark, lh)
     return SparkSql(spark, lh)

@@ -6,8 +6,20 @@ never crosses into the JVM: Spark ships the function and items to its Python wor
 IO with pyarrow, and only the (small) results come back to the driver.
 """
 
+from typing import Any
+
 from lakehouse.executor.base import TaskExecutor
 from lakehouse.executor.local import LocalExecutor
 from lakehouse.executor.spark import SparkExecutor
 
-__all__ = ["LocalExecutor", "SparkExecutor", "TaskExecutor"]
+__all__ = ["LocalExecutor", "SparkExecutor", "TaskExecutor", "task_executor"]
+
+
+def task_executor(
+    *, spark: Any = None, executor: TaskExecutor | None = None, workers: int | None = None
+) -> TaskExecutor:
+    """``executor`` if given; else Spark's executors if a session is given; else ``workers`` local threads. Never
+    starts Spark (the caller owns its session: `lakehouse.spark.spark_session`)."""
+    if executor is not None:
+        return executor
+    return SparkExecutor(spark) if spark is not None else LocalExecutor(workers)

@@ -177,7 +177,7 @@ class Layers:
     @property
     def sql(self) -> SparkSql:
         if self._sql is None:
-            from lakehouse.spark_source import register
+            from lakehouse.spark.source import register
 
             register(self.spark, self.lh)
             self._sql = SparkSql(self.spark, self.lh)

@@ -19,7 +19,7 @@ from pyspark.sql.datasource import DataSourceReader, GreaterThan, In, IsNull, No
 from lakehouse import Lakehouse
 from lakehouse.errors import InvalidArgument
 from lakehouse.spark import filter_text, read_table
-from lakehouse.spark_source import parse_offsets, register, source_class
+from lakehouse.spark.source import parse_offsets, register, source_class
 from tests.conftest import duckdb_connection
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string()), ("n", pa.int32())])

@@ -154,7 +154,7 @@ class ReadOptions:
             raise InvalidArgument(
                 f"unknown option(s) {unknown} for format {NAME!r}; it takes {list(OPTIONS)}. Store credentials are "
                 "never options (the plan shows options): they come from lakestream's settings (environment / YAML) "
-                "or lakehouse.spark_source.register(spark, lakehouse)"
+                "or lakehouse.spark.source.register(spark, lakehouse)"
             )
         table = opts.get("path") or opts.get("table")
         if not table:

@@ -2,7 +2,7 @@
 
 Spark never touches S3 or Iceberg through the JVM here (no iceberg-spark-runtime, no hadoop-aws): the
 driver plans with pyiceberg and the Python workers do all IO with pyarrow, through the ``lakestream``
-Python data source (`lakehouse.spark_source`) that every session of `spark_session` has.
+Python data source (`lakehouse.spark.source`) that every session of `spark_session` has.
 
     spark = spark_session(master="local[2]")
     df = spark.read.format("lakestream").option("warehouse", url).load("ods.orders")   # one task per bucket
@@ -95,7 +95,7 @@ def spark_session(
         ) from None
     quiet_logs(spark)
     watch_executors(spark)
-    from lakehouse.spark_source import register
+    from lakehouse.spark.source import register
 
     register(spark)  # spark.read.format("lakestream"), with the settings' store
     return spark
@@ -198,10 +198,10 @@ def read_table(
     """A DataFrame over the table: the lake snapshot (plus the log tail, if ``union``; as of log offsets with
     ``as_of``, as `Lakehouse.union_read` and `Lakehouse.lake_read`), one Spark task per bucket:
     ``spark.read.format("lakestream")`` on ``lh``'s warehouse (whose store this binds, see
-    `lakehouse.spark_source.register`). Spark plans (the snapshot, offsets and log ends are fixed) when the
+    `lakehouse.spark.source.register`). Spark plans (the snapshot, offsets and log ends are fixed) when the
     DataFrame is first analysed for an action. ``ref`` (e.g. ``"published"``): the lake at that tag or branch
     only, whatever ``union`` says (not with ``as_of``)."""
-    from lakehouse.spark_source import register
+    from lakehouse.spark.source import register
 
     register(spark, lh)
     reader = spark.read.format("lakestream").option("warehouse", lh.url).option("lake_only", str(not union).lower())
