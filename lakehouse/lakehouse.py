@@ -19,6 +19,7 @@ from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, 
 from pyiceberg.table import Table
 
 from lakehouse import maintenance
+from lakehouse.boundaries import delete_boundary, tiering_end
 from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog, register_commit_check
 from lakehouse.changelog import distinct_rows
 from lakehouse.errors import (
@@ -283,6 +284,7 @@ class Lakehouse:
             self.store.delete(info.key)
             deleted += 1
         subscriptions = delete_subscriptions(self.store, table_name)
+        delete_boundary(self.store, table_name)
         had_definition = self.store.exists(table_name.definition_key)
         if had_definition:
             self.store.delete(table_name.definition_key)
@@ -376,21 +378,17 @@ class Lakehouse:
         """One tiering round of ``name`` (see `lakehouse.tiering`): on ``executor``, else on Spark if a session is
         given, else on the local in-process executor (``workers`` threads).
 
-        The table of a layer model is tiered up to its newest round boundary (`lakehouse.layers.rounds`), not
-        to its log's end: a round appends bucket by bucket, and a lake snapshot of half a round would be a state
-        the model never had. Rows behind the boundary are tiered once the next round finished."""
-        from lakehouse.layers.rounds import round_boundary
-
+        A table whose writer holds its tiering boundary (`lakehouse.boundaries`: a warehouse-layers round does
+        while it appends) is tiered up to the held ends, so every lake snapshot holds whole changes."""
         executor = task_executor(spark=spark, executor=executor, workers=workers)
         log_ = self.log(name)
-        boundary = round_boundary(self.store, str(log_.definition.name), log_.end_offsets)
         return tier(
             self.store,
             self.catalog,
             log_,
             executor=executor,
             max_split_rows=max_split_rows,
-            end=boundary[1] if boundary is not None else None,
+            end=tiering_end(self.store, log_.definition, log_.end_offsets),
         )
 
     def union_read(

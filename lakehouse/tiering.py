@@ -317,8 +317,8 @@ def tier(
     end: Mapping[int, int] | None = None,
 ) -> TieringResult:
     """One tiering round of ``log_``'s table. See the module docstring. ``end`` caps the offsets tiered per
-    bucket (default: the log's end); a model's table is tiered up to its newest round boundary
-    (`Lakehouse.tier`), so that its lake snapshots hold whole rounds.
+    bucket (default: the log's end): the boundary the table's writer declared (`lakehouse.boundaries`), so
+    that its lake snapshots hold whole changes.
 
     Raises:
         LakeStateError: the lake table is missing or foreign, its offsets are unreadable or ahead of the log.

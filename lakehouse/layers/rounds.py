@@ -13,7 +13,8 @@ The report also feeds ``lakestream layers status``; old intents and reports are 
 moment may hold half a round. The ends *between* rounds are known exactly: round ``r``'s intent records in
 ``output`` the ends when it began, which are the ends after round ``r - 1``; and once the newest round's report
 exists, the log's end (read while no newer intent appears) is the end after it. `round_boundary` gives the newest
-such ends: tiering a model's table stops there, so every lake snapshot of a model holds whole rounds, and
+such ends: a runner holds its model's tiering boundary there while a round appends (`lakehouse.boundaries`), so
+every lake snapshot of a model holds whole rounds, and
 `boundary_round` maps a snapshot's ends back to the round that produced them (whose inputs' positions the
 snapshot reflects: quality's cross-table expectations read the inputs as of them).
 """

@@ -45,6 +45,7 @@ from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThanOrEqual
 from sqlglot import exp
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 
+from lakehouse.boundaries import hold, read_boundary, release
 from lakehouse.changelog import distinct_rows, semi_join
 from lakehouse.errors import (
     DeployMismatch,
@@ -70,6 +71,7 @@ from lakehouse.layers.rounds import (
     prune,
     read_report,
     report_exists,
+    round_boundary,
     write_report,
 )
 from lakehouse.layers.writer import append_round, check_keys, diff_rows
@@ -162,6 +164,8 @@ class Layers:
         self._verified: set[str] = set()
         self._verified_tables: set[str] = set()
         self.owner = Owner.new()
+        #: Models whose boundary this runner saw released (or released itself) after their last round.
+        self._released: dict[str, bool] = {}
 
     # ---- Spark -----------------------------------------------------------------------------------------
 
@@ -426,7 +430,13 @@ class Layers:
             )
         digest = sql_digest(model.sql)
         reports: list[RoundReport] = []
-        if latest is not None and not report_exists(store, name, latest.number):
+        finished = latest is not None and report_exists(store, name, latest.number)
+        if finished and not self._released.get(name):
+            boundary = read_boundary(store, self.lh.table(name))
+            if boundary is not None and boundary.held:  # its runner stopped between the report and the release
+                self._release_boundary(name)
+            self._released[name] = True
+        if latest is not None and not finished:
             if renewed or abandon:
                 why = (
                     f"input {', '.join(renewed)} was created again: the round's range is gone"
@@ -445,6 +455,7 @@ class Layers:
                         model=name,
                     )
                 lease = take_over(store, latest.key, name, latest.number, self.owner)
+                self._hold_boundary(name)
                 reports.append(self._run(latest, subs, started, lease, resumed=True))  # a round a runner left
                 started = time.monotonic()
                 subs = {t: s.refresh() for t, s in subs.items()}
@@ -471,6 +482,7 @@ class Layers:
         self._pin_own_table(name, output)
         record = RoundRecord(name, number, kind, start, ends, output, digest, table_uuid, input_uuids, reason)
         lease = create_round(store, record, self.owner)
+        self._hold_boundary(name)
         reports.append(self._run(record, subs, started, lease))
         return reports
 
@@ -493,6 +505,7 @@ class Layers:
                 lease.release()
             else:
                 lease.delete()
+                self._release_boundary(record.model)  # nothing appended: the boundary is whole as it is
             raise
         except BaseException:
             lease.release()
@@ -520,6 +533,19 @@ class Layers:
             lease.finish()
         log.warning("layers: %s round %d abandoned: %s", record.model, record.number, why)
         return report
+
+    def _hold_boundary(self, name: str) -> None:
+        """Hold tiering of M's table at its newest round boundary (`lakehouse.layers.rounds.round_boundary`)
+        before a round appends: tiering never takes half a round into the lake (`lakehouse.boundaries`)."""
+        self._released[name] = False
+        boundary = round_boundary(self.lh.store, name, self.lh.log(name).end_offsets)
+        ends = boundary[1] if boundary is not None else self.lh.log(name).end_offsets()
+        hold(self.lh.store, self.lh.table(name), ends, writer=producer_of(name))
+
+    def _release_boundary(self, name: str) -> None:
+        """The round is whole (its report is written): tiering may take M's table to its log's end."""
+        release(self.lh.store, self.lh.table(name), writer=producer_of(name))
+        self._released[name] = True
 
     def _pin_own_table(self, name: str, output: dict[int, int]) -> None:
         """Keep M's own table readable as of ``output`` (the old rows of the round about to start) until the
@@ -560,6 +586,7 @@ class Layers:
                 output=self.lh.log(name).end_offsets(),
             )
             write_report(self.lh.store, report)
+            self._release_boundary(name)
             return report
 
         def appending() -> None:  # from here on the round may have written: its intent must stay
@@ -610,6 +637,7 @@ class Layers:
             output=self.lh.log(name).end_offsets(),
         )
         write_report(self.lh.store, report)
+        self._release_boundary(name)
         prune(self.lh.store, name, record.number)
         log.info(
             "layers: %s round %d (%s): %d upserts, %d deletes",

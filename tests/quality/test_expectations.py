@@ -160,6 +160,7 @@ def test_a_model_is_tiered_to_round_boundaries_and_a_snapshot_off_them_is_an_err
     """Half a round in a model's log (a round appending, or a runner that died in it) is not tiered; a snapshot
     that holds one anyway (tiered without the boundary: an older version) is an error for the suite, not a
     violation."""
+    from lakehouse.boundaries import hold
     from lakehouse.layers.lease import Owner
     from lakehouse.layers.rounds import RoundRecord, create_round, latest_round
     from lakehouse.tiering import tier
@@ -172,6 +173,7 @@ def test_a_model_is_tiered_to_round_boundaries_and_a_snapshot_off_them_is_an_err
     create_round(
         lh.store, RoundRecord(ads, latest.number + 1, "incremental", latest.end, latest.end, before), Owner.new()
     ).release()
+    hold(lh.store, lh.table(ads), before, writer="layers.ads")  # as a round does before it appends
     half = lh.union_read(ads).slice(0, 1).drop_columns(["__bucket", "__offset", "__timestamp"])
     lh.log(ads).append(half, "upsert")
     assert lh.tier(ads).snapshot_id is None and lh.lake_offsets(ads) == before  # the half round stays in the log
