@@ -155,3 +155,20 @@ def test_a_project_run_checks_layers_and_suites_and_publishes_each_table_that_pa
     assert run.published[dwd] == first[dwd] != current(lh, dwd)
     assert run.published["ods.nation"] == current(lh, "ods.nation")
     lh.close()
+
+
+def test_check_names_a_deleted_data_file_with_and_without_full(lakehouse: Lakehouse) -> None:
+    """A Parquet file of the current snapshot deleted by hand after a passing check: `lakestream check` (no new
+    commit) and `check --full` both fail with `file-missing`, not "passed" and not an ERROR."""
+    lh = lakehouse
+    two_tables(lh)
+    assert cli(lh, "check", "--table", OTHER).exit_code == 0
+    f = lh.lake_table(OTHER).scan().plan_files()[0].file
+    lh.store.delete(LakeContext.of(lh.store, lh.lake_table(OTHER)).key_of(f.file_path))
+    for args in ((), ("--full",)):
+        result = cli(lh, "check", "--table", OTHER, "--no-publish", *args)
+        assert result.exit_code == 1, result.output
+        assert "FAIL" in result.output and "ERROR" not in result.output and "file-mis" in result.output
+        (v,) = load_runs(lh)[0].violations
+        assert v.check == "file-missing" and f.file_path in v.message
+        assert v.snapshot_id == current(lh, OTHER) and v.table == OTHER

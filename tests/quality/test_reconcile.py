@@ -240,3 +240,34 @@ def test_a_tiering_commit_that_keeps_a_stale_row_is_caught(lakehouse: Lakehouse)
     assert v.check == "content" and v.bucket == 0 and v.keys == (key,) and "twice" in v.message
     assert v.offsets == (start[0], end[0])
     assert "content" in codes(reconcile(lh, NAME, full=True))
+
+
+def test_a_deleted_or_truncated_data_file_is_named_by_every_check(lakehouse: Lakehouse) -> None:
+    """A data file of the current snapshot deleted by hand: the incremental check (no new commit) and the full
+    one both report `file-missing` naming file and snapshot (the full one without reading it, so no error);
+    a file of another size is `file-size`. Existence and sizes come from listings, not reads."""
+    lh = lakehouse
+    build(lh, "log")
+    assert reconcile(lh, NAME).ok
+    current = lh.lake_table(NAME).current_snapshot().snapshot_id
+    gone, short = live_files(lh, 1)[0], live_files(lh, 2)[0]
+    ctx = LakeContext.of(lh.store, lh.lake_table(NAME))
+    lh.store.delete(ctx.key_of(gone.file_path))
+    for full in (False, True):
+        result = reconcile(lh, NAME, full=full)
+        assert result.error is None and codes(result) == ["file-missing"], [str(v) for v in result.violations]
+        (v,) = result.violations
+        assert v.table == NAME and v.bucket == 1 and v.snapshot_id == current and gone.file_path in v.message
+        assert result.rows == 0 or full  # the incremental check reads no data to find it
+    assert reconcile(lh, NAME, full=True).details["unverified_buckets"] == [1]
+    # the failed check recorded nothing: the file is still missing on the next run
+    assert codes(reconcile(lh, NAME)) == ["file-missing"]
+
+    data = lh.store.get(ctx.key_of(short.file_path)).data
+    lh.store.put(ctx.key_of(short.file_path), data[:-10])
+    result = reconcile(lh, NAME)
+    assert codes(result) == ["file-missing", "file-size"]
+    size = next(v for v in result.violations if v.check == "file-size")
+    assert size.bucket == 2 and short.file_path in size.message
+    assert (size.expected, size.actual) == (short.file_size_in_bytes, short.file_size_in_bytes - 10)
+    assert codes(reconcile(lh, NAME, full=True)) == ["file-missing", "file-size"]
