@@ -60,6 +60,7 @@ from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from lakehouse.changelog import KeySet, reduce_changes, upserts_of
 from lakehouse.errors import CorruptSegmentError, OffsetOutOfRange
 from lakehouse.lake import OFFSET_COLUMN, TIMESTAMP_COLUMN, log_to_lake_rows, tiering_snapshots
+from lakehouse.maintenance.retention import retention_floors
 from object_store.errors import NotFound
 from quality.digest import Digest, difference, row_hashes
 from quality.results import RECONCILE, CheckResult, Violation
@@ -529,17 +530,43 @@ class _Checker:
                 out.append(f)
         return out
 
-    def check_full(self, snapshot: Snapshot, offsets: dict[int, int]) -> None:
+    def check_retention(self, start: dict[int, int]) -> None:
+        """A bucket whose log starts above the floor retention recorded (`lakehouse.maintenance.retention`) lost
+        the records in between to something other than retention. ``start`` must be listed before the record
+        is read: a retention that removed what the listing no longer shows recorded that first. A table
+        without a record (created before retention recorded its floors, and not retained since) cannot tell
+        and is not checked (``details["retention_floors"]`` is None)."""
+        floors = retention_floors(self.lh.store, self.definition)
+        self.details["retention_floors"] = None if floors is None else {str(b): o for b, o in floors.items()}
+        if floors is None:
+            return
+        for b in range(self.buckets):
+            floor, first = floors.get(b, 0), start.get(b, 0)
+            if first > floor:
+                self.violate(
+                    "log-missing",
+                    f"the log of bucket {b} starts at offset {first}, but log retention removed it only below "
+                    f"offset {floor}: records [{floor}, {first}) were deleted by something other than retention "
+                    "(restore the segments; docs/quality.md says how to accept the loss)",
+                    bucket=b,
+                    offsets=(floor, first),
+                    expected=floor,
+                    actual=first,
+                )
+
+    def check_full(self, snapshot: Snapshot, offsets: dict[int, int], start: dict[int, int]) -> None:
         live: dict[int, list[DataFile]] = defaultdict(list)
         files = self.live_files(snapshot)
         self.check_twice(files, snapshot, None)
         self.verify_files((f, snapshot) for f in files)
         for f in files:
             live[self.bucket_of(f)].append(f)
-        start = self.log.start_offsets()
         unverified = [0]
+        gone = {v.bucket for v in self.violations if v.check == "log-missing"}
 
         def bucket(b: int) -> None:
+            if start.get(b, 0) > offsets[b] and b in gone:
+                return  # its loss is reported already (above the retention floor)
             if start.get(b, 0) > offsets[b]:
                 self.violate(
                     "log-missing",
@@ -650,9 +677,11 @@ def reconcile(lh: Any, table: str, full: bool = False) -> CheckResult:
     for snap in ancestry:
         newest_offsets = offsets_of.get(snap.snapshot_id, newest_offsets)
     commits = 0
+    start = c.log.start_offsets()  # listed before the retention record is read (see check_retention)
+    c.check_retention(start)
     if not resumable:
         c.details["mode"] = "full"
-        c.check_full(current, newest_offsets)
+        c.check_full(current, newest_offsets, start)
         commits = len(ancestry)
     else:
         c.details["mode"] = "incremental"
