@@ -182,7 +182,8 @@ class Lakehouse:
         bucket_key: str | None = None,
         partition_by: Sequence[str] | None = None,
     ) -> TableDefinition:
-        """Create a table: its definition (written once, with ``If-None-Match: *``), then its lake table.
+        """Create a table: its definition (written once, with ``If-None-Match: *``), its log retention record
+        (floors 0, see `lakehouse.maintenance.retention`), then its lake table.
 
         All or nothing: everything is checked before anything is written (names, keys, partitions, that the
         lake can hold every column type and load the schema again); if creating the lake table fails anyway
@@ -210,6 +211,8 @@ class Lakehouse:
         except PreconditionFailed:
             raise TableAlreadyExists(f"table {definition.name} already exists in {self.url}") from None
         try:
+            # floors 0: from its first segment on, a gap in the table's log that retention did not make is found
+            maintenance.retention.record_retention_floors(self.store, definition, {})
             self.ensure_lake_table(definition)
         except BaseException as exc:
             self._undo_create(definition, etag, exc)
@@ -237,6 +240,13 @@ class Lakehouse:
                     continue
                 if ours(doc):
                     self.store.delete(info.key)
+            record = maintenance.retention.retention_key(definition.name)
+            try:
+                obj = self.store.get(record)
+                if json.loads(obj.data).get("table_uuid") == definition.table_uuid:
+                    self.store.delete(record, if_match=obj.etag)
+            except (NotFound, ValueError, AttributeError):
+                pass  # not written, or not this create's
             self.store.delete(definition.name.definition_key, if_match=etag)
         except Exception as undo:  # noqa: BLE001 - the create's own error is the one to raise
             cause.add_note(
@@ -246,7 +256,8 @@ class Lakehouse:
 
     def drop_table(self, name: str | TableName) -> DropResult:
         """Drop a table: its lake table (the catalog's pointer), every object under its folder ``<ns>/<table>/``
-        (log segments, the lake's data and metadata files: a purge), its subscriptions, then its definition.
+        (log segments, the lake's data and metadata files: a purge), its subscriptions, its log retention record,
+        then its definition.
         Works on a table in any state: half-created, with metadata pyiceberg cannot load, with an unreadable
         definition, or half dropped. Stop its producers, tiering and maintenance first: a write that lands
         during the drop may be left under the folder (drop it again).
@@ -285,6 +296,9 @@ class Lakehouse:
             deleted += 1
         subscriptions = delete_subscriptions(self.store, table_name)
         delete_boundary(self.store, table_name)
+        record = maintenance.retention.retention_key(table_name)
+        if self.store.exists(record):  # not a blind delete: a drop finished again must not fail on it
+            self.store.delete(record)
         had_definition = self.store.exists(table_name.definition_key)
         if had_definition:
             self.store.delete(table_name.definition_key)

@@ -3,8 +3,13 @@
 ``run_checks(lh, ...)`` is what `lakestream check`, ``jobs/check.py`` and the ``lake_quality`` DAG call:
 
 1. `quality.reconcile.reconcile` of each table (lake == log at every committed offset);
-2. with a project: its Great Expectations suites (`quality.expectations`) on the snapshot just reconciled,
-   and, with a Spark session, its models against their SQL (`quality.layers`);
+2. with a project, table by table in dependency order (the project's sources, then its models, then any other
+   table): its Great Expectations suite (`quality.expectations`) on the snapshot just reconciled, and, with a
+   Spark session, a model against its SQL (`quality.layers`). A suite that references a table, or a model
+   that reads one, whose checks so far in this run are not all ok is *not evaluated* (its outcome over a
+   corrupt input proves nothing): the result says which table failed, is not ok, and is no violation. In
+   dependency order every check of a model's inputs has run before the model's, so this goes on downstream;
+   a suite's reference to a table checked later counts by that table's reconciliation;
 3. unless ``publish=False``: the tag ``published`` of each table whose checks all passed on one snapshot moves
    there (`quality.publish`); a table with a failing check keeps its tag, and the run says why;
 4. the figures of each table (`quality.stats`), the run record (`quality.runs`, in the warehouse) and its HTML
@@ -25,7 +30,7 @@ from typing import Any
 
 from object_store.errors import LakestreamError
 from quality.reconcile import reconcile
-from quality.results import RECONCILE, CheckResult, QualityRun
+from quality.results import GX, LAYER, RECONCILE, CheckResult, QualityRun, upstream_failure
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +82,7 @@ def run_checks(
     for name in names:
         add(_guarded(RECONCILE, name, lambda name=name: reconcile(lh, name, full=full)))
     if project is not None:
-        add(_expectations(lh, Path(project), names, results, spark))
-        if spark is not None:
-            add(_layers(lh, Path(project), names, spark, full=full, sample=sample))
+        _project_checks(lh, Path(project), names, results, add, spark, full=full, sample=sample)
     published = _publish(lh, names, results) if publish else _published(lh, names)
     run = QualityRun(
         run_id=runs.new_run_id(),
@@ -94,35 +97,58 @@ def run_checks(
     return run
 
 
-def _expectations(lh: Any, project: Path, names: list[str], done: list[CheckResult], spark: Any) -> list[CheckResult]:
+def _project_checks(
+    lh: Any,
+    project: Path,
+    names: list[str],
+    done: list[CheckResult],
+    add: Callable[[list[CheckResult]], None],
+    spark: Any,
+    *,
+    full: bool,
+    sample: int,
+) -> None:
+    """The suites and (with ``spark``) layer checks of ``names``, table by table in dependency order; ``done``
+    holds the run's results so far (``add`` appends to it)."""
+    from lakehouse.layers.project import load_project
     from quality.expectations import load_suites, run_suite
+    from quality.layers import check_layers, not_evaluated
 
     suites = load_suites(project)
+    try:
+        loaded = load_project(project)  # its dependency order, and with Spark its models
+    except LakestreamError:
+        if spark is not None:
+            raise
+        loaded = None  # suites alone still run, in name order
     snapshots = {r.table: r.snapshot_id for r in done if r.check == RECONCILE}
-    out: list[CheckResult] = []
-    for name in names:
-        if name in suites:
-            out += _guarded(
-                "gx",
-                name,
-                lambda name=name: run_suite(lh, name, suites[name], snapshot_id=snapshots.get(name), spark=spark),
+    order = [*(loaded.tables if loaded is not None else ()), *sorted(suites)]
+    for name in [t for t in dict.fromkeys(order) if t in names] + [t for t in names if t not in order]:
+        suite = suites.get(name)
+        if suite is not None:
+            why = upstream_failure(done, [r.table for r in suite.references if r.table and r.table != name])
+            if why is not None:
+                add([not_evaluated(lh, f"{GX}:{suite.name}", name, why)])
+            else:
+                add(
+                    _guarded(
+                        GX,
+                        name,
+                        lambda name=name, suite=suite: run_suite(
+                            lh, name, suite, snapshot_id=snapshots.get(name), spark=spark
+                        ),
+                    )
+                )
+        if spark is not None and loaded is not None and name in loaded.models:
+            add(
+                _guarded(
+                    LAYER,
+                    name,
+                    lambda name=name: check_layers(
+                        lh, loaded, spark=spark, models=[name], prior=done, full=full, sample=sample
+                    ),
+                )
             )
-    return out
-
-
-def _layers(lh: Any, project: Path, names: list[str], spark: Any, *, full: bool, sample: int) -> list[CheckResult]:
-    from lakehouse.layers.project import load_project
-    from quality.layers import check_layers
-
-    loaded = load_project(project)
-    models = [m for m in loaded.models if m in names]
-    if not models:
-        return []
-    return _guarded(
-        "layer",
-        ",".join(models),
-        lambda: check_layers(lh, loaded, spark=spark, models=models, full=full, sample=sample),
-    )
 
 
 def _publish(lh: Any, names: list[str], results: list[CheckResult]) -> dict[str, int | None]:

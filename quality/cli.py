@@ -18,7 +18,7 @@ from lakehouse.cli import ConfigOpt, WarehouseOpt, _fail, _lakehouse, app, conso
 from lakehouse.console import json_line, new_table
 from lakehouse.errors import LakestreamError
 from lakehouse.layers.cli import JsonOpt
-from quality.results import CheckResult
+from quality.results import ERROR, FAILED, NOT_EVALUATED, PASSED, CheckResult
 
 __all__ = ["app"]
 
@@ -48,7 +48,7 @@ def _demo_quality(lh, ns: str, state: dict, console) -> str:  # noqa: ANN001 - t
                 layers.tier(name)
             runs.append(run_checks(layers, project=EXAMPLE, spark=state["spark"], report_dir=out and out / "layers"))
     failed = [
-        f"{r.table} {r.check}: {r.error or '; '.join(map(str, r.violations))}"
+        f"{r.table} {r.check}: {r.error or r.not_evaluated or '; '.join(map(str, r.violations))}"
         for run in runs
         for r in run.results
         if not r.ok
@@ -75,9 +75,20 @@ def _register_demo_step() -> None:
 _register_demo_step()
 
 
+_STATUS = {
+    PASSED: "[green]ok[/]",
+    FAILED: "[bold red]FAIL[/]",
+    ERROR: "[bold red]ERROR[/]",
+    NOT_EVALUATED: "[bold yellow]NOT EVALUATED[/]",
+}
+
+
 def _row(out: Table, r: CheckResult) -> None:
-    status = "[green]ok[/]" if r.ok else "[bold red]ERROR[/]" if r.error else "[bold red]FAIL[/]"
-    what = r.error or "; ".join(str(v) for v in r.violations[:3]) or _summary(r)
+    status = _STATUS[r.status]
+    if r.not_evaluated is not None:
+        what = f"not evaluated: {r.not_evaluated}"
+    else:
+        what = r.error or "; ".join(str(v) for v in r.violations[:3]) or _summary(r)
     if len(r.violations) > 3:
         what += f" (+{len(r.violations) - 3} more)"
     out.add_row(r.table, r.check, status, str(r.snapshot_id or "-"), f"{r.rows:,}", f"{r.seconds:.2f}", escape(what))
@@ -131,6 +142,7 @@ def check(
         console.print_json(json.dumps(run.to_dict(), default=str))
     else:
         result = new_table("table", "check", "status", "snapshot", "rows", "seconds", "details")
+        result.columns[2].no_wrap = True  # "NOT EVALUATED" stays one word on a narrow terminal
         for r in run.results:
             _row(result, r)
         console.print(result)
@@ -139,10 +151,11 @@ def check(
     if not run.ok:
         page = f"_lakestream/quality/reports/{run.run_id}.html"
         failed = [r for r in run.results if not r.ok]
-        errors = sum(1 for r in failed if r.error)
+        errors = sum(1 for r in failed if r.status == ERROR)
+        skipped = sum(1 for r in failed if r.status == NOT_EVALUATED)
         err.print(
-            f"[bold red]{len(failed)} check(s) failed[/] ({len(run.violations)} violation(s), {errors} could not run); "
-            f"report: {page} in the warehouse"
+            f"[bold red]{len(failed)} check(s) failed[/] ({len(run.violations)} violation(s), {errors} could not run, "
+            f"{skipped} not evaluated because an upstream table failed); report: {page} in the warehouse"
         )
         raise typer.Exit(1)
 

@@ -43,7 +43,7 @@ from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThanOrEqual
 
 from lakehouse.changelog import distinct_rows, semi_join
 from quality.errors import QualityError
-from quality.results import LAYER, CheckResult, Violation
+from quality.results import LAYER, CheckResult, Violation, upstream_failure
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -52,7 +52,15 @@ if TYPE_CHECKING:
     from lakehouse.layers.project import Project
     from lakehouse.layers.rounds import RoundRecord
 
-__all__ = ["MAX_VIOLATIONS", "RoundState", "check_layer", "check_layers", "compare_rows", "newest_finished_round"]
+__all__ = [
+    "MAX_VIOLATIONS",
+    "RoundState",
+    "check_layer",
+    "check_layers",
+    "compare_rows",
+    "newest_finished_round",
+    "not_evaluated",
+]
 
 #: At most this many differences become violations (the count of all is in the last one and in ``details``).
 MAX_VIOLATIONS = 10
@@ -132,17 +140,42 @@ def check_layers(
     *,
     spark: SparkSession,
     models: Sequence[str] | None = None,
+    prior: Sequence[CheckResult] = (),
     **kw: Any,
 ) -> list[CheckResult]:
     """`check_layer` of each model (all, or ``models``: names as `lakestream layers run --model` takes them),
     in dependency order. Keyword arguments go to `check_layer`.
+
+    A model one of whose inputs has a result that is not ok, in ``prior`` (the run's checks so far: reconcile,
+    suites) or among the layer checks made here before it, is not compared: its result is *not evaluated*
+    (``not_evaluated`` names the input; see `not_evaluated`). Its SQL over a corrupt input proves nothing
+    either way. So it goes on downstream: a model over one not evaluated is not evaluated either.
 
     Raises:
         InvalidArgument: a name that is no model of the project.
     """
     from lakehouse.layers.selection import select_models
 
-    return [check_layer(lh, project, name, spark=spark, **kw) for name in select_models(project, models)]
+    out: list[CheckResult] = []
+    for name in select_models(project, models):
+        why = upstream_failure([*prior, *out], project.models[name].inputs)
+        if why is not None:
+            out.append(not_evaluated(lh, LAYER, name, why))
+        else:
+            out.append(check_layer(lh, project, name, spark=spark, **kw))
+    return out
+
+
+def not_evaluated(lh: Lakehouse, check: str, table: str, why: str) -> CheckResult:
+    """The result of ``check`` on ``table`` not run because ``why`` (an input failed its checks), on the table's
+    current snapshot (None if it has none or cannot be loaded: the result is not ok either way)."""
+    from object_store.errors import LakestreamError
+
+    try:
+        snapshot = _snapshot_id(lh, table)
+    except (LakestreamError, OSError):  # only the report's snapshot column depends on it
+        snapshot = None
+    return CheckResult(check=check, table=table, snapshot_id=snapshot, not_evaluated=why)
 
 
 def check_layer(
@@ -455,5 +488,3 @@ def _text(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value)
     return str(value)
-
-

@@ -9,8 +9,9 @@ or any Iceberg engine's tag read (``VERSION AS OF 'published'``).
 
 `publish` refuses (`PublishRefused`, the tag untouched) unless, for the table:
 
-- there are results, each passed (``ok``: no violation, no error) and was made on that very snapshot (results of
-  other tables are ignored; a result of another snapshot says nothing about this one);
+- there are results, each passed (``ok``: no violation, no error, not *not evaluated*) and was made on that very
+  snapshot (results of other tables are ignored; a result of another snapshot says nothing about this one; a
+  check not evaluated because an upstream table failed vouches for nothing);
 - the snapshot is in the table and does not move the tag backwards: it is the current snapshot or a descendant of
   the published one (an ancestor of it, or an older snapshot, is refused; publishing the published snapshot
   again is a no-op).
@@ -102,7 +103,8 @@ def publish(lh: Any, table: str | TableName, snapshot_id: int, results: Sequence
     made on that snapshot, and the move is forward (see the module docstring). Returns ``snapshot_id``.
 
     Raises:
-        PublishRefused: no results for the table; a result failed (the message names each violation and error);
+        PublishRefused: no results for the table; a result failed (the message names each violation and error)
+            or was not evaluated;
             a result was made on another snapshot; the snapshot is not in the table, or would move the tag back.
             The message ends saying where `published` stays.
         TableNotFound: no such table.
@@ -115,6 +117,8 @@ def publish(lh: Any, table: str | TableName, snapshot_id: int, results: Sequence
     for r in mine:
         if r.error is not None:
             problems.append(f"check {r.check} could not run: {r.error}")
+        if r.not_evaluated is not None:
+            problems.append(f"check {r.check} was not evaluated: {r.not_evaluated}")
         problems += [f"check {r.check} failed: {v}" for v in r.violations]
         if r.snapshot_id != snapshot_id:
             problems.append(f"check {r.check} was made on snapshot {r.snapshot_id}, not on {snapshot_id}")

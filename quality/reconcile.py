@@ -2,8 +2,11 @@
 
 **Metadata**, along the current snapshot's ancestry: per-bucket offsets of tiering snapshots never decrease
 and never pass the log's end; a tiering commit of a log table adds exactly the records of the range it claims
-(``added-records`` == the offsets it advanced) and removes none; no data file is live twice; every file a
-checked snapshot references exists with its recorded size.
+(``added-records`` == the offsets it advanced) and removes none; no data file is live twice. Every run, new
+commits or not, confirms that each file of the current snapshot (and each file a checked commit added or
+removed) exists with its recorded size, from a listing of the table's data location compared with the
+manifests: a missing file is ``file-missing``, another size ``file-size``, and such a file is never read (the
+content of its bucket is reported unverified instead).
 
 **Content**, per commit (incremental, the default): each commit since the last checked snapshot is checked
 against its own offset range, by digests (`quality.digest`) of the rows it touched:
@@ -57,6 +60,7 @@ from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from lakehouse.changelog import KeySet, reduce_changes, upserts_of
 from lakehouse.errors import CorruptSegmentError, OffsetOutOfRange
 from lakehouse.lake import OFFSET_COLUMN, TIMESTAMP_COLUMN, log_to_lake_rows, tiering_snapshots
+from lakehouse.maintenance.retention import retention_floors
 from object_store.errors import NotFound
 from quality.digest import Digest, difference, row_hashes
 from quality.results import RECONCILE, CheckResult, Violation
@@ -94,6 +98,10 @@ class _Checker:
         self.violations: list[Violation] = []
         self.rows = 0
         self.details: dict[str, Any] = {}
+        #: files that are missing or of another size than recorded (reported; never read)
+        self.unavailable: set[str] = set()
+        #: buckets whose content could not be checked because one of those files was needed
+        self.unverified: set[int] = set()
         self._prefix = lh.store.url.rstrip("/") + "/"
         self._lock = threading.Lock()
 
@@ -218,11 +226,9 @@ class _Checker:
             files.extend(e.data_file for e in manifest.fetch_manifest_entry(self.lake.io, discard_deleted=True))
         return files
 
-    def check_files(self, files: Sequence[DataFile], snapshot: Snapshot, live_before: set[str] | None) -> None:
-        """Each file exists with its recorded size, is listed once, and (if ``live_before`` is given) was not
-        live already."""
+    def check_twice(self, files: Sequence[DataFile], snapshot: Snapshot, live_before: set[str] | None) -> None:
+        """Each file is listed once and (if ``live_before`` is given) was not live already."""
         seen: set[str] = set()
-        unique = []
         for f in files:
             path = f.file_path
             if path in seen or (live_before is not None and path in live_before):
@@ -234,27 +240,61 @@ class _Checker:
                 )
                 continue
             seen.add(path)
-            unique.append(f)
-        # sizes from the filesystem's stat / HEAD (not the store's head, which may hash a file to give its ETag)
-        infos = self._fs.get_file_info([self._key(f.file_path) for f in unique]) if unique else []
-        for f, info in zip(unique, infos, strict=True):
-            path, bucket = f.file_path, self.bucket_of(f)
-            if info.type == pafs.FileType.NotFound:
+
+    def verify_files(self, files: Iterable[tuple[DataFile, Snapshot]]) -> None:
+        """Each file exists with the size its manifest records; ``files`` pairs each with the snapshot that
+        references it (the first pair of a path names it). A file that does not is a violation and joins
+        ``unavailable``: it is never read, and the content of its bucket is reported unverified.
+
+        Metadata and listings only: the table's data location is listed once (a LIST per 1,000 objects,
+        streamed: only the wanted files are held) and compared with the manifests' paths and sizes; a file
+        outside it (a registered table's) gets a HEAD. Sizes come from the listing or the filesystem's stat,
+        not from the store's head (which may hash a file to give its ETag)."""
+        wanted: dict[str, tuple[DataFile, Snapshot]] = {}
+        for f, snap in files:
+            wanted.setdefault(self._key(f.file_path), (f, snap))
+        data = self._key(self.lake.properties.get("write.data.path") or f"{self.lake.metadata.location}/data")
+        prefix = data.rstrip("/") + "/"
+        found: dict[str, int] = {}
+        if "://" not in prefix and any(k.startswith(prefix) for k in wanted):
+            for info in self.lh.store.list(prefix):
+                if info.key in wanted:
+                    found[info.key] = info.size
+        outside = [k for k in wanted if not k.startswith(prefix) or "://" in prefix]
+        for key, info in zip(outside, self._fs.get_file_info(outside) if outside else [], strict=True):
+            if info.type != pafs.FileType.NotFound:
+                found[key] = info.size
+        for key, (f, snap) in wanted.items():
+            path, bucket, size = f.file_path, self.bucket_of(f), found.get(key)
+            if size == f.file_size_in_bytes:
+                continue
+            self.unavailable.add(path)
+            if size is None:
                 self.violate(
                     "file-missing",
-                    f"data file {path} is referenced but does not exist: its rows are lost to every reader",
+                    f"data file {path} is referenced but does not exist: its rows are lost to every reader "
+                    f"(not read: the content of bucket {bucket} is not verified)",
                     bucket=bucket,
-                    snapshot=snapshot,
+                    snapshot=snap,
                 )
-            elif info.size != f.file_size_in_bytes:
+            else:
                 self.violate(
                     "file-size",
-                    f"data file {path} has {info.size} bytes, its manifest records {f.file_size_in_bytes}",
+                    f"data file {path} has {size} bytes, its manifest records {f.file_size_in_bytes} "
+                    f"(not read: the content of bucket {bucket} is not verified)",
                     bucket=bucket,
-                    snapshot=snapshot,
+                    snapshot=snap,
                     expected=f.file_size_in_bytes,
-                    actual=info.size,
+                    actual=size,
                 )
+
+    def readable(self, bucket: int, files: Iterable[DataFile]) -> bool:
+        """False (and ``bucket`` noted as unverified) if one of ``files`` failed `verify_files`."""
+        if any(f.file_path in self.unavailable for f in files):
+            with self._lock:
+                self.unverified.add(bucket)
+            return False
+        return True
 
     def _key(self, location: str) -> str:
         if location.startswith(self._prefix):
@@ -400,8 +440,10 @@ class _Checker:
         self, commit: _Commit, b: int, prev: dict[int, int], new: dict[int, int] | None, parent_files: list[DataFile]
     ) -> None:
         snap = commit.snapshot
-        added = self.read_files(commit.added.get(b, []))
         removed_files = commit.removed.get(b, [])
+        if not self.readable(b, [*commit.added.get(b, []), *removed_files]):
+            return
+        added = self.read_files(commit.added.get(b, []))
         if new is None:  # not a tiering commit: it may move rows, never change them
             removed = self.read_files(removed_files)
             self.compare(removed, added, bucket=b, offsets=None, snapshot=snap, what="a commit that is not tiering")
@@ -429,7 +471,9 @@ class _Checker:
         self.compare(expected, added, bucket=b, offsets=rng, snapshot=snap, what="tiered changes")
         if parent_files and len(keys):
             gone = {f.file_path for f in removed_files}
-            self.check_kept([f for f in parent_files if f.file_path not in gone], keys, b, rng, snap)
+            kept = [f for f in parent_files if f.file_path not in gone]
+            if self.readable(b, kept):
+                self.check_kept(kept, keys, b, rng, snap)
 
     def each(self, buckets: Sequence[int], work: Callable[[int], None]) -> None:
         """``work(bucket)`` for each bucket, ``WORKERS`` at a time (reads and Arrow's kernels release the GIL)."""
@@ -486,16 +530,43 @@ class _Checker:
                 out.append(f)
         return out
 
-    def check_full(self, snapshot: Snapshot, offsets: dict[int, int]) -> None:
+    def check_retention(self, start: dict[int, int]) -> None:
+        """A bucket whose log starts above the floor retention recorded (`lakehouse.maintenance.retention`) lost
+        the records in between to something other than retention. ``start`` must be listed before the record
+        is read: a retention that removed what the listing no longer shows recorded that first. A table
+        without a record (created before retention recorded its floors, and not retained since) cannot tell
+        and is not checked (``details["retention_floors"]`` is None)."""
+        floors = retention_floors(self.lh.store, self.definition)
+        self.details["retention_floors"] = None if floors is None else {str(b): o for b, o in floors.items()}
+        if floors is None:
+            return
+        for b in range(self.buckets):
+            floor, first = floors.get(b, 0), start.get(b, 0)
+            if first > floor:
+                self.violate(
+                    "log-missing",
+                    f"the log of bucket {b} starts at offset {first}, but log retention removed it only below "
+                    f"offset {floor}: records [{floor}, {first}) were deleted by something other than retention "
+                    "(restore the segments; docs/quality.md says how to accept the loss)",
+                    bucket=b,
+                    offsets=(floor, first),
+                    expected=floor,
+                    actual=first,
+                )
+
+    def check_full(self, snapshot: Snapshot, offsets: dict[int, int], start: dict[int, int]) -> None:
         live: dict[int, list[DataFile]] = defaultdict(list)
         files = self.live_files(snapshot)
-        self.check_files(files, snapshot, None)
+        self.check_twice(files, snapshot, None)
+        self.verify_files((f, snapshot) for f in files)
         for f in files:
             live[self.bucket_of(f)].append(f)
-        start = self.log.start_offsets()
         unverified = [0]
+        gone = {v.bucket for v in self.violations if v.check == "log-missing"}
 
         def bucket(b: int) -> None:
+            if start.get(b, 0) > offsets[b] and b in gone:
+                return  # its loss is reported already (above the retention floor)
             if start.get(b, 0) > offsets[b]:
                 self.violate(
                     "log-missing",
@@ -505,6 +576,8 @@ class _Checker:
                     offsets=(offsets[b], start[b]),
                     snapshot=snapshot,
                 )
+                return
+            if not self.readable(b, live.get(b, [])):
                 return
             lo = start.get(b, 0)
             actual = self.read_files(live.get(b, []))
@@ -598,17 +671,17 @@ def reconcile(lh: Any, table: str, full: bool = False) -> CheckResult:
     state = None if full else _load_state(lh, c.name)
     ids = [s.snapshot_id for s in ancestry]
     resumable = (
-        state is not None
-        and state.get("table_uuid") == c.definition.table_uuid
-        and state.get("snapshot_id") in ids
+        state is not None and state.get("table_uuid") == c.definition.table_uuid and state.get("snapshot_id") in ids
     )
     newest_offsets = dict.fromkeys(range(c.buckets), 0)
     for snap in ancestry:
         newest_offsets = offsets_of.get(snap.snapshot_id, newest_offsets)
     commits = 0
+    start = c.log.start_offsets()  # listed before the retention record is read (see check_retention)
+    c.check_retention(start)
     if not resumable:
         c.details["mode"] = "full"
-        c.check_full(current, newest_offsets)
+        c.check_full(current, newest_offsets, start)
         commits = len(ancestry)
     else:
         c.details["mode"] = "incremental"
@@ -616,12 +689,19 @@ def reconcile(lh: Any, table: str, full: bool = False) -> CheckResult:
         prev = dict.fromkeys(range(c.buckets), 0)
         for snap in ancestry[:first]:
             prev = offsets_of.get(snap.snapshot_id, prev)
-        for i in range(first, len(ancestry)):
+        commits_of = [c.commit_of(snap) for snap in ancestry[first:]]
+        # Every run confirms the current snapshot's files, new commits or not (a file deleted since the last
+        # run is found now), and the files the new commits added and removed, before any is read.
+        wanted = [(f, current) for f in c.live_files(current)]
+        for commit, parent in zip(commits_of, ancestry[first - 1 :], strict=False):
+            wanted += [(f, commit.snapshot) for files in commit.added.values() for f in files]
+            wanted += [(f, parent) for files in commit.removed.values() for f in files]
+        c.verify_files(wanted)
+        for i, commit in enumerate(commits_of, start=first):
             snap, parent = ancestry[i], ancestry[i - 1]
-            commit = c.commit_of(snap)
             live_before = {f.file_path for f in c.live_files(parent)} if any(commit.added.values()) else set()
             removed_paths = {f.file_path for files in commit.removed.values() for f in files}
-            c.check_files([f for files in commit.added.values() for f in files], snap, live_before - removed_paths)
+            c.check_twice([f for files in commit.added.values() for f in files], snap, live_before - removed_paths)
             new = offsets_of.get(snap.snapshot_id)
             if new is not None and not c.key:
                 claimed = sum(new[b] - prev[b] for b in range(c.buckets))
@@ -640,6 +720,8 @@ def reconcile(lh: Any, table: str, full: bool = False) -> CheckResult:
             commits += 1
         c.details["from_snapshot"] = state["snapshot_id"]
     c.details["commits_checked"] = commits
+    if c.unverified:
+        c.details["unverified_buckets"] = sorted(c.unverified)
     c.details["offsets"] = {str(b): o for b, o in newest_offsets.items()}
     order = {s.snapshot_id: i for i, s in enumerate(ancestry)}
     result.violations = sorted(

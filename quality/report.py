@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from quality.results import RECONCILE, CheckResult, QualityRun, Violation
+from quality.results import NOT_EVALUATED, RECONCILE, CheckResult, QualityRun, Violation
 from quality.runs import QUALITY_PREFIX, check_run_id, load_runs
 
 REPORTS_PREFIX = f"{QUALITY_PREFIX}reports/"
@@ -72,6 +72,7 @@ h3 { font-size:14px; margin:16px 0 6px; color:#374151; text-transform:uppercase;
 .chip.pass { background:var(--ok-bg); color:var(--ok); }
 .chip.fail { background:var(--bad-bg); color:var(--bad); }
 .chip.error, .chip.stale { background:var(--warn-bg); color:var(--warn); }
+.chip.skip { background:var(--line); color:#374151; }
 table.grid { border-collapse:collapse; width:100%; font-variant-numeric:tabular-nums; }
 table.grid th, table.grid td { border-bottom:1px solid var(--line); padding:5px 8px; text-align:left;
   vertical-align:top; }
@@ -197,6 +198,19 @@ def _status(ok: bool, error: bool = False) -> str:
     if error:
         return '<span class="chip error">ERROR</span>'
     return '<span class="chip pass">PASS</span>' if ok else '<span class="chip fail">FAIL</span>'
+
+
+def _result_status(r: CheckResult) -> str:
+    """The chip of one check's outcome: PASS, FAIL, ERROR or NOT EVALUATED (an upstream table failed)."""
+    if r.status == NOT_EVALUATED:
+        return '<span class="chip skip">NOT EVALUATED</span>'
+    return _status(r.ok, r.error is not None)
+
+
+def _result_message(r: CheckResult) -> str:
+    if r.not_evaluated is not None:
+        return f'<div class="msg">not evaluated: {_e(r.not_evaluated)}</div>'
+    return f'<div class="msg">{_e(r.error)}</div>' if r.error else ""
 
 
 def _docs_href(path: Any, base: str) -> str | None:
@@ -432,9 +446,9 @@ def _checks_table(results: list[CheckResult], docs_base: str) -> str:
     rows = []
     for r in results:
         cls = ' class="bad"' if not r.ok else ""
-        error = f'<div class="msg">{_e(r.error)}</div>' if r.error else ""
+        error = _result_message(r)
         rows.append(
-            f"<tr{cls}><td><code>{_e(r.check)}</code></td><td>{_status(r.ok, r.error is not None)}</td>"
+            f"<tr{cls}><td><code>{_e(r.check)}</code></td><td>{_result_status(r)}</td>"
             f'<td class="num mono">{_ident(r.snapshot_id)}</td><td class="num">{_secs(r.seconds)}</td>'
             f'<td class="num">{_num(r.rows)}</td><td class="num">{_num(len(r.violations))}</td>'
             f"<td>{_details(r.details, docs_base)}{error}</td></tr>"
@@ -537,7 +551,7 @@ def _last_reconcile(table: str, run: QualityRun, history: list[QualityRun], docs
     origin = "this run" if where.run_id == run.run_id else f"run {_e(where.run_id)}"
     rate = f"{result.rows / result.seconds:,.0f} rows/s" if result.seconds > 0 else "—"
     return (
-        f'<div class="kv"><span>{_status(result.ok, result.error is not None)}</span><span>from {origin}</span>'
+        f'<div class="kv"><span>{_result_status(result)}</span><span>from {origin}</span>'
         f'<span>snapshot <b class="mono">{_ident(result.snapshot_id)}</b></span>'
         f"<span>time <b>{_secs(result.seconds)}</b></span><span>rows <b>{_num(result.rows)}</b></span>"
         f"<span>throughput <b>{rate}</b></span><span>violations <b>{_num(len(result.violations))}</b></span></div>"
@@ -558,7 +572,7 @@ def _gx_table(results: list[CheckResult], docs_base: str) -> str:
         if isinstance(expectations, list | dict):
             expectations = len(expectations)
         rows.append(
-            f"<tr><td><code>{_e(suite)}</code></td><td>{_status(r.ok, r.error is not None)}</td>"
+            f"<tr><td><code>{_e(suite)}</code></td><td>{_result_status(r)}</td>"
             f'<td class="num">{_num(expectations)}</td><td class="num">{_num(len(r.violations))}</td>'
             f'<td class="num">{_num(r.rows)}</td><td class="num">{_secs(r.seconds)}</td><td>{link}</td></tr>'
         )
@@ -616,6 +630,7 @@ def render_run(
     tables = sorted(set(run.tables) | {r.table for r in run.results})
     violations = run.violations
     errors = [r for r in run.results if r.error is not None]
+    skipped = [r for r in run.results if r.status == NOT_EVALUATED]
     failed = [r for r in run.results if not r.ok]
     if run.ok:
         why = f"All {len(run.results):,} checks on {len(tables):,} tables passed." if run.results else "No checks ran."
@@ -623,6 +638,7 @@ def render_run(
         why = (
             f"{len(failed):,} of {len(run.results):,} checks failed: {len(violations):,} violations"
             + (f", {len(errors):,} checks could not run" if errors else "")
+            + (f", {len(skipped):,} checks not evaluated because an upstream table failed" if skipped else "")
             + "."
         )
     total_lag = sum(_lag_records(run.tables.get(t)) or 0 for t in tables)
@@ -631,6 +647,7 @@ def render_run(
         ("Checks", _num(len(run.results)), False),
         ("Violations", _num(len(violations)), bool(violations)),
         ("Errors", _num(len(errors)), bool(errors)),
+        ("Not evaluated", _num(len(skipped)), bool(skipped)),
         ("Check time", _secs(_check_seconds(run)), False),
         ("Rows checked", _num(sum(r.rows for r in run.results)), False),
         ("Lag (records)", _num(int(total_lag)), False),

@@ -6,6 +6,7 @@ report shows). All round-trip through JSON (``to_dict`` / ``from_dict``); runs a
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,12 @@ from typing import Any
 RECONCILE = "reconcile"
 LAYER = "layer"
 GX = "gx"
+
+#: The outcomes of a check (``CheckResult.status``). Only ``passed`` is ok.
+PASSED = "passed"
+FAILED = "failed"  # it found a violation
+ERROR = "error"  # it could not run
+NOT_EVALUATED = "not evaluated"  # it was not run: a table it reads failed its own checks in this run
 
 
 def _jsonable(value: Any) -> Any:
@@ -81,10 +88,16 @@ class Violation:
 
 @dataclass
 class CheckResult:
-    """One check of one table: ``check`` is ``reconcile``, ``layer`` or ``gx:<suite>``; ``ok`` iff no violation.
-    ``snapshot_id`` is the lake snapshot checked (the one `published` may move to), ``seconds`` the check's wall
-    time, ``rows`` the rows it read; ``details`` holds what the check wants the report to show (JSON values:
-    e.g. ``data_docs`` link, ``commits_checked``, ``expectations``, ``sampled_keys``)."""
+    """One check of one table: ``check`` is ``reconcile``, ``layer`` or ``gx:<suite>``; ``ok`` iff it ran and found
+    no violation (``status`` says which of passed, failed, error, not evaluated). ``snapshot_id`` is the lake
+    snapshot checked (the one `published` may move to), ``seconds`` the check's wall time, ``rows`` the rows it
+    read; ``details`` holds what the check wants the report to show (JSON values: e.g. ``data_docs`` link,
+    ``commits_checked``, ``expectations``, ``sampled_keys``).
+
+    ``not_evaluated`` says why a check was not run although it could have been: a table it reads failed its own
+    checks in this run (``upstream dwd.orders_enriched failed (reconcile)``), so its outcome over that input
+    would prove nothing either way. Such a result is not ok (the table is not published) but is no violation of
+    its own."""
 
     check: str
     table: str
@@ -94,10 +107,20 @@ class CheckResult:
     violations: list[Violation] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
     error: str | None = None  # the check could not run (QualityError message); counts as not ok
+    not_evaluated: str | None = None  # why the check was not run (see above); counts as not ok
 
     @property
     def ok(self) -> bool:
-        return not self.violations and self.error is None
+        return not self.violations and self.error is None and self.not_evaluated is None
+
+    @property
+    def status(self) -> str:
+        """`PASSED`, `FAILED` (violations), `ERROR` (could not run) or `NOT_EVALUATED`."""
+        if self.not_evaluated is not None:
+            return NOT_EVALUATED
+        if self.error is not None:
+            return ERROR
+        return FAILED if self.violations else PASSED
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -107,9 +130,11 @@ class CheckResult:
             "seconds": self.seconds,
             "rows": self.rows,
             "ok": self.ok,
+            "status": self.status,
             "violations": [v.to_dict() for v in self.violations],
             "details": _jsonable(self.details),
             "error": self.error,
+            "not_evaluated": self.not_evaluated,
         }
 
     @classmethod
@@ -123,7 +148,24 @@ class CheckResult:
             violations=[Violation.from_dict(v) for v in d.get("violations") or []],
             details=dict(d.get("details") or {}),
             error=d.get("error"),
+            not_evaluated=d.get("not_evaluated"),  # absent from runs recorded before it existed
         )
+
+
+def upstream_failure(results: Iterable[CheckResult], upstream: Iterable[str]) -> str | None:
+    """Why a check that reads the tables ``upstream`` is not evaluated, given the ``results`` of this run so far:
+    ``upstream dwd.x failed (reconcile, layer not evaluated)``, naming each of those tables with a result that
+    is not ok and its checks that are not; None if there is none (a table not checked in this run counts as
+    passed: nothing says otherwise)."""
+    wanted = list(dict.fromkeys(upstream))
+    bad: dict[str, list[str]] = {}
+    for r in results:
+        if r.table in wanted and not r.ok:
+            what = {FAILED: "", ERROR: " could not run", NOT_EVALUATED: " not evaluated"}[r.status]
+            bad.setdefault(r.table, []).append(f"{r.check}{what}")
+    if not bad:
+        return None
+    return "; ".join(f"upstream {t} failed ({', '.join(dict.fromkeys(bad[t]))})" for t in wanted if t in bad)
 
 
 @dataclass
@@ -171,4 +213,16 @@ class QualityRun:
         )
 
 
-__all__ = ["GX", "LAYER", "RECONCILE", "CheckResult", "QualityRun", "Violation"]
+__all__ = [
+    "ERROR",
+    "FAILED",
+    "GX",
+    "LAYER",
+    "NOT_EVALUATED",
+    "PASSED",
+    "RECONCILE",
+    "CheckResult",
+    "QualityRun",
+    "Violation",
+    "upstream_failure",
+]

@@ -132,7 +132,7 @@ def run_layers_demo(lh: Lakehouse, spark: Any, console: Console, *, n_orders: in
     from quality.layers import check_layers
 
     for result in check_layers(lh, project, spark=spark, full=True):
-        problems = [str(v) for v in result.violations[:3]] or [result.error or ""]
+        problems = [str(v) for v in result.violations[:3]] or [result.error or result.not_evaluated or ""]
         _check(result.ok, f"{result.table} differs from its SQL computed in full: {'; '.join(problems)}")
         ends = {t: {str(b): o for b, o in lh.log(t).end_offsets().items()} for t in project.models[result.table].inputs}
         _check(result.details.get("positions") == ends, f"{result.table} is not caught up with its inputs")

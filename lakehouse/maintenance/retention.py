@@ -15,26 +15,42 @@ it is kept however old and tiered it is; the result's ``pinned`` says where that
 Readers below the earliest retained offset are served by the lake: union read starts each bucket's
 tail at the lake's offset, which is never below it; a log read of a deleted range raises
 `OffsetOutOfRange` naming the earliest available offset.
+
+**The record.** Before it deletes anything, retention records per bucket the offset below which it may have
+removed segments (its *floor*) in one object per table, ``_lakestream/retention/<ns>.<table>.json``, written with
+conditional writes only (create with ``If-None-Match``, replace with ``If-Match``: floors only ever move up, a
+lost race is read again and merged). A crash between the record and the deletes leaves a floor above the first
+segment, which is fine: the record says "may be removed up to". So a bucket whose log starts *above* its floor
+lost the records in between to something other than retention (quality's reconciliation reports that), and
+retention leaves such a bucket alone rather than remove more of it and move the floor over the gap.
+`create_table` writes the record (floors 0); a table created before records existed has none until retention
+first runs on it, which records where each bucket starts then.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from lakehouse.errors import InvalidArgument
+from lakehouse.errors import InvalidArgument, MaintenanceError
 from lakehouse.log import Log
 from lakehouse.log.log import MAX_INDEX_AGE
 from lakehouse.log.segment import SegmentHeader
 from lakehouse.maintenance.expiry import cutoff_of
+from lakehouse.tables import RESERVED_NAMESPACE, TableDefinition, TableName
+from object_store import NotFound, ObjectStore, PreconditionFailed
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RETENTION = timedelta(days=7)
+RETENTION_PREFIX = f"{RESERVED_NAMESPACE}/retention/"
+#: Compare-and-swap attempts of one record update (each lost one means another writer moved a floor).
+_RECORD_ATTEMPTS = 10
 #: Below this, a producer idle for longer than the retention could hold a bucket end whose segments were
 #: appended by others and deleted since (it re-lists a bucket only after `MAX_INDEX_AGE` seconds).
 SAFE_RETENTION = timedelta(minutes=10)
@@ -50,12 +66,18 @@ class RetentionResult:
     overdue: dict[int, int] = field(default_factory=dict)  # bucket -> expired but un-tiered records
     #: bucket -> (offset, who): expired, tiered records from that offset on kept only because of a pin
     pinned: dict[int, tuple[int, str]] = field(default_factory=dict)
+    #: bucket -> the floor recorded before deleting (see the module): offsets below it may have been removed
+    floors: dict[int, int] = field(default_factory=dict)
+    #: bucket -> (floor, first offset): the log starts above what retention removed; the bucket was left alone
+    gaps: dict[int, tuple[int, int]] = field(default_factory=dict)
     message: str = ""
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["start_offsets"] = {str(k): v for k, v in self.start_offsets.items()}
+        doc["floors"] = {str(k): v for k, v in self.floors.items()}
+        doc["gaps"] = {str(k): list(v) for k, v in self.gaps.items()}
         doc["overdue"] = {str(k): v for k, v in self.overdue.items()}
         doc["pinned"] = {str(k): {"offset": o, "by": who} for k, (o, who) in self.pinned.items()}
         return doc
@@ -86,6 +108,8 @@ def apply_log_retention(
     started = time.perf_counter()
     store, name = log_.store, log_.name
     result = RetentionResult(str(name))
+    # planned first, deleted only once the floors are recorded: bucket -> (first offset, segments to delete)
+    plans: dict[int, tuple[int, list[tuple[int, int, Any]]]] = {}
     for bucket in range(log_.definition.buckets):
         prefix = name.bucket_prefix(bucket)
         segments = []
@@ -96,7 +120,7 @@ def apply_log_retention(
         segments.sort(key=lambda s: s[0])
         tiered = lake_offsets.get(bucket, 0)
         pin, pinned_by = (pinned or {}).get(bucket, (tiered, ""))
-        start = segments[0][0] if segments else 0
+        doomed: list[tuple[int, int, Any]] = []
 
         def end_of(j: int, segments: list = segments) -> int:
             if j + 1 < len(segments):
@@ -118,12 +142,41 @@ def apply_log_retention(
                 break
             if i == len(segments) - 1:
                 break  # the newest segment stays: its key and header are where the bucket's end offset lives
+            doomed.append((base, end, info))
+        plans[bucket] = (segments[0][0] if segments else 0, doomed)
+    # Read after the listings: a retention that deleted what they no longer show recorded it before deleting.
+    floors = retention_floors(store, log_.definition)
+    if floors is not None:
+        for bucket, (first, _) in list(plans.items()):
+            if first > floors.get(bucket, 0):
+                # removing more and recording it would hide the loss; the bucket stays as it is
+                result.gaps[bucket] = (floors.get(bucket, 0), first)
+                plans[bucket] = (first, [])
+    wanted = {b: doomed[-1][1] if doomed else first for b, (first, doomed) in plans.items()}
+    for bucket, (floor, _) in result.gaps.items():
+        wanted[bucket] = floor  # the floor stays below the gap
+    if floors is None or any(wanted[b] > floors.get(b, 0) for b in wanted):
+        # before any delete: a crash after this leaves segments below a floor, which is harmless
+        result.floors = record_retention_floors(store, log_.definition, wanted)
+    else:
+        result.floors = dict(floors)
+    for bucket, (start, doomed) in plans.items():
+        for base, end, info in doomed:
             store.delete(info.key)
             result.segments_deleted += 1
             result.records_deleted += end - base
             result.bytes_freed += info.size
             start = end
         result.start_offsets[bucket] = start
+    gaps = ""
+    if result.gaps:
+        gaps = (
+            "; buckets left alone whose log starts above what retention removed ("
+            + "; ".join(f"bucket {b}: offsets [{f}, {o}) gone" for b, (f, o) in sorted(result.gaps.items()))
+            + "): something else deleted those records. Restore the segments, or to accept the loss delete "
+            f"{retention_key(name)} (the next retention run records the floors anew)"
+        )
+        log.warning("%s: log retention%s", name, gaps)
     if result.pinned:
         log.info(
             "%s: log retention kept segments subscriptions need: %s",
@@ -139,5 +192,78 @@ def apply_log_retention(
         log.warning(result.message)
     else:
         result.message = f"{name}: {result.segments_deleted} segments ({result.records_deleted:,} records) deleted"
+    result.message += gaps
     result.seconds = time.perf_counter() - started
     return result
+
+
+# ---- the record: how far retention removed each bucket ------------------------------------------------------
+
+
+def retention_key(name: TableName | str) -> str:
+    """The key of ``name``'s retention record."""
+    return f"{RETENTION_PREFIX}{TableName.parse(name)}.json"
+
+
+def _read_record(store: ObjectStore, key: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(document, etag) of the record at ``key``; (None, None) if there is none, (None, etag) if it is not a
+    record (it is replaced)."""
+    try:
+        obj = store.get(key)
+    except NotFound:
+        return None, None
+    try:
+        doc = json.loads(obj.data)
+    except ValueError:
+        return None, obj.etag
+    return (doc if isinstance(doc, dict) and isinstance(doc.get("floors"), dict) else None), obj.etag
+
+
+def retention_floors(store: ObjectStore, definition: TableDefinition) -> dict[int, int] | None:
+    """Per bucket, the offset below which log retention may have removed segments of ``definition``'s table
+    (0: nothing removed); None if the table has no record (created before retention records existed, and
+    retention has not run on it since) or only one of a dropped table of the same name."""
+    doc, _ = _read_record(store, retention_key(definition.name))
+    if doc is None or doc.get("table_uuid") != definition.table_uuid:
+        return None
+    floors = {int(b): int(o) for b, o in doc["floors"].items()}
+    return {b: floors.get(b, 0) for b in range(definition.buckets)}
+
+
+def record_retention_floors(
+    store: ObjectStore, definition: TableDefinition, floors: Mapping[int, int]
+) -> dict[int, int]:
+    """Raise the recorded floors of ``definition``'s table to at least ``floors`` (never lower one) and return
+    the floors now recorded. Conditional writes only: created with ``If-None-Match``, replaced with ``If-Match``
+    on the ETag read; a lost race reads the record again and merges.
+
+    Raises:
+        MaintenanceError: the record kept changing under this writer (`_RECORD_ATTEMPTS` lost races).
+    """
+    key = retention_key(definition.name)
+    for _ in range(_RECORD_ATTEMPTS):
+        doc, etag = _read_record(store, key)
+        ours = doc is not None and doc.get("table_uuid") == definition.table_uuid
+        current = {int(b): int(o) for b, o in doc["floors"].items()} if ours else {}
+        merged = {b: max(current.get(b, 0), int(floors.get(b, 0))) for b in range(definition.buckets)}
+        if ours and all(current.get(b, 0) == o for b, o in merged.items()):
+            return merged  # nothing moves: nothing to write
+        body = {
+            "table": str(definition.name),
+            "table_uuid": definition.table_uuid,
+            "floors": {str(b): o for b, o in merged.items()},
+            "updated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        data = json.dumps(body, indent=1, sort_keys=True).encode()
+        try:
+            if etag is None:
+                store.put(key, data, if_none_match=True)
+            else:
+                store.put(key, data, if_match=etag)
+        except PreconditionFailed:
+            continue  # another writer moved it: read again and merge
+        return merged
+    raise MaintenanceError(
+        f"{definition.name}: the log retention record {key} kept changing while it was updated "
+        f"({_RECORD_ATTEMPTS} attempts); nothing was deleted, run retention again"
+    )

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pyarrow as pa
@@ -20,6 +22,8 @@ from lakehouse.executor import LocalExecutor
 from lakehouse.lake import COMMIT_USER_PROPERTY, tiering_snapshot
 from lakehouse.log import Log
 from lakehouse.log.log import MAX_INDEX_AGE
+from lakehouse.maintenance.retention import record_retention_floors, retention_floors, retention_key
+from lakehouse.tables import TableName
 from tests.lakehouse.test_tiering import (
     ORDERS,
     USER_COLS,
@@ -456,3 +460,72 @@ def test_compaction_on_spark_equals_compaction_on_the_local_executor(tmp_path, s
     assert b.executor == "spark" and (a.files_before, a.files_after) == (b.files_before, b.files_after)
     cols = USER_COLS  # offsets and timestamps differ: the two logs were appended apart
     assert rows(lh.lake_read("ods.a"), cols) == rows(lh.lake_read("ods.b"), cols)
+
+
+def segment_bases(lh: Lakehouse, name: str, bucket: int) -> list[int]:
+    prefix = TableName.parse(name).bucket_prefix(bucket)
+    return sorted(int(i.key[len(prefix) : -len(".arrow")]) for i in lh.store.list(prefix))
+
+
+def test_retention_records_each_buckets_floor_before_it_deletes(lakehouse: Lakehouse, monkeypatch) -> None:
+    """The record (floors 0 from the table's creation on) is raised to where retention will delete up to before
+    the first delete: a retention killed there leaves segments below the floor, never a deleted range above it."""
+    lh, name = lakehouse, "ods.t"
+    lh.create_table(name, ORDERS, bucket_key="o_orderkey", buckets=2)
+    assert retention_floors(lh.store, lh.table(name)) == {0: 0, 1: 0}
+    for i in range(3):
+        lh.log(name).append(orders(range(i * 20, i * 20 + 20)))
+    lh.tier(name)
+    before = {b: segment_bases(lh, name, b) for b in range(2)}
+    assert all(len(bases) == 3 for bases in before.values())
+
+    def killed(key: str, **kw) -> None:
+        raise RuntimeError(f"killed before deleting {key}")
+
+    monkeypatch.setattr(lh.store, "delete", killed)
+    with pytest.raises(RuntimeError, match="killed"):
+        lh.apply_log_retention(name, retention=timedelta(0))
+    monkeypatch.undo()
+    newest = {b: bases[-1] for b, bases in before.items()}
+    assert retention_floors(lh.store, lh.table(name)) == newest  # recorded, nothing deleted yet
+    assert {b: segment_bases(lh, name, b) for b in range(2)} == before
+    result = lh.apply_log_retention(name, retention=timedelta(0))  # the floors do not move again
+    assert result.segments_deleted == 4 and result.floors == result.start_offsets == newest and not result.gaps
+    assert result.to_dict()["floors"] == {"0": newest[0], "1": newest[1]}
+
+
+def test_retention_floors_only_move_up_under_racing_writers(lakehouse: Lakehouse) -> None:
+    lh, name = lakehouse, "ods.t"
+    lh.create_table(name, ORDERS, bucket_key="o_orderkey", buckets=4)
+    definition = lh.table(name)
+    rng = random.Random(37)
+    proposals = [{b: rng.randint(0, 1000) for b in range(4)} for _ in range(12)]
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda floors: record_retention_floors(lh.store, definition, floors), proposals))
+    highest = {b: max(p[b] for p in proposals) for b in range(4)}
+    assert retention_floors(lh.store, definition) == highest
+    assert record_retention_floors(lh.store, definition, dict.fromkeys(range(4), 0)) == highest  # never lowered
+
+
+def test_a_table_without_a_record_gets_one_when_retention_first_runs(lakehouse: Lakehouse) -> None:
+    """A table from before retention records: what is gone already cannot be told from retention and is
+    adopted as the floor the first time retention runs. A dropped table's record goes with it."""
+    lh, name = lakehouse, "ods.t"
+    lh.create_table(name, ORDERS, bucket_key="o_orderkey", buckets=2)
+    for i in range(3):
+        lh.log(name).append(orders(range(i * 20, i * 20 + 20)))
+    lh.tier(name)
+    old = lh.store.get(retention_key(name)).data
+    lh.store.delete(retention_key(name))
+    lh.store.delete(f"{TableName.parse(name).bucket_prefix(0)}{0:020d}.arrow")  # before any record
+    assert retention_floors(lh.store, lh.table(name)) is None
+    result = lh.apply_log_retention(name, retention=timedelta(0))
+    assert not result.gaps and result.segments_deleted == 3
+    newest = {b: segment_bases(lh, name, b)[-1] for b in range(2)}
+    assert retention_floors(lh.store, lh.table(name)) == result.floors == newest
+
+    lh.drop_table(name)
+    assert not lh.store.exists(retention_key(name))
+    lh.store.put(retention_key(name), old)  # a stale record of the dropped table: not the new table's
+    lh.create_table(name, ORDERS, bucket_key="o_orderkey", buckets=2)
+    assert retention_floors(lh.store, lh.table(name)) == {0: 0, 1: 0}

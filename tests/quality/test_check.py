@@ -173,3 +173,77 @@ def test_a_project_run_checks_layers_and_suites_and_publishes_each_table_that_pa
     assert run.published[dwd] == first[dwd] != current(lh, dwd)
     assert run.published["ods.nation"] == current(lh, "ods.nation")
     lh.close()
+
+
+def test_check_names_a_deleted_data_file_with_and_without_full(lakehouse: Lakehouse) -> None:
+    """A Parquet file of the current snapshot deleted by hand after a passing check: `lakestream check` (no new
+    commit) and `check --full` both fail with `file-missing`, not "passed" and not an ERROR."""
+    lh = lakehouse
+    two_tables(lh)
+    assert cli(lh, "check", "--table", OTHER).exit_code == 0
+    f = lh.lake_table(OTHER).scan().plan_files()[0].file
+    lh.store.delete(LakeContext.of(lh.store, lh.lake_table(OTHER)).key_of(f.file_path))
+    for args in ((), ("--full",)):
+        result = cli(lh, "check", "--table", OTHER, "--no-publish", *args)
+        assert result.exit_code == 1, result.output
+        assert "FAIL" in result.output and "ERROR" not in result.output and "file-mis" in result.output
+        (v,) = load_runs(lh)[0].violations
+        assert v.check == "file-missing" and f.file_path in v.message
+        assert v.snapshot_id == current(lh, OTHER) and v.table == OTHER
+
+
+def test_a_check_whose_upstream_failed_is_not_evaluated(tmp_path, spark) -> None:
+    """A data file appended twice to dwd by a rogue commit fails dwd's own checks. The layer check of the ADS
+    model that reads dwd, and ADS's suite (which counts dwd's rows), are "not evaluated: upstream dwd failed"
+    (their outcome over a corrupt input proves nothing either way), not violations of their own: so in the
+    run, its record (old records still load), the report and the CLI; ADS is not published. Local warehouse
+    (Spark builds the layers)."""
+    import numpy as np
+
+    from lakehouse.layers.project import load_project
+    from lakehouse.layers.runner import Layers
+    from quality.report import render_run
+    from quality.results import CheckResult
+    from tests.quality.test_expectations import ALL, EXAMPLE, N_CUSTOMERS, load_ods, orders
+    from tests.quality.test_reconcile import rogue_commit
+
+    dwd, ads = "dwd.orders_enriched", "ads.revenue_by_nation_month"
+    lh = Lakehouse.open((tmp_path / "wh").as_uri())
+    load_ods(lh)
+    layers = Layers(lh, load_project(EXAMPLE), spark)
+    layers.deploy()
+    layers.run_once()
+    for name in ALL:
+        lh.tier(name)
+    first = run_checks(lh, project=EXAMPLE, spark=spark)
+    assert first.ok, [str(v) for v in first.violations]
+    # a second round over new orders, tiered: every layer has a snapshot not published yet
+    lh.log("ods.orders").append(orders(np.arange(1000, 1100), np.random.default_rng(3), N_CUSTOMERS), "upsert")
+    layers.run_once()
+    for name in ALL:
+        lh.tier(name)
+    f = lh.lake_table(dwd).scan().plan_files()[0].file
+    rogue_commit(lh, add=[f], name=dwd)
+
+    run = run_checks(lh, project=EXAMPLE, spark=spark)
+    by = {(r.table, r.check.split(":")[0]): r for r in run.results}
+    assert "file-twice" in {v.check for v in by[dwd, "reconcile"].violations}
+    for check in ("layer", "gx"):
+        r = by[ads, check]
+        assert (r.status, r.violations, r.error) == ("not evaluated", [], None), [str(v) for v in r.violations]
+        assert r.not_evaluated.startswith(f"upstream {dwd} failed (reconcile") and not r.ok
+    assert by[ads, "reconcile"].ok  # its own lake == log still holds
+    assert by[dwd, "layer"].not_evaluated is None  # dwd's own layer check ran: its inputs passed theirs
+    assert run.published[ads] == first.published[ads] != current(lh, ads)
+    assert not run.ok
+    # the record keeps it (and one written before the field existed still loads)
+    (saved,) = [r for r in load_runs(lh)[0].results if (r.table, r.check) == (ads, "layer")]
+    assert saved.status == "not evaluated" and saved.not_evaluated == by[ads, "layer"].not_evaluated
+    old = {k: v for k, v in by[dwd, "reconcile"].to_dict().items() if k not in ("status", "not_evaluated")}
+    assert CheckResult.from_dict(old).status == "failed"
+    page = render_run(run, [run])
+    assert "NOT EVALUATED" in page and f"not evaluated: upstream {dwd} failed" in page
+    # the CLI (suites only, without Spark): ADS's suite is not evaluated, shown as such
+    result = cli(lh, "check", "--project", str(EXAMPLE), "--no-publish", "--table", dwd, "--table", ads)
+    assert result.exit_code == 1, result.output
+    assert "NOT EVALUATED" in result.output and "1 not evaluated" in " ".join(result.output.split())

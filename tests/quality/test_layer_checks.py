@@ -131,6 +131,32 @@ def test_wrong_deleted_and_extra_rows_are_caught_by_key(lakehouse, spark, projec
 
 
 @pytest.mark.parametrize("backend", ["local"])
+def test_a_model_whose_input_failed_is_not_evaluated_and_so_are_its_readers(lakehouse, spark, project):
+    """ods.orders fails its reconciliation (a rogue commit adds one of its files a second time): dwd, which
+    reads it, is not evaluated, and ads, which reads dwd, is not evaluated either (transitively); neither is
+    compared, neither has a violation, neither is ok."""
+    from quality.reconcile import reconcile
+    from tests.quality.test_reconcile import rogue_commit
+
+    lh = lakehouse
+    built(lh, project, spark)
+    lh.tier("ods.orders")
+    rogue_commit(lh, add=[lh.lake_table("ods.orders").scan().plan_files()[0].file], name="ods.orders")
+    failed = reconcile(lh, "ods.orders")
+    assert not failed.ok
+    dwd, ads = check_layers(lh, project, spark=spark, prior=[failed])
+    assert (dwd.status, ads.status) == ("not evaluated", "not evaluated")
+    assert dwd.not_evaluated == "upstream ods.orders failed (reconcile)"
+    assert ads.not_evaluated == f"upstream {DWD} failed (layer not evaluated)"
+    assert not (dwd.ok or ads.ok or dwd.violations or ads.violations or dwd.rows or ads.rows)
+    # an input that passed does not hold its readers back
+    passed = reconcile(lh, "ods.customer")
+    assert passed.ok
+    evaluated = check_layers(lh, project, spark=spark, prior=[passed])
+    assert [r.not_evaluated for r in evaluated] == [None, None] and all(r.rows for r in evaluated)
+
+
+@pytest.mark.parametrize("backend", ["local"])
 def test_a_wrong_group_row_is_caught_in_a_group_by_model(lakehouse, spark, project):
     lh = lakehouse
     built(lh, project, spark)

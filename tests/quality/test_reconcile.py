@@ -6,6 +6,7 @@ Both backends; the randomized clean runs on the local one."""
 from __future__ import annotations
 
 import random
+from datetime import timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -240,3 +241,73 @@ def test_a_tiering_commit_that_keeps_a_stale_row_is_caught(lakehouse: Lakehouse)
     assert v.check == "content" and v.bucket == 0 and v.keys == (key,) and "twice" in v.message
     assert v.offsets == (start[0], end[0])
     assert "content" in codes(reconcile(lh, NAME, full=True))
+
+
+def test_a_deleted_or_truncated_data_file_is_named_by_every_check(lakehouse: Lakehouse) -> None:
+    """A data file of the current snapshot deleted by hand: the incremental check (no new commit) and the full
+    one both report `file-missing` naming file and snapshot (the full one without reading it, so no error);
+    a file of another size is `file-size`. Existence and sizes come from listings, not reads."""
+    lh = lakehouse
+    build(lh, "log")
+    assert reconcile(lh, NAME).ok
+    current = lh.lake_table(NAME).current_snapshot().snapshot_id
+    gone, short = live_files(lh, 1)[0], live_files(lh, 2)[0]
+    ctx = LakeContext.of(lh.store, lh.lake_table(NAME))
+    lh.store.delete(ctx.key_of(gone.file_path))
+    for full in (False, True):
+        result = reconcile(lh, NAME, full=full)
+        assert result.error is None and codes(result) == ["file-missing"], [str(v) for v in result.violations]
+        (v,) = result.violations
+        assert v.table == NAME and v.bucket == 1 and v.snapshot_id == current and gone.file_path in v.message
+        assert result.rows == 0 or full  # the incremental check reads no data to find it
+    assert reconcile(lh, NAME, full=True).details["unverified_buckets"] == [1]
+    # the failed check recorded nothing: the file is still missing on the next run
+    assert codes(reconcile(lh, NAME)) == ["file-missing"]
+
+    data = lh.store.get(ctx.key_of(short.file_path)).data
+    lh.store.put(ctx.key_of(short.file_path), data[:-10])
+    result = reconcile(lh, NAME)
+    assert codes(result) == ["file-missing", "file-size"]
+    size = next(v for v in result.violations if v.check == "file-size")
+    assert size.bucket == 2 and short.file_path in size.message
+    assert (size.expected, size.actual) == (short.file_size_in_bytes, short.file_size_in_bytes - 10)
+    assert codes(reconcile(lh, NAME, full=True)) == ["file-missing", "file-size"]
+
+
+def test_a_log_segment_deleted_by_hand_is_told_from_retention(lakehouse: Lakehouse) -> None:
+    """Retention records how far it removes each bucket before deleting; a bucket whose log starts above that
+    floor lost the records in between to something else: `log-missing` naming bucket and offsets, in the
+    incremental check (no new commit) and the full one. What retention removed is no violation."""
+    lh = lakehouse
+    build(lh, "log")  # the last round is not tiered: every bucket keeps un-tiered segments
+    assert reconcile(lh, NAME).ok
+
+    def segments(bucket: int) -> list[int]:
+        return sorted(int(i.key.rsplit("/", 1)[1][:-6]) for i in lh.store.list(f"ods/t/log/{bucket:05d}/"))
+
+    first, second = segments(1)[:2]
+    assert first == 0
+    lh.store.delete(f"ods/t/log/00001/{first:020d}.arrow")  # tiered: the lake still has its rows
+    for full in (False, True):
+        result = reconcile(lh, NAME, full=full)
+        assert codes(result) == ["log-missing"], [str(v) for v in result.violations]
+        (v,) = result.violations
+        assert v.table == NAME and v.bucket == 1 and v.offsets == (0, second)
+
+    # retention leaves the damaged bucket alone (removing more would hide the loss) and records the others
+    from lakehouse.maintenance.retention import retention_floors
+
+    retained = lh.apply_log_retention(NAME, retention=timedelta(0))
+    assert retained.segments_deleted > 0 and retained.gaps == {1: (0, second)}
+    floors = retention_floors(lh.store, lh.table(NAME))
+    assert floors == {0: segments(0)[0], 1: 0, 2: segments(2)[0]} and floors[0] > 0 and floors[2] > 0
+    for full in (False, True):
+        result = reconcile(lh, NAME, full=full)
+        assert [(v.check, v.bucket, v.offsets) for v in result.violations] == [("log-missing", 1, (0, second))]
+
+    # the first segment retention kept in bucket 2, deleted by hand
+    floor, following = segments(2)[:2]
+    lh.store.delete(f"ods/t/log/00002/{floor:020d}.arrow")
+    result = reconcile(lh, NAME)
+    assert [(v.bucket, v.offsets) for v in result.violations] == [(1, (0, second)), (2, (floor, following))]
+    assert "retention" in result.violations[1].message
