@@ -93,44 +93,25 @@ class RoundState:
         return self.record.output
 
 
-def _read_intent(lh: Lakehouse, model: str, number: int) -> RoundRecord | None:
-    from lakehouse.layers.rounds import LAYERS_PREFIX, RoundRecord
-    from object_store import NotFound
-
-    try:
-        return RoundRecord.from_json(lh.store.get(f"{LAYERS_PREFIX}{model}/round-{number:012d}.json").data)
-    except NotFound:
-        return None
-
-
 def newest_finished_round(lh: Lakehouse, model: str) -> RoundState | None:
-    """The newest finished round of ``model`` and the model's log ends after it (see the module), or None
-    before its first round finished.
+    """The newest finished round of ``model`` and the model's log ends after it (its newest round boundary:
+    `lakehouse.layers.rounds.round_boundary`; a running, dead or abandoned round's appends lie beyond it), or
+    None before its first round finished.
 
     Raises:
         QualityError: rounds kept starting while they were read (three times).
     """
-    from lakehouse.layers.rounds import latest_round, report_exists
+    from lakehouse.layers.rounds import read_intent, round_boundary
 
-    store = lh.store
     for _ in range(_ATTEMPTS):
-        latest = latest_round(store, model)
-        if latest is None:
+        boundary = round_boundary(lh.store, model, lh.log(model).end_offsets)
+        if boundary is None or boundary[0] < 0:
             return None
-        if report_exists(store, model, latest.number):
-            after = lh.log(model).end_offsets()
-            again = latest_round(store, model)
-            if again is None or again.number != latest.number:
-                continue  # a round started meanwhile: its appends may be in `after`
-            return RoundState(latest, after)
-        if latest.number == 0:
-            return None
-        # round latest.number is running (or a runner died in it): its intent's `output` is the end after the
-        # round before, which finished (rounds run one after the other)
-        record = _read_intent(lh, model, latest.number - 1)
-        if record is None or not report_exists(store, model, record.number):
-            continue  # pruned meanwhile: rounds went on, look again
-        return RoundState(record, dict(latest.output))
+        number, after = boundary
+        record = read_intent(lh.store, model, number)
+        if record is not None:
+            return RoundState(record, after)
+        # pruned meanwhile: rounds went on, look again
     raise QualityError(f"model {model}: its rounds kept changing while the check read them; run the check again")
 
 

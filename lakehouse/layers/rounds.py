@@ -40,6 +40,7 @@ __all__ = [
     "forget_rounds",
     "latest_round",
     "prune",
+    "read_intent",
     "read_report",
     "round_boundary",
     "rounds",
@@ -183,6 +184,14 @@ def latest_round(store: ObjectStore, model: str) -> RoundRecord | None:
         return latest_round(store, model)
 
 
+def read_intent(store: ObjectStore, model: str, number: int) -> RoundRecord | None:
+    """Round ``number``'s intent, or None (never written, or pruned)."""
+    try:
+        return RoundRecord.from_json(store.get(_key(model, "round", number)).data)
+    except NotFound:
+        return None
+
+
 def rounds(store: ObjectStore, model: str) -> list[RoundRecord]:
     """Every retained round intent of ``model``, oldest first (intents pruned while listed are left out)."""
     out = []
@@ -221,10 +230,10 @@ def _start_boundary(store: ObjectStore, model: str, record: RoundRecord) -> tupl
         previous = _report(store, model, record.number - 1)
         if previous is None or not previous.abandoned:
             break
-        try:
-            record = RoundRecord.from_json(store.get(_key(model, "round", record.number - 1)).data)
-        except NotFound:  # pruned: the oldest retained is as far back as a boundary can be known
+        earlier = read_intent(store, model, record.number - 1)
+        if earlier is None:  # pruned: the oldest retained is as far back as a boundary can be known
             break
+        record = earlier
     return record.number - 1, dict(record.output)
 
 

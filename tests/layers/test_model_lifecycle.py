@@ -288,3 +288,29 @@ def _catch(errors, fn, *args):
         fn(*args)
     except BaseException as exc:  # noqa: BLE001 - the test inspects it
         errors.append(exc)
+
+
+def test_an_abandoned_round_is_no_boundary(setup, spark):
+    from lakehouse.layers.rounds import round_boundary
+    from quality.layers import newest_finished_round
+
+    lh, root = setup
+    project = load_project(root)
+    lh.log("ods.o").append(rows(2, 10), "upsert")
+
+    class DiesAfterAppending(Layers):
+        def _append(self, record, upserts, deletes):
+            super()._append(record, upserts, deletes)
+            raise KeyboardInterrupt  # appended, never advanced nor reported
+
+    before = lh.log("dwd.m").end_offsets()
+    with pytest.raises(KeyboardInterrupt):
+        DiesAfterAppending(lh, project, spark).run_once(["dwd.m"])
+    assert lh.log("dwd.m").end_offsets() != before
+    unfinished = latest_round(lh.store, "dwd.m")
+    Layers(lh, project, spark)._abandon(unfinished, "given up by the test")
+    assert round_boundary(lh.store, "dwd.m", lh.log("dwd.m").end_offsets) == (0, before)
+    assert newest_finished_round(lh, "dwd.m").number == 0
+    assert lh.tier("dwd.m").offsets == before  # the abandoned round's appends stay out of the lake
+    reports = Layers(lh, project, spark).run_once(["dwd.m"])
+    assert [r.round for r in reports] == [2] and lh.tier("dwd.m").offsets == lh.log("dwd.m").end_offsets()
