@@ -22,7 +22,9 @@ WORKDIR /opt/lakestream
 COPY pyproject.toml README.md ./
 COPY object_store ./object_store
 COPY lakehouse ./lakehouse
+COPY layers ./layers
 COPY quality ./quality
+COPY lakestream ./lakestream
 COPY jobs ./jobs
 RUN pip install . "psycopg2-binary>=2.9" \
     && test -x "$SPARK_HOME/bin/spark-class" && java -version

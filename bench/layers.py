@@ -66,9 +66,9 @@ from _common import pct  # noqa: E402
 from tiering import PRIORITIES, STATUS, STATUS_P, _decimal_cents, _pick, machine, order_key  # noqa: E402
 
 from lakehouse import Lakehouse  # noqa: E402
-from lakehouse.layers.project import load_project  # noqa: E402
-from lakehouse.layers.runner import Layers  # noqa: E402
 from lakehouse.log.batch import Limits  # noqa: E402
+from layers.project import load_project  # noqa: E402
+from layers.runner import Layers  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "tpch"
 DWD, ADS = "dwd.orders_enriched", "ads.revenue_by_nation_month"
@@ -649,8 +649,8 @@ import json, os, sys, threading, time
 sys.path.insert(0, sys.argv[1])
 import psutil
 from lakehouse import Lakehouse
-from lakehouse.layers.project import load_project
-from lakehouse.layers.runner import Layers
+from layers.project import load_project
+from layers.runner import Layers
 from lakehouse.spark import spark_session
 
 def status(field):

@@ -52,9 +52,9 @@ from _common import on_both_backends, parser, pct, run_threads, timed_each  # no
 
 from lakehouse import Lakehouse  # noqa: E402
 from lakehouse.bucketing import bucket_ids  # noqa: E402
-from lakehouse.demo import ORDERS_SCHEMA, _orders_batch  # noqa: E402
 from lakehouse.log import Log, segment  # noqa: E402
 from lakehouse.log.batch import split_by_bucket  # noqa: E402
+from lakestream.demo.pipeline import ORDERS_SCHEMA, _orders_batch  # noqa: E402
 from object_store import ObjectStore  # noqa: E402
 
 BUCKETS = 4

@@ -143,7 +143,11 @@ def run(label: str, store: Any, args: Any) -> list[str]:
     ours, result = incremental(lh, "bench.log1", reset, args.repeats)
     line(
         f"(i) check of a {args.commit:,}-record commit, log table ({result.rows:,} rows read; raw {raw_rows:,})",
-        ours, raw, raw / ours, ">= 0.5x", raw / ours >= 0.5,
+        ours,
+        raw,
+        raw / ours,
+        ">= 0.5x",
+        raw / ours >= 0.5,
     )
     ds = make_dataset(args.commit, args.commit, seed=3)
     lh.create_table("bench.pk1", SCHEMA, primary_key=[KEY], buckets=BUCKETS)
@@ -156,11 +160,19 @@ def run(label: str, store: Any, args: Any) -> list[str]:
     line(
         f"(i) check of a {args.commit:,}-change commit, primary-key table ({result.rows:,} rows read; raw: the "
         f"commit's log range, added and replaced files, {raw_rows:,})",
-        ours, raw, raw / ours, ">= 0.5x", raw / ours >= 0.5,
+        ours,
+        raw,
+        raw / ours,
+        ">= 0.5x",
+        raw / ours >= 0.5,
     )
     line(
         f"(i') the same, baseline without the replaced files ({new_rows:,} rows: the log range and added files)",
-        ours, new, new / ours, "(stricter)", new / ours >= 0.5,
+        ours,
+        new,
+        new / ours,
+        "(stricter)",
+        new / ours >= 0.5,
     )
     # (ii) one commit of --small records into a table of rows/10 and one of rows
     resets = {}
@@ -173,7 +185,11 @@ def run(label: str, store: Any, args: Any) -> list[str]:
                 failures.append(f"bench.big full: {[str(v) for v in result.violations]}")
             line(
                 f"(iii) full reconciliation of {rows:,} rows ({result.rows:,} rows read; raw {raw_rows:,})",
-                ours, raw, raw / ours, ">= 0.5x", raw / ours >= 0.5,
+                ours,
+                raw,
+                raw / ours,
+                ">= 0.5x",
+                raw / ours >= 0.5,
             )
         resets[name], _ = checked_commit(lh, name, rows_of(args.small, rows * 2, 5), "insert")
     # tens of milliseconds each: many runs, alternating between the tables so drift hits both alike
@@ -187,7 +203,11 @@ def run(label: str, store: Any, args: Any) -> list[str]:
     line(
         f"(ii) check of a {args.small:,}-record commit: table of {args.rows:,} rows (ours) vs {args.rows // 10:,} "
         "(baseline)",
-        times["bench.big"], times["bench.small"], ratio, "<= 1.2x", ratio <= 1.2,
+        times["bench.big"],
+        times["bench.small"],
+        ratio,
+        "<= 1.2x",
+        ratio <= 1.2,
     )
     out += ["", f"({time.perf_counter() - t0:.0f} s including setup)", ""]
     return out

@@ -44,8 +44,16 @@ def _ads_orders(lh) -> int:
 
 def _tier_with(cfg: stack.Config, env: dict, master: str, table: str) -> dict:
     """``spark-submit --master M jobs/tiering.py --table T``: wall seconds and the job's own result line."""
-    command = [str(cfg.bin_dir / "spark-submit"), "--master", master, "--conf", "spark.cores.max=2",
-               str(stack.REPO / "jobs" / "tiering.py"), "--table", table]
+    command = [
+        str(cfg.bin_dir / "spark-submit"),
+        "--master",
+        master,
+        "--conf",
+        "spark.cores.max=2",
+        str(stack.REPO / "jobs" / "tiering.py"),
+        "--table",
+        table,
+    ]
     started = time.monotonic()
     result = subprocess.run(command, env=scenario.user_env(cfg, env), capture_output=True, text=True, check=False)
     wall = time.monotonic() - started
@@ -63,8 +71,9 @@ def main() -> None:
     args = ap.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="lakestream-bench-stack-")) / ".stack"
-    env = scenario.environment({var: str(p) for var, p in zip(stack.PORT_ENV, _free_ports(len(stack.PORT_ENV)),
-                                                                  strict=True)})
+    env = scenario.environment(
+        {var: str(p) for var, p in zip(stack.PORT_ENV, _free_ports(len(stack.PORT_ENV)), strict=True)}
+    )
     cfg, ready, _ = scenario.stack_up(root, env)
     print(f"stack: make stack -> ready {ready:.1f} s (SeaweedFS, Spark master + worker, Airflow x4)")
     try:
@@ -81,8 +90,12 @@ def main() -> None:
         quality = scenario.next_success(api, "lake_quality", tiering["end_date"], 900)
         maintenance, _ = scenario.trigger_and_wait(api, "lake_maintenance", 900)
         print(f"stack: trigger -> success under the scheduler ({args.orders:,} orders; queued -> end):")
-        for dag_id, run in (("lake_tiering", tiering), ("warehouse_layers", layers), ("lake_quality", quality),
-                            ("lake_maintenance", maintenance)):
+        for dag_id, run in (
+            ("lake_tiering", tiering),
+            ("warehouse_layers", layers),
+            ("lake_quality", quality),
+            ("lake_maintenance", maintenance),
+        ):
             print(f"  {dag_id:18} {_seconds(run):6.1f} s  (running {_seconds(run, 'start_date'):5.1f} s)")
 
         fresh = []
@@ -95,8 +108,10 @@ def main() -> None:
                     raise SystemExit("ADS did not show the new orders within 600 s")
                 time.sleep(1)
             fresh.append(time.monotonic() - t0)
-        print(f"stack: ODS append -> ADS visible (union read) under the scheduler, every-minute DAGs: "
-              f"{', '.join(f'{s:.0f}' for s in fresh)} s (median {statistics.median(fresh):.0f} s)")
+        print(
+            f"stack: ODS append -> ADS visible (union read) under the scheduler, every-minute DAGs: "
+            f"{', '.join(f'{s:.0f}' for s in fresh)} s (median {statistics.median(fresh):.0f} s)"
+        )
         for dag_id in ("lake_tiering", "warehouse_layers", "lake_quality", "lake_maintenance"):
             api.set_paused(dag_id, True)  # a paused DAG's running run stalls: wait for its running tasks only
         scenario.wait_tasks_idle(api, 900)
@@ -110,18 +125,30 @@ def main() -> None:
                 lh.create_table(name, schema, buckets=4)
             for start in range(0, args.tier_rows, 250_000):
                 n = min(250_000, args.tier_rows - start)
-                lh.log(name).append(pa.table({
-                    "id": np.arange(start, start + n), "user": rng.integers(0, 10_000, n),
-                    "amount": rng.random(n), "note": pa.array(["x" * 16] * n)}, schema=schema))
+                lh.log(name).append(
+                    pa.table(
+                        {
+                            "id": np.arange(start, start + n),
+                            "user": rng.integers(0, 10_000, n),
+                            "amount": rng.random(n),
+                            "note": pa.array(["x" * 16] * n),
+                        },
+                        schema=schema,
+                    )
+                )
         for name, master in (("bench.tier_local", "local[2]"), ("bench.tier_standalone", cfg.spark_master)):
             results[master] = _tier_with(cfg, env, master, name)
         local, standalone = results["local[2]"], results[cfg.spark_master]
         print(f"stack: tiering {args.tier_rows:,} rows (log table, 4 buckets), spark-submit wall / tiering round:")
         for label, r in (("local[2]", local), ("standalone (1 worker, 2 cores)", standalone)):
-            print(f"  {label:31} {r['wall']:6.1f} s / {r['seconds']:5.1f} s  "
-                  f"{r['rows'] / r['seconds'] / 1e6:5.2f} M rows/s")
-        print(f"  standalone vs local[2]: {local['seconds'] / standalone['seconds']:.2f}x throughput, "
-              f"{local['wall'] / standalone['wall']:.2f}x wall")
+            print(
+                f"  {label:31} {r['wall']:6.1f} s / {r['seconds']:5.1f} s  "
+                f"{r['rows'] / r['seconds'] / 1e6:5.2f} M rows/s"
+            )
+        print(
+            f"  standalone vs local[2]: {local['seconds'] / standalone['seconds']:.2f}x throughput, "
+            f"{local['wall'] / standalone['wall']:.2f}x wall"
+        )
         lh.close()
     finally:
         print(scenario.stack_down(root, env).strip().splitlines()[-1])

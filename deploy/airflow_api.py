@@ -100,9 +100,7 @@ class AirflowApi:
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
         run = urllib.parse.quote(run_id, safe="")
-        return self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run}/taskInstances?limit=1000")[
-            "task_instances"
-        ]
+        return self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run}/taskInstances?limit=1000")["task_instances"]
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
         """The text of one try's log."""

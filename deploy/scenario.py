@@ -31,8 +31,13 @@ N_NATIONS, N_CUSTOMERS = 25, 1_000
 
 def _stack_command(command: str, root: Path, env: Mapping[str, str], timeout: float = 600) -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "deploy.stack", command, "--dir", str(root)], cwd=REPO, env=dict(env),
-        capture_output=True, text=True, timeout=timeout, check=False,
+        [sys.executable, "-m", "deploy.stack", command, "--dir", str(root)],
+        cwd=REPO,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
     if result.returncode:
         raise StackError(f"deploy.stack {command} failed ({result.returncode}):\n{result.stdout}{result.stderr}")
@@ -62,8 +67,11 @@ def open_lakehouse(cfg: Config) -> Any:
     from lakehouse.lakehouse import Lakehouse
 
     return Lakehouse.open(
-        f"s3://{BUCKET}/warehouse", endpoint_url=cfg.s3_endpoint, access_key_id=ACCESS_KEY,
-        secret_access_key=SECRET_KEY, region="us-east-1",
+        f"s3://{BUCKET}/warehouse",
+        endpoint_url=cfg.s3_endpoint,
+        access_key_id=ACCESS_KEY,
+        secret_access_key=SECRET_KEY,
+        region="us-east-1",
     )
 
 
@@ -71,7 +79,11 @@ def deploy_example(cfg: Config, env: Mapping[str, str]) -> str:
     """``lakestream layers deploy --project examples/tpch`` against the stack (idempotent)."""
     result = subprocess.run(
         [str(cfg.bin_dir / "lakestream"), "layers", "deploy", "--project", str(EXAMPLE)],
-        env=user_env(cfg, env), capture_output=True, text=True, timeout=300, check=False,
+        env=user_env(cfg, env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     if result.returncode:
         raise StackError(f"lakestream layers deploy failed:\n{result.stdout}{result.stderr}")
@@ -89,7 +101,7 @@ class Producer:
 
     def orders(self, n: int) -> range:
         """Append ``n`` new orders (and the dimensions first, once); returns their keys."""
-        from lakehouse.layers.demo import customers, nations, orders
+        from lakestream.demo.layers import customers, nations, orders
 
         rng = np.random.default_rng(self.seed + self.next_order)
         if not self.dimensions_loaded:
@@ -131,8 +143,9 @@ def next_success(api: AirflowApi, dag_id: str, after: str, timeout: float, *, po
             if (run.get("start_date") or "") <= after:
                 continue
             if run["state"] == "failed":
-                raise AirflowApiError(f"{dag_id} run {run['dag_run_id']} failed:\n"
-                                      f"{api.failure_report(dag_id, run['dag_run_id'])}")
+                raise AirflowApiError(
+                    f"{dag_id} run {run['dag_run_id']} failed:\n{api.failure_report(dag_id, run['dag_run_id'])}"
+                )
             if run["state"] == "success":
                 return run
         if time.monotonic() > deadline:
@@ -185,7 +198,10 @@ def executor_log(cfg: Config, app_id: str) -> str:
 
 def environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment without another stack's or warehouse's settings, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("LAKESTREAM_", "AIRFLOW", "AWS_", "SPARK_", "PYSPARK_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LAKESTREAM_", "AIRFLOW", "AWS_", "SPARK_", "PYSPARK_"))
+    }
     env.update(extra or {})
     return env

@@ -35,8 +35,15 @@ from object_store.seaweedfs import _PORT_FLAGS, ACCESS_KEY, SECRET_KEY, weed_bin
 
 REPO = Path(__file__).resolve().parent.parent
 BUCKET = "lakestream"
-SERVICES = ("seaweedfs", "spark-master", "spark-worker", "airflow-api-server", "airflow-scheduler",
-            "airflow-dag-processor", "airflow-triggerer")
+SERVICES = (
+    "seaweedfs",
+    "spark-master",
+    "spark-worker",
+    "airflow-api-server",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+)
 AIRFLOW_SERVICES = SERVICES[3:]
 
 # Environment variable -> (what, default). weed mini's gRPC ports default to +10000 of each HTTP port.
@@ -229,8 +236,13 @@ def _spawn(cfg: Config, service: str, args: list[str], env: Mapping[str, str], c
         out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(args)}\n".encode())
         out.flush()
         proc = subprocess.Popen(
-            args, cwd=cwd or cfg.root, env=dict(env), stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            args,
+            cwd=cwd or cfg.root,
+            env=dict(env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
     cfg.pid_file(service).write_text(f"{proc.pid}\n")
     return proc.pid
@@ -273,8 +285,9 @@ def _wait(cfg: Config, service: str, check: Callable[[], bool], timeout: float) 
     while True:
         pid = read_pid(cfg, service)
         if pid is None or not _alive(pid):
-            raise StackError(f"{service} exited during start-up; log {cfg.log_file(service)}:\n"
-                             f"{_tail(cfg.log_file(service))}")
+            raise StackError(
+                f"{service} exited during start-up; log {cfg.log_file(service)}:\n{_tail(cfg.log_file(service))}"
+            )
         try:
             if check():
                 return
@@ -283,8 +296,10 @@ def _wait(cfg: Config, service: str, check: Callable[[], bool], timeout: float) 
         except Exception:  # noqa: BLE001 (not ready yet)
             pass
         if time.monotonic() > deadline:
-            raise StackError(f"{service} not ready within {timeout:.0f}s; log {cfg.log_file(service)}:\n"
-                             f"{_tail(cfg.log_file(service))}")
+            raise StackError(
+                f"{service} not ready within {timeout:.0f}s; log {cfg.log_file(service)}:\n"
+                f"{_tail(cfg.log_file(service))}"
+            )
         time.sleep(0.5)
 
 
@@ -300,15 +315,31 @@ def start_seaweedfs(cfg: Config) -> None:
     work = cfg.root / "seaweedfs"
     (work / "data").mkdir(parents=True, exist_ok=True)
     s3_config = work / "s3.json"
-    s3_config.write_text(json.dumps({"identities": [{
-        "name": "lakestream",
-        "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-    }]}))
+    s3_config.write_text(
+        json.dumps(
+            {
+                "identities": [
+                    {
+                        "name": "lakestream",
+                        "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                    }
+                ]
+            }
+        )
+    )
     args = [
-        weed_binary(), "mini", f"-dir={work / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-        f"-s3.config={s3_config}", f"-filer.localSocket={work / 'filer.sock'}",
-        f"-s3.localSocket={work / 's3.sock'}", "-master.telemetry=false", "-webdav=false", "-admin.ui=false",
+        weed_binary(),
+        "mini",
+        f"-dir={work / 'data'}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-s3.config={s3_config}",
+        f"-filer.localSocket={work / 'filer.sock'}",
+        f"-s3.localSocket={work / 's3.sock'}",
+        "-master.telemetry=false",
+        "-webdav=false",
+        "-admin.ui=false",
         "-master.volumeSizeLimitMB=64",
         *(f"-{flag}={cfg.ports[flag]}" for flag in _PORT_FLAGS),
     ]
@@ -318,9 +349,16 @@ def start_seaweedfs(cfg: Config) -> None:
         from object_store import open_store
 
         store = open_store(
-            f"s3://{BUCKET}/warehouse", endpoint_url=cfg.s3_endpoint, access_key_id=ACCESS_KEY,
-            secret_access_key=SECRET_KEY, region="us-east-1", create_bucket=True, probe=False,
-            max_attempts=1, connect_timeout=1, read_timeout=5,
+            f"s3://{BUCKET}/warehouse",
+            endpoint_url=cfg.s3_endpoint,
+            access_key_id=ACCESS_KEY,
+            secret_access_key=SECRET_KEY,
+            region="us-east-1",
+            create_bucket=True,
+            probe=False,
+            max_attempts=1,
+            connect_timeout=1,
+            read_timeout=5,
         )
         store.ensure_conditional_writes()
         return True
@@ -336,16 +374,18 @@ def _spark_env(cfg: Config) -> dict[str, str]:
         (spark / d).mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.update(cfg.stack_env())
-    env.update({
-        "SPARK_HOME": str(Path(pyspark.__file__).parent),
-        "SPARK_WORKER_DIR": str(spark / "work"),
-        "SPARK_LOCAL_DIRS": str(spark / "local"),
-        "SPARK_LOG_DIR": str(spark / "logs"),
-        "PATH": f"{cfg.bin_dir}:{env.get('PATH', '')}",
-        # a busy port fails the start (and so the readiness check) instead of moving to the next port
-        "SPARK_MASTER_OPTS": "-Dspark.port.maxRetries=0",
-        "SPARK_WORKER_OPTS": "-Dspark.port.maxRetries=0",
-    })
+    env.update(
+        {
+            "SPARK_HOME": str(Path(pyspark.__file__).parent),
+            "SPARK_WORKER_DIR": str(spark / "work"),
+            "SPARK_LOCAL_DIRS": str(spark / "local"),
+            "SPARK_LOG_DIR": str(spark / "logs"),
+            "PATH": f"{cfg.bin_dir}:{env.get('PATH', '')}",
+            # a busy port fails the start (and so the readiness check) instead of moving to the next port
+            "SPARK_MASTER_OPTS": "-Dspark.port.maxRetries=0",
+            "SPARK_WORKER_OPTS": "-Dspark.port.maxRetries=0",
+        }
+    )
     return env
 
 
@@ -356,22 +396,45 @@ def _master_json(cfg: Config) -> dict:
 
 
 def start_spark_master(cfg: Config) -> None:
-    args = [str(cfg.bin_dir / "spark-class"), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-            "--port", str(cfg.ports["spark.master"]), "--webui-port", str(cfg.ports["spark.master.ui"])]
+    args = [
+        str(cfg.bin_dir / "spark-class"),
+        "org.apache.spark.deploy.master.Master",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(cfg.ports["spark.master"]),
+        "--webui-port",
+        str(cfg.ports["spark.master.ui"]),
+    ]
     _spawn(cfg, "spark-master", args, _spark_env(cfg))
     _wait(cfg, "spark-master", lambda: _master_json(cfg).get("status") == "ALIVE", cfg.timeout)
 
 
 def start_spark_worker(cfg: Config) -> None:
-    args = [str(cfg.bin_dir / "spark-class"), "org.apache.spark.deploy.worker.Worker", cfg.spark_master,
-            "--host", "127.0.0.1", "--webui-port", str(cfg.ports["spark.worker.ui"]),
-            "--cores", str(cfg.worker_cores), "--memory", cfg.worker_memory,
-            "--work-dir", str(cfg.root / "spark" / "work")]
+    args = [
+        str(cfg.bin_dir / "spark-class"),
+        "org.apache.spark.deploy.worker.Worker",
+        cfg.spark_master,
+        "--host",
+        "127.0.0.1",
+        "--webui-port",
+        str(cfg.ports["spark.worker.ui"]),
+        "--cores",
+        str(cfg.worker_cores),
+        "--memory",
+        cfg.worker_memory,
+        "--work-dir",
+        str(cfg.root / "spark" / "work"),
+    ]
     # its RPC port stays random: a worker restarted after a crash must not come back at the address the master
     # still holds for the dead one (the master refuses a second worker at one address until it times out)
     _spawn(cfg, "spark-worker", args, _spark_env(cfg))
-    _wait(cfg, "spark-worker",
-          lambda: any(w.get("state") == "ALIVE" for w in _master_json(cfg).get("workers", [])), cfg.timeout)
+    _wait(
+        cfg,
+        "spark-worker",
+        lambda: any(w.get("state") == "ALIVE" for w in _master_json(cfg).get("workers", [])),
+        cfg.timeout,
+    )
 
 
 def _airflow_env(cfg: Config) -> dict[str, str]:
@@ -388,8 +451,15 @@ def start_airflow(cfg: Config) -> None:
     log = cfg.log_file("airflow-db-migrate")
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        result = subprocess.run([airflow, "db", "migrate"], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, timeout=max(cfg.timeout, 300), check=False)
+        result = subprocess.run(
+            [airflow, "db", "migrate"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            timeout=max(cfg.timeout, 300),
+            check=False,
+        )
     if result.returncode:
         raise StackError(f"airflow db migrate failed; log {log}:\n{_tail(log)}")
     commands = {
@@ -400,17 +470,28 @@ def start_airflow(cfg: Config) -> None:
     }
     for service, command in commands.items():
         _spawn(cfg, service, [airflow, *command], env)
-    _wait(cfg, "airflow-api-server",
-          lambda: _http_json(f"{cfg.airflow_url}/api/v2/monitor/health") is not None, cfg.timeout)
+    _wait(
+        cfg,
+        "airflow-api-server",
+        lambda: _http_json(f"{cfg.airflow_url}/api/v2/monitor/health") is not None,
+        cfg.timeout,
+    )
 
     def dags_parsed() -> bool:
         for service in commands:  # any component dying fails the start
             if running(cfg, service) is None:
                 raise StackError(f"{service} exited; log {cfg.log_file(service)}:\n{_tail(cfg.log_file(service))}")
-        errors = subprocess.run([airflow, "dags", "list-import-errors", "-o", "json"], env=env,
-                                capture_output=True, text=True, timeout=120, check=False)
-        dags = subprocess.run([airflow, "dags", "list", "-o", "json"], env=env,
-                              capture_output=True, text=True, timeout=120, check=False)
+        errors = subprocess.run(
+            [airflow, "dags", "list-import-errors", "-o", "json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        dags = subprocess.run(
+            [airflow, "dags", "list", "-o", "json"], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
         if errors.returncode or dags.returncode:
             return False
         found = _cli_json(dags.stdout)
@@ -481,9 +562,11 @@ def up(cfg: Config, services: tuple[str, ...] | None = None, out: Callable[[str]
 
 
 def _up(cfg: Config, services: tuple[str, ...] | None, out: Callable[[str], None]) -> bool:
-    wanted = [(names, start) for names, start in STARTERS
-              if (services is None or set(names) & set(services))
-              and (cfg.with_airflow or names != AIRFLOW_SERVICES)]
+    wanted = [
+        (names, start)
+        for names, start in STARTERS
+        if (services is None or set(names) & set(services)) and (cfg.with_airflow or names != AIRFLOW_SERVICES)
+    ]
     alive = [s for names, _ in wanted for s in names if running(cfg, s)]
     if len(alive) == sum(len(names) for names, _ in wanted):
         out(f"the stack in {cfg.root} is already running ({', '.join(alive)}):")
@@ -492,8 +575,10 @@ def _up(cfg: Config, services: tuple[str, ...] | None, out: Callable[[str], None
     for names, _ in wanted:
         partly = [s for s in names if s in alive]
         if partly and len(partly) < len(names):
-            raise StackError(f"{', '.join(partly)} running but {', '.join(s for s in names if s not in alive)} not: "
-                             f"stop the stack (make stack-down) and start it again")
+            raise StackError(
+                f"{', '.join(partly)} running but {', '.join(s for s in names if s not in alive)} not: "
+                f"stop the stack (make stack-down) and start it again"
+            )
     if alive:
         out(f"already running: {', '.join(alive)}; starting the rest")
     wanted = [(names, start) for names, start in wanted if names[0] not in alive]
@@ -507,14 +592,19 @@ def _up(cfg: Config, services: tuple[str, ...] | None, out: Callable[[str], None
             start(cfg)
             out(f"{'/'.join(names)} ready in {time.monotonic() - t:.1f}s  {cfg.url(names[0])}")
     except BaseException as exc:
-        out("start failed; stopping what was started" if isinstance(exc, StackError)
-            else f"start interrupted ({exc!r}); stopping what was started")
+        out(
+            "start failed; stopping what was started"
+            if isinstance(exc, StackError)
+            else f"start interrupted ({exc!r}); stopping what was started"
+        )
         for service in reversed(started):
             if stop_service(cfg, service):
                 out(f"stopped {service}")
         raise
-    out(f"stack ready in {time.monotonic() - t0:.1f}s; logs in {cfg.root / 'logs'}; use it with:\n"
-        f"  source {cfg.root / 'env'}")
+    out(
+        f"stack ready in {time.monotonic() - t0:.1f}s; logs in {cfg.root / 'logs'}; use it with:\n"
+        f"  source {cfg.root / 'env'}"
+    )
     return True
 
 

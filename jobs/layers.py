@@ -66,13 +66,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(lh, args: argparse.Namespace) -> int:
-    from lakehouse.layers.project import load_project
-    from lakehouse.layers.selection import select_models
+    from layers.project import load_project
+    from layers.selection import select_models
 
     project = load_project(args.project or default_project())
     models = select_models(project, args.model)
-    from lakehouse.layers.runner import Layers
     from lakehouse.spark import spark_session
+    from layers.runner import Layers
 
     spark = spark_session(app_name=submitted_app_name(APP_NAME))  # no master: spark-submit's --master
     layers = Layers(lh, project, spark)

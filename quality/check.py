@@ -110,7 +110,7 @@ def _project_checks(
 ) -> None:
     """The suites and (with ``spark``) layer checks of ``names``, table by table in dependency order; ``done``
     holds the run's results so far (``add`` appends to it)."""
-    from lakehouse.layers.project import load_project
+    from layers.project import load_project
     from quality.expectations import load_suites, run_suite
     from quality.layers import check_layers, not_evaluated
 

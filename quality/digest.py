@@ -102,8 +102,10 @@ def _lists(arr: pa.Array) -> np.ndarray:
     if pa.types.is_fixed_size_list(arr.type):
         arr = arr.cast(pa.list_(arr.type.value_field))
     offsets = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
-    values = arr.flatten() if not pa.types.is_map(arr.type) else pa.StructArray.from_arrays(
-        [arr.keys, arr.items], ["key", "value"]
+    values = (
+        arr.flatten()
+        if not pa.types.is_map(arr.type)
+        else pa.StructArray.from_arrays([arr.keys, arr.items], ["key", "value"])
     )
     base = offsets[0]
     vh = column_hashes(values)

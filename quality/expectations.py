@@ -354,8 +354,12 @@ def run_suite(
             snapshot_id=None,
             seconds=time.perf_counter() - started,
             rows=0,
-            details={"expectations": len(suite.expectations), "passed": 0, "warnings": [],
-                     "skipped": "the table has no lake snapshot yet: nothing tiered to validate"},
+            details={
+                "expectations": len(suite.expectations),
+                "passed": 0,
+                "warnings": [],
+                "skipped": "the table has no lake snapshot yet: nothing tiered to validate",
+            },
         )
     use_spark = spark is not None and _total_records(snapshot) > SPARK_ROWS
     data = lake.scan(snapshot_id=sid).to_arrow() if sid is not None else lake.scan().to_arrow()
@@ -455,9 +459,9 @@ def upstream_positions(lh: Lakehouse, table: str, snapshot_id: int | None) -> di
     Raises:
         QualityError: the snapshot of a model is no retained round boundary.
     """
-    from lakehouse.errors import RoundUnknown
-    from lakehouse.layers.rounds import boundary_round, latest_round
     from lakehouse.union import snapshot_offsets
+    from layers.errors import RoundUnknown
+    from layers.rounds import boundary_round, latest_round
 
     definition = lh.table(table)
     if snapshot_id is None:

@@ -6,7 +6,7 @@ round changed in the model's table plus ``sample`` random keys of the table (see
 row. ``check_layers`` checks several models in dependency order. Differences are `Violation`\\ s
 (``layer-row``), named by key with the expected (the SQL's) and actual (the table's) row.
 
-**Which states are compared.** A round ``r`` of model M (`lakehouse.layers.rounds`) records in its intent the
+**Which states are compared.** A round ``r`` of model M (`layers.rounds`) records in its intent the
 input range (``end``: per input, the offsets the round computed with, as of which its SQL ran) and M's own log
 ends when it *began* (``output``: the old rows it diffed against). The round's appends go after ``output``; the
 report, written after every append and subscription advance, marks it finished. So the table "after round r" is
@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from lakehouse.lakehouse import Lakehouse
-    from lakehouse.layers.project import Project
-    from lakehouse.layers.rounds import RoundRecord
+    from layers.project import Project
+    from layers.rounds import RoundRecord
 
 __all__ = [
     "MAX_VIOLATIONS",
@@ -95,13 +95,13 @@ class RoundState:
 
 def newest_finished_round(lh: Lakehouse, model: str) -> RoundState | None:
     """The newest finished round of ``model`` and the model's log ends after it (its newest round boundary:
-    `lakehouse.layers.rounds.round_boundary`; a running, dead or abandoned round's appends lie beyond it), or
+    `layers.rounds.round_boundary`; a running, dead or abandoned round's appends lie beyond it), or
     None before its first round finished.
 
     Raises:
         QualityError: rounds kept starting while they were read (three times).
     """
-    from lakehouse.layers.rounds import read_intent, round_boundary
+    from layers.rounds import read_intent, round_boundary
 
     for _ in range(_ATTEMPTS):
         boundary = round_boundary(lh.store, model, lh.log(model).end_offsets)
@@ -135,7 +135,7 @@ def check_layers(
     Raises:
         InvalidArgument: a name that is no model of the project.
     """
-    from lakehouse.layers.selection import select_models
+    from layers.selection import select_models
 
     out: list[CheckResult] = []
     for name in select_models(project, models):
@@ -211,7 +211,7 @@ def _check(
     seed: int | None,
     result: CheckResult,
 ) -> None:
-    from lakehouse.layers.runner import sql_digest
+    from layers.runner import sql_digest
 
     definition = project.models[model]
     state = newest_finished_round(lh, model)
@@ -252,8 +252,8 @@ def _check(
 
 
 def _sql(spark: SparkSession, lh: Lakehouse) -> Any:
-    from lakehouse.layers.engine import SparkSql
     from lakehouse.spark.source import register
+    from layers.engine import SparkSql
 
     register(spark, lh)
     return SparkSql(spark, lh)
@@ -345,8 +345,8 @@ def _expected_of_keys(
     model whose driving table is read once, the driving rows are restricted in its read (the output key is the
     driving row's key); otherwise Spark filters the result by the key values (and pushes that down where it
     can). Either way the result is then matched exactly."""
-    from lakehouse.layers.engine import Filtered
-    from lakehouse.layers.planner import KEYED, explain
+    from layers.engine import Filtered
+    from layers.planner import KEYED, explain
 
     definition = project.models[model]
     if keys.num_rows == 0:

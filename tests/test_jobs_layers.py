@@ -67,8 +67,8 @@ def test_a_round_of_every_model_then_a_rebuild(spark, tmp_path, capsys) -> None:
     """The job deploys what is missing, runs one round per model (JSON lines), and the tables are what the SQL
     gives; --rebuild of one model changes nothing then."""
     from lakehouse import Lakehouse
-    from lakehouse.layers import load_project
-    from lakehouse.layers.runner import Layers
+    from layers import load_project
+    from layers.runner import Layers
     from tests.layers._tpch_sql import produce, sql_rows, table_rows
 
     wh = tmp_path.as_uri()
@@ -110,7 +110,7 @@ def test_follow_runs_rounds_until_sigterm_and_exits_0(spark, tmp_path, capsys) -
     import threading
 
     from lakehouse import Lakehouse
-    from lakehouse.layers import load_project
+    from layers import load_project
     from tests.layers._tpch_sql import produce, sql_rows, table_rows
 
     wh = tmp_path.as_uri()
@@ -142,7 +142,7 @@ def test_follow_runs_rounds_until_sigterm_and_exits_0(spark, tmp_path, capsys) -
 
 
 def _status(lh, project):
-    from lakehouse.layers.runner import Layers
+    from layers.runner import Layers
 
     layers = Layers(lh, project)
     try:

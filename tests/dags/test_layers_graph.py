@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.layers import load_project
+from layers import load_project
 from tests.layers.test_project import make_project, model
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"

@@ -94,8 +94,8 @@ def test_a_missing_project_is_an_import_error_that_says_what_to_set(run_probe, t
 @pytest.mark.slow
 def test_dag_test_runs_every_model_in_order(run_probe, airflow_db: Path, tmp_path: Path, spark) -> None:
     from lakehouse import Lakehouse
-    from lakehouse.layers import load_project
-    from lakehouse.layers.runner import Layers
+    from layers import load_project
+    from layers.runner import Layers
     from tests.layers._tpch_sql import produce, sql_rows, table_rows
 
     project = load_project(EXAMPLE)

@@ -23,10 +23,15 @@ def test_ports_default_and_from_env(tmp_path: Path) -> None:
     assert cfg.ports["airflow.api"] == 8080
     assert len(set(cfg.ports.values())) == len(cfg.ports), "default ports clash"
 
-    cfg = stack.Config.from_env(tmp_path, env={
-        "LAKESTREAM_STACK_S3_PORT": "18000", "LAKESTREAM_STACK_SPARK_MASTER_UI_PORT": "18001",
-        "LAKESTREAM_STACK_AIRFLOW_PORT": "18002", "LAKESTREAM_STACK_WORKER_CORES": "3",
-    })
+    cfg = stack.Config.from_env(
+        tmp_path,
+        env={
+            "LAKESTREAM_STACK_S3_PORT": "18000",
+            "LAKESTREAM_STACK_SPARK_MASTER_UI_PORT": "18001",
+            "LAKESTREAM_STACK_AIRFLOW_PORT": "18002",
+            "LAKESTREAM_STACK_WORKER_CORES": "3",
+        },
+    )
     assert cfg.s3_endpoint == "http://127.0.0.1:18000"
     assert cfg.ports["spark.master.ui"] == 18001
     assert cfg.airflow_url == "http://127.0.0.1:18002"
@@ -37,14 +42,21 @@ def test_ports_default_and_from_env(tmp_path: Path) -> None:
 
 
 def test_env_file_sources_to_the_stack(tmp_path: Path) -> None:
-    cfg = stack.Config.from_env(tmp_path / "st ack", env={
-        "LAKESTREAM_STACK_S3_PORT": "18333", "LAKESTREAM_STACK_SPARK_MASTER_PORT": "17077",
-        "LAKESTREAM_STACK_AIRFLOW_PORT": "18080",
-    })
+    cfg = stack.Config.from_env(
+        tmp_path / "st ack",
+        env={
+            "LAKESTREAM_STACK_S3_PORT": "18333",
+            "LAKESTREAM_STACK_SPARK_MASTER_PORT": "17077",
+            "LAKESTREAM_STACK_AIRFLOW_PORT": "18080",
+        },
+    )
     env_file = tmp_path / "env"
     env_file.write_text(cfg.env_file_text())
     out = subprocess.run(
-        ["bash", "-c", f"source '{env_file}' && env -0"], capture_output=True, text=True, check=True,
+        ["bash", "-c", f"source '{env_file}' && env -0"],
+        capture_output=True,
+        text=True,
+        check=True,
         env={"PATH": "/usr/bin:/bin"},
     ).stdout
     env = dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
@@ -99,8 +111,13 @@ def test_up_seaweedfs_only_then_down_leaves_no_process(tmp_path: Path) -> None:
 
         from object_store import open_store
 
-        store = open_store("s3://lakestream/warehouse", endpoint_url=cfg.s3_endpoint,
-                           access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY, region="us-east-1")
+        store = open_store(
+            "s3://lakestream/warehouse",
+            endpoint_url=cfg.s3_endpoint,
+            access_key_id=ACCESS_KEY,
+            secret_access_key=SECRET_KEY,
+            region="us-east-1",
+        )
         store.put("probe/x", b"1")
         assert store.get("probe/x").data == b"1"
     finally:

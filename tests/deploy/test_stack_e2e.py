@@ -34,16 +34,25 @@ EXECUTOR_WAIT = 15  # seconds a tiering job waits without executors before it ca
 def running(tmp_path_factory):
     root = tmp_path_factory.mktemp("stack") / ".stack"
     ports = _free_ports(len(stack.PORT_ENV))
-    env = scenario.environment({
-        **{var: str(port) for var, port in zip(stack.PORT_ENV, ports, strict=True)},
-        "LAKESTREAM_TASK_RETRIES": "2",
-        "LAKESTREAM_TASK_RETRY_DELAY_SECONDS": "5",
-        "LAKESTREAM_SPARK_EXECUTOR_WAIT_SECONDS": str(EXECUTOR_WAIT),
-    })
+    env = scenario.environment(
+        {
+            **{var: str(port) for var, port in zip(stack.PORT_ENV, ports, strict=True)},
+            "LAKESTREAM_TASK_RETRIES": "2",
+            "LAKESTREAM_TASK_RETRY_DELAY_SECONDS": "5",
+            "LAKESTREAM_SPARK_EXECUTOR_WAIT_SECONDS": str(EXECUTOR_WAIT),
+        }
+    )
     cfg, seconds, out = scenario.stack_up(root, env)
     try:
-        yield {"cfg": cfg, "env": env, "root": root, "ready_seconds": seconds, "out": out,
-               "api": AirflowApi.for_home(cfg.airflow_url, cfg.airflow_home), "lh": scenario.open_lakehouse(cfg)}
+        yield {
+            "cfg": cfg,
+            "env": env,
+            "root": root,
+            "ready_seconds": seconds,
+            "out": out,
+            "api": AirflowApi.for_home(cfg.airflow_url, cfg.airflow_home),
+            "lh": scenario.open_lakehouse(cfg),
+        }
     finally:
         for service in stack.SERVICES:  # whatever the tests did, leave nothing running
             pid = stack.read_pid(cfg, service)
@@ -91,7 +100,7 @@ def test_the_scheduler_runs_every_dag_and_publishes(running, spark) -> None:
     orders = lh.lake_read("ods.orders", columns=["o_orderkey"]).column("o_orderkey")
     assert len(orders) == pc.count_distinct(orders).as_py() == N_ORDERS
 
-    from lakehouse.layers.project import load_project
+    from layers.project import load_project
     from quality.layers import check_layers
     from quality.publish import published_snapshot
     from quality.reconcile import reconcile
@@ -122,8 +131,11 @@ def test_a_lost_worker_fails_the_task_and_the_retry_recovers(running) -> None:
     producer = running["producer"]
     # produce while no tiering task runs, so that the next tiering app (started after this) tiers all of it
     deadline = time.monotonic() + 300
-    while any(ti["state"] in ("queued", "running") for r in api.runs("lake_tiering", limit=2)
-              for ti in api.task_instances("lake_tiering", r["dag_run_id"])):
+    while any(
+        ti["state"] in ("queued", "running")
+        for r in api.runs("lake_tiering", limit=2)
+        for ti in api.task_instances("lake_tiering", r["dag_run_id"])
+    ):
         assert time.monotonic() < deadline, "lake_tiering never idle"
         time.sleep(0.5)
     started = time.time() * 1000

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 from lakehouse import Lakehouse
 from lakehouse.changes import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE, apply_changes
-from lakehouse.cli import app
 from lakehouse.datafiles import LakeContext
 from lakehouse.errors import AsOfUnavailable, InvalidArgument, SchemaError
+from lakestream.cli import app
 from tests.lakehouse.test_union_asof import BUCKETS, NAME, SCHEMA, USER, batch, build, oracle
 
 COLS = [*USER, "__bucket", "__offset"]

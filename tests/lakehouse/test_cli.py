@@ -8,7 +8,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from lakehouse.cli import app
+from lakestream.cli import app
 
 runner = CliRunner()
 

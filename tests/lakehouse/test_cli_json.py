@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lakehouse import Lakehouse
-from lakehouse.cli import app
+from lakestream.cli import app
 
 runner = CliRunner()
 NAME = "ods.orders"

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 import lakehouse.errors
 import object_store
 from lakehouse import Lakehouse
-from lakehouse.cli import app
 from lakehouse.errors import CorruptDataFileError, LakeStateError
 from lakehouse.settings import Settings
+from lakestream.cli import app
 
 
 def test_one_invalid_argument_class_for_the_store_and_the_lakehouse(tmp_path) -> None:
@@ -43,7 +43,7 @@ def _cli_as_reader(args: list[str], warehouse: Path) -> subprocess.CompletedProc
     that let it (setpriv drops CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and CAP_FOWNER)."""
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(repo), "PYTHONDONTWRITEBYTECODE": "1"}
-    code = "import sys; from lakehouse.cli import app; sys.exit(app())"
+    code = "import sys; from lakestream.cli import app; sys.exit(app())"
     command = [sys.executable, "-c", code, *args, "-w", warehouse.as_uri()]
     if os.geteuid() == 0:
         if not shutil.which("setpriv"):

@@ -8,8 +8,8 @@ from pyiceberg.catalog import load_catalog
 from typer.testing import CliRunner
 
 from lakehouse import Lakehouse
-from lakehouse.cli import app
 from lakehouse.errors import TableAlreadyExists
+from lakestream.cli import app
 
 SCHEMA = pa.schema([("o_orderkey", pa.int64()), ("o_totalprice", pa.decimal128(12, 2)), ("o_orderdate", pa.date32())])
 

@@ -16,7 +16,6 @@ import pytest
 from typer.testing import CliRunner
 
 from lakehouse import Lakehouse
-from lakehouse.cli import app
 from lakehouse.errors import InvalidArgument, MaintenanceError, OffsetOutOfRange, TableNotFound
 from lakehouse.executor import LocalExecutor
 from lakehouse.lake import COMMIT_USER_PROPERTY, tiering_snapshot
@@ -24,6 +23,7 @@ from lakehouse.log import Log
 from lakehouse.log.log import MAX_INDEX_AGE
 from lakehouse.maintenance.retention import record_retention_floors, retention_floors, retention_key
 from lakehouse.tables import TableName
+from lakestream.cli import app
 from tests.lakehouse.test_tiering import (
     ORDERS,
     USER_COLS,

@@ -133,7 +133,10 @@ def test_a_job_that_lost_its_worker_is_cancelled_after_the_executor_wait(tmp_pat
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(REPO)}
         proc = subprocess.Popen(
             [sys.executable, "-c", CANCELLED, str(REPO), cfg.spark_master],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         worker_ui = f"http://127.0.0.1:{cfg.ports['spark.worker.ui']}/json/"
         deadline = time.monotonic() + 120

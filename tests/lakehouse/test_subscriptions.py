@@ -17,7 +17,6 @@ from typer.testing import CliRunner
 
 from lakehouse import Lakehouse
 from lakehouse.changes import apply_changes
-from lakehouse.cli import app
 from lakehouse.errors import (
     AsOfUnavailable,
     InvalidArgument,
@@ -30,6 +29,7 @@ from lakehouse.errors import (
 from lakehouse.subscriptions import SUBSCRIPTIONS_PREFIX, check_consumer
 from lakehouse.tables import TableName
 from lakehouse.union import plan_as_of
+from lakestream.cli import app
 from tests.lakehouse._subscription_workers import advance_once
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])

@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from lakehouse import Lakehouse
-from lakehouse.cli import app
 from lakehouse.errors import AsOfUnavailable, CorruptDataFileError, InvalidArgument
 from lakehouse.union import plan_as_of
+from lakestream.cli import app
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string()), ("n", pa.int32())])
 USER = SCHEMA.names

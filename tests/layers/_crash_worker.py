@@ -10,12 +10,12 @@ import signal
 import sys
 
 from lakehouse.lakehouse import Lakehouse
-from lakehouse.layers import runner as runner_module
-from lakehouse.layers import writer as writer_module
-from lakehouse.layers.project import load_project
-from lakehouse.layers.runner import Layers
 from lakehouse.log.log import Log
 from lakehouse.subscriptions import Subscription
+from layers import runner as runner_module
+from layers import writer as writer_module
+from layers.project import load_project
+from layers.runner import Layers
 from tests.layers._tpch import EXAMPLE
 
 

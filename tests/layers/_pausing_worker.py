@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from lakehouse.lakehouse import Lakehouse
-from lakehouse.layers.project import load_project
-from lakehouse.layers.runner import Layers
+from layers.project import load_project
+from layers.runner import Layers
 
 if __name__ == "__main__":
     url, project, model, inside, gate = json.loads(sys.argv[1])

@@ -22,7 +22,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from lakehouse.layers.project import Project
+from layers.project import Project
 
 __all__ = [
     "OdsReplay",

@@ -22,7 +22,7 @@ from typing import NamedTuple
 import pyarrow as pa
 from hypothesis import strategies as st
 
-from lakehouse.layers import load_project
+from layers import load_project
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tpch"
 PROJECT = load_project(EXAMPLE)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from lakehouse.cli import app
+from lakestream.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
 TPCH = REPO / "examples" / "tpch"
@@ -28,7 +28,7 @@ def invoke(*args: str):
     return runner.invoke(app, ["layers", *args], catch_exceptions=False, env={"COLUMNS": "400"})
 
 
-# -- a stand-in for lakehouse.layers.runner (the contract the commands are written against) ------------------
+# -- a stand-in for layers.runner (the contract the commands are written against) ------------------
 
 
 @dataclass(frozen=True)
@@ -99,10 +99,10 @@ class FakeLayers:
 
 @pytest.fixture
 def fake(monkeypatch, tmp_path):
-    module = types.ModuleType("lakehouse.layers.runner")
+    module = types.ModuleType("layers.runner")
     module.Layers = FakeLayers
     FakeLayers.calls = []
-    monkeypatch.setitem(sys.modules, "lakehouse.layers.runner", module)
+    monkeypatch.setitem(sys.modules, "layers.runner", module)
     monkeypatch.setenv("LAKESTREAM_WAREHOUSE", tmp_path.as_uri())
     return FakeLayers
 
@@ -258,7 +258,7 @@ def test_run_once_status_rebuild_equal_the_sql(warehouse, spark, monkeypatch) ->
     """The commands build their own session: in this process that is the tests' session (getOrCreate), which
     they must not stop."""
     from lakehouse import Lakehouse
-    from lakehouse.layers import load_project
+    from layers import load_project
     from tests.layers._tpch_sql import produce, sql_rows, table_rows
 
     monkeypatch.setattr(spark, "stop", lambda: None)

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from lakehouse import Lakehouse
-from lakehouse.layers.runner import Layers
+from layers.runner import Layers
 
 from .oracle import OdsReplay, assert_same_rows, oracle_all
 from .strategies import PROJECT, SOURCES, Change, batch, scenarios

@@ -16,11 +16,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from lakehouse.errors import DeployMismatch, LayerConflict, ModelChanged, ModelKeyError, ModelSchemaChanged
 from lakehouse.lakehouse import Lakehouse
-from lakehouse.layers.project import load_project
-from lakehouse.layers.rounds import latest_round, read_report, report_exists
-from lakehouse.layers.runner import Layers
+from layers.errors import DeployMismatch, LayerConflict, ModelChanged, ModelKeyError, ModelSchemaChanged
+from layers.project import load_project
+from layers.rounds import latest_round, read_report, report_exists
+from layers.runner import Layers
 
 pytestmark = pytest.mark.usefixtures("spark")
 
@@ -291,7 +291,7 @@ def _catch(errors, fn, *args):
 
 
 def test_an_abandoned_round_is_no_boundary(setup, spark):
-    from lakehouse.layers.rounds import round_boundary
+    from layers.rounds import round_boundary
     from quality.layers import newest_finished_round
 
     lh, root = setup

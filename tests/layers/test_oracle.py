@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from lakehouse.layers import load_project
+from layers import load_project
 
 from .oracle import OdsReplay, PkState, assert_same_rows, duckdb_sql, oracle, oracle_all, replay
 

@@ -10,17 +10,17 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from lakehouse.errors import (
+from lakehouse.errors import LakestreamError
+from lakestream.cli.layers import layers_app
+from layers import KEYED, RECOMPUTE, REGROUP, RETRACT, Hop, explain, load_project, plan_model
+from layers.errors import (
     DependencyCycleError,
-    LakestreamError,
     ModelKeyError,
     ModelSqlError,
     ProjectError,
     ProjectFormatError,
     UnknownTableError,
 )
-from lakehouse.layers import KEYED, RECOMPUTE, REGROUP, RETRACT, Hop, explain, load_project, plan_model
-from lakehouse.layers.cli import layers_app
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tpch"
 
@@ -315,7 +315,7 @@ VALID_SQL = [
 
 @pytest.mark.parametrize("sql", VALID_SQL)
 def test_valid_sql_is_not_taken_for_a_syntax_error(sql) -> None:
-    from lakehouse.layers.syntax import parse_statements
+    from layers.syntax import parse_statements
 
     statements, problem = parse_statements(sql, "spark")
     assert problem is None and len(statements) == 1, problem
@@ -672,7 +672,7 @@ def test_the_sub_app_under_the_main_command_group(tmp_path) -> None:
     """As the main command wires it (``app.add_typer(layers_app, name="layers")``), errors stay one line."""
     import typer
 
-    from lakehouse.cli import _Boundary
+    from lakestream.cli.core import _Boundary
 
     main = typer.Typer(cls=_Boundary)
     main.command("config")(lambda: None)  # a group needs a command of its own to keep sub-apps as groups
@@ -690,7 +690,7 @@ def test_layers_import_neither_spark_nor_airflow() -> None:
     import sys
 
     code = (
-        "import sys, lakehouse.layers, lakehouse.layers.cli; "
+        "import sys, layers, lakestream.cli.layers; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j', 'airflow', 'sqlglot')))"
     )
     repo = Path(__file__).resolve().parents[2]
@@ -700,7 +700,7 @@ def test_layers_import_neither_spark_nor_airflow() -> None:
 
 
 def test_the_package_exports_what_it_lists() -> None:
-    import lakehouse.layers as layers
+    import layers as layers
 
     assert sorted(layers.__all__) == sorted(layers._EXPORTS)
     assert all(getattr(layers, name) is not None for name in layers.__all__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakehouse.layers.planner import RECOMPUTE_GROUP, Retraction
+from layers.planner import RECOMPUTE_GROUP, Retraction
 
 R = Retraction(("g",), (("g", "key"), ("n", "count"), ("s", "sum"), ("m", "max"), ("lo", "min")), "n")
 
@@ -54,8 +54,8 @@ def test_a_regroup_pushes_the_groups_rows_filter_into_the_read():
 
     import pyarrow as pa
 
-    from lakehouse.layers.project import load_project
-    from lakehouse.layers.runner import _merged, groups_filter
+    from layers.project import load_project
+    from layers.runner import _merged, groups_filter
     from tests.layers._tpch import EXAMPLE
 
     select = _merged(load_project(EXAMPLE).models["ads.revenue_by_nation_month"].qualified)
@@ -79,10 +79,10 @@ def test_group_rows_reads_exactly_the_groups_rows(tmp_path, monkeypatch, months_
     import pyarrow as pa
     import sqlglot
 
-    import lakehouse.layers.runner as runner
+    import layers.runner as runner
     from lakehouse import Lakehouse
-    from lakehouse.layers.runner import _sided, group_rows
-    from lakehouse.layers.sql import DIALECT
+    from layers.runner import _sided, group_rows
+    from layers.sql import DIALECT
 
     monkeypatch.setattr(runner, "MONTHS_AS_DAYS_LIMIT", months_as_days)
 

@@ -1,4 +1,4 @@
-"""The layers executor (`lakehouse.layers.runner`): rounds equal a rebuild, survive kill -9 at every step with
+"""The layers executor (`layers.runner`): rounds equal a rebuild, survive kill -9 at every step with
 nothing lost or doubled, two runners of one model never both run a round, bad models write nothing."""
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import pyarrow as pa
 import pytest
 from pyiceberg.expressions import EqualTo
 
-from lakehouse.errors import DeployMismatch, InvalidArgument, LayerConflict, ModelChanged, ModelKeyError
+from lakehouse.errors import InvalidArgument
 from lakehouse.lakehouse import Lakehouse
-from lakehouse.layers.project import load_project
-from lakehouse.layers.rounds import latest_round, read_report
-from lakehouse.layers.runner import Layers, consumer_of
+from layers.errors import DeployMismatch, LayerConflict, ModelChanged, ModelKeyError
+from layers.project import load_project
+from layers.rounds import latest_round, read_report
+from layers.runner import Layers, consumer_of
 from object_store import StoreUnavailable
 from tests.layers._tpch import EXAMPLE, MODELS, change_some, load_base, log_records, state
 

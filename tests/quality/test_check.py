@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from jobs import check as job
 from lakehouse import Lakehouse
 from lakehouse.datafiles import LakeContext
+from lakestream.cli import app
 from quality.check import publish_run, run_checks
-from quality.cli import app
 from quality.publish import published_snapshot
 from quality.runs import load_runs
 from tests.lakehouse.test_union_asof import NAME, batch, build
@@ -143,8 +143,8 @@ def test_a_project_run_checks_layers_and_suites_and_publishes_each_table_that_pa
     """The example project, layers built and tiered: reconcile + suites + layer checks all pass and every table is
     published; a wrong row in dwd's log (tiered) fails its layer check and reconciliation stays clean, so dwd keeps
     its tag while the others move on. Local warehouse (Spark builds the layers)."""
-    from lakehouse.layers.project import load_project
-    from lakehouse.layers.runner import Layers
+    from layers.project import load_project
+    from layers.runner import Layers
     from tests.quality.test_expectations import ALL, EXAMPLE, load_ods
 
     lh = Lakehouse.open((tmp_path / "wh").as_uri())
@@ -200,8 +200,8 @@ def test_a_check_whose_upstream_failed_is_not_evaluated(tmp_path, spark) -> None
     (Spark builds the layers)."""
     import numpy as np
 
-    from lakehouse.layers.project import load_project
-    from lakehouse.layers.runner import Layers
+    from layers.project import load_project
+    from layers.runner import Layers
     from quality.report import render_run
     from quality.results import CheckResult
     from tests.quality.test_expectations import ALL, EXAMPLE, N_CUSTOMERS, load_ods, orders

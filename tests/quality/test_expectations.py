@@ -20,8 +20,8 @@ import pyarrow as pa
 import pytest
 
 from lakehouse.lakehouse import Lakehouse
-from lakehouse.layers.demo import customers, nations, orders
-from lakehouse.layers.project import load_project
+from lakestream.demo.layers import customers, nations, orders
+from layers.project import load_project
 from quality import expectations as qx
 from quality.errors import SuiteError
 from quality.expectations import check_suite, load_suite, load_suites, run_suite, run_suites
@@ -64,7 +64,7 @@ def bad_order(key: int, *, price: str = "10.00", custkey: int = 1) -> pa.Table:
 def warehouse(tmp_path_factory, spark):
     """The example project deployed, loaded with demo data, its layers built once and every table tiered (on a
     local warehouse: building the layers takes Spark a while; the tests on ``lakehouse`` cover S3)."""
-    from lakehouse.layers.runner import Layers
+    from layers.runner import Layers
 
     lh = Lakehouse.open(tmp_path_factory.mktemp("wh").as_uri())
     load_ods(lh)
@@ -113,7 +113,7 @@ def test_cross_table_references_read_the_inputs_as_the_round_saw_them(warehouse,
     """A model's snapshot is checked against its inputs as of the round that produced it: ODS changes no round has
     seen yet are no drift, even once tiered; a layer tiered behind its input's lake is no drift either; but what
     the round did see (orders left without their customer) and a rogue row in the layer are violations."""
-    from lakehouse.layers.runner import Layers
+    from layers.runner import Layers
 
     lh, dwd, ads = warehouse, "dwd.orders_enriched", "ads.revenue_by_nation_month"
 
@@ -161,9 +161,9 @@ def test_a_model_is_tiered_to_round_boundaries_and_a_snapshot_off_them_is_an_err
     that holds one anyway (tiered without the boundary: an older version) is an error for the suite, not a
     violation."""
     from lakehouse.boundaries import hold
-    from lakehouse.layers.lease import Owner
-    from lakehouse.layers.rounds import RoundRecord, create_round, latest_round
     from lakehouse.tiering import tier
+    from layers.lease import Owner
+    from layers.rounds import RoundRecord, create_round, latest_round
 
     lh, ads = warehouse, "ads.revenue_by_nation_month"
     assert qx.upstream_positions(lh, ads, lh.lake_table(ads).current_snapshot().snapshot_id)
@@ -431,8 +431,8 @@ def test_importing_and_running_gx_under_info_logging_stays_quiet(tmp_path):
         sys.path.insert(0, {str(ROOT)!r})
         import numpy as np
         from lakehouse.lakehouse import Lakehouse
-        from lakehouse.layers.demo import nations
-        from lakehouse.layers.project import load_project
+        from lakestream.demo.layers import nations
+        from layers.project import load_project
         from quality.expectations import load_suites, run_suite
         lh = Lakehouse.open({(tmp_path / "wh").as_uri()!r})
         d = load_project({str(EXAMPLE)!r}).sources["ods.nation"].definition

@@ -15,10 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from lakehouse.layers.lease import Owner
-from lakehouse.layers.project import load_project
-from lakehouse.layers.rounds import RoundRecord, create_round, latest_round
-from lakehouse.layers.runner import Layers
+from layers.lease import Owner
+from layers.project import load_project
+from layers.rounds import RoundRecord, create_round, latest_round
+from layers.runner import Layers
 from quality.layers import check_layer, check_layers, newest_finished_round
 from quality.results import CheckResult
 from tests.layers._tpch import EXAMPLE, MODELS, change_some, customers, load_base, nations, orders

@@ -205,7 +205,7 @@ def test_a_tag_commit_between_tiering_plan_and_commit_keeps_both(lakehouse) -> N
 
 def test_cli_reads_at_a_ref(tmp_path) -> None:
     """`lakestream check` publishes; `lakestream table read --ref published` reads it."""
-    from quality.cli import app
+    from lakestream.cli import app
 
     lh = Lakehouse.open(tmp_path.as_uri())
     first = make(lh)

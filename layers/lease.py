@@ -1,6 +1,6 @@
 """Who runs a round: its intent names an owner, which heartbeats while the round runs.
 
-A round's intent (`lakehouse.layers.rounds`) is created with the runner that creates it as its ``owner`` (an id,
+A round's intent (`layers.rounds`) is created with the runner that creates it as its ``owner`` (an id,
 host, pid and the process's start time) and a ``heartbeat`` (the owner's wall clock, seconds since the epoch).
 While the round runs, its `RoundLease` rewrites the heartbeat every `HEARTBEAT_SECONDS` with a compare-and-swap
 (``If-Match``), so the intent shows that a live runner holds it. Another runner that finds the round unfinished
@@ -30,7 +30,7 @@ from typing import Any
 
 import psutil
 
-from lakehouse.errors import LayerConflict
+from layers.errors import LayerConflict
 from object_store import NotFound, ObjectStore, PreconditionFailed
 
 __all__ = ["HEARTBEAT_SECONDS", "LEASE_SECONDS", "Owner", "RoundLease", "owner_alive", "take_over"]

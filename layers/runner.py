@@ -4,18 +4,18 @@ A *round* of model M consumes what its inputs appended since its last round and 
 M's table to M's log (tiering then moves them into the lake as for any table):
 
 1. The round's range: per input the position of M's subscription (consumer ``layers.<M>``) to the log's end now.
-   Its intent (`lakehouse.layers.rounds`) is created with ``If-None-Match: *`` before anything is written, so
+   Its intent (`layers.rounds`) is created with ``If-None-Match: *`` before anything is written, so
    two runners of M cannot both run it (`LayerConflict`), and a runner killed at any point leaves an intent the
    next run resumes with the same range.
 2. The new rows of the keys the range can affect are computed with Spark SQL over the inputs **as of the
    round's end** (as-of reads make a round deterministic for its range), the old rows of the same keys read from
    M's table as of its log's ends when the round began, and the difference appended: upserts and key-only
    deletes, sorted by key, in chunks within the log's append limits, under producer ``layers.<M>`` and the
-   round's own sequences (`lakehouse.layers.writer.round_sequence`). A retried round appends the same chunks
+   round's own sequences (`layers.writer.round_sequence`). A retried round appends the same chunks
    under the same sequences, and the log recognises the buckets that already hold them.
 3. Only then each input subscription advances to the round's end (a compare-and-swap), which ends the round.
 
-Which keys a range affects follows the model's plan (`lakehouse.layers.planner`):
+Which keys a range affects follows the model's plan (`layers.planner`):
 
 * ``keyed``: the changed keys of the driving table, plus, for each dimension, the driving rows that join to its
   changed keys (hop by hop, as of the round's end: a row whose join column changed is itself a changed row).
@@ -24,7 +24,7 @@ Which keys a range affects follows the model's plan (`lakehouse.layers.planner`)
   they were) and as of its end (where they are); the model's SQL then recomputes exactly those groups (a
   ``LEFT SEMI JOIN`` on the group expressions; a group with no row left is deleted).
 * ``recompute``, every model's first round and a rebuild: the whole SQL, diffed against the whole table bucket by
-  bucket in Spark tasks, which append their buckets themselves (`lakehouse.layers.writer`).
+  bucket in Spark tasks, which append their buckets themselves (`layers.writer`).
 """
 
 from __future__ import annotations
@@ -48,21 +48,18 @@ from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from lakehouse.boundaries import hold, read_boundary, release
 from lakehouse.changelog import distinct_rows, semi_join
 from lakehouse.errors import (
-    DeployMismatch,
     InvalidArgument,
-    LayerConflict,
-    ModelChanged,
-    ModelSchemaChanged,
     SubscriptionConflict,
     SubscriptionNotFound,
     TableAlreadyExists,
     TableNotFound,
 )
-from lakehouse.layers.drift import table_differences
-from lakehouse.layers.engine import Filtered, SparkSql, referenced_columns
-from lakehouse.layers.lease import Owner, RoundLease, take_over
-from lakehouse.layers.planner import KEYED, RECOMPUTE, RECOMPUTE_GROUP, ModelPlan, Retraction, explain
-from lakehouse.layers.rounds import (
+from layers.drift import table_differences
+from layers.engine import Filtered, SparkSql, referenced_columns
+from layers.errors import DeployMismatch, LayerConflict, ModelChanged, ModelSchemaChanged
+from layers.lease import Owner, RoundLease, take_over
+from layers.planner import KEYED, RECOMPUTE, RECOMPUTE_GROUP, ModelPlan, Retraction, explain
+from layers.rounds import (
     RoundRecord,
     RoundReport,
     create_round,
@@ -74,15 +71,15 @@ from lakehouse.layers.rounds import (
     round_boundary,
     write_report,
 )
-from lakehouse.layers.writer import append_round, check_keys, diff_rows
+from layers.writer import append_round, check_keys, diff_rows
 from object_store import StoreUnavailable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from lakehouse.lakehouse import Lakehouse
-    from lakehouse.layers.project import Project
     from lakehouse.subscriptions import Subscription
+    from layers.project import Project
 
 __all__ = ["Layers", "ModelStatus", "RoundReport", "consumer_of", "producer_of"]
 
@@ -515,7 +512,7 @@ class Layers:
 
     def _abandon(self, record: RoundRecord, why: str) -> RoundReport:
         """Give up unfinished round ``record`` (never a live runner's): its report says so, and it is no round
-        boundary (`lakehouse.layers.rounds.round_boundary`); the full round that follows makes the table right."""
+        boundary (`layers.rounds.round_boundary`); the full round that follows makes the table right."""
         lease = take_over(self.lh.store, record.key, record.model, record.number, self.owner)
         try:
             report = RoundReport(
@@ -535,7 +532,7 @@ class Layers:
         return report
 
     def _hold_boundary(self, name: str) -> None:
-        """Hold tiering of M's table at its newest round boundary (`lakehouse.layers.rounds.round_boundary`)
+        """Hold tiering of M's table at its newest round boundary (`layers.rounds.round_boundary`)
         before a round appends: tiering never takes half a round into the lake (`lakehouse.boundaries`)."""
         self._released[name] = False
         boundary = round_boundary(self.lh.store, name, self.lh.log(name).end_offsets)
@@ -661,9 +658,9 @@ class Layers:
 
     def _full(self, record: RoundRecord, appending: Callable[[], None]) -> tuple[int, int, int, int]:
         """The whole SQL as of the round's end, diffed and appended per bucket by Spark tasks
-        (`lakehouse.layers.writer`; ``appending`` is called before the first append): (upserts, deletes, input
+        (`layers.writer`; ``appending`` is called before the first append): (upserts, deletes, input
         changes, rows)."""
-        from lakehouse.layers.writer import write_full
+        from layers.writer import write_full
 
         model = self.project.models[record.model]
         with self.sql.dataframe(model.qualified, {t: record.end[t] for t in model.inputs}) as new:

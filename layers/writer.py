@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakehouse.errors import AppendIncomplete, ModelKeyError, ModelSchemaChanged
+from lakehouse.errors import AppendIncomplete
+from layers.errors import ModelKeyError, ModelSchemaChanged
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -25,8 +25,8 @@ import pyarrow as pa
 from sqlglot import exp
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 
-from lakehouse.layers.project import Model, Project
-from lakehouse.layers.sql import DIALECT
+from layers.project import Model, Project
+from layers.sql import DIALECT
 
 __all__ = [
     "KEYED",

@@ -20,8 +20,8 @@ from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
-from lakehouse.errors import ModelSqlError
-from lakehouse.layers.syntax import parse_statements
+from layers.errors import ModelSqlError
+from layers.syntax import parse_statements
 
 DIALECT = "spark"
 #: Qualification matches column names with their case, as declared (Spark would match them without regard to

@@ -14,7 +14,9 @@ import numpy as np
 import pyarrow as pa
 from rich.console import Console
 
-from lakehouse.console import new_table
+from lakestream.console import new_table
+from lakestream.demo.common import check as _check
+from object_store import ObjectStore, open_store
 
 if TYPE_CHECKING:
     from lakehouse.lakehouse import Lakehouse
@@ -63,9 +65,8 @@ def orders(keys: np.ndarray, rng: np.random.Generator, n_customers: int) -> pa.T
 def run_layers_demo(lh: Lakehouse, spark: Any, console: Console, *, n_orders: int = 200_000, batches: int = 8) -> str:
     """Deploy, load and build the example's layers in ``lh``, then time ``batches`` change batches through
     them with ``follow``; raises `DemoCheckFailed` if a layer differs from its SQL."""
-    from lakehouse.demo import _check
-    from lakehouse.layers.project import load_project
-    from lakehouse.layers.runner import Layers, consumer_of
+    from layers.project import load_project
+    from layers.runner import Layers, consumer_of
 
     project = load_project(EXAMPLE)
     layers = Layers(lh, project, spark)
@@ -154,3 +155,18 @@ def run_layers_demo(lh: Lakehouse, spark: Any, console: Console, *, n_orders: in
         f"{n_orders:,} orders built in {built:.1f} s; {batches} change batches reached "
         f"{ads} in {statistics.median(fresh[ads]):.2f} s (median); every layer == its SQL in full"
     )
+
+
+def layers_step(store: ObjectStore, stamp: str, state: dict, console: Console) -> str:
+    """The example project's ODS -> DWD -> ADS layers, in a warehouse of their own next to this one."""
+    if state.get("spark") is None:
+        return "skipped (--local): layer rounds run Spark SQL"
+    from lakehouse.lakehouse import Lakehouse
+
+    url = f"{store.url.rstrip('/')}/layers_{stamp}"
+    state["layers_url"] = url
+    lh = Lakehouse(open_store(url, **store.connection_options()))
+    try:
+        return run_layers_demo(lh, state["spark"], console)
+    finally:
+        lh.close()

@@ -1,4 +1,6 @@
-"""The `lakestream` command. Thin: parse options, build settings, call the library, print."""
+"""The `lakestream` command's own commands (config, store, table, log, catalog, subscription, tier, compact,
+maintain, demo) and what every command shares: the error boundary, options, output. Thin: parse options, build
+settings, call the library, print. `lakestream.cli` adds the layers and quality commands."""
 
 from __future__ import annotations
 
@@ -16,10 +18,9 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from lakehouse.console import OutputConsole, json_line, new_table
 from lakehouse.errors import InvalidArgument, LakestreamError
-from lakehouse.layers.cli import JsonOpt, layers_app
 from lakehouse.settings import load_settings
+from lakestream.console import OutputConsole, json_line, new_table
 
 #: Errors from below the library that the CLI reports in one line instead of a traceback (the facade
 #: translates the ones it knows; these are what gets past it: the OS's, pyiceberg's, Spark's).
@@ -65,7 +66,6 @@ log_app = typer.Typer(help="Inspect a table's log.", no_args_is_help=True)
 app.add_typer(log_app, name="log")
 catalog_app = typer.Typer(help="The Iceberg catalog on the object store.", no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")
-app.add_typer(layers_app, name="layers")
 subscription_app = typer.Typer(help="Durable consumer positions of tables (subscriptions).", no_args_is_help=True)
 app.add_typer(subscription_app, name="subscription")
 console = OutputConsole()
@@ -75,6 +75,7 @@ WarehouseOpt = Annotated[
     str | None, typer.Option("--warehouse", "-w", help="file:///path or s3://bucket/prefix (else settings)")
 ]
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML settings file (else LAKESTREAM_CONFIG)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine output: one JSON object per line")]
 
 
 def _settings(warehouse: str | None, config: Path | None):
@@ -953,7 +954,7 @@ def demo(
     ] = False,
 ) -> None:
     """Run the demo on embedded defaults; exits non-zero if any of its checks fails."""
-    from lakehouse.demo import Step, run_demo
+    from lakestream.demo import Step, run_demo
 
     def step_json(step: Step) -> None:
         json_line({"step": step.name, "result": step.result, "seconds": round(step.seconds, 3)})

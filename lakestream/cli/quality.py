@@ -1,8 +1,4 @@
-"""`lakestream check` and `lakestream report`: the quality commands, added to lakehouse's CLI.
-
-`quality` sits above `lakehouse`, so the command's entry point is this module's ``app`` (lakehouse's, with the
-quality commands registered on import); ``lakehouse.cli`` itself knows nothing of quality.
-"""
+"""`lakestream check` and `lakestream report`: the quality commands (`register` adds them to the command)."""
 
 from __future__ import annotations
 
@@ -14,65 +10,12 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from lakehouse.cli import ConfigOpt, WarehouseOpt, _fail, _lakehouse, app, console, err
-from lakehouse.console import json_line, new_table
 from lakehouse.errors import LakestreamError
-from lakehouse.layers.cli import JsonOpt
+from lakestream.cli.core import ConfigOpt, JsonOpt, WarehouseOpt, _fail, _lakehouse, console, err
+from lakestream.console import json_line, new_table
 from quality.results import ERROR, FAILED, NOT_EVALUATED, PASSED, CheckResult
 
-__all__ = ["app"]
-
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tpch"
-
-
-def _demo_quality(lh, ns: str, state: dict, console) -> str:  # noqa: ANN001 - the demo's own objects
-    """The demo's quality step: reconcile the demo's tables (full, then after nothing new, incrementally); in the
-    layers' warehouse tier every table, then reconcile, run the example's suites and check each layer against
-    its SQL; publish; write the report next to a file:// warehouse. Raises if anything failed."""
-    from lakehouse.demo import DemoCheckFailed
-    from lakehouse.lakehouse import Lakehouse
-    from object_store import open_store
-    from quality.check import run_checks
-
-    tables = [str(t) for t in lh.list_tables(ns)]
-    out = None
-    if lh.url.startswith("file://"):
-        out = Path(lh.url[len("file://") :]) / "quality-report"
-    first = run_checks(lh, tables=tables, report_dir=out)
-    again = run_checks(lh, tables=tables, report_dir=out)
-    runs = [first, again]
-    commits = sum(r.details.get("commits_checked", 0) for r in again.results)
-    if state.get("spark") is not None and state.get("layers_url"):
-        with Lakehouse(open_store(state["layers_url"], **lh.store.connection_options())) as layers:
-            for name in layers.list_tables():
-                layers.tier(name)
-            runs.append(run_checks(layers, project=EXAMPLE, spark=state["spark"], report_dir=out and out / "layers"))
-    failed = [
-        f"{r.table} {r.check}: {r.error or r.not_evaluated or '; '.join(map(str, r.violations))}"
-        for run in runs
-        for r in run.results
-        if not r.ok
-    ]
-    if failed:
-        raise DemoCheckFailed("quality checks failed: " + " | ".join(failed))
-    checks = sum(len(r.results) for r in runs)
-    rows = sum(r.rows for run in runs for r in run.results)
-    published = sum(1 for run in runs[1:] for s in run.published.values() if s is not None)
-    where = f"; reports {out / 'index.html'}, {out / 'layers' / 'index.html'}" if out else ""
-    return (
-        f"{checks} checks passed ({rows:,} rows compared; a second run re-checked {commits} commits), "
-        f"{published} tables published{where}"
-    )
-
-
-def _register_demo_step() -> None:
-    from lakehouse.demo import EXTRA_STEPS
-
-    if not any(name == "quality checks" for name, _ in EXTRA_STEPS):
-        EXTRA_STEPS.append(("quality checks", _demo_quality))
-
-
-_register_demo_step()
+__all__ = ["register"]
 
 
 _STATUS = {
@@ -103,7 +46,6 @@ def _summary(r: CheckResult) -> str:
     return ", ".join(f"{k} {v}" for k, v in d.items() if isinstance(v, int | float | str) and k != "data_docs")
 
 
-@app.command()
 def check(
     table: Annotated[
         list[str] | None, typer.Option("--table", "-t", help="namespace.table (repeatable; default: all)")
@@ -160,7 +102,6 @@ def check(
         raise typer.Exit(1)
 
 
-@app.command()
 def report(
     out: Annotated[Path | None, typer.Option(help="write the latest run's page and the index into this folder")] = None,
     runs: Annotated[int, typer.Option(help="runs shown in the index and the trends")] = 30,
@@ -189,3 +130,9 @@ def report(
     for name in ("report_path", "index_path"):
         if written[name] is not None:
             console.print(f"{name.split('_')[0]}: {written[name]}", soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``check`` and ``report`` to the command ``app``."""
+    app.command("check")(check)
+    app.command("report")(report)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lakehouse.errors import InvalidArgument
-from lakehouse.layers.project import Project
+from layers.project import Project
 
 
 def select_models(project: Project, names: Sequence[str] | None) -> list[str]:

@@ -1,7 +1,7 @@
-"""``lakestream layers``: the warehouse-layers commands (``explain``, ``validate``; deploy and run come next).
+"""``lakestream layers``: the warehouse-layers commands (explain, validate, deploy, run, rebuild, status).
 
-A typer sub-app; the main command adds it with ``app.add_typer(layers_app, name="layers")``. Errors end the
-command with one line, as everywhere in ``lakestream`` (``lakehouse.cli._fail``).
+A typer sub-app that `lakestream.cli` adds as ``layers``. Errors end the command with one line, as everywhere in
+``lakestream`` (`lakestream.cli.core._fail`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from lakehouse.console import OutputConsole, json_line, new_table
 from lakehouse.errors import LakestreamError
+from lakestream.cli.core import ConfigOpt, JsonOpt, WarehouseOpt, _fail, _lakehouse
+from lakestream.console import OutputConsole, json_line, new_table
 
 layers_app = typer.Typer(
     help="Warehouse layers: a project of Spark SQL models (see docs/layers.md).", no_args_is_help=True
@@ -24,26 +25,13 @@ console = OutputConsole()
 ProjectOpt = Annotated[
     Path, typer.Option("--project", "-p", help="the project folder (sources.yml, models/)", show_default=False)
 ]
-# as lakehouse.cli's (which imports this module, so they cannot be imported from it at module level)
-WarehouseOpt = Annotated[
-    str | None, typer.Option("--warehouse", "-w", help="file:///path or s3://bucket/prefix (else settings)")
-]
-ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML settings file (else LAKESTREAM_CONFIG)")]
-#: every command's --json (lakehouse.cli's too)
-JsonOpt = Annotated[bool, typer.Option("--json", help="machine output: one JSON object per line")]
-
-
-def _fail(exc: Exception):
-    from lakehouse.cli import _fail as fail  # the one style of error line, and exit code 1
-
-    fail(exc)
 
 
 @layers_app.command("explain")
 def explain_command(project: ProjectOpt, json_output: JsonOpt = False) -> None:
     """Each model's incremental strategy and why, in dependency order."""
-    from lakehouse.layers.planner import explain
-    from lakehouse.layers.project import load_project
+    from layers.planner import explain
+    from layers.project import load_project
 
     try:
         plans = explain(load_project(project))
@@ -79,7 +67,7 @@ def explain_command(project: ProjectOpt, json_output: JsonOpt = False) -> None:
 def validate_command(project: ProjectOpt, json_output: JsonOpt = False) -> None:
     """Check the project (files, SQL, inputs, cycles, keys) without touching any warehouse; exit 1 on the first
     error."""
-    from lakehouse.layers.project import load_project
+    from layers.project import load_project
 
     try:
         loaded = load_project(project)
@@ -106,7 +94,7 @@ def validate_command(project: ProjectOpt, json_output: JsonOpt = False) -> None:
         console.print(Text(f"{name}: types of {', '.join(columns)} are checked at deploy"), soft_wrap=True)
 
 
-# -- running the layers (lakehouse.layers.runner) ------------------------------------------------------------
+# -- running the layers (layers.runner) ------------------------------------------------------------
 
 ModelOpt = Annotated[
     list[str] | None,
@@ -119,9 +107,8 @@ SparkMasterOpt = Annotated[
 
 def _open_layers(project: Path, warehouse, config, spark_master: str | None = "local[2]"):
     """(Lakehouse, Project, Layers): settings first, then the project, so that either fails before Spark."""
-    from lakehouse.cli import _lakehouse
-    from lakehouse.layers.project import load_project
-    from lakehouse.layers.runner import Layers
+    from layers.project import load_project
+    from layers.runner import Layers
 
     lh = _lakehouse(warehouse, config)
     try:
@@ -203,7 +190,7 @@ def run_command(
 ) -> None:
     """Run the models' rounds: each consumes what its inputs appended since its last round, exactly once."""
     from lakehouse.errors import InvalidArgument
-    from lakehouse.layers.selection import select_models
+    from layers.selection import select_models
 
     try:
         if once == follow:
@@ -295,7 +282,7 @@ def rebuild_command(
     config: ConfigOpt = None,
 ) -> None:
     """Recompute one model in full and write the difference to its table (the same exactly-once write path)."""
-    from lakehouse.layers.selection import select_models
+    from layers.selection import select_models
 
     try:
         lh, loaded, layers = _open_layers(project, warehouse, config, spark_master)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from sqlglot import exp
 
-from lakehouse.layers.sql import DIALECT
+from layers.sql import DIALECT
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -49,7 +49,7 @@ __all__ = [  # the names of _EXPORTS
 ]
 
 if TYPE_CHECKING:
-    from lakehouse.layers.planner import (
+    from layers.planner import (
         KEYED,
         RECOMPUTE,
         REGROUP,
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
         explain,
         plan_model,
     )
-    from lakehouse.layers.project import Model, Project, Source, load_project
+    from layers.project import Model, Project, Source, load_project
 
 
 def __getattr__(name: str) -> object:

@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakehouse.errors import LayerConflict, RoundUnknown
-from lakehouse.layers.lease import Owner, RoundLease
 from lakehouse.tables import RESERVED_NAMESPACE
+from layers.errors import LayerConflict, RoundUnknown
+from layers.lease import Owner, RoundLease
 from object_store import NotFound, ObjectStore, PreconditionFailed
 
 __all__ = [
@@ -284,7 +284,7 @@ def _report(store: ObjectStore, model: str, number: int) -> RoundReport | None:
 
 
 def create_round(store: ObjectStore, record: RoundRecord, owner: Owner) -> RoundLease:
-    """Create the round's intent, once, held by ``owner`` (`lakehouse.layers.lease`: it heartbeats from now on).
+    """Create the round's intent, once, held by ``owner`` (`layers.lease`: it heartbeats from now on).
 
     Raises:
         LayerConflict: another runner created this round first.

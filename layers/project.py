@@ -22,16 +22,10 @@ import pyarrow as pa
 import yaml
 from sqlglot import exp
 
-from lakehouse.errors import (
-    DependencyCycleError,
-    InvalidTableName,
-    ModelKeyError,
-    ModelSqlError,
-    ProjectFormatError,
-    SchemaError,
-    UnknownTableError,
-)
-from lakehouse.layers.sql import (
+from lakehouse.errors import InvalidTableName, SchemaError
+from lakehouse.tables import TableDefinition, TableName, parse_schema
+from layers.errors import DependencyCycleError, ModelKeyError, ModelSqlError, ProjectFormatError, UnknownTableError
+from layers.sql import (
     OutputColumn,
     check_output_names,
     output_columns,
@@ -40,7 +34,6 @@ from lakehouse.layers.sql import (
     table_references,
     written_name,
 )
-from lakehouse.tables import TableDefinition, TableName, parse_schema
 
 __all__ = ["DEFAULT_BUCKETS", "MODEL_SETTINGS", "SOURCE_SETTINGS", "Model", "Project", "Source", "load_project"]
 

@@ -1,0 +1,42 @@
+"""What the demo's steps share: a step's record, the demo's result, and the check every step makes of its own
+result (`DemoCheckFailed`: a bug)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from object_store.errors import LakestreamError
+
+__all__ = ["DemoCheckFailed", "DemoResult", "Step", "check"]
+
+
+class DemoCheckFailed(LakestreamError):
+    """A demo step's own check did not hold: a bug, please report it with the demo's output."""
+
+
+@dataclass
+class Step:
+    name: str
+    result: str
+    seconds: float
+
+
+@dataclass
+class DemoResult:
+    """What `run_demo` did: its steps, and where to read the orders table it built."""
+
+    steps: list[Step]
+    namespace: str
+    #: the orders table's offsets per bucket: the log's end and the lake's (equal: the lake caught up)
+    log_end: dict[int, int]
+    lake_offsets: dict[int, int]
+    metadata_location: str
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.seconds for s in self.steps)
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise DemoCheckFailed(message)
