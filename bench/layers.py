@@ -68,7 +68,7 @@ from tiering import PRIORITIES, STATUS, STATUS_P, _decimal_cents, _pick, machine
 from lakehouse import Lakehouse  # noqa: E402
 from lakehouse.log.batch import Limits  # noqa: E402
 from layers.project import load_project  # noqa: E402
-from layers.runner import Layers  # noqa: E402
+from layers.runner import Runner  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "tpch"
 DWD, ADS = "dwd.orders_enriched", "ads.revenue_by_nation_month"
@@ -145,17 +145,17 @@ def tier_all(lh: Lakehouse, names: tuple[str, ...]) -> float:
 
 
 def unlimited(lh: Lakehouse) -> Lakehouse:
-    """Lift the log's per-append limits (1 M rows, 256 MiB) for the layer tables: `Layers` appends a round's
+    """Lift the log's per-append limits (1 M rows, 256 MiB) for the layer tables: `Runner` appends a round's
     upserts in one append, so a full round over more than 1 M output rows fails with BatchError otherwise."""
     for name in MODELS:
         lh.log(name).limits = Limits(max_rows=1 << 40, max_bytes=1 << 50)
     return lh
 
 
-def build(url: str, n_orders: int, spark: Any, project: Any, seed: int = 25) -> tuple[Lakehouse, Layers, dict]:
+def build(url: str, n_orders: int, spark: Any, project: Any, seed: int = 25) -> tuple[Lakehouse, Runner, dict]:
     """A warehouse holding the ODS (tiered), after a first full round of both models (tiered too)."""
     lh = Lakehouse.open(url)
-    layers = Layers(lh, project, spark)
+    layers = Runner(lh, project, spark)
     layers.deploy()
     unlimited(lh)
     n_customers = max(100, n_orders // 10)
@@ -231,7 +231,7 @@ def _in(column: str, values: np.ndarray) -> Any:
 
 
 class Profile:
-    """Exclusive wall time per (model, step) of rounds, by wrapping a `Layers`' steps on the instance (the
+    """Exclusive wall time per (model, step) of rounds, by wrapping a `Runner`' steps on the instance (the
     library is not changed). A union_read is charged to the step that called it."""
 
     STEPS = {
@@ -248,7 +248,7 @@ class Profile:
         "_round": "other (intent, subscriptions, report, distinct, semi-joins)",
     }
 
-    def __init__(self, layers: Layers) -> None:
+    def __init__(self, layers: Runner) -> None:
         self.totals: dict[tuple[str, str], float] = defaultdict(float)
         self.stack: list[list[Any]] = []
         self.model = "?"
@@ -257,12 +257,12 @@ class Profile:
             "_affected_driving_keys",
             "_restricted",
             "_read_rows",
-            "_full",
             "_images",
             "_regroup",
             "_diff",
         ):
-            self._wrap(layers, attr)
+            self._wrap(layers.rows, attr)
+        self._wrap(layers, "_full")
         self._wrap(layers, "_append")
         self._wrap(layers, "_round", model_arg=True)
         self._wrap(layers.sql, "run")
@@ -301,7 +301,7 @@ def duckdb_full(lh: Lakehouse, project: Any) -> tuple[float, pa.Table, int]:
     """Both models' SQL in full in DuckDB over the ODS Iceberg tables; (seconds, ADS rows, DWD rows)."""
     import sqlglot
 
-    from lakehouse.engines import duckdb_connection
+    from lakehouse.duckdb_reader import duckdb_connection
 
     con = duckdb_connection()
     locations = {t: lh.lake_table(t).metadata_location.removeprefix("file://") for t in ODS}
@@ -365,7 +365,7 @@ def part_rounds(tmp: Path, args: argparse.Namespace, spark: Any, project: Any, o
     inc_profile = {m: profile.rows(m) for m in MODELS}
 
     other = unlimited(Lakehouse.open((tmp / "copy").as_uri()))
-    again = Layers(other, project, spark)
+    again = Runner(other, project, spark)
     rprofile = Profile(again)
     rebuilt, rebuild_s = [], 0.0
     for model in MODELS:
@@ -650,7 +650,7 @@ sys.path.insert(0, sys.argv[1])
 import psutil
 from lakehouse import Lakehouse
 from layers.project import load_project
-from layers.runner import Layers
+from layers.runner import Runner
 from lakehouse.spark import spark_session
 
 def status(field):
@@ -659,7 +659,7 @@ def status(field):
 
 spark = spark_session("local[2]")
 lh = Lakehouse.open(sys.argv[2])
-layers = Layers(lh, load_project(sys.argv[3]), spark)
+layers = Runner(lh, load_project(sys.argv[3]), spark)
 layers.sql  # registered before the clock starts
 me = psutil.Process()
 peak_tree, done = 0, threading.Event()

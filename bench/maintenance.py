@@ -57,7 +57,7 @@ from _common import finish, parser  # noqa: E402
 from tiering import SCHEMA, Results, Timed, check, machine, order_key, orders, say, timed  # noqa: E402
 
 from lakehouse import Lakehouse  # noqa: E402
-from lakehouse.engines import duckdb_connection  # noqa: E402
+from lakehouse.duckdb_reader import duckdb_connection  # noqa: E402
 
 MB = 1e6
 MiB = 1 << 20

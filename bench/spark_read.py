@@ -62,7 +62,7 @@ def old_read_table(spark: Any, lh: Lakehouse, name: str) -> Any:
     from pyiceberg.io.pyarrow import ArrowScan, expression_to_pyarrow
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from lakehouse.lake import check_lake_layout, lake_offsets
+    from lakehouse.lake_layout import check_lake_layout, lake_offsets
     from lakehouse.union import merge_batches, output_columns, parse_filter, read_tail
 
     definition = lh.table(name)
@@ -116,7 +116,7 @@ def old_union_read(lh: Lakehouse, name: str) -> pa.Table:
     from pyiceberg.expressions.visitors import bind
     from pyiceberg.io.pyarrow import expression_to_pyarrow
 
-    from lakehouse.lake import check_lake_layout, lake_offsets
+    from lakehouse.lake_layout import check_lake_layout, lake_offsets
     from lakehouse.union import merge_batches, output_columns, parse_filter, read_tail
 
     table, log_ = lh.lake_table(name), lh.log(name)

@@ -72,10 +72,10 @@ def run(lh, args: argparse.Namespace) -> int:
     project = load_project(args.project or default_project())
     models = select_models(project, args.model)
     from lakehouse.spark import spark_session
-    from layers.runner import Layers
+    from layers.runner import Runner
 
     spark = spark_session(app_name=submitted_app_name(APP_NAME))  # no master: spark-submit's --master
-    layers = Layers(lh, project, spark)
+    layers = Runner(lh, project, spark)
     try:
         created = layers.deploy()
         if created:

@@ -110,7 +110,7 @@ CommitCheck = Callable[..., None]
 
 #: Checks every `ObjectStoreCatalog` runs on every commit, registered by the code that needs them: the catalog
 #: itself knows nothing of lakestream's tables. `lakehouse.lakehouse` registers the tiering fence
-#: (`lakehouse.lake.check_tiering_fence`) when it is imported, which importing any ``lakehouse`` module does
+#: (`lakehouse.lake_layout.check_tiering_fence`) when it is imported, which importing any ``lakehouse`` module does
 #: (the package imports it), so a catalog pyiceberg's ``load_catalog`` builds from ``py-catalog-impl`` gets it too.
 _DEFAULT_COMMIT_CHECKS: list[CommitCheck] = []
 
@@ -608,7 +608,7 @@ class ObjectStoreCatalog(MetastoreCatalog):
         if current is not None and not updates:
             return CommitTableResponse(metadata=current.metadata, metadata_location=current.metadata_location)
         # The registered checks (the tiering fence: a tiering snapshot commits only on the tiering snapshot it
-        # was planned on, lakehouse.lake), against the exact metadata the pointer's CAS will replace.
+        # was planned on, lakehouse.lake_layout), against the exact metadata the pointer's CAS will replace.
         for check in self.commit_checks:
             check(current.metadata if current is not None else None, updates, name=f"{namespace}.{name}")
         staged = self._update_and_stage_table(current, table.name(), requirements, updates)

@@ -47,9 +47,9 @@ from pyiceberg.expressions import In
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from lakehouse.changelog import KeySet, reduce_changes, upserts_of
 from lakehouse.errors import AsOfUnavailable, InvalidArgument, OffsetOutOfRange, SchemaError
-from lakehouse.lake import BUCKET_COLUMN, check_lake_layout, lake_arrow_schema, log_to_lake_rows
+from lakehouse.keyed_rows import KeySet, reduce_changes, upserts_of
+from lakehouse.lake_layout import BUCKET_COLUMN, check_lake_layout, lake_arrow_schema, log_to_lake_rows
 from lakehouse.log import Log
 from lakehouse.tables import TableDefinition
 from lakehouse.union import AsOf, check_as_of, plan_as_of

@@ -3,7 +3,7 @@
 pyiceberg's `ArrowScan.to_record_batches` reads every file of a scan in a thread pool and materializes each
 file's (filtered) batches before yielding the first: a "streaming" read of four 2.5 M-row files held most of
 them in memory at once. Lakestream's data files are plain Parquet whose columns carry the table's names and
-field ids (lakestream tables do not evolve: `lakehouse.lake.check_lake_layout`), so this module reads them
+field ids (lakestream tables do not evolve: `lakehouse.lake_layout.check_lake_layout`), so this module reads them
 with pyarrow's dataset scanner directly, file after file, with the scan's filter pushed into the file
 (row-group pruning by statistics, rows filtered while decoding) and a bounded read-ahead: the memory of a
 read is a few batches plus the rows its consumer keeps. Small files (the ones frequent tiering leaves before

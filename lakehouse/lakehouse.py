@@ -21,7 +21,6 @@ from pyiceberg.table import Table
 from lakehouse import maintenance
 from lakehouse.boundaries import delete_boundary, tiering_end
 from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog, register_commit_check
-from lakehouse.changelog import distinct_rows
 from lakehouse.errors import (
     CorruptCatalogError,
     CorruptDataFileError,
@@ -34,7 +33,8 @@ from lakehouse.errors import (
     TableNotFound,
 )
 from lakehouse.executor import TaskExecutor, task_executor
-from lakehouse.lake import (
+from lakehouse.keyed_rows import distinct_rows
+from lakehouse.lake_layout import (
     LAKE_TABLE_PROPERTIES,
     TABLE_UUID_PROPERTY,
     check_lake_types,
@@ -308,7 +308,7 @@ class Lakehouse:
 
     def ensure_lake_table(self, definition: TableDefinition) -> Table:
         """The Iceberg table of a lakestream table, created if missing (idempotent: safe after a crash
-        between the log definition and the lake table). Layout: see `lakehouse.lake`."""
+        between the log definition and the lake table). Layout: see `lakehouse.lake_layout`."""
         catalog = self.catalog
         ident = (definition.name.namespace, definition.name.table)
         try:

@@ -43,11 +43,11 @@ from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from lakehouse.changelog import reduce_changes, rewrite_bucket
 from lakehouse.datafiles import LakeContext, added_or_raise, locations
 from lakehouse.errors import InvalidArgument, LakeStateError, LakestreamError, TieringConflict
 from lakehouse.executor import LocalExecutor, TaskExecutor
-from lakehouse.lake import (
+from lakehouse.keyed_rows import reduce_changes, rewrite_bucket
+from lakehouse.lake_layout import (
     TABLE_UUID_PROPERTY,
     check_lake_layout,
     lake_offsets,

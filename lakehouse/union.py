@@ -44,10 +44,10 @@ from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.metadata import TableMetadata
 from pyparsing import ParseException
 
-from lakehouse.changelog import KeySet, reduce_changes, upserts_of
 from lakehouse.errors import AsOfUnavailable, CorruptDataFileError, InvalidArgument, RefNotFound, SchemaError
 from lakehouse.filescan import stream_tasks
-from lakehouse.lake import (
+from lakehouse.keyed_rows import KeySet, reduce_changes, upserts_of
+from lakehouse.lake_layout import (
     BUCKET_COLUMN,
     COMMIT_USER_PROPERTY,
     TIERING_USER,
@@ -62,6 +62,9 @@ from lakehouse.tables import TableDefinition
 
 RowFilter = str | BooleanExpression | None
 AsOf = Mapping[int, int]
+#: Key lists up to this long are pushed into reads as IN filters; longer ones as their range, matched exactly as
+#: the rows are read (pyiceberg binds and evaluates an IN list literal by literal, per data file).
+IN_LIST_LIMIT = 64
 
 
 def parse_filter(row_filter: RowFilter, schema: Schema) -> BooleanExpression:

@@ -21,6 +21,7 @@ snapshot reflects: quality's cross-table expectations read the inputs as of them
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,9 @@ __all__ = [
     "RoundRecord",
     "RoundReport",
     "boundary_round",
+    "consumer_of",
+    "producer_of",
+    "sql_digest",
     "create_round",
     "forget_rounds",
     "latest_round",
@@ -51,6 +55,21 @@ LAYERS_PREFIX = f"{RESERVED_NAMESPACE}/layers/"
 KEEP_ROUNDS = 8
 
 Positions = dict[str, dict[int, int]]
+
+
+def sql_digest(sql: str) -> str:
+    """The digest a round records of the model's SQL (a changed SQL makes the next round a full one)."""
+    return hashlib.sha256(sql.encode()).hexdigest()
+
+
+def consumer_of(model: str) -> str:
+    """The subscription name (in each input table) of ``model``'s rounds."""
+    return f"layers.{model}"
+
+
+def producer_of(model: str) -> str:
+    """The producer id of ``model``'s appends to its own log."""
+    return f"layers.{model}"
 
 
 def _key(model: str, kind: str, number: int) -> str:

@@ -91,7 +91,7 @@ DOCS_PREFIX = "_lakestream/quality/gx/docs/"
 RESULTS_PREFIX = "_lakestream/quality/gx/results/"
 #: The key that marks a lakestream reference in a kwarg value.
 REFERENCE = "$lakestream"
-#: The columns the lake adds to every table (see `lakehouse.lake`).
+#: The columns the lake adds to every table (see `lakehouse.lake_layout`).
 LAKE_COLUMNS = ("__bucket", "__offset", "__timestamp")
 #: Reference kinds and the fields each takes (required, optional).
 REFERENCE_KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {

@@ -41,7 +41,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThanOrEqual
 
-from lakehouse.changelog import distinct_rows, semi_join
+from lakehouse.keyed_rows import distinct_rows, semi_join
+from lakehouse.union import IN_LIST_LIMIT
 from quality.errors import QualityError
 from quality.results import LAYER, CheckResult, Violation, upstream_failure
 
@@ -64,8 +65,6 @@ __all__ = [
 
 #: At most this many differences become violations (the count of all is in the last one and in ``details``).
 MAX_VIOLATIONS = 10
-#: Key lists up to this long are pushed into reads as IN filters; longer ones as their range (matched exactly).
-IN_LIST_LIMIT = 64
 #: Floating-point columns are equal within this relative tolerance (Spark's sums may add in another order).
 FLOAT_TOLERANCE = 1e-9
 _ATTEMPTS = 3
@@ -253,7 +252,7 @@ def _check(
 
 def _sql(spark: SparkSession, lh: Lakehouse) -> Any:
     from lakehouse.spark.source import register
-    from layers.engine import SparkSql
+    from layers.spark_sql import SparkSql
 
     register(spark, lh)
     return SparkSql(spark, lh)
@@ -345,8 +344,8 @@ def _expected_of_keys(
     model whose driving table is read once, the driving rows are restricted in its read (the output key is the
     driving row's key); otherwise Spark filters the result by the key values (and pushes that down where it
     can). Either way the result is then matched exactly."""
-    from layers.engine import Filtered
     from layers.planner import KEYED, explain
+    from layers.spark_sql import Filtered
 
     definition = project.models[model]
     if keys.num_rows == 0:

@@ -13,7 +13,7 @@ against its own offset range, by digests (`quality.digest`) of the rows it touch
 
 * tiering, log table: the added rows == the log's records of the range (as lake rows);
 * tiering, primary-key table: the added rows == the removed files' rows whose key did not change + the last
-  change of every changed key that leaves a row (copy-on-write, as `lakehouse.changelog.rewrite_bucket` does),
+  change of every changed key that leaves a row (copy-on-write, as `lakehouse.keyed_rows.rewrite_bucket` does),
   and no file the commit kept holds a changed key;
 * any other commit (compaction, or a rogue writer): the added rows == the removed rows.
 
@@ -57,9 +57,9 @@ from pyiceberg.manifest import DataFile, ManifestEntryStatus
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
-from lakehouse.changelog import KeySet, reduce_changes, upserts_of
 from lakehouse.errors import CorruptSegmentError, OffsetOutOfRange
-from lakehouse.lake import OFFSET_COLUMN, TIMESTAMP_COLUMN, log_to_lake_rows, tiering_snapshots
+from lakehouse.keyed_rows import KeySet, reduce_changes, upserts_of
+from lakehouse.lake_layout import OFFSET_COLUMN, TIMESTAMP_COLUMN, log_to_lake_rows, tiering_snapshots
 from lakehouse.maintenance.retention import retention_floors
 from object_store.errors import NotFound
 from quality.digest import Digest, difference, row_hashes

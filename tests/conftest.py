@@ -107,9 +107,9 @@ def spark():
 
 
 def duckdb_connection():
-    """DuckDB with its iceberg and avro extensions, loaded offline (see `lakehouse.engines`)."""
+    """DuckDB with its iceberg and avro extensions, loaded offline (see `lakehouse.duckdb_reader`)."""
     pytest.importorskip("duckdb")
-    from lakehouse.engines import duckdb_connection as connect
+    from lakehouse.duckdb_reader import duckdb_connection as connect
 
     return connect()
 

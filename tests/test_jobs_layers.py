@@ -68,13 +68,13 @@ def test_a_round_of_every_model_then_a_rebuild(spark, tmp_path, capsys) -> None:
     gives; --rebuild of one model changes nothing then."""
     from lakehouse import Lakehouse
     from layers import load_project
-    from layers.runner import Layers
+    from layers.runner import Runner
     from tests.layers._tpch_sql import produce, sql_rows, table_rows
 
     wh = tmp_path.as_uri()
     project = load_project(EXAMPLE)
     with Lakehouse.open(wh) as lh:
-        layers = Layers(lh, project, spark)
+        layers = Runner(lh, project, spark)
         layers.deploy()
         layers.close()
         produce(lh, project)
@@ -142,9 +142,9 @@ def test_follow_runs_rounds_until_sigterm_and_exits_0(spark, tmp_path, capsys) -
 
 
 def _status(lh, project):
-    from layers.runner import Layers
+    from layers.runner import Runner
 
-    layers = Layers(lh, project)
+    layers = Runner(lh, project)
     try:
         return layers.status()
     finally:

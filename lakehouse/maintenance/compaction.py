@@ -30,7 +30,7 @@ from pyiceberg.table import Table
 from lakehouse.datafiles import LakeContext, added_or_raise, locations
 from lakehouse.errors import InvalidArgument, LakestreamError, MaintenanceError
 from lakehouse.executor import LocalExecutor, TaskExecutor
-from lakehouse.lake import COMMIT_USER_PROPERTY, OFFSET_COLUMN, check_lake_layout
+from lakehouse.lake_layout import COMMIT_USER_PROPERTY, OFFSET_COLUMN, check_lake_layout
 from lakehouse.tables import TableDefinition
 
 log = logging.getLogger(__name__)

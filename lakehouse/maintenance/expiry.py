@@ -22,7 +22,7 @@ from typing import Any
 from pyiceberg.table import Table
 
 from lakehouse.errors import InvalidArgument, TieringConflict
-from lakehouse.lake import OFFSETS_PROPERTY, tiering_snapshot, tiering_summary
+from lakehouse.lake_layout import OFFSETS_PROPERTY, tiering_snapshot, tiering_summary
 from lakehouse.maintenance.references import referenced_files
 from object_store import ObjectStore
 

@@ -106,14 +106,14 @@ SparkMasterOpt = Annotated[
 
 
 def _open_layers(project: Path, warehouse, config, spark_master: str | None = "local[2]"):
-    """(Lakehouse, Project, Layers): settings first, then the project, so that either fails before Spark."""
+    """(Lakehouse, Project, Runner): settings first, then the project, so that either fails before Spark."""
     from layers.project import load_project
-    from layers.runner import Layers
+    from layers.runner import Runner
 
     lh = _lakehouse(warehouse, config)
     try:
         loaded = load_project(project)
-        return lh, loaded, Layers(lh, loaded, spark_master=spark_master)
+        return lh, loaded, Runner(lh, loaded, spark_master=spark_master)
     except BaseException:
         lh.close()
         raise

@@ -66,10 +66,10 @@ def run_layers_demo(lh: Lakehouse, spark: Any, console: Console, *, n_orders: in
     """Deploy, load and build the example's layers in ``lh``, then time ``batches`` change batches through
     them with ``follow``; raises `DemoCheckFailed` if a layer differs from its SQL."""
     from layers.project import load_project
-    from layers.runner import Layers, consumer_of
+    from layers.runner import Runner, consumer_of
 
     project = load_project(EXAMPLE)
-    layers = Layers(lh, project, spark)
+    layers = Runner(lh, project, spark)
     layers.deploy()
     rng = np.random.default_rng(20261125)
     n_nations, n_customers = 25, max(10, n_orders // 10)

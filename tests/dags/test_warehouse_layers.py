@@ -95,14 +95,14 @@ def test_a_missing_project_is_an_import_error_that_says_what_to_set(run_probe, t
 def test_dag_test_runs_every_model_in_order(run_probe, airflow_db: Path, tmp_path: Path, spark) -> None:
     from lakehouse import Lakehouse
     from layers import load_project
-    from layers.runner import Layers
+    from layers.runner import Runner
     from tests.layers._tpch_sql import produce, sql_rows, table_rows
 
     project = load_project(EXAMPLE)
     warehouse = tmp_path / "warehouse"
     warehouse.mkdir()
     with Lakehouse.open(warehouse.as_uri()) as lh:
-        layers = Layers(lh, project, spark)
+        layers = Runner(lh, project, spark)
         layers.deploy()
         layers.close()
         produce(lh, project)

@@ -15,7 +15,7 @@ import pytest
 from pyiceberg.catalog import load_catalog
 
 import lakehouse.catalog
-from lakehouse.lake import check_tiering_fence
+from lakehouse.lake_layout import check_tiering_fence
 
 SCHEMA = pa.schema([("id", pa.int64())])
 
@@ -24,7 +24,13 @@ def test_the_catalog_imports_no_lake_code() -> None:
     tree = ast.parse(Path(lakehouse.catalog.__file__).read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    lake_code = {"lakehouse.lake", "lakehouse.tiering", "lakehouse.lakehouse", "lakehouse.union", "lakehouse.changelog"}
+    lake_code = {
+        "lakehouse.lake_layout",
+        "lakehouse.tiering",
+        "lakehouse.lakehouse",
+        "lakehouse.union",
+        "lakehouse.keyed_rows",
+    }
     assert not imported & lake_code, imported & lake_code
 
 
@@ -34,7 +40,7 @@ def test_the_tiering_fence_is_registered_for_catalogs_load_catalog_builds(tmp_pa
         "from pyiceberg.catalog import load_catalog\n"
         f"c = load_catalog('x', **{{'py-catalog-impl': 'lakehouse.catalog.ObjectStoreCatalog', "
         f"'warehouse': {tmp_path.as_uri()!r}}})\n"
-        "from lakehouse.lake import check_tiering_fence\n"
+        "from lakehouse.lake_layout import check_tiering_fence\n"
         "print(check_tiering_fence in c.commit_checks)\n"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=os.environ)

@@ -24,7 +24,7 @@ def test_create_table_creates_the_iceberg_table_too(lakehouse: Lakehouse) -> Non
         "__bucket",
         "__offset",
         "__timestamp",
-    ]  # the lake layout: the log's columns plus the system columns (lakehouse.lake)
+    ]  # the lake layout: the log's columns plus the system columns (lakehouse.lake_layout)
     assert [f.name for f in lake.spec().fields] == ["o_orderkey_bucket"]
     assert lake.properties["write.update.isolation-level"] == "snapshot"
     assert lake.properties["lakestream.table-uuid"] == d.table_uuid

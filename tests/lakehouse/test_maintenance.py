@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from lakehouse import Lakehouse
 from lakehouse.errors import InvalidArgument, MaintenanceError, OffsetOutOfRange, TableNotFound
 from lakehouse.executor import LocalExecutor
-from lakehouse.lake import COMMIT_USER_PROPERTY, tiering_snapshot
+from lakehouse.lake_layout import COMMIT_USER_PROPERTY, tiering_snapshot
 from lakehouse.log import Log
 from lakehouse.log.log import MAX_INDEX_AGE
 from lakehouse.maintenance.retention import record_retention_floors, retention_floors, retention_key

@@ -25,7 +25,7 @@ from pyiceberg.types import StringType
 from lakehouse import Lakehouse
 from lakehouse.errors import InvalidArgument, LakeStateError, SchemaError, TieringConflict
 from lakehouse.executor import LocalExecutor
-from lakehouse.lake import COMMIT_USER_PROPERTY, OFFSETS_PROPERTY, tiering_snapshot
+from lakehouse.lake_layout import COMMIT_USER_PROPERTY, OFFSETS_PROPERTY, tiering_snapshot
 from lakehouse.log import Log
 from lakehouse.tiering import TieringError, plan_splits
 from tests.conftest import duckdb_connection
@@ -842,7 +842,7 @@ def test_composite_primary_key(tmp_path) -> None:
     ],
 )
 def test_key_set_membership(keys, rows, expected) -> None:
-    from lakehouse.changelog import KeySet
+    from lakehouse.keyed_rows import KeySet
 
     pk = tuple(keys)
     assert KeySet(pa.table(keys), pk).hits(pa.table(rows)).to_pylist() == expected

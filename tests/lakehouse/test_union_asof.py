@@ -268,7 +268,13 @@ def test_a_malformed_offsets_property_is_an_error_for_the_newest_and_skipped_amo
     from pyiceberg.table.snapshots import Operation, Snapshot, Summary
 
     from lakehouse.errors import LakeStateError
-    from lakehouse.lake import COMMIT_USER_PROPERTY, OFFSETS_PROPERTY, TIERING_USER, lake_offsets, tiering_snapshots
+    from lakehouse.lake_layout import (
+        COMMIT_USER_PROPERTY,
+        OFFSETS_PROPERTY,
+        TIERING_USER,
+        lake_offsets,
+        tiering_snapshots,
+    )
 
     def snap(i: int, offsets: str) -> Snapshot:
         summary = Summary(Operation.APPEND, **{COMMIT_USER_PROPERTY: TIERING_USER, OFFSETS_PROPERTY: offsets})

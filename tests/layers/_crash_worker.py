@@ -1,4 +1,4 @@
-"""Runs one `Layers.run_once` of the example project and is killed with SIGKILL at a chosen point (run as a
+"""Runs one `Runner.run_once` of the example project and is killed with SIGKILL at a chosen point (run as a
 module by tests/layers/test_runner.py): a fault-injecting wrapper around the real runner, not a mock. In a full
 round the appends run in Spark tasks, and "between_appends" has a task kill the driver after it appended."""
 
@@ -15,7 +15,7 @@ from lakehouse.subscriptions import Subscription
 from layers import runner as runner_module
 from layers import writer as writer_module
 from layers.project import load_project
-from layers.runner import Layers
+from layers.runner import Runner
 from tests.layers._tpch import EXAMPLE
 
 
@@ -57,14 +57,14 @@ def arm_full(point: str, model: str) -> None:
 def arm(point: str, model: str) -> None:
     """Kill at ``point`` of ``model``'s round."""
     if point == "before_append":
-        original = Layers._append
+        original = Runner._append
 
         def before(self, record, upserts, deletes):
             if record.model == model:
                 die()
             return original(self, record, upserts, deletes)
 
-        Layers._append = before
+        Runner._append = before
     elif point == "between_appends":
         original_append = Log.append
 
@@ -76,14 +76,14 @@ def arm(point: str, model: str) -> None:
 
         Log.append = append
     elif point == "before_advance":
-        original = Layers._append
+        original = Runner._append
 
         def after(self, record, upserts, deletes):
             original(self, record, upserts, deletes)
             if record.model == model:
                 die()
 
-        Layers._append = after
+        Runner._append = after
     elif point == "between_advances":
         original_advance = Subscription.advance
 
@@ -110,6 +110,6 @@ if __name__ == "__main__":
     url, point, model, full = json.loads(sys.argv[1])
     (arm_full if full else arm)(point, model)
     lh = Lakehouse.open(url)
-    layers = Layers(lh, load_project(EXAMPLE), spark_master="local[1]")
+    layers = Runner(lh, load_project(EXAMPLE), spark_master="local[1]")
     layers.run_once()
     print("finished without being killed", flush=True)

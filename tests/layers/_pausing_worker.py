@@ -1,4 +1,4 @@
-"""Runs `Layers.run_once` of one model in a process of its own and pauses it inside its round, just before its
+"""Runs `Runner.run_once` of one model in a process of its own and pauses it inside its round, just before its
 appends, until a file appears (run as a module by tests/layers/test_model_lifecycle.py): the live runner another
 process must not take the round from."""
 
@@ -11,12 +11,12 @@ from pathlib import Path
 
 from lakehouse.lakehouse import Lakehouse
 from layers.project import load_project
-from layers.runner import Layers
+from layers.runner import Runner
 
 if __name__ == "__main__":
     url, project, model, inside, gate = json.loads(sys.argv[1])
 
-    class Pausing(Layers):
+    class Pausing(Runner):
         def _append(self, record, upserts, deletes):
             Path(inside).write_text(str(record.number))
             while not Path(gate).exists():

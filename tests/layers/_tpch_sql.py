@@ -103,7 +103,7 @@ def sql_rows(spark, lh, project, name: str) -> list[dict]:
     sql = model.sql
     for table in model.inputs:
         view = table.replace(".", "__")
-        rows_now = current(lh, table).combine_chunks()  # one chunk: see layers/engine.py
+        rows_now = current(lh, table).combine_chunks()  # one chunk: see layers/spark_sql.py
         spark.createDataFrame(rows_now).createOrReplaceTempView(view)
         namespace, bare = table.split(".")
         sql = re.sub(rf"`?\b{namespace}\b`?\.`?\b{bare}\b`?", view, sql, flags=re.IGNORECASE)

@@ -100,7 +100,7 @@ class FakeLayers:
 @pytest.fixture
 def fake(monkeypatch, tmp_path):
     module = types.ModuleType("layers.runner")
-    module.Layers = FakeLayers
+    module.Runner = FakeLayers
     FakeLayers.calls = []
     monkeypatch.setitem(sys.modules, "layers.runner", module)
     monkeypatch.setenv("LAKESTREAM_WAREHOUSE", tmp_path.as_uri())

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from lakehouse import Lakehouse
-from layers.runner import Layers
+from layers.runner import Runner
 
 from .oracle import OdsReplay, assert_same_rows, oracle_all
 from .strategies import PROJECT, SOURCES, Change, batch, scenarios
@@ -60,11 +60,11 @@ def check(lh: Lakehouse, ods: OdsReplay, what: str) -> dict[str, pa.Table]:
 
 
 @contextmanager
-def layers_on(url: str, spark, **store_options) -> Iterator[tuple[Lakehouse, Layers]]:
+def layers_on(url: str, spark, **store_options) -> Iterator[tuple[Lakehouse, Runner]]:
     lh = Lakehouse.open(url, **store_options)
     layers = None
     try:
-        layers = Layers(lh, PROJECT, spark)
+        layers = Runner(lh, PROJECT, spark)
         layers.deploy()
         yield lh, layers
     finally:

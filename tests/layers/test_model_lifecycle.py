@@ -20,7 +20,7 @@ from lakehouse.lakehouse import Lakehouse
 from layers.errors import DeployMismatch, LayerConflict, ModelChanged, ModelKeyError, ModelSchemaChanged
 from layers.project import load_project
 from layers.rounds import latest_round, read_report, report_exists
-from layers.runner import Layers
+from layers.runner import Runner
 
 pytestmark = pytest.mark.usefixtures("spark")
 
@@ -76,7 +76,7 @@ def expected_a(lh: Lakehouse) -> list[dict]:
 def setup(tmp_path, spark):
     root = make_project(tmp_path / "project", {"dwd.m": M_SQL, "ads.a": A_SQL})
     lh = Lakehouse.open(f"file://{tmp_path / 'wh'}")
-    layers = Layers(lh, load_project(root), spark)
+    layers = Runner(lh, load_project(root), spark)
     layers.deploy()
     lh.log("ods.o").append(rows(10), "upsert")
     layers.run_once()
@@ -88,7 +88,7 @@ def test_sql_that_gains_a_column_is_refused_naming_it_and_writes_nothing(setup, 
     (root / "models" / "dwd.m.sql").write_text(M_SQL.replace("v FROM", "v, upper(grp) AS grp_uc FROM"))
     lh.log("ods.o").append(rows(1, 10), "upsert")
     before = lh.log("dwd.m").end_offsets()
-    layers = Layers(lh, load_project(root), spark)
+    layers = Runner(lh, load_project(root), spark)
     with pytest.raises(ModelSchemaChanged, match=r"dwd\.m.*grp_uc") as caught:
         layers.run_once()
     assert "lakestream table drop dwd.m" in str(caught.value)
@@ -102,7 +102,7 @@ def test_a_model_table_created_again_is_built_in_full_and_its_downstream_follows
     lh, root = setup
     (root / "models" / "dwd.m.sql").write_text(M_SQL.replace("v FROM", "v, upper(grp) AS grp_uc FROM"))
     lh.drop_table("dwd.m")
-    layers = Layers(lh, load_project(root), spark)
+    layers = Runner(lh, load_project(root), spark)
     layers.deploy()
     lh.log("ods.o").append(rows(1, 10), "upsert")
     reports = layers.run_once()
@@ -118,7 +118,7 @@ def test_a_model_table_created_again_is_built_in_full_and_its_downstream_follows
 def test_a_source_declared_with_another_column_never_advises_dropping_it(setup, spark):
     lh, root = setup
     make_project(root, {"dwd.m": M_SQL, "ads.a": A_SQL}, SOURCES.replace("v: int64}", "v: int64, note: string}"))
-    layers = Layers(lh, load_project(root), spark)
+    layers = Runner(lh, load_project(root), spark)
     for action in (layers.deploy, layers.run_once):
         with pytest.raises(DeployMismatch) as caught:
             action()
@@ -135,7 +135,7 @@ NULL_KEYED = "-- primary_key: [grp]\n-- buckets: 2\nSELECT grp, count(*) AS n FR
 def test_a_null_key_is_one_clear_error_and_the_fixed_sql_runs(tmp_path, spark, when):
     root = make_project(tmp_path / "project", {"ads.s": NULL_KEYED})
     lh = Lakehouse.open(f"file://{tmp_path / 'wh'}")
-    layers = Layers(lh, load_project(root), spark)
+    layers = Runner(lh, load_project(root), spark)
     layers.deploy()
     lh.log("ods.o").append(rows(6), "upsert")
     if when != "full":
@@ -155,7 +155,7 @@ def test_a_null_key_is_one_clear_error_and_the_fixed_sql_runs(tmp_path, spark, w
         "-- primary_key: [grp]\n-- buckets: 2\n"
         "SELECT coalesce(grp, '-') AS grp, count(*) AS n FROM ods.o GROUP BY coalesce(grp, '-')\n"
     )
-    fixed = Layers(lh, load_project(root), spark)
+    fixed = Runner(lh, load_project(root), spark)
     fixed.run_once()
     assert {r["grp"]: r["n"] for r in table_rows(lh, "ads.s")} == {"g0": 2, "g1": 2, "g2": 2, "-": 2}
 
@@ -165,14 +165,14 @@ def test_once_after_a_crash_finishes_the_round_then_runs_to_now(setup, spark):
     project = load_project(root)
     lh.log("ods.o").append(rows(2, 10), "upsert")
 
-    class DiesBeforeAppending(Layers):
+    class DiesBeforeAppending(Runner):
         def _append(self, record, upserts, deletes):
             raise KeyboardInterrupt  # the runner stops here, its round unfinished
 
     with pytest.raises(KeyboardInterrupt):
         DiesBeforeAppending(lh, project, spark).run_once(["dwd.m"])
     lh.log("ods.o").append(rows(3, 12), "upsert")  # the inputs move on
-    reports = Layers(lh, project, spark).run_once()
+    reports = Runner(lh, project, spark).run_once()
     assert [(r.model, r.resumed) for r in reports] == [("dwd.m", True), ("dwd.m", False), ("ads.a", False)]
     assert [r["id"] for r in table_rows(lh, "dwd.m")] == list(range(15))
     assert table_rows(lh, "ads.a") == expected_a(lh)
@@ -184,7 +184,7 @@ def test_a_live_runners_round_is_not_taken_over(setup, spark):
     lh.log("ods.o").append(rows(2, 10), "upsert")
     inside, release = threading.Event(), threading.Event()
 
-    class Slow(Layers):
+    class Slow(Runner):
         def _append(self, record, upserts, deletes):
             inside.set()
             assert release.wait(120)
@@ -198,7 +198,7 @@ def test_a_live_runners_round_is_not_taken_over(setup, spark):
         assert inside.wait(120)
         before = lh.log("dwd.m").end_offsets()
         with pytest.raises(LayerConflict, match=rf"round 1 .*being run by .*pid {os.getpid()}"):
-            Layers(Lakehouse.open(lh.url), project, spark).run_once(["dwd.m"])
+            Runner(Lakehouse.open(lh.url), project, spark).run_once(["dwd.m"])
         assert lh.log("dwd.m").end_offsets() == before
     finally:
         release.set()
@@ -225,7 +225,7 @@ def test_a_round_of_a_runner_in_another_process_is_not_taken_over(setup, spark, 
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
             time.sleep(0.2)
         with pytest.raises(LayerConflict, match=rf"round 1 is being run by another runner \(pid {proc.pid} on "):
-            Layers(lh, load_project(root), spark).run_once(["dwd.m"])
+            Runner(lh, load_project(root), spark).run_once(["dwd.m"])
     finally:
         gate.touch()
         out, err = proc.communicate(timeout=240)
@@ -239,7 +239,7 @@ def test_a_dead_runners_round_is_resumed(setup, spark, tmp_path):
     project = load_project(root)
     lh.log("ods.o").append(rows(2, 10), "upsert")
 
-    class DiesBeforeAppending(Layers):
+    class DiesBeforeAppending(Runner):
         def _append(self, record, upserts, deletes):
             raise KeyboardInterrupt
 
@@ -253,10 +253,10 @@ def test_a_dead_runners_round_is_resumed(setup, spark, tmp_path):
     doc["heartbeat"] = time.time()
     lh.store.put(record.key, json.dumps(doc).encode(), if_match=obj.etag)
     with pytest.raises(LayerConflict, match="being run by"):
-        Layers(lh, project, spark).run_once(["dwd.m"])
+        Runner(lh, project, spark).run_once(["dwd.m"])
     doc["heartbeat"] = time.time() - 3600
     lh.store.put(record.key, json.dumps(doc).encode())
-    reports = Layers(lh, project, spark).run_once(["dwd.m"])
+    reports = Runner(lh, project, spark).run_once(["dwd.m"])
     assert reports[0].resumed and reports[0].round == record.number
     assert [r["id"] for r in table_rows(lh, "dwd.m")] == list(range(12))
 
@@ -266,7 +266,7 @@ def test_a_stuck_round_is_abandoned_by_a_rebuild(setup, spark):
     project = load_project(root)
     lh.log("ods.o").append(rows(2, 10), "upsert")
 
-    class DiesBeforeAppending(Layers):
+    class DiesBeforeAppending(Runner):
         def _append(self, record, upserts, deletes):
             raise KeyboardInterrupt
 
@@ -276,11 +276,11 @@ def test_a_stuck_round_is_abandoned_by_a_rebuild(setup, spark):
     sql.write_text(M_SQL.replace("SELECT id, grp, v", "SELECT id, lower(grp) AS grp, v"))
     changed = load_project(root)
     with pytest.raises(ModelChanged, match="rebuild --model dwd.m --abandon"):
-        Layers(lh, changed, spark).run_once(["dwd.m"])
-    report = Layers(lh, changed, spark).rebuild("dwd.m", abandon=True)
+        Runner(lh, changed, spark).run_once(["dwd.m"])
+    report = Runner(lh, changed, spark).rebuild("dwd.m", abandon=True)
     assert report.strategy == "rebuild"
     assert [r["id"] for r in table_rows(lh, "dwd.m")] == list(range(12))
-    assert all(r.idle for r in Layers(lh, changed, spark).run_once(["dwd.m"]))
+    assert all(r.idle for r in Runner(lh, changed, spark).run_once(["dwd.m"]))
 
 
 def _catch(errors, fn, *args):
@@ -298,7 +298,7 @@ def test_an_abandoned_round_is_no_boundary(setup, spark):
     project = load_project(root)
     lh.log("ods.o").append(rows(2, 10), "upsert")
 
-    class DiesAfterAppending(Layers):
+    class DiesAfterAppending(Runner):
         def _append(self, record, upserts, deletes):
             super()._append(record, upserts, deletes)
             raise KeyboardInterrupt  # appended, never advanced nor reported
@@ -308,9 +308,9 @@ def test_an_abandoned_round_is_no_boundary(setup, spark):
         DiesAfterAppending(lh, project, spark).run_once(["dwd.m"])
     assert lh.log("dwd.m").end_offsets() != before
     unfinished = latest_round(lh.store, "dwd.m")
-    Layers(lh, project, spark)._abandon(unfinished, "given up by the test")
+    Runner(lh, project, spark)._abandon(unfinished, "given up by the test")
     assert round_boundary(lh.store, "dwd.m", lh.log("dwd.m").end_offsets) == (0, before)
     assert newest_finished_round(lh, "dwd.m").number == 0
     assert lh.tier("dwd.m").offsets == before  # the abandoned round's appends stay out of the lake
-    reports = Layers(lh, project, spark).run_once(["dwd.m"])
+    reports = Runner(lh, project, spark).run_once(["dwd.m"])
     assert [r.round for r in reports] == [2] and lh.tier("dwd.m").offsets == lh.log("dwd.m").end_offsets()

@@ -54,8 +54,9 @@ def test_a_regroup_pushes_the_groups_rows_filter_into_the_read():
 
     import pyarrow as pa
 
+    from layers.group_rows import groups_filter
     from layers.project import load_project
-    from layers.runner import _merged, groups_filter
+    from layers.rewrite import merged as _merged
     from tests.layers._tpch import EXAMPLE
 
     select = _merged(load_project(EXAMPLE).models["ads.revenue_by_nation_month"].qualified)
@@ -79,9 +80,10 @@ def test_group_rows_reads_exactly_the_groups_rows(tmp_path, monkeypatch, months_
     import pyarrow as pa
     import sqlglot
 
-    import layers.runner as runner
+    import layers.group_rows as runner
     from lakehouse import Lakehouse
-    from layers.runner import _sided, group_rows
+    from layers.group_rows import group_rows
+    from layers.rewrite import sided as _sided
     from layers.sql import DIALECT
 
     monkeypatch.setattr(runner, "MONTHS_AS_DAYS_LIMIT", months_as_days)

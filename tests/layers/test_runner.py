@@ -20,7 +20,7 @@ from lakehouse.lakehouse import Lakehouse
 from layers.errors import DeployMismatch, LayerConflict, ModelChanged, ModelKeyError
 from layers.project import load_project
 from layers.rounds import latest_round, read_report
-from layers.runner import Layers, consumer_of
+from layers.runner import Runner, consumer_of
 from object_store import StoreUnavailable
 from tests.layers._tpch import EXAMPLE, MODELS, change_some, load_base, log_records, state
 
@@ -32,9 +32,9 @@ def project():
     return load_project(EXAMPLE)
 
 
-def fresh(tmp_path: Path, name: str, spark, project) -> tuple[Lakehouse, Layers]:
+def fresh(tmp_path: Path, name: str, spark, project) -> tuple[Lakehouse, Runner]:
     lh = Lakehouse.open(f"file://{tmp_path / name}")
-    layers = Layers(lh, project, spark)
+    layers = Runner(lh, project, spark)
     layers.deploy()
     return lh, layers
 
@@ -45,7 +45,7 @@ def states(lh: Lakehouse, project) -> dict[str, pa.Table]:
 
 def test_deploy_creates_every_table_once(tmp_path, spark, project):
     lh = Lakehouse.open(f"file://{tmp_path / 'wh'}")
-    layers = Layers(lh, project, spark)
+    layers = Runner(lh, project, spark)
     assert layers.deploy() == ["ods.nation", "ods.customer", "ods.orders", *MODELS]
     assert layers.deploy() == []
     assert lh.table("ads.revenue_by_nation_month").primary_key == ("n_nationkey", "order_month")
@@ -59,11 +59,11 @@ def test_deploy_refuses_a_table_of_another_shape(tmp_path, spark, project):
     with pytest.raises(
         DeployMismatch, match="source ods.nation: sources.yml .* declares it otherwise .*added columns n_name"
     ):
-        Layers(lh, project, spark).deploy()
+        Runner(lh, project, spark).deploy()
 
 
 def test_rounds_follow_every_kind_of_change_and_equal_a_rebuild(lakehouse, spark, project):
-    lh, layers = lakehouse, Layers(lakehouse, project, spark)
+    lh, layers = lakehouse, Runner(lakehouse, project, spark)
     layers.deploy()
     load_base(lh)
     first = layers.run_once()
@@ -111,7 +111,7 @@ def test_a_later_model_takes_an_earlier_rounds_images_unless_another_writer_came
     looked_up: list[str] = []  # the tables whose changes are read
     read_rows: list[str] = []  # the models whose old rows are read
     lh.changes = _recording(lh.changes, looked_up)
-    layers._read_rows = _recording(layers._read_rows, read_rows)
+    layers.rows._read_rows = _recording(layers.rows._read_rows, read_rows)
 
     def check() -> None:
         got, want = (
@@ -203,7 +203,7 @@ def test_kill_9_in_a_round_then_rerun_loses_and_doubles_nothing(tmp_path, spark,
     assert proc.returncode == -9, proc.stdout + proc.stderr[-3000:]
     record = latest_round(lh.store, "dwd.orders_enriched")
     assert record.number == (0 if first else 1)  # the killed round's intent is there
-    reports = Layers(Lakehouse.open(lh.url), project, spark).run_once()
+    reports = Runner(Lakehouse.open(lh.url), project, spark).run_once()
     assert reports[0].resumed and reports[0].round == record.number
     assert states(lh, project) == states(control, project)
     for model in MODELS:  # nothing appended twice: the same records as the run that was not killed
@@ -220,7 +220,7 @@ def test_two_runners_of_one_model_never_both_start_a_round(tmp_path, spark, proj
     listed = threading.Event()
     other_done = threading.Event()
 
-    class Slow(Layers):
+    class Slow(Runner):
         """Pauses between finding the last round and starting the next one, while the other runner runs."""
 
         def _subscriptions(self, name):
@@ -235,7 +235,7 @@ def test_two_runners_of_one_model_never_both_start_a_round(tmp_path, spark, proj
     thread.start()
     assert listed.wait(60)
     # the slow runner found round 0 as the last round; the other runs round 1 before it reads its positions
-    reports = Layers(Lakehouse.open(lh.url), project, spark).run_once(["dwd.orders_enriched"])
+    reports = Runner(Lakehouse.open(lh.url), project, spark).run_once(["dwd.orders_enriched"])
     other_done.set()
     thread.join(120)
     assert reports[0].round == 1 and not reports[0].idle
@@ -284,11 +284,11 @@ def test_a_changed_model_sql_recomputes_the_model_in_full(tmp_path, spark):
     # the same columns, a different name: an incremental round would leave the untouched orders stale
     sql_file.write_text(sql_file.read_text().replace("c.c_name,", "upper(c.c_name) AS c_name,"))
     changed = load_project(root)
-    reports = Layers(lh, changed, spark).run_once(["dwd.orders_enriched"])
+    reports = Runner(lh, changed, spark).run_once(["dwd.orders_enriched"])
     assert reports[0].strategy == "recompute" and "SQL changed" in reports[0].reason
     names = state(lh, "dwd.orders_enriched", ["o_orderkey"])["c_name"].to_pylist()
     assert names and all(n == n.upper() for n in names)
-    assert Layers(lh, changed, spark).run_once(["dwd.orders_enriched"])[0].idle
+    assert Runner(lh, changed, spark).run_once(["dwd.orders_enriched"])[0].idle
 
 
 def test_a_model_changed_during_an_unfinished_round_is_refused(tmp_path, spark):
@@ -300,7 +300,7 @@ def test_a_model_changed_during_an_unfinished_round_is_refused(tmp_path, spark):
     layers.run_once()
     change_some(lh)
 
-    class DiesBeforeAppending(Layers):
+    class DiesBeforeAppending(Runner):
         def _append(self, record, upserts, deletes):
             raise KeyboardInterrupt  # the runner stops here, its round unfinished
 
@@ -310,9 +310,9 @@ def test_a_model_changed_during_an_unfinished_round_is_refused(tmp_path, spark):
     original = sql_file.read_text()
     sql_file.write_text(original.replace("c.c_name,", "upper(c.c_name) AS c_name,"))
     with pytest.raises(ModelChanged, match="changed while round 1 was unfinished"):
-        Layers(lh, load_project(root), spark).run_once(["dwd.orders_enriched"])
+        Runner(lh, load_project(root), spark).run_once(["dwd.orders_enriched"])
     sql_file.write_text(original)
-    assert Layers(lh, load_project(root), spark).run_once(["dwd.orders_enriched"])[0].resumed
+    assert Runner(lh, load_project(root), spark).run_once(["dwd.orders_enriched"])[0].resumed
 
 
 def test_follow_waits_out_a_store_that_stops_answering(tmp_path, spark, project):
@@ -320,7 +320,7 @@ def test_follow_waits_out_a_store_that_stops_answering(tmp_path, spark, project)
     load_base(lh)
     calls = []
 
-    class Flaky(Layers):
+    class Flaky(Runner):
         """The store fails the first two rounds' reads (a fault the real store cannot be made to give here)."""
 
         def run_once(self, models=None):
@@ -360,7 +360,7 @@ def test_a_round_larger_than_one_append_goes_in_chunks_exactly_once(tmp_path, sp
     log_.append = dies_at_the_third_chunk
     with pytest.raises(KeyboardInterrupt):
         layers.run_once(["dwd.orders_enriched"])
-    resumed = Layers(small_appends(Lakehouse.open(lh.url)), project, spark).run_once(["dwd.orders_enriched"])
+    resumed = Runner(small_appends(Lakehouse.open(lh.url)), project, spark).run_once(["dwd.orders_enriched"])
     assert resumed[0].resumed and resumed[0].upserts > 7
     assert log_records(lh, "dwd.orders_enriched") == log_records(control, "dwd.orders_enriched")
     assert state(lh, "dwd.orders_enriched", ["o_orderkey"]) == state(control, "dwd.orders_enriched", ["o_orderkey"])

@@ -144,12 +144,12 @@ def test_a_project_run_checks_layers_and_suites_and_publishes_each_table_that_pa
     published; a wrong row in dwd's log (tiered) fails its layer check and reconciliation stays clean, so dwd keeps
     its tag while the others move on. Local warehouse (Spark builds the layers)."""
     from layers.project import load_project
-    from layers.runner import Layers
+    from layers.runner import Runner
     from tests.quality.test_expectations import ALL, EXAMPLE, load_ods
 
     lh = Lakehouse.open((tmp_path / "wh").as_uri())
     load_ods(lh)
-    layers = Layers(lh, load_project(EXAMPLE), spark)
+    layers = Runner(lh, load_project(EXAMPLE), spark)
     layers.deploy()
     layers.run_once()
     for name in ALL:
@@ -201,7 +201,7 @@ def test_a_check_whose_upstream_failed_is_not_evaluated(tmp_path, spark) -> None
     import numpy as np
 
     from layers.project import load_project
-    from layers.runner import Layers
+    from layers.runner import Runner
     from quality.report import render_run
     from quality.results import CheckResult
     from tests.quality.test_expectations import ALL, EXAMPLE, N_CUSTOMERS, load_ods, orders
@@ -210,7 +210,7 @@ def test_a_check_whose_upstream_failed_is_not_evaluated(tmp_path, spark) -> None
     dwd, ads = "dwd.orders_enriched", "ads.revenue_by_nation_month"
     lh = Lakehouse.open((tmp_path / "wh").as_uri())
     load_ods(lh)
-    layers = Layers(lh, load_project(EXAMPLE), spark)
+    layers = Runner(lh, load_project(EXAMPLE), spark)
     layers.deploy()
     layers.run_once()
     for name in ALL:

@@ -64,11 +64,11 @@ def bad_order(key: int, *, price: str = "10.00", custkey: int = 1) -> pa.Table:
 def warehouse(tmp_path_factory, spark):
     """The example project deployed, loaded with demo data, its layers built once and every table tiered (on a
     local warehouse: building the layers takes Spark a while; the tests on ``lakehouse`` cover S3)."""
-    from layers.runner import Layers
+    from layers.runner import Runner
 
     lh = Lakehouse.open(tmp_path_factory.mktemp("wh").as_uri())
     load_ods(lh)
-    layers = Layers(lh, load_project(EXAMPLE), spark)
+    layers = Runner(lh, load_project(EXAMPLE), spark)
     layers.deploy()
     layers.run_once()
     for name in ALL[3:]:
@@ -113,7 +113,7 @@ def test_cross_table_references_read_the_inputs_as_the_round_saw_them(warehouse,
     """A model's snapshot is checked against its inputs as of the round that produced it: ODS changes no round has
     seen yet are no drift, even once tiered; a layer tiered behind its input's lake is no drift either; but what
     the round did see (orders left without their customer) and a rogue row in the layer are violations."""
-    from layers.runner import Layers
+    from layers.runner import Runner
 
     lh, dwd, ads = warehouse, "dwd.orders_enriched", "ads.revenue_by_nation_month"
 
@@ -132,7 +132,7 @@ def test_cross_table_references_read_the_inputs_as_the_round_saw_them(warehouse,
     assert after_ods.ok, [str(v) for v in after_ods.violations]  # the round has not seen them: no drift
 
     # the layers run on them; dwd is tiered, ads is not: ads still agrees with dwd as its own round read it
-    Layers(lh, load_project(EXAMPLE), spark).run_once()
+    Runner(lh, load_project(EXAMPLE), spark).run_once()
     lh.tier(dwd)
     result = check(ads)
     assert result.ok and result.snapshot_id == lh.lake_table(ads).current_snapshot().snapshot_id

@@ -18,7 +18,7 @@ import pytest
 from layers.lease import Owner
 from layers.project import load_project
 from layers.rounds import RoundRecord, create_round, latest_round
-from layers.runner import Layers
+from layers.runner import Runner
 from quality.layers import check_layer, check_layers, newest_finished_round
 from quality.results import CheckResult
 from tests.layers._tpch import EXAMPLE, MODELS, change_some, customers, load_base, nations, orders
@@ -33,8 +33,8 @@ def project():
     return load_project(EXAMPLE)
 
 
-def built(lh, project, spark, *, rounds: int = 1) -> Layers:
-    layers = Layers(lh, project, spark)
+def built(lh, project, spark, *, rounds: int = 1) -> Runner:
+    layers = Runner(lh, project, spark)
     layers.deploy()  # idempotent
     load_base(lh)
     layers.run_once()
@@ -63,7 +63,7 @@ def assert_clean(results: list[CheckResult]) -> None:
 @pytest.mark.parametrize("backend", ["local"])
 def test_clean_layers_pass_after_first_and_second_round(lakehouse, spark, project):
     lh = lakehouse
-    Layers(lh, project, spark).deploy()
+    Runner(lh, project, spark).deploy()
     results = check_layers(lh, project, spark=spark)
     assert [(r.table, r.details.get("skipped")) for r in results] == [(m, "no finished round") for m in MODELS]
     assert all(r.ok for r in results)

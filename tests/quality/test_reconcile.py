@@ -14,7 +14,7 @@ import pytest
 
 from lakehouse import Lakehouse
 from lakehouse.datafiles import LakeContext
-from lakehouse.lake import tiering_snapshot, tiering_summary
+from lakehouse.lake_layout import tiering_snapshot, tiering_summary
 from quality.reconcile import reconcile, state_key
 from tests.lakehouse.test_union_asof import BUCKETS, NAME, SCHEMA, batch, build
 
@@ -218,7 +218,7 @@ def test_no_false_alarm_over_randomized_clean_runs(tmp_path) -> None:
 
 def test_a_tiering_commit_that_keeps_a_stale_row_is_caught(lakehouse: Lakehouse) -> None:
     """A (buggy) tiering commit adds a key's new row but keeps the file with its old one: the key is twice."""
-    from lakehouse.lake import log_to_lake_rows
+    from lakehouse.lake_layout import log_to_lake_rows
 
     lh = lakehouse
     build(lh, "pk")

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.manifest import DataFile
 
-from lakehouse.lake import log_to_lake_rows, parse_partition_by, partition_groups
+from lakehouse.lake_layout import log_to_lake_rows, parse_partition_by, partition_groups
 from lakehouse.tables import TableDefinition
 
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 
 
 def test_rows_after_an_empty_batch_reach_spark(spark) -> None:
-    from layers.engine import SparkSql
+    from layers.spark_sql import SparkSql
 
     schema = pa.schema([("k", pa.int64()), ("v", pa.string())])
     batches = [
@@ -25,7 +25,7 @@ def test_arrow_views_are_one_partition_per_core_and_only_small_ones_stay_local(s
     """A round's Arrow views: above 1 MiB an RDD of the table's batches, one partition per core (Spark's
     defaults made a local relation of up to 48 MiB, serialized into every task of every query, and 10,000-row
     partitions); a small one stays a local relation (joins can broadcast it). The batch size conf is put back."""
-    from layers.engine import BATCH_CONF, SparkSql
+    from layers.spark_sql import BATCH_CONF, SparkSql
 
     sql = SparkSql(spark, lh=None)
     before = spark.conf.get(BATCH_CONF, None)

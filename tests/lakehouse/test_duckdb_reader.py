@@ -1,4 +1,4 @@
-"""`lakehouse.engines`: DuckDB loads its Iceberg reader offline, and says what to install when it cannot."""
+"""`lakehouse.duckdb_reader`: DuckDB loads its Iceberg reader offline, and says what to install when it cannot."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from lakehouse.engines import duckdb_connection
+from lakehouse.duckdb_reader import duckdb_connection
 from lakehouse.errors import ConfigError
 
 

@@ -1,0 +1,149 @@
+"""Deploying a project's tables, and checking that they still match it.
+
+`Deployer.deploy` creates every table the project declares that does not exist (sources, then models in
+dependency order); a table that exists otherwise than declared is a `DeployMismatch` (a model's,
+`ModelSchemaChanged`) saying what differs (`layers.drift`) and what to do. `Deployer.verify` makes the same check
+before a model's first round in a runner, without Spark: a round never writes rows of another shape than its
+table's, and a source's declaration that no longer matches its table is never "fixed" by dropping it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from lakehouse.errors import TableAlreadyExists, TableNotFound
+from layers.drift import table_differences
+from layers.errors import DeployMismatch, ModelSchemaChanged
+from layers.spark_sql import SparkSql
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
+    from layers.project import Project
+
+__all__ = ["Deployer"]
+
+
+class Deployer:
+    """A project's tables in one warehouse; ``sql`` gives the Spark SQL engine, needed only to infer the types
+    of model columns the project cannot (`layers.project`)."""
+
+    def __init__(self, lh: Lakehouse, project: Project, sql: Callable[[], SparkSql]) -> None:
+        self.lh = lh
+        self.project = project
+        self._sql = sql
+        #: Models (and tables) found as the project declares them (`verify`): checked once per deployer.
+        self._verified: set[str] = set()
+        self._verified_tables: set[str] = set()
+
+    def deploy(self) -> list[str]:
+        """Create every table the project declares that does not exist yet (sources, then models in dependency
+        order); returns the names created. Idempotent; a concurrent deploy that created a table first is fine.
+
+        Raises:
+            DeployMismatch: a table exists with other columns, types or key than the project declares.
+        """
+        created = []
+        for name in self.project.tables:
+            schema, settings = self._declared(name)
+            try:
+                existing = self.lh.table(name)
+            except TableNotFound:
+                existing = None
+            if existing is None:
+                try:
+                    self.lh.create_table(name, schema, **settings)
+                    created.append(name)
+                    continue
+                except TableAlreadyExists:
+                    existing = self.lh.table(name)
+            self._check_existing(name, existing, schema, settings)
+        return created
+
+    def _declared(self, name: str, *, schema: pa.Schema | None = None) -> tuple[pa.Schema, dict[str, Any]]:
+        if name in self.project.sources:
+            d = self.project.sources[name].definition
+            schema = schema or d.schema
+        else:
+            model = self.project.models[name]
+            schema = schema or model.schema or self._inferred_schema(name)
+            d = model
+        settings = {
+            "buckets": d.buckets,
+            "primary_key": list(d.primary_key) or None,
+            "bucket_key": d.bucket_key,
+            "partition_by": list(d.partition_by) or None,
+        }
+        return schema, settings
+
+    def _inferred_schema(self, name: str) -> pa.Schema:
+        """A model's output schema as Spark computes it (over empty inputs), key columns not null."""
+        model = self.project.models[name]
+        views = {t: self.lh.table(t).schema.empty_table() for t in model.inputs}
+        result = self._sql().run(model.qualified, views).schema
+        return pa.schema([pa.field(f.name, f.type, f.name not in model.primary_key) for f in result])
+
+    def _check_existing(self, name: str, existing: Any, schema: pa.Schema, settings: Mapping[str, Any]) -> None:
+        differences = table_differences(existing, schema, settings)
+        if differences:
+            raise self._mismatch(name, differences)
+
+    def _mismatch(self, name: str, differences: Sequence[str]) -> DeployMismatch:
+        """The error for table ``name`` differing from the project: a model's table can be built again from its
+        inputs, a source's holds ingested data and is never to be dropped."""
+        what = "; ".join(differences)
+        if name in self.project.models:
+            model = self.project.models[name]
+            return ModelSchemaChanged(
+                f"model {name}: its table in {self.lh.url} differs from what its SQL ({model.path}) declares: "
+                f"{what}. A model's table holds only what its SQL derives from its inputs, so it can be built "
+                f"again: drop it (lakestream table drop {name} --yes) and run lakestream layers deploy; its next "
+                "round builds it in full from its inputs, and the models reading it follow. Or restore the SQL. "
+                "Nothing was written",
+                path=model.path,
+                model=name,
+            )
+        source = self.project.sources[name]
+        return DeployMismatch(
+            f"source {name}: sources.yml ({source.path}) declares it otherwise than its table in {self.lh.url}: "
+            f"{what}. The table and the data ingested into it are unchanged: lakestream tables keep the schema "
+            f"they were created with. Make the declaration in sources.yml match the table again (lakestream table "
+            f"describe {name} shows it), or declare a new table under another name for the new shape",
+            path=source.path,
+            model=name,
+        )
+
+    def verify(self, name: str) -> None:
+        """Before a round of ``name``: its table and its inputs' tables are as the project declares them (column
+        names, and types where the project knows them without Spark; key; buckets), once per runner.
+
+        Raises:
+            ModelSchemaChanged: the model's SQL (or header) no longer matches its table.
+            DeployMismatch: a source's declaration no longer matches its table.
+        """
+        if name in self._verified:
+            return
+        for table in (*self.project.models[name].inputs, name):
+            if table in self._verified_tables:
+                continue
+            if table in self.project.sources:
+                schema = self.project.sources[table].definition.schema
+            else:  # a type only Spark knows is null here: it is checked as the round's rows are cast
+                schema = pa.schema([pa.field(c.name, c.type or pa.null()) for c in self.project.models[table].columns])
+            _, settings = self._declared(table, schema=schema)
+            differences = table_differences(self.lh.table(table), schema, settings)
+            if differences:
+                raise self._mismatch(table, differences)
+            self._verified_tables.add(table)
+        self._verified.add(name)
+
+    def problem(self, name: str) -> str | None:
+        """What keeps ``name``'s next round from running (a table that no longer matches its declaration), or
+        None."""
+        try:
+            self.verify(name)
+        except (DeployMismatch, TableNotFound) as exc:
+            return str(exc)
+        return None

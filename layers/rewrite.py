@@ -1,0 +1,90 @@
+"""SQL rewrites of a model's query for its incremental rounds (sqlglot, Spark dialect): subqueries merged, the
+distinct groups of a GROUP BY, the query restricted to given groups, the query over two sides at once, and the
+group expressions that invert to a condition on an input column."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+from sqlglot.optimizer.merge_subqueries import merge_subqueries
+
+__all__ = ["SIDE", "group_terms", "groups_query", "merged", "restrict_to_groups", "sided"]
+
+#: The column tagging the two sides (0: as of the start, 1: as of the end) of a retraction's one query.
+SIDE = "__side"
+
+
+def merged(query: exp.Query) -> exp.Query:
+    return merge_subqueries(query.copy()) if isinstance(query, exp.Select) else query
+
+
+def group_terms(select: exp.Select) -> list[tuple[int, str, str]]:
+    """The group expressions of a one-input GROUP BY that can be inverted to a condition on an input column:
+    (group index, column, kind) with kind ``eq`` (the group expression is the column itself) or ``month``
+    (``trunc(col, 'MM')``, possibly cast). A cast column is not inverted: a cast may merge values."""
+    terms: list[tuple[int, str, str]] = []
+    for i, g in enumerate(select.args["group"].expressions):
+        if isinstance(g, exp.Column):
+            terms.append((i, g.name, "eq"))
+            continue
+        inner = g
+        while isinstance(inner, exp.Cast):
+            inner = inner.this
+        if (
+            isinstance(inner, exp.DateTrunc | exp.TimestampTrunc)
+            and isinstance(inner.this, exp.Column)
+            and str(inner.args.get("unit").name if inner.args.get("unit") else "").upper() in ("MM", "MON", "MONTH")
+        ):
+            terms.append((i, inner.this.name, "month"))
+    return terms
+
+
+def groups_query(select: exp.Select) -> exp.Select:
+    """``SELECT DISTINCT <group expressions> AS __g0, ... FROM ... WHERE ...`` of a GROUP BY model."""
+    out = select.copy()
+    groups = out.args["group"].expressions
+    out.set("expressions", [exp.alias_(g.copy(), f"__g{i}") for i, g in enumerate(groups)])
+    for part in ("group", "having", "order", "limit"):
+        out.set(part, None)
+    out.set("distinct", exp.Distinct())
+    return out
+
+
+def restrict_to_groups(select: exp.Select, view: str) -> exp.Select:
+    """The model's query restricted to the groups in ``view`` (``__g0``, ...): a LEFT SEMI JOIN on the group
+    expressions, null-safe."""
+    out = select.copy()
+    groups = out.args["group"].expressions
+    condition = exp.and_(
+        *(
+            exp.NullSafeEQ(this=exp.column(f"__g{i}", table="__groups"), expression=g.copy())
+            for i, g in enumerate(groups)
+        )
+    )
+    join = exp.Join(
+        this=exp.Table(this=exp.to_identifier(view), alias=exp.TableAlias(this=exp.to_identifier("__groups"))),
+        side="LEFT",
+        kind="SEMI",
+        on=condition,
+    )
+    out.set("joins", [*(out.args.get("joins") or []), join])
+    return out
+
+
+def sided(select: exp.Select) -> exp.Select | None:
+    """``select`` (a GROUP BY over one table, no join) with a column ``__side`` of its table added to its
+    output and its GROUP BY, or None for other shapes."""
+    from_ = select.args.get("from_") or select.args.get("from")
+    if (
+        select.args.get("joins")
+        or not select.args.get("group")
+        or select.args.get("limit")  # a LIMIT would cut across both sides
+        or from_ is None
+        or not isinstance(from_.this, exp.Table)
+        or any(isinstance(e, exp.Star) for e in select.expressions)
+    ):
+        return None
+    side = exp.column(SIDE, table=from_.this.alias_or_name)
+    out = select.copy()
+    out.set("expressions", [*out.expressions, side.copy()])
+    out.set("group", exp.Group(expressions=[*out.args["group"].expressions, side.copy()]))
+    return out
