@@ -1,10 +1,10 @@
-"""Run the warehouse layers every minute: one `spark-submit jobs/layers.py --model M` per model of the project,
+"""Run the warehouse layers every minute: one `spark-submit jobs/run_layers.py --model M` per model of the project,
 each after the models it reads, each producing the asset `lakestream://<namespace.table>` of its table.
 
 Configuration (environment; see dags/README.md):
     LAKESTREAM_LAYERS_PROJECT      the project folder (default: <repo>/examples/tpch)
     AIRFLOW_CONN_LAKESTREAM_SPARK  the Spark master, e.g. 'spark://local%5B2%5D' for local[2]
-    LAKESTREAM_JOBS_DIR            where layers.py lives (default: <repo>/jobs)
+    LAKESTREAM_JOBS_DIR            where run_layers.py lives (default: <repo>/jobs)
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from airflow.sdk import dag
 def warehouse_layers():
     project = project_folder()
     graph = layers_graph(project)
-    application = os.path.join(jobs_dir(), "layers.py")
+    application = os.path.join(jobs_dir(), "run_layers.py")
     tasks = {}
     for model in model_order(graph):
         tasks[model] = spark_submit(

@@ -90,12 +90,10 @@ TABLES_PREFIX = CATALOG_PREFIX + "tables/"
 #: Defaults for tables this catalog creates. pyiceberg 0.12 retries a commit that lost its CAS
 #: (``commit.retry.num-retries``, default 4) after min-wait * 2^attempt (capped at max-wait, jitter 10%).
 #: One writer wins each round and pyiceberg's retries are not fair: a writer whose rebuild is slow keeps
-#: losing. Measured on 2 cores, 16 writers x 25 appends lost 5 appends with 32 retries (one attempt
-#: took 2.5 s there); 100 retries leave none, and pyiceberg's total timeout (30 min) still bounds a
-#: commit. The pacing between rounds is our tables' wait for a quiet pointer (`lakehouse.contention`:
-#: the pointer unchanged for 100 ms, at most 2 s), so pyiceberg's own waits are short (10 ms doubling
-#: to 100 ms): with its earlier defaults here (100 ms to 1 s) waiters could still be asleep when the
-#: pointer went idle.
+#: losing: 32 retries still lost appends when 16 writers raced on 2 cores (BENCHMARKS.md, the catalog); 100
+#: retries lose none, and pyiceberg's total timeout (30 min) still bounds a commit. The pacing between rounds
+#: is our tables' wait for a quiet pointer (`lakehouse.contention`), so pyiceberg's own waits are short: with
+#: its longer defaults waiters could still be asleep when the pointer went idle.
 DEFAULT_TABLE_PROPERTIES = {
     "commit.retry.num-retries": "100",
     "commit.retry.min-wait-ms": "10",

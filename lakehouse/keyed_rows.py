@@ -83,7 +83,7 @@ class KeySet:
     @cached_property
     def _sorted(self) -> np.ndarray | None:
         """The distinct integer keys, sorted (built on first probe: an initial load probes nothing). Sort
-        and drop repeats: numpy 2.4's hash-based ``np.unique`` takes ~1 s per million int64 keys, 50x more."""
+        and drop repeats: numpy 2.4's hash-based ``np.unique`` is much slower on int64 keys."""
         if len(self.primary_key) != 1 or not pa.types.is_integer(self.keys.schema.field(0).type):
             return None
         keys = np.sort(self.keys.column(0).to_numpy())

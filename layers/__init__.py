@@ -1,8 +1,8 @@
-"""Warehouse layers (issue 25): a project of Spark SQL models over lakestream tables, and its planner.
+"""Warehouse layers: a project of Spark SQL models over lakestream tables (ODS -> DWD -> ADS), each writing its
+own table incrementally and exactly once (docs/layers.md).
 
-Pure Python (sqlglot reads the SQL); nothing here needs Spark or Airflow. Built so far: the project format and
-its checks (`load_project`), and the incremental strategy of each model (`explain`). Execution, deploy, run,
-status and the DAG come next (docs/layers.md).
+The project format and its checks (`load_project`) and each model's incremental strategy (`explain`) are pure
+Python (sqlglot reads the SQL); the rounds (`layers.runner.Runner`) run their SQL on Spark.
 
 The names below are loaded on first use, so ``lakestream`` (which imports the ``layers`` sub-app) starts without
 importing sqlglot.

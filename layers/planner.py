@@ -13,7 +13,7 @@ Strategies (docs/layers.md has the rules):
 * ``recompute``: anything else: the whole model is recomputed and diffed against its table (``reason`` says
   what forced it).
 
-The planner only reads the project; the executor (not built yet) acts on the `ModelPlan`s.
+The planner only reads the project; the runner (`layers.runner`) acts on the `ModelPlan`s.
 """
 
 from __future__ import annotations

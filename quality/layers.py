@@ -1,5 +1,5 @@
 """Layer checks: a model's table, as its newest finished round left it, equals the model's SQL over its inputs
-as of that round's input positions (issue 26, item 2).
+as of that round's input positions.
 
 ``check_layer(lh, project, model, spark=...)`` compares, by default, a *sample*: every key the newest finished
 round changed in the model's table plus ``sample`` random keys of the table (seeded); ``full=True`` compares every

@@ -98,6 +98,11 @@ def _layer(module: str) -> int:
     return index
 
 
+def test_no_job_hides_a_package() -> None:
+    """spark-submit puts jobs/ first on sys.path: a job named as one of our packages would hide it."""
+    assert sorted({p.stem for p in (REPO / "jobs").glob("*.py")} & set(PACKAGES)) == []
+
+
 def test_every_module_belongs_to_a_layer() -> None:
     assert [m for m in MODULES if _layer(m) < 0] == []
 

@@ -1,4 +1,4 @@
-"""jobs/layers.py, the spark-submit entry point of the warehouse layers: what it does before Spark starts, and a
+"""jobs/run_layers.py, the spark-submit entry point of the warehouse layers: what it does before Spark starts, and a
 real run of the example project."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from jobs import _common
-from jobs import layers as job
+from jobs import run_layers as job
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tpch"
 
@@ -52,13 +52,15 @@ def test_the_project_defaults_to_the_environment_then_the_example(monkeypatch) -
 
 
 def test_spark_submit_name_wins_over_the_job_default(monkeypatch) -> None:
-    assert _common.submitted_name("lakestream-run__dwd__m", "/repo/jobs/layers.py", "lakestream-layers") == (
+    assert _common.submitted_name("lakestream-run__dwd__m", "/repo/jobs/run_layers.py", "lakestream-layers") == (
         "lakestream-run__dwd__m"
     )
     # spark-submit without --name names the application after the script; pyspark's own gateway: pyspark-shell
-    assert _common.submitted_name("layers.py", "/repo/jobs/layers.py", "lakestream-layers") == "lakestream-layers"
-    assert _common.submitted_name("pyspark-shell", "jobs/layers.py", "lakestream-layers") == "lakestream-layers"
-    assert _common.submitted_name(None, "jobs/layers.py", "lakestream-layers") == "lakestream-layers"
+    assert (
+        _common.submitted_name("run_layers.py", "/repo/jobs/run_layers.py", "lakestream-layers") == "lakestream-layers"
+    )
+    assert _common.submitted_name("pyspark-shell", "jobs/run_layers.py", "lakestream-layers") == "lakestream-layers"
+    assert _common.submitted_name(None, "jobs/run_layers.py", "lakestream-layers") == "lakestream-layers"
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)  # not under spark-submit
     assert _common.submitted_app_name("lakestream-layers") == "lakestream-layers"
 

@@ -238,9 +238,8 @@ class Log:
         here or by a `Producer`), and only a ``retry`` (an earlier attempt was made through this `Log`) looks
         back. ``sends``: per bucket, the numbers of the first and last `Producer` send the rows come from."""
         # Encode every segment here, on the caller's thread, before any PUT starts: the pool threads then only
-        # wait on the store, as raw PUTs of ready bodies do. Encoding on the pool threads instead cost more CPU
-        # per 10,000-row append on SeaweedFS: 16.7 ms against 13.7 with one producer, 20.5-22.5 against
-        # 15.9-17.3 with four (client CPU, same-session A/B).
+        # wait on the store, as raw PUTs of ready bodies do (encoding on the pool threads cost more CPU per
+        # append: docs/architecture.md, "The log").
         self._check_open()
         bodies = {b: segment.encode(part, self.compression) for b, part in parts.items()}
         # A fresh id has no earlier attempts to remember (and one per anonymous append would grow without bound).
@@ -323,8 +322,7 @@ class Log:
 
     def _run_per_bucket(self, calls: dict[int, Callable[[], Any]]) -> dict[int, Any]:
         """Each bucket's call's result, or the exception it raised. Several run in parallel on the pool; one
-        runs here instead: nothing to overlap, and the handoff cost 0.3-0.4 ms of CPU per 10,000-row append
-        on both backends (same-session A/B)."""
+        runs here instead: nothing to overlap, and the handoff to the pool costs CPU."""
         futures = {b: self._pool.submit(call) for b, call in calls.items()} if len(calls) > 1 else {}
         out: dict[int, Any] = {}
         for b, call in calls.items():
@@ -343,10 +341,9 @@ class Log:
             index.refresh()
         metadata = header.to_metadata()
         # Threads sharing this Log take turns per bucket instead of racing each other on the store: a lost
-        # race costs a whole PUT and more requests (and on SeaweedFS a third of the losers of a 4-way race
-        # wait 1-2 s for their 412). Four threads appending to every bucket of one table: 0.15-0.17 of raw
-        # PUTs with a Log each, 0.20-0.26 sharing one without turns, 0.66-0.68 with them. Other processes
-        # still race, and the create-only PUT decides.
+        # race costs a whole PUT and more requests (and SeaweedFS makes losers of a race wait for their 412):
+        # with turns, threads sharing a Log append several times faster (BENCHMARKS.md, the log). Other
+        # processes still race, and the create-only PUT decides.
         with self._bucket_locks[bucket]:
             offset = index.end
             for lost in itertools.count():

@@ -417,7 +417,7 @@ class Producer:
         in `send` slowed sends enough that the linger fired on small queues). Each part owns its buffers.
 
         Consecutive sends of one operation that waited together are split as one table (see `group_sends`):
-        splitting has a fixed cost (~0.2 ms: hashing, a take per bucket), which 10-row sends paid per send. A
+        splitting has a fixed cost (hashing, a take per bucket), which small sends paid per send. A
         group holds at most an eighth of ``batch_rows``, so that appends, which take whole parts, still fill a
         bucket's segment to within an eighth of ``batch_rows``."""
         limits = self.log.limits

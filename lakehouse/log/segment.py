@@ -12,8 +12,8 @@ learns it from the same GET (and an index from one HEAD):
     lakestream-seq        the producer's sequence number of the append
     lakestream-sends      ``first-last``: the `Producer` sends whose rows for this bucket the segment holds
                           (all of them, in send order); what a resumed producer skips (only Producer segments)
-    lakestream-crc32c     CRC-32C (Castagnoli) of the body, hex; hardware-accelerated, ~10x faster than
-                          zlib's CRC-32. Segments written before carry ``lakestream-crc32`` (zlib's
+    lakestream-crc32c     CRC-32C (Castagnoli) of the body, hex; hardware-accelerated, several times faster
+                          than zlib's CRC-32. Segments written before carry ``lakestream-crc32`` (zlib's
                           CRC-32) instead, and are still verified with it.
 
 Offsets are not stored: the segment's key names its base offset and records are contiguous.
@@ -203,10 +203,10 @@ def with_system_columns(
 ) -> pa.Table:
     """One table of consecutive segment slices ``(records, header, first offset)`` with ``_op``, ``_offset``
     and ``_timestamp``: one ``_offset`` range and one fill per segment for the others, so `Log.read` builds
-    them once for the whole range (per segment they cost ~80 µs of Python each) and `Log.read_batches` for
+    them once for the whole range (per segment they cost Python time each) and `Log.read_batches` for
     one segment at a time. The user columns stay chunked by segment (zero-copy). The columns are filled
     into buffers from pyarrow's memory pool (which reuses freed memory: fresh numpy arrays paid page
-    faults, 22 ms per million rows against ~3 ms), without pyarrow's validating constructors."""
+    faults), without pyarrow's validating constructors."""
     n = sum(table.num_rows for table, _, _ in parts)
     offsets, view = _int64_buffer(n)
     view[:] = np.arange(first_offset, first_offset + n)

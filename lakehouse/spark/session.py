@@ -47,10 +47,10 @@ def spark_session(
     given. Sets the Python workers to this interpreter and Spark to loopback unless already set.
 
     A local master's driver JVM also runs the tasks' JVM side. ``scheduler_only`` says it does little else
-    (tiering, maintenance: the work is in the Python workers): serial GC and the C1-only JIT then halve its
-    CPU. Otherwise (Spark SQL: layers, checks, the demo) it joins and aggregates: the full JIT (a GROUP BY
-    over 400,000 rows 2.0 -> 0.9 s) and G1, whose short pauses keep `layers.follow`'s rounds even (the
-    parallel GC's full collections stalled a round for 2-3 s: freshness p99 5.1-7.2 s against 3.8-4.0 s)."""
+    (tiering, maintenance: the work is in the Python workers): serial GC and the C1-only JIT then save most of
+    its CPU. Otherwise (Spark SQL: layers, checks, the demo) it joins and aggregates: the full JIT (a GROUP BY
+    runs about twice as fast) and G1, whose short pauses keep `layers.follow`'s rounds even (the parallel GC's
+    full collections stalled single rounds for seconds; docs/layers.md, "Spark sessions")."""
     if master and not MASTER.fullmatch(master):
         raise ConfigError(
             f"Spark master {master!r} is not one Spark accepts: use local, local[N], local[*], spark://host:port, "
@@ -71,8 +71,8 @@ def spark_session(
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         # Arrow tables given to createDataFrame (a layers round's restricted inputs) above 1 MiB become an RDD of
         # their batches, not a LocalRelation (Spark's default up to 48 MiB): a local relation's rows are
-        # serialized into every task of every query (an aggregation over 378,000 rows: 1.3 s -> 0.2 s) and
-        # filled the driver's heap; below 1 MiB it keeps its statistics, so joins broadcast it
+        # serialized into every task of every query (a round's aggregations ran several times slower) and filled
+        # the driver's heap; below 1 MiB it keeps its statistics, so joins broadcast it
         f"spark.sql.execution.arrow.{LOCAL_RELATION_THRESHOLD}": str(1 << 20),
         "spark.python.worker.reuse": "true",
         "spark.python.daemon.module": "lakehouse.executor.spark_daemon",  # workers fork with imports done

@@ -37,7 +37,7 @@ def _probe(store: ObjectStore) -> str:
 
 def _race(store: ObjectStore, prefix: str, writers: int = 8, rounds: int = 5) -> str:
     # 8 x 5, not 16 x 20: SeaweedFS makes a writer that meets another's conditional write sleep a whole
-    # second, so 16 x 20 took 60-76 s there (7-10 s now); the test suite races far harder on every backend.
+    # second, so a larger race takes a minute there; the test suite races far harder on every backend.
     barrier = threading.Barrier(writers)
     wins: list[int] = []
     lock = threading.Lock()

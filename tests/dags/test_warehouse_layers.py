@@ -24,7 +24,7 @@ def test_one_spark_submit_per_model_wired_from_the_dependency_graph(run_probe) -
     assert dag["tasks"][DWD]["upstream"] == []
     assert dag["tasks"][ADS]["upstream"] == [DWD]
 
-    application = str(REPO / "jobs" / "layers.py")
+    application = str(REPO / "jobs" / "run_layers.py")
     for model, task in zip(["dwd.orders_enriched", "ads.revenue_by_nation_month"], dag["tasks"].values(), strict=True):
         tid = f"run__{model.replace('.', '__')}"
         assert task["operator"] == "SparkSubmitOperator"
@@ -78,7 +78,7 @@ def test_the_project_comes_from_the_environment(run_probe, tmp_path: Path) -> No
         "run__dwd__b": [],
         "run__ads__c": ["run__dwd__a", "run__dwd__b"],
     }
-    assert tasks["run__ads__c"]["application"] == str(jobs / "layers.py")
+    assert tasks["run__ads__c"]["application"] == str(jobs / "run_layers.py")
     assert tasks["run__ads__c"]["application_args"] == ["--project", str(tmp_path), "--model", "ads.c"]
 
 
@@ -116,7 +116,7 @@ def test_dag_test_runs_every_model_in_order(run_probe, airflow_db: Path, tmp_pat
             "AIRFLOW_CONN_LAKESTREAM_SPARK": LOCAL_2,
             "PYSPARK_PYTHON": sys.executable,
             "SPARK_LOCAL_IP": "127.0.0.1",
-            # spark-submit runs jobs/layers.py with jobs/ first on sys.path: this checkout's lakehouse and jobs
+            # spark-submit runs jobs/run_layers.py with jobs/ first on sys.path: this checkout's lakehouse and jobs
             # packages, not an editable install's of another one
             "PYTHONPATH": str(REPO),
         },

@@ -169,8 +169,12 @@ def test_status_shows_positions_lag_and_the_last_round(tmp_path, spark, project)
 
 def test_an_unknown_model_is_a_clear_error(tmp_path, spark, project):
     _, layers = fresh(tmp_path, "wh", spark, project)
-    with pytest.raises(InvalidArgument, match="no model dwd.nope .* its models: dwd.orders_enriched"):
+    with pytest.raises(
+        InvalidArgument, match="dwd.nope: no model of this project .* its models are dwd.orders_enriched"
+    ):
         layers.run_once(["dwd.nope"])
+    # names are matched as `--model` matches them, case ignored (as Spark matches tables)
+    assert [r.model for r in layers.run_once(["DWD.Orders_Enriched"])] == ["dwd.orders_enriched"]
 
 
 @pytest.mark.parametrize("first", [False, True], ids=["round1", "round0"])

@@ -1,10 +1,11 @@
-"""spark-submit entry point: run the warehouse layers of a project (docs/layers.md).
+"""spark-submit entry point: run the warehouse layers of a project (docs/layers.md). Not named layers.py:
+spark-submit puts this folder first on sys.path, where a layers.py would hide the layers package.
 
-    spark-submit jobs/layers.py --project examples/tpch                       # one round of every model
-    spark-submit jobs/layers.py --project DIR --model dwd.orders_enriched     # one round of one model
-    spark-submit jobs/layers.py --project DIR --rebuild --model M             # recompute M in full
-    spark-submit jobs/layers.py --project DIR --rebuild --abandon --model M   # ... giving up a stuck round
-    spark-submit jobs/layers.py --project DIR --follow                        # rounds as inputs advance (SIGTERM stops)
+    spark-submit jobs/run_layers.py --project examples/tpch                      # one round of every model
+    spark-submit jobs/run_layers.py --project DIR --model dwd.orders_enriched    # one round of one model
+    spark-submit jobs/run_layers.py --project DIR --rebuild --model M            # recompute M in full
+    spark-submit jobs/run_layers.py --project DIR --rebuild --abandon --model M  # ... giving up a stuck round
+    spark-submit jobs/run_layers.py --project DIR --follow                       # rounds until SIGTERM
 
 The project folder defaults to LAKESTREAM_LAYERS_PROJECT, else examples/tpch of this repository. Tables the
 project declares that do not exist yet are created first (as `lakestream layers deploy`). Settings come from
@@ -34,7 +35,7 @@ def default_project() -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="jobs/layers.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="jobs/run_layers.py", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--project", default=None, help="the project folder (default: LAKESTREAM_LAYERS_PROJECT, else examples/tpch)"
     )
