@@ -42,8 +42,8 @@ def with_lakehouse(args: argparse.Namespace, work: Callable[[Any], int]) -> int:
 def run_per_table(args: argparse.Namespace, app_name: str, work: Callable[[Any, str, Any], Any]) -> int:
     """``work(lakehouse, table, spark)`` for each table (``--table`` or all); returns the exit code."""
     from lakehouse import Lakehouse
-    from lakehouse.lakehouse import summarize
     from lakehouse.spark import spark_session
+    from lakehouse.table_runs import summarize
 
     # settings first: a bad configuration fails at once, not after Spark's start (~15 s)
     with Lakehouse.from_env(args.config, warehouse=args.warehouse) as lh:

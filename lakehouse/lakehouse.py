@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -12,9 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.table import Table
 
@@ -23,17 +20,13 @@ from lakehouse.boundaries import delete_boundary, tiering_end
 from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog, register_commit_check
 from lakehouse.errors import (
     CorruptCatalogError,
-    CorruptDataFileError,
     InvalidArgument,
     InvalidTableName,
-    LakestreamError,
-    OffsetOutOfRange,
     SubscriptionNotFound,
     TableAlreadyExists,
     TableNotFound,
 )
 from lakehouse.executor import TaskExecutor, task_executor
-from lakehouse.keyed_rows import distinct_rows
 from lakehouse.lake_layout import (
     LAKE_TABLE_PROPERTIES,
     TABLE_UUID_PROPERTY,
@@ -46,6 +39,7 @@ from lakehouse.lake_layout import (
 )
 from lakehouse.log import Log
 from lakehouse.log.producer import close_all
+from lakehouse.reads import lookup, read_again, stream_changes
 from lakehouse.settings import Settings, load_settings
 from lakehouse.subscriptions import (
     DEFAULT_IDLE_AGE,
@@ -59,6 +53,7 @@ from lakehouse.subscriptions import (
     pins,
     read_subscription,
 )
+from lakehouse.table_runs import TableRun, for_each_table
 from lakehouse.tables import TABLES_PREFIX, TableDefinition, TableName
 from lakehouse.tiering import TieringResult, load_lake_table, tier
 from lakehouse.union import (
@@ -75,8 +70,6 @@ from object_store import NotFound, ObjectStore, PreconditionFailed, open_store
 
 _log = logging.getLogger(__name__)
 
-#: Buckets a changes read works on at once (their file reads overlap; pyarrow decodes with its own threads).
-CHANGES_WORKERS = 2
 # The catalog's commits pass the tiering fence (a tiering round commits only on the tiering snapshot it planned
 # on). Registered for every ObjectStoreCatalog, also those pyiceberg's load_catalog builds: importing any
 # lakehouse module imports this one (the package does).
@@ -93,36 +86,6 @@ class DropResult:
     definition: bool  # the definition was deleted (False: it was gone already)
     lake_location: str | None = None  # a lake table location outside the table's folder, left as it was
     subscriptions: int = 0  # the table's subscriptions deleted
-
-
-@dataclass(frozen=True)
-class TableRun:
-    """The outcome of one table's work in `Lakehouse.for_each_table`: its result, or the error it raised."""
-
-    table: str
-    result: Any = None
-    error: Exception | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def message(self) -> str:
-        """The error, naming the table once (most errors already start with its name)."""
-        if self.error is None:
-            return ""
-        error = self.error
-        text = str(error) if isinstance(error, LakestreamError) else f"{type(error).__name__}: {error}"
-        return text if text.startswith((f"{self.table}:", f"{self.table} ")) else f"{self.table}: {text}"
-
-
-def summarize(runs: Sequence[TableRun]) -> str:
-    """One line: how many tables failed, and which (``2 of 5 tables failed: ods.a, ods.b``)."""
-    failed = [r.table for r in runs if not r.ok]
-    if not failed:
-        return f"{len(runs)} table{'s' if len(runs) != 1 else ''} done, none failed"
-    return f"{len(failed)} of {len(runs)} tables failed: {', '.join(failed)}"
 
 
 class Lakehouse:
@@ -425,7 +388,8 @@ class Lakehouse:
         ``as_of``. With ``keep`` (a function narrowing a table of rows, e.g. to those of a set of keys): the read
         is streamed and only what ``keep`` returns of each batch is held (memory: the kept rows, not the rows
         the row filter lets through)."""
-        return self._reading(
+        return read_again(
+            self,
             name,
             lambda table: union_read(
                 table, self.log(name), columns=columns, row_filter=row_filter, as_of=as_of, ref=ref, keep=keep
@@ -443,37 +407,14 @@ class Lakehouse:
         ref: str | None = None,
     ) -> Iterator[pa.RecordBatch]:
         """`union_read` as a stream of record batches, for large results (``ref``: as in `union_read`)."""
-        return self._reading(
+        return read_again(
+            self,
             name,
             lambda table: union_batches(
                 table, self.log(name), columns=columns, row_filter=row_filter, as_of=as_of, ref=ref
             ),
             as_of=as_of,
         )
-
-    def _reading(self, name: str | TableName, read: Any, attempts: int = 3, *, as_of: AsOf | None = None) -> Any:
-        """Run a union read; if log retention removed the tail's start meanwhile (a newer tiering commit made
-        those records part of the lake), or snapshot expiry deleted files of the snapshot being read (a newer
-        commit replaced them), reload the lake and read again. A read ``as_of`` offsets that the reloaded lake
-        and the retained log cannot serve raises `AsOfUnavailable` at once."""
-        for attempt in range(attempts):
-            table = self.lake_table(name)
-            try:
-                return read(table)
-            except OffsetOutOfRange as exc:
-                if as_of is not None:
-                    log = self.log(name)
-                    ends = {int(b): int(o) for b, o in as_of.items()}  # checked by the read that failed
-                    error = as_of_unavailable(self.lake_table(name), log.definition, ends, log.start_offsets())
-                    if error is not None:
-                        raise error from exc
-                if attempt == attempts - 1:
-                    raise
-            except (CorruptDataFileError, OSError):
-                # a file of the snapshot read is gone: corruption, unless the table moved on meanwhile
-                if attempt == attempts - 1 or self.lake_table(name).metadata_location == table.metadata_location:
-                    raise
-        raise AssertionError("unreachable")
 
     def changes(
         self,
@@ -497,7 +438,7 @@ class Lakehouse:
         plan = plan_changes(
             self.lake_table(name), self.log(name), start, end, before_images=before_images, columns=columns
         )
-        return pa.Table.from_batches(list(self._changes(name, plan, 3)), schema=plan.schema)
+        return pa.Table.from_batches(list(stream_changes(self, name, plan, 3)), schema=plan.schema)
 
     def changes_batches(
         self,
@@ -518,128 +459,20 @@ class Lakehouse:
         plan = plan_changes(
             self.lake_table(name), self.log(name), start, end, before_images=before_images, columns=columns
         )
-        return self._changes(name, plan, attempts)
-
-    def _changes(self, name: str | TableName, plan: Any, attempts: int) -> Iterator[pa.RecordBatch]:
-        """The buckets' changes in bucket order, up to ``CHANGES_WORKERS`` buckets read at once."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        from lakehouse.datafiles import LakeContext
-
-        ctx = LakeContext.of(self.store, self.lake_table(name))
-        items = list(plan.buckets)
-        with ThreadPoolExecutor(CHANGES_WORKERS, thread_name_prefix="lakestream-changes") as pool:
-            pending = [
-                pool.submit(self._bucket_changes, name, plan, item, ctx, attempts) for item in items[:CHANGES_WORKERS]
-            ]
-            for i in range(len(items)):
-                rows = pending[i].result()
-                if i + CHANGES_WORKERS < len(items):
-                    pending.append(
-                        pool.submit(self._bucket_changes, name, plan, items[i + CHANGES_WORKERS], ctx, attempts)
-                    )
-                pending[i] = None  # type: ignore[call-overload]  # its rows go out now: do not keep them
-                yield from rows.to_batches()
-
-    def _bucket_changes(self, name: str | TableName, plan: Any, item: Any, ctx: Any, attempts: int) -> pa.Table:
-        """One bucket's changes; planned again if expiry or retention removed its old rows' snapshot or log
-        meanwhile (`AsOfUnavailable` once nothing retained can serve them)."""
-        from lakehouse.changes import plan_changes, read_bucket_changes
-
-        def replan(table: Any, log: Log) -> Any:
-            return plan_changes(
-                table, log, plan.start, plan.end, before_images=plan.before_images, columns=plan.columns
-            )
-
-        return self._old_state(name, plan, item, ctx, attempts, replan, read_bucket_changes)
-
-    def _bucket_rows(self, name: str | TableName, plan: Any, item: Any, ctx: Any, keys: pa.Table) -> pa.Table:
-        """One bucket's rows of `lookup`, planned again as `_bucket_changes` is."""
-        from lakehouse.changes import plan_lookup, read_bucket_rows
-
-        return self._old_state(
-            name,
-            plan,
-            item,
-            ctx,
-            3,
-            lambda table, log: plan_lookup(table, log, plan.start, [item.bucket]),
-            lambda p, i, log, c: read_bucket_rows(p, i, log, c, keys),
-        )
-
-    def _old_state(
-        self, name: str | TableName, plan: Any, item: Any, ctx: Any, attempts: int, replan: Any, read: Any
-    ) -> pa.Table:
-        """``read(plan, item, log, ctx)`` of a read that needs the state as of ``plan.start`` (a snapshot's
-        files and the log after it); if expiry or retention removed them meanwhile, ``replan(table, log)`` and
-        read again (`AsOfUnavailable` once nothing retained can serve ``plan.start``)."""
-        from lakehouse.datafiles import LakeContext
-
-        log = self.log(name)
-        for attempt in range(attempts):
-            try:
-                return read(plan, item, log, ctx)
-            except (OffsetOutOfRange, OSError) as exc:
-                table = self.lake_table(name)
-                error = as_of_unavailable(table, log.definition, plan.start, log.start_offsets())
-                if error is not None:
-                    raise error from exc
-                if attempt == attempts - 1:
-                    raise
-                plan = replan(table, log)
-                item = next(b for b in plan.buckets if b.bucket == item.bucket)
-                ctx = LakeContext.of(self.store, table)
-        raise AssertionError("unreachable")
+        return stream_changes(self, name, plan, attempts)
 
     def lookup(
         self, name: str | TableName, keys: pa.Table, *, as_of: AsOf, columns: Sequence[str] | None = None
     ) -> pa.Table:
         """The rows of a primary-key table whose keys are rows of ``keys`` (its primary-key columns), as of the
-        offset map ``as_of``, as `union_read` with ``as_of`` holds them (keys absent then are absent here; a
-        key given twice comes once). A point lookup: per bucket of the keys, only the lake files whose key
-        statistics can hold one, their key column first and whole rows only of row groups holding one, plus the
-        log between that snapshot and ``as_of`` (see `lakehouse.changes.read_bucket_rows`); for keys spread
-        over the table it decodes the row groups once, without union reads' filter and merge passes.
+        offset map ``as_of``, as `union_read` with ``as_of`` holds them (`lakehouse.reads.lookup`: a point lookup
+        that decodes only the row groups whose key statistics can hold a key).
 
         Raises:
             InvalidArgument: a table without a primary key, ``keys`` without its columns, a bad offset map.
             AsOfUnavailable: snapshot expiry and log retention removed what ``as_of`` needs.
         """
-        from lakehouse.changes import plan_lookup
-
-        log = self.log(name)
-        definition = log.definition
-        pk = list(definition.primary_key)
-        if not pk:
-            raise InvalidArgument(f"{definition.name} has no primary key: rows cannot be looked up by key")
-        missing = [c for c in pk if c not in keys.column_names]
-        if missing:
-            raise InvalidArgument(f"{definition.name}: lookup keys lack primary-key column(s) {missing}")
-        names = [f.name for f in definition.schema]
-        chosen = names if columns is None else [c for c in names if c in columns]
-        keys = keys.select(pk)
-        valid = [pc.is_valid(keys[c]) for c in pk]  # a null matches no key
-        keys = keys.filter(functools.reduce(pc.and_, valid)) if keys.num_rows else keys
-        keys = distinct_rows(keys.cast(pa.schema([definition.schema.field(c).with_nullable(True) for c in pk])))
-        table = self.lake_table(name)
-        empty = table.scan(selected_fields=tuple(chosen)).projection().as_arrow().empty_table()  # union_read's types
-        if keys.num_rows == 0:
-            plan_lookup(table, log, as_of, [])  # the offsets are checked all the same
-            return empty
-        ids = log.bucket_of(keys.column(definition.bucket_key)).to_numpy(zero_copy_only=False)
-        by_bucket = {int(b): keys.filter(pa.array(ids == b)) for b in np.unique(ids)}
-        plan = plan_lookup(table, log, as_of, list(by_bucket))
-        from concurrent.futures import ThreadPoolExecutor
-
-        from lakehouse.datafiles import LakeContext
-
-        ctx = LakeContext.of(self.store, table)
-        with ThreadPoolExecutor(CHANGES_WORKERS, thread_name_prefix="lakestream-lookup") as pool:
-            parts = list(
-                pool.map(lambda item: self._bucket_rows(name, plan, item, ctx, by_bucket[item.bucket]), plan.buckets)
-            )
-        parts = [p.select(chosen).cast(empty.schema) for p in parts if p.num_rows]
-        return pa.concat_tables(parts) if parts else empty
+        return lookup(self, name, keys, as_of=as_of, columns=columns)
 
     def lake_read(
         self,
@@ -690,17 +523,9 @@ class Lakehouse:
     def for_each_table(
         self, work: Callable[[str], Any], names: Sequence[str | TableName] | None = None
     ) -> Iterator[TableRun]:
-        """``work(name)`` for each of ``names`` (default: every table), one `TableRun` per table as it ends.
-        A table that fails (whatever the error: a broken definition, a lake table that cannot be loaded, a bad
-        segment) does not stop the others; the all-tables commands, jobs and DAG tasks report each and fail at
-        the end. Only `KeyboardInterrupt` and other `BaseException`s stop the loop."""
-        for name in [str(n) for n in names] if names is not None else [str(t) for t in self.list_tables()]:
-            try:
-                result = work(name)
-            except Exception as exc:  # noqa: BLE001 - reported per table; the caller fails at the end
-                yield TableRun(name, error=exc)
-            else:
-                yield TableRun(name, result=result)
+        """``work(name)`` for each of ``names`` (default: every table), one `TableRun` per table as it ends; a
+        table that fails does not stop the others (`lakehouse.table_runs.for_each_table`)."""
+        return for_each_table(self, work, names)
 
     def log(self, name: str | TableName) -> Log:
         """The log of a table (one shared `Log` per table and `Lakehouse`)."""

@@ -133,7 +133,7 @@ def _fail(exc: Exception) -> NoReturn:
 
 def _finish(runs: list) -> None:
     """After an all-tables command: the summary and exit code 1 if any table failed (each was reported)."""
-    from lakehouse.lakehouse import summarize
+    from lakehouse.table_runs import summarize
 
     if any(not r.ok for r in runs):
         err.print(f"[bold red]{escape(summarize(runs))}[/]")
