@@ -153,9 +153,8 @@ def rewrite_tables(query: exp.Query, names: Mapping[str, str]) -> exp.Query:
 
 
 def _spark_friendly(table: pa.Table) -> pa.Table:
-    """What Spark's ``createDataFrame`` takes whole: one chunk per column (PySpark 4.2.0 drops the rows of a
-    chunk that follows an empty one: 6 rows in chunks [3, 2, 0, 1] became 5), large strings and binaries as
-    their 32-bit forms."""
+    """What Spark's ``createDataFrame`` takes whole: one chunk per column (several chunks can lose rows:
+    docs/upstream.md), large strings and binaries as their 32-bit forms."""
     table = table.combine_chunks()
     fields = []
     for f in table.schema:

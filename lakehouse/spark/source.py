@@ -10,10 +10,9 @@ the log ranges ending where the log ended at planning); every bucket is one inpu
 worker executes (`ReadPlan.execute_bucket`: the bucket's lake files merged with its log range). The
 ``filter`` option is always pushed into the lake scan and the tails. Spark's own filters are too, those that
 translate to Iceberg expressions (the others stay with Spark), when ``spark.sql.python.filterPushdown.enabled``
-was true when the format was registered: it is off by default because PySpark 4.2.0 keeps the pushed-down
-read on the DataFrame's relation, so a later unfiltered action on the same DataFrame reuses the filtered read
-(``df.filter(...).count(); df.count()``: wrong count; fixed upstream by scoping the read to the scan), and
-PySpark refuses a reader with ``pushFilters`` while the setting is off. Pruning columns is not in PySpark
+was true when the format was registered: it is off by default because with it a later unfiltered action on
+the same DataFrame can reuse the filtered read (docs/upstream.md), and PySpark refuses a reader with
+``pushFilters`` while the setting is off. Pruning columns is not in PySpark
 4.2's Python data source API, so ask for fewer columns with the ``columns`` option or a reader schema naming a
 subset of the table's columns.
 
