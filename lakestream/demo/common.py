@@ -5,13 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from object_store.errors import LakestreamError
+from lakestream.errors import DemoCheckFailed
 
 __all__ = ["DemoCheckFailed", "DemoResult", "Step", "check"]
-
-
-class DemoCheckFailed(LakestreamError):
-    """A demo step's own check did not hold: a bug, please report it with the demo's output."""
 
 
 @dataclass
