@@ -128,6 +128,13 @@ def test_a_source_declared_with_another_column_never_advises_dropping_it(setup, 
     assert len(table_rows(lh, "ods.o")) == 10
 
 
+class DiesBeforeAppending(Runner):
+    """A runner stopped (as by Ctrl+C) just before its round's first append: its round stays unfinished."""
+
+    def _append(self, record, upserts, deletes):
+        raise KeyboardInterrupt
+
+
 NULL_KEYED = "-- primary_key: [grp]\n-- buckets: 2\nSELECT grp, count(*) AS n FROM ods.o GROUP BY grp\n"
 
 
@@ -164,10 +171,6 @@ def test_once_after_a_crash_finishes_the_round_then_runs_to_now(setup, spark):
     lh, root = setup
     project = load_project(root)
     lh.log("ods.o").append(rows(2, 10), "upsert")
-
-    class DiesBeforeAppending(Runner):
-        def _append(self, record, upserts, deletes):
-            raise KeyboardInterrupt  # the runner stops here, its round unfinished
 
     with pytest.raises(KeyboardInterrupt):
         DiesBeforeAppending(lh, project, spark).run_once(["dwd.m"])
@@ -239,10 +242,6 @@ def test_a_dead_runners_round_is_resumed(setup, spark, tmp_path):
     project = load_project(root)
     lh.log("ods.o").append(rows(2, 10), "upsert")
 
-    class DiesBeforeAppending(Runner):
-        def _append(self, record, upserts, deletes):
-            raise KeyboardInterrupt
-
     with pytest.raises(KeyboardInterrupt):
         DiesBeforeAppending(lh, project, spark).run_once(["dwd.m"])
     # as if another host's runner had held it and stopped heartbeating: its lease lapses
@@ -265,10 +264,6 @@ def test_a_stuck_round_is_abandoned_by_a_rebuild(setup, spark):
     lh, root = setup
     project = load_project(root)
     lh.log("ods.o").append(rows(2, 10), "upsert")
-
-    class DiesBeforeAppending(Runner):
-        def _append(self, record, upserts, deletes):
-            raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         DiesBeforeAppending(lh, project, spark).run_once(["dwd.m"])

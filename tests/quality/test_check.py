@@ -139,10 +139,8 @@ def test_the_job_checks_without_publishing_then_publishes_the_latest_run(lakehou
     assert publish_run(lh, load_runs(lh)[0])[NAME] == before
 
 
-def test_a_project_run_checks_layers_and_suites_and_publishes_each_table_that_passed(tmp_path, spark) -> None:
-    """The example project, layers built and tiered: reconcile + suites + layer checks all pass and every table is
-    published; a wrong row in dwd's log (tiered) fails its layer check and reconciliation stays clean, so dwd keeps
-    its tag while the others move on. Local warehouse (Spark builds the layers)."""
+def _built(tmp_path, spark):
+    """The example project's ODS loaded, its layers built by one round each, every table tiered."""
     from layers.project import load_project
     from layers.runner import Runner
     from tests.quality.test_expectations import ALL, EXAMPLE, load_ods
@@ -154,6 +152,16 @@ def test_a_project_run_checks_layers_and_suites_and_publishes_each_table_that_pa
     layers.run_once()
     for name in ALL:
         lh.tier(name)
+    return lh, layers
+
+
+def test_a_project_run_checks_layers_and_suites_and_publishes_each_table_that_passed(tmp_path, spark) -> None:
+    """The example project, layers built and tiered: reconcile + suites + layer checks all pass and every table is
+    published; a wrong row in dwd's log (tiered) fails its layer check and reconciliation stays clean, so dwd keeps
+    its tag while the others move on. Local warehouse (Spark builds the layers)."""
+    from tests.quality.test_expectations import ALL, EXAMPLE
+
+    lh, layers = _built(tmp_path, spark)
     run = run_checks(lh, project=EXAMPLE, spark=spark)
     assert run.ok, [str(v) for v in run.violations] + [r.error for r in run.results if r.error]
     checks = {(r.table, r.check.split(":")[0]) for r in run.results}
@@ -200,21 +208,13 @@ def test_a_check_whose_upstream_failed_is_not_evaluated(tmp_path, spark) -> None
     (Spark builds the layers)."""
     import numpy as np
 
-    from layers.project import load_project
-    from layers.runner import Runner
     from quality.report import render_run
     from quality.results import CheckResult
-    from tests.quality.test_expectations import ALL, EXAMPLE, N_CUSTOMERS, load_ods, orders
+    from tests.quality.test_expectations import ALL, EXAMPLE, N_CUSTOMERS, orders
     from tests.quality.test_reconcile import rogue_commit
 
     dwd, ads = "dwd.orders_enriched", "ads.revenue_by_nation_month"
-    lh = Lakehouse.open((tmp_path / "wh").as_uri())
-    load_ods(lh)
-    layers = Runner(lh, load_project(EXAMPLE), spark)
-    layers.deploy()
-    layers.run_once()
-    for name in ALL:
-        lh.tier(name)
+    lh, layers = _built(tmp_path, spark)
     first = run_checks(lh, project=EXAMPLE, spark=spark)
     assert first.ok, [str(v) for v in first.violations]
     # a second round over new orders, tiered: every layer has a snapshot not published yet
