@@ -373,22 +373,26 @@ def _expected_of_keys(
 @dataclass(frozen=True)
 class Difference:
     """One key whose rows differ: ``expected`` (the SQL's row) or ``actual`` (the table's) is None when that
-    side has no row; ``columns`` names the columns whose values differ (when both have a row)."""
+    side has no row; ``columns`` names the columns whose values differ (when both have a row); ``times`` is how
+    many rows of the key the table holds when it holds more than one (a data file committed twice)."""
 
     key: tuple[Any, ...]
     expected: dict[str, Any] | None
     actual: dict[str, Any] | None
     columns: tuple[str, ...] = ()
+    times: int = 1
 
 
 def compare_rows(expected: pa.Table, actual: pa.Table, key: Sequence[str]) -> list[Difference]:
-    """The keys whose rows differ between ``expected`` and ``actual`` (same schema; a key at most once per
-    side), sorted by key; vectorized: rows are matched by a hash join on the key, values compared column by
-    column (null equals null; floating-point values within `FLOAT_TOLERANCE`)."""
+    """The keys whose rows differ between ``expected`` (a key at most once) and ``actual`` (the table: a key it
+    holds more than once is a difference of its own), sorted by key; vectorized: rows are matched by a hash join
+    on the key, values compared column by column (null equals null; floating-point values within
+    `FLOAT_TOLERANCE`)."""
     key = list(key)
     order = [(k, "ascending") for k in key]
     if expected.num_rows == actual.num_rows and expected.sort_by(order).equals(actual.sort_by(order)):
         return []
+    actual, repeated = _first_of_each_key(actual, key)
     left = expected.select(key).append_column("__e", pa.array(np.arange(expected.num_rows), pa.int64()))
     right = actual.select(key).append_column("__a", pa.array(np.arange(actual.num_rows), pa.int64()))
     joined = left.join(right, keys=key, join_type="full outer")
@@ -420,8 +424,38 @@ def compare_rows(expected: pa.Table, actual: pa.Table, key: Sequence[str]) -> li
     extra = joined.filter(pc.is_null(e_idx))["__a"]
     for row in actual.take(extra).to_pylist():
         out.append(Difference(tuple(row[k] for k in key), None, row))
+    if repeated:
+        by_key = {d.key: d for d in out}
+        expected_rows = {
+            tuple(r[k] for k in key): r for r in semi_join(expected, _keys_table(repeated, key), key).to_pylist()
+        }
+        for k, (row, times) in repeated.items():
+            by_key[k] = Difference(k, expected_rows.get(k), row, times=times)
+        out = list(by_key.values())
     out.sort(key=lambda d: tuple((v is None, v) for v in d.key))
     return out
+
+
+def _first_of_each_key(rows: pa.Table, key: list[str]) -> tuple[pa.Table, dict[tuple, tuple[dict, int]]]:
+    """``rows`` with each key's first row only, and the keys it held more than once: key -> (a row, times)."""
+    counts = rows.group_by(key).aggregate([([], "count_all")])
+    twice = counts.filter(pc.greater(counts["count_all"], 1))
+    if twice.num_rows == 0:
+        return rows, {}
+    numbered = rows.append_column("__i", pa.array(np.arange(rows.num_rows), pa.int64()))
+    first = numbered.group_by(key).aggregate([("__i", "min")])["__i_min"]
+    kept = rows.take(pa.array(np.sort(first.to_numpy())))
+    samples = semi_join(rows, twice.select(key), key).to_pylist()
+    times = {tuple(r[k] for k in key): r["count_all"] for r in twice.to_pylist()}
+    repeated = {}
+    for row in samples:
+        k = tuple(row[c] for c in key)
+        repeated.setdefault(k, (row, times[k]))
+    return kept, repeated
+
+
+def _keys_table(repeated: dict[tuple, Any], key: list[str]) -> pa.Table:
+    return pa.Table.from_pylist([dict(zip(key, k, strict=True)) for k in repeated])
 
 
 def _same(a: pa.ChunkedArray, b: pa.ChunkedArray) -> pa.Array:
@@ -442,7 +476,9 @@ def _violations(model: str, number: int, differences: list[Difference], key: lis
     shown = differences[:MAX_VIOLATIONS]
     for i, d in enumerate(shown):
         where = ", ".join(f"{k}={_text(v)}" for k, v in zip(key, d.key, strict=True))
-        if d.actual is None:
+        if d.times > 1:
+            what = f"the table holds {d.times} rows of it (a key is one row: a data file committed twice?)"
+        elif d.actual is None:
             what = "the table has no row of it (the SQL gives one)"
         elif d.expected is None:
             what = "the table has a row of it that the SQL does not give"

@@ -244,3 +244,21 @@ def test_no_false_alarm_over_randomized_clean_rounds(lakehouse, spark, project):
         assert_clean(results)
         assert all(r.details["sampled_keys"] > 0 for r in results)
     assert_clean(check_layers(lh, project, spark=spark, full=True))
+
+
+def test_a_key_the_table_holds_twice_is_a_difference_even_with_equal_rows():
+    """A data file committed twice holds the same rows again: each key twice, every value right."""
+    from quality.layers import _violations, compare_rows
+
+    expected = pa.table({"k": [1, 2, 3], "v": ["a", "b", "c"]})
+    doubled = pa.concat_tables([expected, expected.slice(1, 2)])
+    [two, three] = compare_rows(expected, doubled, ["k"])
+    assert (two.key, two.times, two.expected, two.actual) == ((2,), 2, {"k": 2, "v": "b"}, {"k": 2, "v": "b"})
+    assert three.key == (3,) and three.times == 2
+    [violation, _] = _violations("dwd.x", 4, [two, three], ["k"])
+    assert "holds 2 rows of it" in violation.message and violation.keys == (2,)
+    # a key twice whose copies differ from the SQL's row is still one difference, the repeat
+    changed = pa.concat_tables([expected, pa.table({"k": [1], "v": ["z"]})])
+    [one] = compare_rows(expected, changed, ["k"])
+    assert one.key == (1,) and one.times == 2
+    assert compare_rows(expected, expected, ["k"]) == []
