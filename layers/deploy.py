@@ -116,8 +116,9 @@ class Deployer:
         )
 
     def verify(self, name: str) -> None:
-        """Before a round of ``name``: its table and its inputs' tables are as the project declares them (column
-        names, and types where the project knows them without Spark; key; buckets), once per runner.
+        """Before a round of ``name``: its table and its sources' tables are as the project declares them (column
+        names, and types where the project knows them without Spark; key; buckets), once per runner. An input
+        that is a model is checked before its own rounds (its problem is its own, not its readers').
 
         Raises:
             ModelSchemaChanged: the model's SQL (or header) no longer matches its table.
@@ -125,7 +126,8 @@ class Deployer:
         """
         if name in self._verified:
             return
-        for table in (*self.project.models[name].inputs, name):
+        sources = [t for t in self.project.models[name].inputs if t in self.project.sources]
+        for table in (*sources, name):
             if table in self._verified_tables:
                 continue
             if table in self.project.sources:
