@@ -136,6 +136,17 @@ class DiesBeforeAppending(Runner):
         raise KeyboardInterrupt
 
 
+@pytest.fixture
+def unfinished(setup, spark):
+    """Round 1 of dwd.m (over 2 new rows) left unfinished by a stopped runner: (lh, project root, project)."""
+    lh, root = setup
+    project = load_project(root)
+    lh.log("ods.o").append(rows(2, 10), "upsert")
+    with pytest.raises(KeyboardInterrupt):
+        DiesBeforeAppending(lh, project, spark).run_once(["dwd.m"])
+    return lh, root, project
+
+
 NULL_KEYED = "-- primary_key: [grp]\n-- buckets: 2\nSELECT grp, count(*) AS n FROM ods.o GROUP BY grp\n"
 
 
@@ -168,13 +179,8 @@ def test_a_null_key_is_one_clear_error_and_the_fixed_sql_runs(tmp_path, spark, w
     assert {r["grp"]: r["n"] for r in table_rows(lh, "ads.s")} == {"g0": 2, "g1": 2, "g2": 2, "-": 2}
 
 
-def test_once_after_a_crash_finishes_the_round_then_runs_to_now(setup, spark):
-    lh, root = setup
-    project = load_project(root)
-    lh.log("ods.o").append(rows(2, 10), "upsert")
-
-    with pytest.raises(KeyboardInterrupt):
-        DiesBeforeAppending(lh, project, spark).run_once(["dwd.m"])
+def test_once_after_a_crash_finishes_the_round_then_runs_to_now(unfinished, spark):
+    lh, root, project = unfinished
     lh.log("ods.o").append(rows(3, 12), "upsert")  # the inputs move on
     reports = Runner(lh, project, spark).run_once()
     assert [(r.model, r.resumed) for r in reports] == [("dwd.m", True), ("dwd.m", False), ("ads.a", False)]
@@ -238,13 +244,8 @@ def test_a_round_of_a_runner_in_another_process_is_not_taken_over(setup, spark, 
     assert [r["id"] for r in table_rows(lh, "dwd.m")] == list(range(12))
 
 
-def test_a_dead_runners_round_is_resumed(setup, spark, tmp_path):
-    lh, root = setup
-    project = load_project(root)
-    lh.log("ods.o").append(rows(2, 10), "upsert")
-
-    with pytest.raises(KeyboardInterrupt):
-        DiesBeforeAppending(lh, project, spark).run_once(["dwd.m"])
+def test_a_dead_runners_round_is_resumed(unfinished, spark):
+    lh, _, project = unfinished
     # as if another host's runner had held it and stopped heartbeating: its lease lapses
     record = latest_round(lh.store, "dwd.m")
     obj = lh.store.get(record.key)
@@ -261,13 +262,8 @@ def test_a_dead_runners_round_is_resumed(setup, spark, tmp_path):
     assert [r["id"] for r in table_rows(lh, "dwd.m")] == list(range(12))
 
 
-def test_a_stuck_round_is_abandoned_by_a_rebuild(setup, spark):
-    lh, root = setup
-    project = load_project(root)
-    lh.log("ods.o").append(rows(2, 10), "upsert")
-
-    with pytest.raises(KeyboardInterrupt):
-        DiesBeforeAppending(lh, project, spark).run_once(["dwd.m"])
+def test_a_stuck_round_is_abandoned_by_a_rebuild(unfinished, spark):
+    lh, root, project = unfinished
     sql = root / "models" / "dwd.m.sql"
     sql.write_text(M_SQL.replace("SELECT id, grp, v", "SELECT id, lower(grp) AS grp, v"))
     changed = load_project(root)
