@@ -51,6 +51,7 @@ from lakehouse.errors import AsOfUnavailable, InvalidArgument, OffsetOutOfRange,
 from lakehouse.keyed_rows import KeySet, reduce_changes, upserts_of
 from lakehouse.lake_layout import BUCKET_COLUMN, check_lake_layout, lake_arrow_schema, log_to_lake_rows
 from lakehouse.log import Log
+from lakehouse.position_deletes import deleted_positions
 from lakehouse.tables import TableDefinition
 from lakehouse.union import AsOf, check_as_of, plan_as_of
 
@@ -67,7 +68,8 @@ class BucketChanges:
     start: int
     end: int
     base: int = 0  # the offset the lake part of the state as of ``start`` is read at (0: no lake part)
-    files: tuple[DataFile, ...] = ()  # that snapshot's data files of this bucket
+    #: that snapshot's data files of this bucket, each with its delete files
+    files: tuple[tuple[DataFile, tuple[DataFile, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -155,8 +157,9 @@ def _old_state_files(
     table: Table, definition: TableDefinition, starts: dict[int, int], buckets: Sequence[int]
 ) -> tuple[dict[int, int], dict[int, list[DataFile]]]:
     """Per bucket, the offset of the lake snapshot an as-of read at ``starts`` would use (0: no lake part)
-    and that snapshot's data files of the bucket (those of ``buckets`` only: partition pruning)."""
-    files: dict[int, list[DataFile]] = {b: [] for b in buckets}
+    and that snapshot's data files of the bucket, each with its delete files (those of ``buckets`` only:
+    partition pruning)."""
+    files: dict[int, list[tuple[DataFile, tuple[DataFile, ...]]]] = {b: [] for b in buckets}
     plan = plan_as_of(table, definition, starts)
     bases = plan.bases
     for snapshot_id, keep in plan.scans:
@@ -169,7 +172,7 @@ def _old_state_files(
             partition = task.file.partition
             bucket = partition[len(partition) - 1]
             if bucket in files and bucket in wanted:
-                files[bucket].append(task.file)
+                files[bucket].append((task.file, tuple(task.delete_files)))
     return bases, files
 
 
@@ -270,9 +273,10 @@ def _state_before(
         live = log_to_lake_rows(upserts_of(between), item.bucket)
         found.append(live.select(list(pk)))
         rows.append(live.filter(wanted.hits(live)) if len(wanted) else live.slice(0, 0))
-    for data_file in item.files:
+    for data_file, delete_files in item.files:
         if _may_hold(keys, _file_bounds(data_file, ctx.schema, pk)):
-            _look_up(ctx, data_file.file_path, keys, wanted, overridden, found, rows)
+            deleted = deleted_positions(ctx, data_file.file_path, delete_files) if delete_files else None
+            _look_up(ctx, data_file.file_path, keys, wanted, overridden, found, rows, deleted)
     empty = log_to_lake_rows(log_.read_schema.empty_table(), item.bucket)
     existing = (
         pa.concat_tables([f.cast(empty.select(list(pk)).schema) for f in found]) if found else empty.select(list(pk))
@@ -291,19 +295,30 @@ def _look_up(
     overridden: KeySet | None,
     found: list[pa.Table],
     rows: list[pa.Table],
+    deleted: np.ndarray | None = None,
 ) -> None:
     """One data file's keys in ``keys`` and not in ``overridden`` (appended to ``found``), and the rows of those
     also in ``wanted`` (to ``rows``): only row groups whose key statistics may hold one are read, their key
-    column first, whole rows only of row groups holding a wanted key."""
+    column first, whole rows only of row groups holding a wanted key. Rows at the ``deleted`` positions (the
+    file's position deletes) are no rows."""
     pk = list(keys.primary_key)
     with ctx.open_parquet(location) as parquet:
         metadata = parquet.metadata
         names = parquet.schema_arrow.names
+        first = 0  # the file position of the row group's first row
         for i in range(metadata.num_row_groups):
+            count = metadata.row_group(i).num_rows
+            first, start = first + count, first
             if not _may_hold(keys, _group_bounds(metadata.row_group(i), names, pk)):
                 continue
             group_keys = parquet.read_row_group(i, columns=pk)
             hits = keys.hits(group_keys)
+            if deleted is not None and deleted.size:
+                gone = deleted[(deleted >= start) & (deleted < start + count)] - start
+                if gone.size:
+                    alive = np.ones(count, dtype=bool)
+                    alive[gone] = False
+                    hits = pc.and_(hits, pa.array(alive))
             if overridden is not None and len(overridden):  # the log after the snapshot has the newer version
                 hits = pc.and_(hits, pc.invert(overridden.hits(group_keys)))
             if not pc.any(hits).as_py():

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from pyiceberg.manifest import DataFile
 
 from lakehouse.lake_layout import log_to_lake_rows, parse_partition_by, partition_groups
+from lakehouse.position_deletes import deleted_positions, write_position_deletes
 from lakehouse.tables import TableDefinition
 
 
@@ -139,9 +140,45 @@ def rewrite_bucket(
         if keep.num_rows:
             partition = tuple(data_file.partition[i] for i in range(len(data_file.partition)))
             result.added.append(ctx.write(keep, partition, stem))
+    _write_upserts(ctx, definition, bucket, changes, stem, result)
+
+
+def _write_upserts(
+    ctx: Any, definition: TableDefinition, bucket: int, changes: pa.Table, stem: str, result: Any
+) -> None:
+    """The new versions of the changed keys that leave a row, as new data files (sorted by key, as reduced)."""
     upserts = upserts_of(changes)
     if upserts.num_rows:
         parts = parse_partition_by(definition, definition.schema)
         new_rows = log_to_lake_rows(upserts, bucket)
         for partition, rows in partition_groups(definition, new_rows, bucket, parts):
             result.added.append(ctx.write(rows, partition, stem))
+
+
+def mark_bucket(
+    ctx: Any,
+    definition: TableDefinition,
+    bucket: int,
+    changes: pa.Table,
+    candidates: Sequence[tuple[DataFile, Sequence[DataFile]]],
+    stem: str,
+    result: Any,
+) -> None:
+    """Apply ``changes`` (one bucket's, reduced per key) to the bucket by merge-on-read: the live rows of the
+    changed keys in ``candidates`` (each data file with its delete files) are marked deleted in position delete
+    files (one per partition), and the surviving upserts are written as new data files; no data file is
+    rewritten. Only the key columns of the candidates are read. New files go to ``result.added``."""
+    pk = definition.primary_key
+    keys = KeySet(changes, pk)
+    marks: dict[tuple, list[tuple[str, np.ndarray]]] = {}
+    for data_file, delete_files in candidates:
+        hits = keys.hits(ctx.read(data_file.file_path, columns=list(pk)))
+        positions = np.flatnonzero(hits.to_numpy(zero_copy_only=False))
+        if positions.size and delete_files:
+            positions = np.setdiff1d(positions, deleted_positions(ctx, data_file.file_path, delete_files))
+        if positions.size:
+            partition = tuple(data_file.partition[i] for i in range(len(data_file.partition)))
+            marks.setdefault(partition, []).append((data_file.file_path, positions))
+    for partition, deletes in marks.items():
+        result.added.append(write_position_deletes(ctx, partition, stem, deletes))
+    _write_upserts(ctx, definition, bucket, changes, stem, result)

@@ -144,6 +144,7 @@ class Lakehouse:
         primary_key: Sequence[str] | None = None,
         bucket_key: str | None = None,
         partition_by: Sequence[str] | None = None,
+        write_mode: str | None = None,
     ) -> TableDefinition:
         """Create a table: its definition (written once, with ``If-None-Match: *``), its log retention record
         (floors 0, see `lakehouse.maintenance.retention`), then its lake table.
@@ -159,7 +160,13 @@ class Lakehouse:
             InvalidTableName, SchemaError: the definition is invalid; nothing was written.
         """
         definition = TableDefinition.build(
-            name, schema, buckets=buckets, primary_key=primary_key, bucket_key=bucket_key, partition_by=partition_by
+            name,
+            schema,
+            buckets=buckets,
+            primary_key=primary_key,
+            bucket_key=bucket_key,
+            partition_by=partition_by,
+            write_mode=write_mode,
         )
         check_lake_types(definition)  # every column has a lake type that loads again
         lake_partition_spec(definition, lake_schema(definition))  # partitions checked before anything is written
@@ -285,7 +292,13 @@ class Lakehouse:
                 schema,
                 partition_spec=lake_partition_spec(definition, schema),
                 sort_order=lake_sort_order(schema),
-                properties={TABLE_UUID_PROPERTY: definition.table_uuid, **LAKE_TABLE_PROPERTIES},
+                properties={
+                    TABLE_UUID_PROPERTY: definition.table_uuid,
+                    **LAKE_TABLE_PROPERTIES,
+                    # Iceberg's own names for the write mode, so other engines writing the table follow it
+                    "write.update.mode": definition.write_mode,
+                    "write.delete.mode": definition.write_mode,
+                },
             )
         except TableAlreadyExistsError:
             table = catalog.load_table(ident)
@@ -640,6 +653,9 @@ class Lakehouse:
         compaction = self.compact(
             name, target_file_size=target_file_size, min_input_files=min_input_files, spark=spark, workers=workers
         )
+        # offsets carried to the current snapshot first: a position at the lake's offsets then pins the snapshot
+        # expiry keeps anyway (the current one), not the compaction snapshot the checkpoint would leave behind
+        maintenance.expiry.checkpoint_offsets(self.lake_table(name), snapshot_age)
         pinned = self.subscription_pins(name)
         expiry = self.expire_snapshots(name, older_than=snapshot_age, retain_last=retain_last, pinned=pinned)
         orphans = self.remove_orphans(name, older_than=orphan_age, unsafe_orphan_age=unsafe_orphan_age)

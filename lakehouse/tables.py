@@ -27,6 +27,9 @@ from lakehouse.errors import InvalidTableName, SchemaError
 RESERVED_NAMESPACE = "_lakestream"
 TABLES_PREFIX = f"{RESERVED_NAMESPACE}/tables/"
 MAX_BUCKETS = 4096
+#: A primary-key table's write modes (see `TableDefinition.write_mode`).
+MERGE_ON_READ, COPY_ON_WRITE = "merge-on-read", "copy-on-write"
+WRITE_MODES = (MERGE_ON_READ, COPY_ON_WRITE)
 _PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 #: Columns the log adds on read and the lake adds on tiering; user schemas may not use them.
 SYSTEM_COLUMNS = ("_op", "_offset", "_timestamp", "__bucket", "__offset", "__timestamp")
@@ -84,10 +87,18 @@ class TableDefinition:
     partition_by: tuple[str, ...] = ()
     table_uuid: str = field(default_factory=lambda: str(uuid.uuid4()))
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="milliseconds"))
+    #: How tiering changes a primary-key table's rows in the lake: `MERGE_ON_READ` (new versions in new files,
+    #: old ones marked deleted by position delete files) or `COPY_ON_WRITE` (files holding a changed key are
+    #: rewritten). Definitions of older versions are copy-on-write; log tables only append.
+    write_mode: str = "copy-on-write"
 
     @property
     def has_primary_key(self) -> bool:
         return bool(self.primary_key)
+
+    @property
+    def merge_on_read(self) -> bool:
+        return self.has_primary_key and self.write_mode == MERGE_ON_READ
 
     @classmethod
     def build(
@@ -99,8 +110,10 @@ class TableDefinition:
         primary_key: Sequence[str] | None = None,
         bucket_key: str | None = None,
         partition_by: Sequence[str] | None = None,
+        write_mode: str | None = None,
     ) -> TableDefinition:
-        """Validate and normalize a new table's definition.
+        """Validate and normalize a new table's definition. A primary-key table's ``write_mode`` defaults to
+        merge-on-read.
 
         The bucket key defaults to the single primary-key column. A primary-key table's bucket key must be
         one of its key columns (so every version of a key lands in one bucket). Primary-key columns become
@@ -154,6 +167,11 @@ class TableDefinition:
                 check_bucket_key_type(schema.field(bucket_key).type)
             except SchemaError as exc:
                 raise SchemaError(f"{table_name}: bucket_key {bucket_key!r}: {exc}") from None
+        mode = write_mode if write_mode is not None else (MERGE_ON_READ if pk else COPY_ON_WRITE)
+        if mode not in WRITE_MODES:
+            raise SchemaError(f"{table_name}: write_mode must be one of {list(WRITE_MODES)}, got {write_mode!r}")
+        if mode == MERGE_ON_READ and not pk:
+            mode = COPY_ON_WRITE  # a log table only appends: nothing to merge
         fields = [f.with_nullable(False) if f.name in pk else f for f in schema]
         return cls(
             name=table_name,
@@ -162,6 +180,7 @@ class TableDefinition:
             primary_key=pk,
             bucket_key=bucket_key,
             partition_by=_columns(partition_by),
+            write_mode=mode,
         )
 
     def to_json(self) -> bytes:
@@ -174,6 +193,7 @@ class TableDefinition:
             "primary-key": list(self.primary_key),
             "bucket-key": self.bucket_key,
             "partition-by": list(self.partition_by),
+            "write-mode": self.write_mode,
             "columns": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in self.schema],
             "arrow-schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode(),
         }
@@ -193,6 +213,7 @@ class TableDefinition:
                 partition_by=tuple(doc.get("partition-by", ())),
                 table_uuid=doc["table-uuid"],
                 created_at=doc["created-at"],
+                write_mode=doc.get("write-mode", COPY_ON_WRITE),
             )
         except (ValueError, KeyError, TypeError, pa.ArrowException) as exc:
             raise SchemaError(
@@ -208,6 +229,7 @@ class TableDefinition:
             "primary key": ", ".join(self.primary_key) or "-",
             "bucket key": self.bucket_key or "- (sticky round-robin per append)",
             "partition by": ", ".join(self.partition_by) or "-",
+            "write mode": self.write_mode if self.has_primary_key else "- (appends only)",
             "columns": ", ".join(f"{f.name} {f.type}{'' if f.nullable else ' not null'}" for f in self.schema),
             "uuid": self.table_uuid,
             "created": self.created_at,

@@ -46,7 +46,7 @@ from pyiceberg.table import Table
 from lakehouse.datafiles import LakeContext, added_or_raise, locations
 from lakehouse.errors import InvalidArgument, LakeStateError, LakestreamError, TieringConflict
 from lakehouse.executor import LocalExecutor, TaskExecutor
-from lakehouse.keyed_rows import reduce_changes, rewrite_bucket
+from lakehouse.keyed_rows import mark_bucket, reduce_changes, rewrite_bucket
 from lakehouse.lake_layout import (
     TABLE_UUID_PROPERTY,
     check_lake_layout,
@@ -58,6 +58,7 @@ from lakehouse.lake_layout import (
     tiering_summary,
 )
 from lakehouse.log import Log
+from lakehouse.position_deletes import append_row_changes, is_delete_file
 from lakehouse.tables import TableDefinition
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,9 @@ class _Task:
     split: Split
     stem: str
     primary_key: tuple[str, ...]
-    candidates: tuple[DataFile, ...] = ()
+    #: A primary-key bucket's live data files, each with its delete files.
+    candidates: tuple[tuple[DataFile, tuple[DataFile, ...]], ...] = ()
+    merge_on_read: bool = False
 
 
 @dataclass
@@ -215,9 +218,11 @@ def _rewrite_bucket(task: _Task, definition: TableDefinition, log_: Log, result:
         )
     result.rows = data.num_rows
     stem = f"{task.stem}-{split.bucket:05d}-{split.start}"
-    rewrite_bucket(
-        task.ctx, definition, split.bucket, reduce_changes(data, task.primary_key), task.candidates, stem, result
-    )
+    changes = reduce_changes(data, task.primary_key)
+    if task.merge_on_read:
+        mark_bucket(task.ctx, definition, split.bucket, changes, task.candidates, stem, result)
+    else:
+        rewrite_bucket(task.ctx, definition, split.bucket, changes, [f for f, _ in task.candidates], stem, result)
 
 
 # ---- driver --------------------------------------------------------------------------------------------
@@ -269,16 +274,19 @@ def check_offsets(name: str, lake: dict[int, int], log_end: dict[int, int]) -> N
         )
 
 
-def bucket_files(table: Table, buckets: set[int] | None = None) -> dict[int, list[DataFile]]:
-    """Live data files of the current snapshot, by bucket (the last partition field is the bucket)."""
-    out: dict[int, list[DataFile]] = defaultdict(list)
+def bucket_files(
+    table: Table, buckets: set[int] | None = None
+) -> dict[int, list[tuple[DataFile, tuple[DataFile, ...]]]]:
+    """Live data files of the current snapshot, each with its delete files, by bucket (the last partition field
+    is the bucket)."""
+    out: dict[int, list[tuple[DataFile, tuple[DataFile, ...]]]] = defaultdict(list)
     if table.current_snapshot() is None:
         return out
     for task in table.scan().plan_files():
         partition = task.file.partition
         bucket = partition[len(partition) - 1]
         if buckets is None or bucket in buckets:
-            out[bucket].append(task.file)
+            out[bucket].append((task.file, tuple(task.delete_files)))
     return out
 
 
@@ -362,7 +370,15 @@ def tier(
     candidates = bucket_files(table, {s.bucket for s in splits}) if definition.has_primary_key else {}
     stem = f"tier-{uuid.uuid4().hex[:12]}"
     tasks = [
-        _Task(ctx, definition.to_json(), s, stem, definition.primary_key, tuple(candidates.get(s.bucket, ())))
+        _Task(
+            ctx,
+            definition.to_json(),
+            s,
+            stem,
+            definition.primary_key,
+            tuple(candidates.get(s.bucket, ())),
+            definition.merge_on_read,
+        )
         for s in splits
     ]
     planned = time.perf_counter()
@@ -380,16 +396,19 @@ def tier(
     for s in splits:
         new_offsets[s.bucket] = max(new_offsets[s.bucket], s.end)
     removed_paths = {p for o in outcomes for p in o.removed}
-    removed = [f for files in candidates.values() for f in files if f.file_path in removed_paths]
+    removed = [f for files in candidates.values() for f, _ in files if f.file_path in removed_paths]
     summary = tiering_summary(new_offsets, base)
     try:
         with table.transaction() as txn:
-            update = txn.update_snapshot(snapshot_properties=summary)
-            with update.overwrite() if removed else update.fast_append() as producer:
-                for f in removed:
-                    producer.delete_data_file(f)
-                for f in added:
-                    producer.append_data_file(f)
+            if any(is_delete_file(f) for f in added):  # merge-on-read: new versions and position deletes
+                append_row_changes(txn, added, summary)
+            else:
+                update = txn.update_snapshot(snapshot_properties=summary)
+                with update.overwrite() if removed else update.fast_append() as producer:
+                    for f in removed:
+                        producer.delete_data_file(f)
+                    for f in added:
+                        producer.append_data_file(f)
     except CommitStateUnknownException:
         log.warning("%s: commit outcome unknown; keeping %d data files (they may be referenced)", name, len(added))
         raise

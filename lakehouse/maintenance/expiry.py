@@ -55,6 +55,11 @@ def cutoff_of(older_than: timedelta | datetime, what: str = "older_than") -> dat
     raise InvalidArgument(f"{what} must be a timedelta or a datetime, got {older_than!r}")
 
 
+def checkpoint_offsets(table: Table, older_than: timedelta | datetime) -> None:
+    """`_checkpoint_offsets` for snapshots older than ``older_than`` (an age or a point in time)."""
+    _checkpoint_offsets(table, int(cutoff_of(older_than).timestamp() * 1000))
+
+
 def _checkpoint_offsets(table: Table, cutoff_ms: int) -> None:
     """Carry the lake's offsets forward to the current snapshot when only non-tiering commits (compaction)
     followed the newest tiering snapshot and it is old enough to expire.

@@ -211,7 +211,8 @@ def test_expiry_keeps_the_newest_tiering_snapshot_and_deletes_unreferenced_files
     assert [s.snapshot_id for s in table.metadata.snapshots] == [newest_tiering] and len(result.expired) == 5
     assert result.files_deleted > 0 and result.bytes_freed > 0
     assert lh.lake_offsets(name) == offsets and rows(lh.lake_read(name), LAKE_COLS) == before
-    assert data_files_in_store(lh, name) == {t.file.file_path for t in table.scan().plan_files()}
+    live = {f.file_path for t in table.scan().plan_files() for f in (t.file, *t.delete_files)}
+    assert data_files_in_store(lh, name) == live  # data files and the delete files applying to them
     lh.log(name).append(orders(range(3)), op="delete")
     assert lh.tier(name).rows == 3
 
@@ -233,7 +234,8 @@ def test_expiry_after_compaction_frees_the_replaced_files(lakehouse: Lakehouse) 
     assert [s.snapshot_id for s in table.metadata.snapshots] == [current.snapshot_id]
     assert current.summary[COMMIT_USER_PROPERTY] == "tiering" and len(result.expired) == 7
     assert lh.lake_offsets(name) == offsets and rows(lh.lake_read(name), LAKE_COLS) == before
-    assert data_files_in_store(lh, name) == {t.file.file_path for t in table.scan().plan_files()}
+    live = {f.file_path for t in table.scan().plan_files() for f in (t.file, *t.delete_files)}
+    assert data_files_in_store(lh, name) == live  # data files and the delete files applying to them
     assert len(data_files_in_store(lh, name)) == 2
     lh.log(name).append(orders(range(3)))
     assert lh.tier(name).rows == 3

@@ -197,7 +197,7 @@ def test_bad_partition_by_is_refused_before_anything_is_written(lakehouse: Lakeh
 
 def test_primary_key_tiering_applies_upserts_and_deletes_copy_on_write(lakehouse: Lakehouse) -> None:
     lh = lakehouse
-    lh.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=4)
+    lh.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=4, write_mode="copy-on-write")
     log = lh.log("ods.orders")
     log.append(orders(range(2000)), op="upsert")
     lh.tier("ods.orders")
@@ -219,6 +219,44 @@ def test_primary_key_tiering_applies_upserts_and_deletes_copy_on_write(lakehouse
     assert lh.lake_offsets("ods.orders") == log.end_offsets()
     snap = lh.lake_table("ods.orders").current_snapshot()
     assert snap.summary["operation"].value == "overwrite"
+
+
+def test_primary_key_tiering_merge_on_read_writes_what_changed(lakehouse: Lakehouse) -> None:
+    """The default for a primary-key table: a round adds the new versions and a position delete file per changed
+    bucket marking the old ones; no data file is rewritten, and every reader applies the deletes."""
+    from lakehouse.datafiles import LakeContext
+    from lakehouse.position_deletes import deleted_positions
+
+    lh = lakehouse
+    assert lh.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=4).write_mode == "merge-on-read"
+    assert lh.lake_table("ods.orders").properties["write.update.mode"] == "merge-on-read"
+    log = lh.log("ods.orders")
+    log.append(orders(range(2000)), op="upsert")
+    lh.tier("ods.orders")
+    before = {t.file.file_path: t.file for t in lh.lake_table("ods.orders").scan().plan_files()}
+    keys = pa.array(range(2000), pa.int64())
+    in_b1 = [k for k, b in zip(range(2000), log.bucket_of(keys).to_pylist(), strict=True) if b == 1]
+    log.append(orders(in_b1[:100], tag="new"), op="upsert")
+    log.append(orders(in_b1[50:80]), op="delete")
+    log.append(orders(in_b1[60:70], tag="back"), op="upsert")  # deleted then re-inserted
+    result = lh.tier("ods.orders")
+    assert result.files_removed == 0
+    table = lh.lake_table("ods.orders")
+    tasks = list(table.scan().plan_files())
+    assert set(before) <= {t.file.file_path for t in tasks}  # every old file still there, unchanged
+    [marks] = {d.file_path: d for t in tasks for d in t.delete_files}.values()
+    assert marks.partition[0] == 1 and marks.record_count == 100  # the 100 old versions of bucket 1's keys
+    ctx = LakeContext.of(lh.store, table)
+    old_b1 = [t for t in tasks if t.file.file_path in before and t.file.partition[0] == 1]
+    assert sum(len(deleted_positions(ctx, t.file.file_path, t.delete_files)) for t in old_b1) == 100
+    state = replay(lh, "ods.orders")
+    assert lake_state(lh.lake_read("ods.orders")) == state
+    assert lake_state(table.scan().to_arrow()) == state
+    if lh.url.startswith("file://"):  # DuckDB reads local files offline (no httpfs here)
+        location = table.metadata_location.removeprefix("file://")
+        duck = duckdb_connection().sql(f"SELECT * FROM iceberg_scan('{location}')").arrow()
+        assert lake_state(duck if isinstance(duck, pa.Table) else duck.read_all()) == state
+    assert table.current_snapshot().summary["operation"].value == "overwrite"
 
 
 def test_union_read_merges_the_log_tail_by_key(lakehouse: Lakehouse) -> None:
@@ -770,7 +808,8 @@ def _column_chunks(lh: Lakehouse, name: str) -> dict[str, set]:
 
 def test_data_files_encodings_and_the_codec_property(tmp_path) -> None:
     lh = Lakehouse.open(tmp_path.as_uri())
-    lh.create_table("ods.o", ORDERS, primary_key=["o_orderkey"], buckets=2)
+    # copy-on-write: the second round rewrites every file, so every file's codec is the new property's
+    lh.create_table("ods.o", ORDERS, primary_key=["o_orderkey"], buckets=2, write_mode="copy-on-write")
     lh.log("ods.o").append(orders(range(5000)), op="upsert")
     lh.tier("ods.o")
     chunks = _column_chunks(lh, "ods.o")
