@@ -38,7 +38,7 @@ import os
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -53,14 +53,16 @@ import pyarrow.parquet as pq
 from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan
-from pyiceberg.manifest import DataFile, ManifestEntryStatus
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntryStatus
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
+from lakehouse.datafiles import LakeContext
 from lakehouse.errors import CorruptSegmentError, OffsetOutOfRange
 from lakehouse.keyed_rows import KeySet, reduce_changes, upserts_of
 from lakehouse.lake_layout import OFFSET_COLUMN, TIMESTAMP_COLUMN, log_to_lake_rows, tiering_snapshots
 from lakehouse.maintenance.retention import retention_floors
+from lakehouse.position_deletes import deleted_positions
 from object_store.errors import NotFound
 from quality.digest import Digest, difference, row_hashes
 from quality.results import RECONCILE, CheckResult, Violation
@@ -78,11 +80,13 @@ def state_key(table: str) -> str:
 
 @dataclass
 class _Commit:
-    """One snapshot's change of data files, by bucket."""
+    """One snapshot's change of data files and of position delete files, by bucket."""
 
     snapshot: Snapshot
     added: dict[int, list[DataFile]] = field(default_factory=lambda: defaultdict(list))
     removed: dict[int, list[DataFile]] = field(default_factory=lambda: defaultdict(list))
+    added_deletes: dict[int, list[DataFile]] = field(default_factory=lambda: defaultdict(list))
+    removed_deletes: dict[int, list[DataFile]] = field(default_factory=lambda: defaultdict(list))
 
 
 class _Checker:
@@ -102,13 +106,18 @@ class _Checker:
         self.unavailable: set[str] = set()
         #: buckets whose content could not be checked because one of those files was needed
         self.unverified: set[int] = set()
+        #: the position deletes of the commit's parent snapshot, per data file (set per checked commit)
+        self.parent_deletes: dict[str, list[DataFile]] = {}
         self._prefix = lh.store.url.rstrip("/") + "/"
         self._lock = threading.Lock()
 
     # ---- reading ---------------------------------------------------------------------------------------
 
-    def read_files(self, files: Sequence[DataFile]) -> pa.Table:
-        """The checked columns of ``files``, with the log's types. Parquet is read directly (lakestream writes
+    def read_files(
+        self, files: Sequence[DataFile], deletes: Mapping[str, Sequence[DataFile]] | None = None
+    ) -> pa.Table:
+        """The checked columns of ``files``, with the log's types, without the rows their position deletes
+        (``deletes``: data file path -> its delete files) delete. Parquet is read directly (lakestream writes
         its files with the table's column names); a file whose columns do not match goes through pyiceberg's
         scan (field ids)."""
         if not files:
@@ -121,6 +130,11 @@ class _Checker:
             except (KeyError, ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
                 scan = ArrowScan(self.lake.metadata, self.lake.io, self.lake.schema(), AlwaysTrue())
                 part = scan.to_table([FileScanTask(f)]).select(self.columns).cast(self.schema)
+            gone = self.deleted(f, (deletes or {}).get(f.file_path, ()))
+            if gone.size:
+                alive = np.ones(part.num_rows, dtype=bool)
+                alive[gone[gone < part.num_rows]] = False
+                part = part.filter(pa.array(alive))
             parts.append(part)
         table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         with self._lock:
@@ -130,6 +144,23 @@ class _Checker:
     @cached_property
     def _fs(self):  # noqa: ANN202 - pyarrow's FileSystem
         return self.lh.store.arrow_filesystem()
+
+    @cached_property
+    def _ctx(self) -> LakeContext:
+        return LakeContext.of(self.lh.store, self.lake)
+
+    def deleted(self, data_file: DataFile, delete_files: Sequence[DataFile]) -> np.ndarray:
+        """The row positions of ``data_file`` that ``delete_files`` delete."""
+        return deleted_positions(self._ctx, data_file.file_path, delete_files) if delete_files else np.empty(0, int)
+
+    def marks(self, delete_files: Sequence[DataFile]) -> dict[str, np.ndarray]:
+        """What position delete files mark: data file path -> sorted positions."""
+        out: dict[str, list[np.ndarray]] = defaultdict(list)
+        for d in delete_files:
+            rows = pq.read_table(self._key(d.file_path), filesystem=self._fs)
+            for path, group in _group_by_path(rows):
+                out[path].append(group)
+        return {path: np.unique(np.concatenate(parts)) for path, parts in out.items()}
 
     def read_log(self, bucket: int, start: int, end: int, snapshot: Snapshot | None) -> pa.Table | None:
         """The log's records [start, end) of ``bucket`` as lake rows (with ``_op``), for a primary-key table
@@ -209,10 +240,11 @@ class _Checker:
                 if entry.snapshot_id != snapshot.snapshot_id:
                     continue
                 bucket = self.bucket_of(entry.data_file)
+                delete = entry.data_file.content == DataFileContent.POSITION_DELETES
                 if entry.status == ManifestEntryStatus.ADDED:
-                    commit.added[bucket].append(entry.data_file)
+                    (commit.added_deletes if delete else commit.added)[bucket].append(entry.data_file)
                 elif entry.status == ManifestEntryStatus.DELETED:
-                    commit.removed[bucket].append(entry.data_file)
+                    (commit.removed_deletes if delete else commit.removed)[bucket].append(entry.data_file)
         return commit
 
     @staticmethod
@@ -221,6 +253,21 @@ class _Checker:
         return int(partition[len(partition) - 1])
 
     def live_files(self, snapshot: Snapshot) -> list[DataFile]:
+        """The data files live in ``snapshot`` (its delete files: `live_deletes`)."""
+        return [f for f in self._live_entries(snapshot) if f.content == DataFileContent.DATA]
+
+    def live_deletes(self, snapshot: Snapshot) -> dict[str, list[DataFile]]:
+        """Each data file live in ``snapshot`` that position deletes apply to -> those delete files (pyiceberg
+        matches them as every reader does: partition, sequence number, the path's bounds)."""
+        if not any(f.content == DataFileContent.POSITION_DELETES for f in self._live_entries(snapshot)):
+            return {}
+        out: dict[str, list[DataFile]] = {}
+        for task in self.lake.scan(snapshot_id=snapshot.snapshot_id).plan_files():
+            if task.delete_files:
+                out[task.file.file_path] = list(task.delete_files)
+        return out
+
+    def _live_entries(self, snapshot: Snapshot) -> list[DataFile]:
         files = []
         for manifest in snapshot.manifests(self.lake.io):
             files.extend(e.data_file for e in manifest.fetch_manifest_entry(self.lake.io, discard_deleted=True))
@@ -430,10 +477,14 @@ class _Checker:
         buckets = set(commit.added) | set(commit.removed)
         if new is not None:
             buckets |= {b for b in range(self.buckets) if new[b] != prev[b]}
+        buckets |= set(commit.added_deletes) | set(commit.removed_deletes)
         parent_live: dict[int, list[DataFile]] = defaultdict(list)
         if self.key and new is not None and parent is not None:
             for f in self.live_files(parent):
                 parent_live[self.bucket_of(f)].append(f)
+        # what the parent's position deletes leave of the files this commit reads (removed, or marked)
+        touches = any(commit.removed.values()) or any(commit.added_deletes.values()) or parent_live
+        self.parent_deletes = self.live_deletes(parent) if parent is not None and touches else {}
         self.each(sorted(buckets), lambda b: self._commit_bucket(commit, b, prev, new, parent_live.get(b, [])))
 
     def _commit_bucket(
@@ -441,11 +492,19 @@ class _Checker:
     ) -> None:
         snap = commit.snapshot
         removed_files = commit.removed.get(b, [])
-        if not self.readable(b, [*commit.added.get(b, []), *removed_files]):
+        marked = commit.added_deletes.get(b, [])
+        if not self.readable(b, [*commit.added.get(b, []), *removed_files, *marked]):
             return
         added = self.read_files(commit.added.get(b, []))
-        if new is None:  # not a tiering commit: it may move rows, never change them
-            removed = self.read_files(removed_files)
+        if new is None:  # not a tiering commit: it may move rows (and fold deletes), never change them
+            removed = self.read_files(removed_files, self.parent_deletes)
+            if marked:
+                self.violate(
+                    "content",
+                    f"a commit that is not tiering marked rows deleted ({len(marked)} position delete files)",
+                    bucket=b,
+                    snapshot=snap,
+                )
             self.compare(removed, added, bucket=b, offsets=None, snapshot=snap, what="a commit that is not tiering")
             return
         rng = (prev[b], new[b])
@@ -465,7 +524,28 @@ class _Checker:
             return
         changes = log_rows  # reduced: the last change of each key
         keys = KeySet(changes, self.key)
-        removed = self.read_files(removed_files)
+        if marked or not removed_files:
+            # merge-on-read (or nothing removed): the new versions are added, the old ones marked deleted
+            self.compare(
+                upserts_of(changes).select(self.columns),
+                added,
+                bucket=b,
+                offsets=rng,
+                snapshot=snap,
+                what="tiered changes",
+            )
+            if removed_files:
+                self.violate(
+                    "content",
+                    f"a merge-on-read tiering commit removed {len(removed_files)} data files",
+                    bucket=b,
+                    offsets=rng,
+                    snapshot=snap,
+                )
+            if parent_files and len(keys):
+                self.check_marks(parent_files, marked, keys, b, rng, snap)
+            return
+        removed = self.read_files(removed_files, self.parent_deletes)
         kept = removed.filter(pc.invert(keys.hits(removed))) if removed.num_rows and len(keys) else removed
         expected = [kept, upserts_of(changes).select(self.columns)]
         self.compare(expected, added, bucket=b, offsets=rng, snapshot=snap, what="tiered changes")
@@ -474,6 +554,57 @@ class _Checker:
             kept = [f for f in parent_files if f.file_path not in gone]
             if self.readable(b, kept):
                 self.check_kept(kept, keys, b, rng, snap)
+
+    def check_marks(
+        self, files: list[DataFile], marked: list[DataFile], keys: KeySet, bucket: int, rng: tuple[int, int], snap
+    ) -> None:
+        """A merge-on-read commit's position deletes mark exactly the rows of the keys it changed that were live
+        in the parent (no other row, none twice, none missing): files whose key statistics exclude every changed
+        key and that no mark names are not read; the others' key columns are."""
+        marks = self.marks(marked)
+        by_path = {f.file_path: f for f in files}
+        stray = sorted(p for p in marks if p not in by_path)
+        if stray:
+            self.violate(
+                "content",
+                f"the commit marks rows of {len(stray)} data files that are not live, e.g. {stray[0]}",
+                bucket=bucket,
+                offsets=rng,
+                snapshot=snap,
+            )
+        named = [by_path[p] for p in marks if p in by_path]
+        candidates = {f.file_path: f for f in [*self.may_hold(files, keys), *named]}
+        for path, f in candidates.items():
+            data = pq.read_table(self._key(path), filesystem=self._fs, columns=list(self.key))
+            with self._lock:
+                self.rows += data.num_rows
+            data = data.cast(pa.schema([self.schema.field(k) for k in self.key]))
+            hit = np.flatnonzero(keys.hits(data).to_numpy(zero_copy_only=False))
+            live = np.setdiff1d(hit, self.deleted(f, self.parent_deletes.get(path, ())))
+            got = marks.get(path, np.empty(0, int))
+            kept = np.setdiff1d(live, got)
+            if kept.size:
+                self.violate(
+                    "content",
+                    f"data file {path} still holds {kept.size} live rows of keys the commit changed (not marked "
+                    "deleted): those keys are in the lake twice",
+                    bucket=bucket,
+                    offsets=rng,
+                    snapshot=snap,
+                    keys=[_key_value(r, self.key) for r in data.take(pa.array(kept[:SAMPLE_KEYS])).to_pylist()],
+                )
+            wrong = np.setdiff1d(got, live)
+            if wrong.size:
+                rows = data.take(pa.array(wrong[wrong < data.num_rows][:SAMPLE_KEYS])).to_pylist()
+                self.violate(
+                    "content",
+                    f"the commit marks {wrong.size} rows of {path} deleted that are no live row of a key it changed: "
+                    "those rows are lost to every reader",
+                    bucket=bucket,
+                    offsets=rng,
+                    snapshot=snap,
+                    keys=[_key_value(r, self.key) for r in rows],
+                )
 
     def each(self, buckets: Sequence[int], work: Callable[[int], None]) -> None:
         """``work(bucket)`` for each bucket, ``WORKERS`` at a time (reads and Arrow's kernels release the GIL)."""
@@ -557,8 +688,10 @@ class _Checker:
     def check_full(self, snapshot: Snapshot, offsets: dict[int, int], start: dict[int, int]) -> None:
         live: dict[int, list[DataFile]] = defaultdict(list)
         files = self.live_files(snapshot)
+        deletes = self.live_deletes(snapshot)
         self.check_twice(files, snapshot, None)
-        self.verify_files((f, snapshot) for f in files)
+        delete_files = {d.file_path: d for ds in deletes.values() for d in ds}
+        self.verify_files([(f, snapshot) for f in files] + [(d, snapshot) for d in delete_files.values()])
         for f in files:
             live[self.bucket_of(f)].append(f)
         unverified = [0]
@@ -577,10 +710,11 @@ class _Checker:
                     snapshot=snapshot,
                 )
                 return
-            if not self.readable(b, live.get(b, [])):
+            needed = [*live.get(b, []), *(d for f in live.get(b, []) for d in deletes.get(f.file_path, ()))]
+            if not self.readable(b, needed):
                 return
             lo = start.get(b, 0)
-            actual = self.read_files(live.get(b, []))
+            actual = self.read_files(live.get(b, []), deletes)
             rng = (lo, offsets[b])
             log_rows = self.read_log(b, lo, offsets[b], snapshot)
             if log_rows is None:
@@ -601,6 +735,18 @@ class _Checker:
         self.each(range(self.buckets), bucket)
         unverified = unverified[0]
         self.details["unverified_rows"] = unverified
+
+
+def _group_by_path(rows: pa.Table) -> Iterator[tuple[str, np.ndarray]]:
+    """A position delete file's rows, grouped: (data file path, its positions)."""
+    paths = rows["file_path"].to_pylist()
+    positions = rows["pos"].to_numpy()
+    order = np.argsort(np.array(paths, dtype=object), kind="stable") if paths else np.empty(0, int)
+    start = 0
+    for i in range(1, len(order) + 1):
+        if i == len(order) or paths[order[i]] != paths[order[start]]:
+            yield paths[order[start]], positions[order[start:i]]
+            start = i
 
 
 def _by_offset(table: pa.Table) -> pa.Table:
@@ -692,10 +838,12 @@ def reconcile(lh: Any, table: str, full: bool = False) -> CheckResult:
         commits_of = [c.commit_of(snap) for snap in ancestry[first:]]
         # Every run confirms the current snapshot's files, new commits or not (a file deleted since the last
         # run is found now), and the files the new commits added and removed, before any is read.
-        wanted = [(f, current) for f in c.live_files(current)]
+        wanted = [(f, current) for f in c._live_entries(current)]  # noqa: SLF001 - data and delete files
         for commit, parent in zip(commits_of, ancestry[first - 1 :], strict=False):
-            wanted += [(f, commit.snapshot) for files in commit.added.values() for f in files]
-            wanted += [(f, parent) for files in commit.removed.values() for f in files]
+            for added in (commit.added, commit.added_deletes):
+                wanted += [(f, commit.snapshot) for files in added.values() for f in files]
+            for removed in (commit.removed, commit.removed_deletes):
+                wanted += [(f, parent) for files in removed.values() for f in files]
         c.verify_files(wanted)
         for i, commit in enumerate(commits_of, start=first):
             snap, parent = ancestry[i], ancestry[i - 1]

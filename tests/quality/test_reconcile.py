@@ -311,3 +311,28 @@ def test_a_log_segment_deleted_by_hand_is_told_from_retention(lakehouse: Lakehou
     result = reconcile(lh, NAME)
     assert [(v.bucket, v.offsets) for v in result.violations] == [(1, (0, second)), (2, (floor, following))]
     assert "retention" in result.violations[1].message
+
+
+def test_a_rogue_position_delete_is_named_by_both_checks(lakehouse: Lakehouse) -> None:
+    """Merge-on-read: a commit that marks a live row deleted (no log change says so) loses that row. The
+    incremental check names it as a commit that is not tiering marking rows; the full one as a missing row."""
+    from lakehouse.position_deletes import append_row_changes, write_position_deletes
+
+    lh = lakehouse
+    build(lh, "pk")
+    lh.tier(NAME)
+    assert reconcile(lh, NAME).ok
+    table = lh.lake_table(NAME)
+    f = live_files(lh, 0)[0]
+    ctx = LakeContext.of(lh.store, table)
+    key = ctx.read(f.file_path).column("k")[0].as_py()
+    mark = write_position_deletes(
+        ctx, tuple(f.partition[i] for i in range(len(f.partition))), "rogue", [(f.file_path, [0])]
+    )
+    with table.transaction() as txn:
+        append_row_changes(txn, [mark], {})
+    assert key not in lh.lake_read(NAME).column("k").to_pylist()  # every reader drops it
+    result = reconcile(lh, NAME)
+    assert "content" in codes(result) and any("marked rows deleted" in v.message for v in result.violations)
+    full = reconcile(lh, NAME, full=True)
+    assert not full.ok and any(key in v.keys for v in full.violations), [str(v) for v in full.violations]
