@@ -42,13 +42,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import In
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from lakehouse.errors import AsOfUnavailable, InvalidArgument, OffsetOutOfRange, SchemaError
-from lakehouse.keyed_rows import KeySet, reduce_changes, upserts_of
+from lakehouse.keyed_rows import KeySet, file_bounds, group_bounds, may_hold, reduce_changes, upserts_of
 from lakehouse.lake_layout import BUCKET_COLUMN, check_lake_layout, lake_arrow_schema, log_to_lake_rows
 from lakehouse.log import Log
 from lakehouse.position_deletes import deleted_positions
@@ -274,7 +273,7 @@ def _state_before(
         found.append(live.select(list(pk)))
         rows.append(live.filter(wanted.hits(live)) if len(wanted) else live.slice(0, 0))
     for data_file, delete_files in item.files:
-        if _may_hold(keys, _file_bounds(data_file, ctx.schema, pk)):
+        if may_hold(keys, file_bounds(data_file, ctx.schema, pk)):
             deleted = deleted_positions(ctx, data_file.file_path, delete_files) if delete_files else None
             _look_up(ctx, data_file.file_path, keys, wanted, overridden, found, rows, deleted)
     empty = log_to_lake_rows(log_.read_schema.empty_table(), item.bucket)
@@ -309,7 +308,7 @@ def _look_up(
         for i in range(metadata.num_row_groups):
             count = metadata.row_group(i).num_rows
             first, start = first + count, first
-            if not _may_hold(keys, _group_bounds(metadata.row_group(i), names, pk)):
+            if not may_hold(keys, group_bounds(metadata.row_group(i), names, pk)):
                 continue
             group_keys = parquet.read_row_group(i, columns=pk)
             hits = keys.hits(group_keys)
@@ -343,50 +342,6 @@ def _rows_where(parquet: pq.ParquetFile, group: int, want: pa.BooleanArray) -> I
         position += batch.num_rows
         if pc.any(mask).as_py():
             yield pa.Table.from_batches([batch]).filter(mask)
-
-
-Bounds = dict[str, tuple[Any, Any]]
-
-
-def _file_bounds(data_file: DataFile, schema: Any, pk: Sequence[str]) -> Bounds:
-    """The key columns' lower and upper bounds in a data file's Iceberg statistics (those it has)."""
-    lower, upper = data_file.lower_bounds or {}, data_file.upper_bounds or {}
-    out = {}
-    for name in pk:
-        field_ = schema.find_field(name)
-        if field_.field_id in lower and field_.field_id in upper:
-            try:
-                out[name] = (
-                    from_bytes(field_.field_type, lower[field_.field_id]),
-                    from_bytes(field_.field_type, upper[field_.field_id]),
-                )
-            except (ValueError, TypeError, NotImplementedError):  # bounds we cannot decode: no pruning on them
-                continue
-    return out
-
-
-def _group_bounds(group: Any, names: list[str], pk: Sequence[str]) -> Bounds:
-    """The key columns' min and max in a Parquet row group's statistics (those it has)."""
-    out = {}
-    for name in pk:
-        stats = group.column(names.index(name)).statistics
-        if stats is not None and stats.has_min_max:
-            out[name] = (stats.min, stats.max)
-    return out
-
-
-def _may_hold(keys: KeySet, bounds: Bounds) -> bool:
-    """Whether some key of ``keys`` lies within ``bounds`` in every bounded key column (no bounds: it may)."""
-    mask = None
-    for name, (lo, hi) in bounds.items():
-        values = keys.keys.column(name)
-        try:
-            inside = pc.and_(pc.greater_equal(values, pa.scalar(lo)), pc.less_equal(values, pa.scalar(hi)))
-        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):  # not comparable: no pruning
-            continue
-        inside = pc.fill_null(inside, True)
-        mask = inside if mask is None else pc.and_(mask, inside)
-    return mask is None or pc.any(mask).as_py() is True
 
 
 def changes_unavailable(log_: Log, item: BucketChanges, exc: Exception) -> AsOfUnavailable:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import DataFile
 
 from lakehouse.lake_layout import log_to_lake_rows, parse_partition_by, partition_groups
@@ -116,6 +117,69 @@ class KeySet:
         return pc.is_in(positions, value_set=found.column("__row").combine_chunks())
 
 
+Bounds = dict[str, tuple[Any, Any]]
+
+
+def file_bounds(data_file: DataFile, schema: Any, pk: Sequence[str]) -> Bounds:
+    """The key columns' lower and upper bounds in a data file's Iceberg statistics (those it has)."""
+    lower, upper = data_file.lower_bounds or {}, data_file.upper_bounds or {}
+    out = {}
+    for name in pk:
+        field_ = schema.find_field(name)
+        if field_.field_id in lower and field_.field_id in upper:
+            try:
+                out[name] = (
+                    from_bytes(field_.field_type, lower[field_.field_id]),
+                    from_bytes(field_.field_type, upper[field_.field_id]),
+                )
+            except (ValueError, TypeError, NotImplementedError):  # bounds we cannot decode: no pruning on them
+                continue
+    return out
+
+
+def group_bounds(group: Any, names: list[str], pk: Sequence[str]) -> Bounds:
+    """The key columns' min and max in a Parquet row group's statistics (those it has)."""
+    out = {}
+    for name in pk:
+        stats = group.column(names.index(name)).statistics
+        if stats is not None and stats.has_min_max:
+            out[name] = (stats.min, stats.max)
+    return out
+
+
+def may_hold(keys: KeySet, bounds: Bounds) -> bool:
+    """Whether some key of ``keys`` lies within ``bounds`` in every bounded key column (no bounds: it may)."""
+    mask = None
+    for name, (lo, hi) in bounds.items():
+        values = keys.keys.column(name)
+        try:
+            inside = pc.and_(pc.greater_equal(values, pa.scalar(lo)), pc.less_equal(values, pa.scalar(hi)))
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):  # not comparable: no pruning
+            continue
+        inside = pc.fill_null(inside, True)
+        mask = inside if mask is None else pc.and_(mask, inside)
+    return mask is None or pc.any(mask).as_py() is True
+
+
+def key_positions(ctx: Any, location: str, keys: KeySet) -> np.ndarray:
+    """The row positions of the data file at ``location`` whose key is one of ``keys``: only row groups whose
+    key statistics may hold one are read, and of them only the key columns."""
+    pk = list(keys.primary_key)
+    found = []
+    with ctx.open_parquet(location) as parquet:
+        metadata = parquet.metadata
+        names = parquet.schema_arrow.names
+        first = 0
+        for i in range(metadata.num_row_groups):
+            count = metadata.row_group(i).num_rows
+            first, start = first + count, first
+            if not may_hold(keys, group_bounds(metadata.row_group(i), names, pk)):
+                continue
+            hits = keys.hits(parquet.read_row_group(i, columns=pk))
+            found.append(np.flatnonzero(hits.to_numpy(zero_copy_only=False)) + start)
+    return np.concatenate(found) if found else np.empty(0, np.int64)
+
+
 def rewrite_bucket(
     ctx: Any,
     definition: TableDefinition,
@@ -144,10 +208,20 @@ def rewrite_bucket(
 
 
 def _write_upserts(
-    ctx: Any, definition: TableDefinition, bucket: int, changes: pa.Table, stem: str, result: Any
+    ctx: Any,
+    definition: TableDefinition,
+    bucket: int,
+    changes: pa.Table,
+    stem: str,
+    result: Any,
+    *,
+    by_key: bool = False,
 ) -> None:
-    """The new versions of the changed keys that leave a row, as new data files (sorted by key, as reduced)."""
+    """The new versions of the changed keys that leave a row, as new data files (``by_key``: sorted by key, so
+    the row groups' key statistics let later rounds and lookups skip what cannot hold a key)."""
     upserts = upserts_of(changes)
+    if by_key and upserts.num_rows:
+        upserts = upserts.sort_by([(k, "ascending") for k in definition.primary_key])
     if upserts.num_rows:
         parts = parse_partition_by(definition, definition.schema)
         new_rows = log_to_lake_rows(upserts, bucket)
@@ -172,8 +246,9 @@ def mark_bucket(
     keys = KeySet(changes, pk)
     marks: dict[tuple, list[tuple[str, np.ndarray]]] = {}
     for data_file, delete_files in candidates:
-        hits = keys.hits(ctx.read(data_file.file_path, columns=list(pk)))
-        positions = np.flatnonzero(hits.to_numpy(zero_copy_only=False))
+        if not may_hold(keys, file_bounds(data_file, ctx.schema, pk)):
+            continue  # its key range holds no changed key: not read at all
+        positions = key_positions(ctx, data_file.file_path, keys)
         if positions.size and delete_files:
             positions = np.setdiff1d(positions, deleted_positions(ctx, data_file.file_path, delete_files))
         if positions.size:
@@ -181,4 +256,4 @@ def mark_bucket(
             marks.setdefault(partition, []).append((data_file.file_path, positions))
     for partition, deletes in marks.items():
         result.added.append(write_position_deletes(ctx, partition, stem, deletes))
-    _write_upserts(ctx, definition, bucket, changes, stem, result)
+    _write_upserts(ctx, definition, bucket, changes, stem, result, by_key=True)

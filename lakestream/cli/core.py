@@ -116,6 +116,7 @@ def _definition_json(d) -> dict:
         "primary_key": list(d.primary_key),
         "bucket_key": d.bucket_key,
         "partition_by": list(d.partition_by),
+        "write_mode": d.write_mode,
         "columns": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in d.schema],
         "uuid": d.table_uuid,
         "created": d.created_at,
@@ -234,6 +235,13 @@ def table_create(
     partition_by: Annotated[
         str | None, typer.Option(help="comma-separated lake partitions: columns, year|month|day|hour(column)")
     ] = None,
+    write_mode: Annotated[
+        str | None,
+        typer.Option(
+            help="a primary-key table's tiering: merge-on-read (the default: changed rows marked deleted by "
+            "position delete files) or copy-on-write (files holding a changed key rewritten)"
+        ),
+    ] = None,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
     json_output: JsonOpt = False,
@@ -251,6 +259,7 @@ def table_create(
             primary_key=split_list(primary_key or ""),
             bucket_key=bucket_key,
             partition_by=split_list(partition_by or ""),
+            write_mode=write_mode,
         )
     except LakestreamError as exc:
         _fail(exc)
