@@ -557,11 +557,15 @@ class Lakehouse:
         target_file_size: int = maintenance.compaction.DEFAULT_TARGET_FILE_SIZE,
         min_input_files: int = maintenance.compaction.DEFAULT_MIN_INPUT_FILES,
         partitions: set[tuple] | None = None,
+        delete_ratio: float = maintenance.compaction.DEFAULT_DELETE_RATIO,
+        delete_files: int = maintenance.compaction.DEFAULT_DELETE_FILES,
         spark: Any = None,
         executor: TaskExecutor | None = None,
         workers: int | None = None,
     ) -> maintenance.CompactionResult:
-        """Bin-pack small data files into files of ``target_file_size`` (see `lakehouse.maintenance`)."""
+        """Bin-pack small data files into files of ``target_file_size``, and rewrite files whose position deletes
+        remove ``delete_ratio`` of their rows or that ``delete_files`` delete files name without them (see
+        `lakehouse.maintenance.compaction`)."""
         definition = self.table(name)
         return maintenance.compact(
             self.store,
@@ -571,6 +575,8 @@ class Lakehouse:
             target_file_size=target_file_size,
             min_input_files=min_input_files,
             partitions=partitions,
+            delete_ratio=delete_ratio,
+            delete_files=delete_files,
         )
 
     def expire_snapshots(

@@ -37,6 +37,8 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _FastAppendFiles, _OverwriteFiles
 from pyiceberg.typedef import Record
 
+from lakehouse.errors import CorruptDataFileError
+
 if TYPE_CHECKING:
     from pyiceberg.table import Transaction
 
@@ -113,16 +115,26 @@ def _may_reference(delete_file: DataFile, path: str) -> bool:
     return (lower is None or lower <= encoded) and (upper is None or encoded <= upper)
 
 
+def _read_delete_file(ctx: LakeContext, delete_file: DataFile, filters: Any = None, columns: Any = None) -> pa.Table:
+    """A position delete file's rows; one that cannot be read is an error naming it, never skipped (its rows
+    would come back)."""
+    try:
+        return pq.read_table(ctx.key_of(delete_file.file_path), filesystem=ctx.fs, filters=filters, columns=columns)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptDataFileError(
+            f"position delete file {delete_file.file_path} cannot be read ({' '.join(str(exc).split())}): the rows it "
+            "deletes cannot be told. Restore it from a backup, or roll the table back to a snapshot that does not "
+            "reference it"
+        ) from exc
+
+
 def deleted_positions(ctx: LakeContext, data_path: str, delete_files: Iterable[DataFile]) -> np.ndarray:
     """The sorted row positions of data file ``data_path`` that ``delete_files`` delete."""
     parts = []
     for delete_file in delete_files:
         if not _may_reference(delete_file, data_path):
             continue
-        rows = pq.read_table(
-            ctx.key_of(delete_file.file_path), filesystem=ctx.fs, filters=pc.field("file_path") == data_path
-        )
-        parts.append(rows["pos"].to_numpy())
+        parts.append(_read_delete_file(ctx, delete_file, pc.field("file_path") == data_path)["pos"].to_numpy())
     if not parts:
         return np.empty(0, np.int64)
     return np.unique(np.concatenate(parts))
@@ -132,7 +144,7 @@ def deletes_per_file(ctx: LakeContext, delete_files: Iterable[DataFile]) -> dict
     """How many positions ``delete_files`` delete in each data file they name (each delete file read once)."""
     out: dict[str, int] = {}
     for delete_file in delete_files:
-        paths = pq.read_table(ctx.key_of(delete_file.file_path), filesystem=ctx.fs, columns=["file_path"])
+        paths = _read_delete_file(ctx, delete_file, columns=["file_path"])
         counts = pc.value_counts(paths["file_path"])
         for value, count in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True):
             out[value] = out.get(value, 0) + count

@@ -193,22 +193,35 @@ def merge_batches(
 def corrupt_file_error(table: Table, exc: Exception) -> Exception:
     """The error of a lake read that failed inside pyarrow ("Could not open Parquet input source '<Buffer>'":
     pyiceberg opens files as streams, so the path is lost): a `CorruptDataFileError` naming the first live data
-    file whose footer cannot be read, or ``exc`` itself if every footer reads."""
+    file, or position delete file, whose footer cannot be read, or ``exc`` itself if every footer reads."""
     if table.current_snapshot() is None:
         return exc
-    for task in table.scan().plan_files():
-        path = task.file.file_path
+    tasks = list(table.scan().plan_files())
+    files = [(t.file.file_path, "data file") for t in tasks]
+    files += list({d.file_path: (d.file_path, "position delete file") for t in tasks for d in t.delete_files}.values())
+    for path, kind in files:
         try:
             with table.io.new_input(path).open() as stream:
                 pq.ParquetFile(stream).metadata  # noqa: B018 - reads the footer
         except (pa.ArrowInvalid, FileNotFoundError) as bad:
             what = "is missing" if isinstance(bad, FileNotFoundError) else "cannot be read as Parquet"
             return CorruptDataFileError(
-                f"lake table {'.'.join(table.name())}: data file {path} {what} ({' '.join(str(bad).split())}). "
+                f"lake table {'.'.join(table.name())}: {kind} {path} {what} ({' '.join(str(bad).split())}). "
                 "Restore it from a backup, or roll the table back to a snapshot that does not reference it"
             )
         except OSError:  # the store, not the file (unreachable, no permission): the original error says it
             return exc
+    for path, kind in files:  # footers all read: position delete files are small, read them whole
+        if kind == "data file":
+            continue
+        try:
+            with table.io.new_input(path).open() as stream:
+                pq.read_table(stream)
+        except (pa.ArrowInvalid, OSError) as bad:
+            return CorruptDataFileError(
+                f"lake table {'.'.join(table.name())}: {kind} {path} cannot be read ({' '.join(str(bad).split())}). "
+                "Restore it from a backup, or roll the table back to a snapshot that does not reference it"
+            )
     return exc
 
 

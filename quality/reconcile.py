@@ -58,7 +58,7 @@ from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
 from lakehouse.datafiles import LakeContext
-from lakehouse.errors import CorruptSegmentError, OffsetOutOfRange
+from lakehouse.errors import CorruptDataFileError, CorruptSegmentError, OffsetOutOfRange
 from lakehouse.keyed_rows import KeySet, reduce_changes, upserts_of
 from lakehouse.lake_layout import OFFSET_COLUMN, TIMESTAMP_COLUMN, log_to_lake_rows, tiering_snapshots
 from lakehouse.maintenance.retention import retention_floors
@@ -607,13 +607,23 @@ class _Checker:
                 )
 
     def each(self, buckets: Sequence[int], work: Callable[[int], None]) -> None:
-        """``work(bucket)`` for each bucket, ``WORKERS`` at a time (reads and Arrow's kernels release the GIL)."""
+        """``work(bucket)`` for each bucket, ``WORKERS`` at a time (reads and Arrow's kernels release the GIL). A
+        file that cannot be read is a ``file-corrupt`` violation, and its bucket's content unverified."""
+
+        def guarded(b: int) -> None:
+            try:
+                work(b)
+            except CorruptDataFileError as exc:
+                with self._lock:
+                    self.unverified.add(b)
+                self.violate("file-corrupt", f"{exc} (the content of bucket {b} is not verified)", bucket=b)
+
         if len(buckets) <= 1 or WORKERS <= 1:
             for b in buckets:
-                work(b)
+                guarded(b)
             return
         with ThreadPoolExecutor(min(WORKERS, len(buckets)), thread_name_prefix="lakestream-reconcile") as pool:
-            for future in [pool.submit(work, b) for b in buckets]:
+            for future in [pool.submit(guarded, b) for b in buckets]:
                 future.result()
 
     def check_kept(self, files: list[DataFile], keys: KeySet, bucket: int, rng: tuple[int, int], snap: Snapshot):

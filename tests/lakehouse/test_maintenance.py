@@ -151,6 +151,43 @@ def test_compaction_racing_tiering_loses_nothing(lakehouse: Lakehouse) -> None:
     assert rows(lh.lake_read(name), LAKE_COLS) == log_records(lh, name, lh.log(name).end_offsets())
 
 
+def test_compaction_racing_a_merge_on_read_round_never_resurrects_a_row(lakehouse: Lakehouse) -> None:
+    """A compaction rewrites files while a tiering round marks rows of them deleted: committing would drop those
+    marks (the rows would come back), so it refuses and deletes its own outputs; the round's marks stand, and the
+    next compaction folds them."""
+    from lakehouse.maintenance import compact
+
+    lh, name = lakehouse, "ods.t"
+    lh.create_table(name, ORDERS, primary_key=["o_orderkey"], buckets=2)
+    many_rounds(lh, name, pk=True)
+
+    def round_meanwhile():  # updates and deletes keys of every file
+        lh.log(name).append(orders(range(0, 400, 7), tag="late"), op="upsert")
+        lh.log(name).append(orders(range(3, 400, 11)), op="delete")
+        assert lh.tier(name).files_removed == 0
+
+    with pytest.raises(MaintenanceError, match="marked rows of them deleted meanwhile"):
+        compact(
+            lh.store,
+            lh.lake_table(name),
+            lh.table(name),
+            executor=_ThenRun(round_meanwhile),
+            min_input_files=2,
+            delete_ratio=0.0,
+        )
+    from tests.lakehouse.test_tiering import lake_state, replay
+
+    table = lh.lake_table(name)
+    expected = replay(lh, name)
+    assert lake_state(lh.lake_read(name)) == expected
+    assert not (data_files_in_store(lh, name) - referenced_files(table))  # the refused outputs are gone
+    folded = lh.compact(name, min_input_files=2, delete_ratio=0.0)
+    assert folded.delete_files_removed > 0
+    table = lh.lake_table(name)
+    assert not any(t.delete_files for t in table.scan().plan_files())
+    assert lake_state(lh.lake_read(name)) == expected
+
+
 def test_two_compactions_racing_one_commits_the_other_cleans_up(lakehouse: Lakehouse) -> None:
     from lakehouse.maintenance import compact
 

@@ -12,6 +12,7 @@ import sys
 import uuid
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,7 +24,7 @@ from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyiceberg.types import StringType
 
 from lakehouse import Lakehouse
-from lakehouse.errors import InvalidArgument, LakeStateError, SchemaError, TieringConflict
+from lakehouse.errors import InvalidArgument, LakeStateError, LakestreamError, SchemaError, TieringConflict
 from lakehouse.executor import LocalExecutor
 from lakehouse.lake_layout import COMMIT_USER_PROPERTY, OFFSETS_PROPERTY, tiering_snapshot
 from lakehouse.log import Log
@@ -901,3 +902,35 @@ def test_large_data_files_go_up_in_multipart_parts_on_s3(seaweedfs) -> None:
     assert "-" in etag.strip('"'), f"{etag}: expected a multipart ETag (<md5>-<parts>)"
     assert lh.lake_read("ods.big").column("blob").to_pylist() == blobs
     lh.close()
+
+
+@pytest.mark.parametrize("fault", ["corrupt", "missing"])
+def test_a_damaged_position_delete_file_fails_reads_naming_it(tmp_path, fault: str) -> None:
+    """Reads never skip deletes they cannot read: a position delete file that is corrupt or gone fails union
+    and lake reads, lookups and the checks, each naming it."""
+    from quality.reconcile import reconcile
+
+    lh = Lakehouse.open(tmp_path.as_uri())
+    lh.create_table("ods.o", ORDERS, primary_key=["o_orderkey"], buckets=1)
+    log = lh.log("ods.o")
+    log.append(orders(range(20)), op="upsert")
+    lh.tier("ods.o")
+    log.append(orders([3, 4], tag="new"), op="upsert")
+    lh.tier("ods.o")
+    [marks] = {d.file_path: d for t in lh.lake_table("ods.o").scan().plan_files() for d in t.delete_files}.values()
+    local = marks.file_path.removeprefix("file://")
+    if fault == "corrupt":
+        with open(local, "r+b") as f:
+            f.write(b"garbage!")  # same size, broken magic
+    else:
+        Path(local).unlink()
+    name = Path(local).name
+    for read in (
+        lambda: lh.union_read("ods.o"),
+        lambda: lh.lake_read("ods.o"),
+        lambda: lh.lookup("ods.o", pa.table({"o_orderkey": pa.array([3], pa.int64())}), as_of=log.end_offsets()),
+    ):
+        with pytest.raises((LakestreamError, OSError), match=name):
+            read()
+    result = reconcile(lh, "ods.o", full=True)
+    assert not result.ok and name in " ".join(str(v) for v in result.violations) + (result.error or "")
