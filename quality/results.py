@@ -38,10 +38,10 @@ def _jsonable(value: Any) -> Any:
 @dataclass(frozen=True)
 class Violation:
     """One thing found wrong. ``check`` is a short stable code (``offsets-backwards``, ``content``,
-    ``file-twice``, ``file-missing``, ``file-size``, ``file-corrupt``, ``records-count``, ``log-missing``, ``layer-row``,
-    ``gx-expectation``, ...); ``message`` says it in one sentence a person can act on. The other fields locate it
-    as far as the check knows: bucket, offset range ``[start, end)``, snapshot, sample keys, expected and actual
-    values."""
+    ``file-twice``, ``file-missing``, ``file-size``, ``file-corrupt``, ``records-count``, ``log-missing``,
+    ``layer-row``, ``gx-expectation``, ...); ``message`` says it in one sentence a person can act on. The other
+    fields locate it as far as the check knows: bucket, offset range ``[start, end)``, snapshot, sample keys,
+    expected and actual values."""
 
     check: str
     table: str
