@@ -131,7 +131,7 @@ def reads(lh: Lakehouse, name: str, spark, expected: int) -> dict[str, float]:
         assert lh.union_read(name).num_rows == expected
 
     def spark_read() -> None:
-        assert spark.read.format("lakestream").load(name).count() == expected
+        assert spark.read.format("lakestream").option("warehouse", lh.url).load(name).count() == expected
 
     location = lh.lake_table(name).metadata_location.removeprefix("file://")
     con = duckdb_connection()
@@ -165,9 +165,7 @@ def main() -> None:
             "deletes (uniform keys)"
         )
         lh = Lakehouse.open(tmp.as_uri())
-        from lakehouse.spark import register
 
-        register(spark, lh)
         results: dict[str, list] = {}
         for mode in ("merge-on-read", "copy-on-write"):
             name = f"bench.{mode.replace('-', '_')}"
