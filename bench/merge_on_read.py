@@ -137,7 +137,7 @@ def reads(lh: Lakehouse, name: str, spark, expected: int) -> dict[str, float]:
     con = duckdb_connection()
 
     def duck() -> None:
-        assert con.sql(f"SELECT count(*) FROM iceberg_scan('{location}')").fetchone()[0] == expected
+        assert con.sql(f"SELECT count(*), sum(o_custkey) FROM iceberg_scan('{location}')").fetchone()[0] == expected
 
     return {
         "union read": median_seconds(union),

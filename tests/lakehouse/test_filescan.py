@@ -47,6 +47,31 @@ def test_streamed_files_give_pyiceberg_s_rows(lakehouse: Lakehouse, monkeypatch)
     assert len(streamed) == sum(1 for k in range(2000) if k % 7 >= 3)
 
 
+def test_files_with_position_deletes_give_pyiceberg_s_rows(lakehouse: Lakehouse, monkeypatch) -> None:
+    """Merge-on-read: files whose rows later rounds marked deleted stream without those rows, batch edges and
+    row-group pruning included, as pyiceberg's scan gives them."""
+    lh = lakehouse
+    monkeypatch.setattr(filescan, "BATCH_ROWS", 64)
+    _table(lh, rounds=2)
+    log = lh.log(NAME)
+    log.append(batch(range(0, 1000, 3), "u"), op="upsert")  # marks rows of every earlier file
+    log.append(pa.table({"k": pa.array(range(1, 1000, 5), pa.int64())}), op="delete")
+    lh.tier(NAME)
+    table = lh.lake_table(NAME)
+    for expr in (None, GreaterThanOrEqual("n", 3)):
+        scan = table.scan(selected_fields=("k", "v"), **({"row_filter": expr} if expr is not None else {}))
+        tasks = list(scan.plan_files())
+        assert any(t.delete_files for t in tasks)
+        projected = scan.projection()
+        streamed = pa.Table.from_batches(
+            list(filescan.stream_tasks(tasks, table.io, table.metadata, projected, scan.row_filter))
+        )
+        expected = ArrowScan(table.metadata, table.io, projected, scan.row_filter).to_table(tasks)
+        assert _rows(streamed) == _rows(expected.select(["k", "v"]))
+        keys = streamed["k"].to_pylist()
+        assert len(keys) == len(set(keys)) and not any(k % 5 == 1 for k in keys)
+
+
 def _count_opened(monkeypatch) -> list:
     opened: list = []
     real = filescan._FORMAT
