@@ -147,23 +147,33 @@ class _FileReader:
             else:
                 groups = [g.id for g in fragment.subset(self.filter).row_groups]
             columns = self.names if self.filter is not None else self.columns
-            for group in groups:
-                position = int(starts[group])
-                part = fragment.subset(row_group_ids=[group])
-                for batch in part.to_batches(schema=physical, columns=columns, batch_size=BATCH_ROWS, use_threads=True):
-                    n = batch.num_rows
-                    rows = pa.Table.from_batches([batch])
-                    lo, hi = np.searchsorted(deleted, [position, position + n])
-                    if hi > lo:
-                        alive = np.ones(n, dtype=bool)
-                        alive[deleted[lo:hi] - position] = False
-                        rows = rows.filter(pa.array(alive))
-                    position += n
-                    if self.filter is not None:
-                        rows = rows.filter(self.filter)
-                    for out in rows.select(self.columns).to_batches():
-                        if out.num_rows:
-                            yield out
+            sizes = [int(starts[g + 1] - starts[g]) for g in groups]
+            scanner = ds.Scanner.from_fragment(
+                fragment.subset(row_group_ids=groups),
+                schema=physical,
+                columns=columns,
+                batch_size=BATCH_ROWS,
+                batch_readahead=READAHEAD_BATCHES,
+                use_threads=True,
+            )
+            at, used = 0, 0  # the row group (of ``groups``) the next batch comes from, and its rows read
+            for batch in scanner.to_batches():
+                n = batch.num_rows
+                while at < len(groups) and used == sizes[at]:
+                    at, used = at + 1, 0
+                if at == len(groups) or used + n > sizes[at]:  # batches never span row groups; if one did: fail
+                    raise AssertionError(f"{task.file.file_path}: a batch crosses a row group")
+                position = int(starts[groups[at]]) + used
+                used += n
+                lo, hi = np.searchsorted(deleted, [position, position + n])
+                if hi > lo:
+                    alive = np.ones(n, dtype=bool)
+                    alive[deleted[lo:hi] - position] = False
+                    batch = batch.filter(pa.array(alive))
+                if self.filter is not None:
+                    batch = batch.filter(self.filter)
+                if batch.num_rows:
+                    yield batch.select(self.columns)
 
     def batches(self, task: FileScanTask) -> Iterator[pa.RecordBatch]:
         if task.file.file_format != FileFormat.PARQUET:

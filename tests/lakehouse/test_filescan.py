@@ -50,15 +50,18 @@ def test_streamed_files_give_pyiceberg_s_rows(lakehouse: Lakehouse, monkeypatch)
 def test_files_with_position_deletes_give_pyiceberg_s_rows(lakehouse: Lakehouse, monkeypatch) -> None:
     """Merge-on-read: files whose rows later rounds marked deleted stream without those rows, batch edges and
     row-group pruning included, as pyiceberg's scan gives them."""
+    from lakehouse import datafiles
+
     lh = lakehouse
     monkeypatch.setattr(filescan, "BATCH_ROWS", 64)
+    monkeypatch.setattr(datafiles, "ROW_GROUP_ROWS", 100)  # many row groups: batches end inside and at their edges
     _table(lh, rounds=2)
     log = lh.log(NAME)
     log.append(batch(range(0, 1000, 3), "u"), op="upsert")  # marks rows of every earlier file
     log.append(pa.table({"k": pa.array(range(1, 1000, 5), pa.int64())}), op="delete")
     lh.tier(NAME)
     table = lh.lake_table(NAME)
-    for expr in (None, GreaterThanOrEqual("n", 3)):
+    for expr in (None, GreaterThanOrEqual("n", 3), GreaterThanOrEqual("k", 700)):  # k: prunes row groups
         scan = table.scan(selected_fields=("k", "v"), **({"row_filter": expr} if expr is not None else {}))
         tasks = list(scan.plan_files())
         assert any(t.delete_files for t in tasks)
