@@ -151,7 +151,7 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=10_000_000)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--quick", action="store_true", help="400,000 rows")
-    args = p.parse_args()
+    args, _ = p.parse_known_args()  # make bench passes every benchmark the same arguments
     rows = 400_000 if args.quick else args.rows
     from lakehouse.spark import spark_session
 

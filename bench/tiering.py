@@ -490,7 +490,7 @@ def throughput_rounds(lh: Lakehouse | None, ds: Dataset, tmp: Path, res: Results
 def ours_primary_key(lh: Lakehouse, ds: Dataset, res: Results, read_repeats: int) -> None:
     """(ii) tier changes into a primary-key table; (iv) union read with an untiered tail vs lake only."""
     name = "bench.orders"
-    lh.create_table(name, SCHEMA, primary_key=[KEY], buckets=BUCKETS)
+    lh.create_table(name, SCHEMA, primary_key=[KEY], buckets=BUCKETS, write_mode="copy-on-write")
     res.values["pk_base_append_s"] = append_all(lh, name, ds.base, "upsert")
     res.values["pk_base"] = tier(lh, name, ds.base.num_rows)
     append_all(lh, name, ds.changes, "upsert")
@@ -512,7 +512,7 @@ def ours_primary_key_codec(lh: Lakehouse, ds: Dataset, res: Results, codec: str)
     """The two change sets again, into a primary-key table whose ``write.parquet.compression-codec`` is
     ``codec`` (codec-for-codec comparison with delta-rs, whose default is snappy)."""
     name = f"bench.orders_{codec}"
-    lh.create_table(name, SCHEMA, primary_key=[KEY], buckets=BUCKETS)
+    lh.create_table(name, SCHEMA, primary_key=[KEY], buckets=BUCKETS, write_mode="copy-on-write")
     with lh.lake_table(name).transaction() as tx:
         tx.set_properties({"write.parquet.compression-codec": codec})
     append_all(lh, name, ds.base, "upsert")
