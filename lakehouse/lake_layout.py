@@ -6,8 +6,11 @@ Layout (as Fluss does): the log's columns plus ``__bucket`` (int), ``__offset`` 
 lake partition ``bucket = i`` and tiering needs no shuffle; a table without a bucket key partitions by
 ``identity(__bucket)``. Data files are sorted by ``__offset``.
 
-Offsets: every tiering commit stores the complete map of tiered offsets (bucket -> next offset) in its
-snapshot summary under ``lakestream.offsets``, marked ``lakestream.commit-user = tiering``. The lake's
+Offsets: every tiering commit stores the complete map of tiered offsets (bucket -> next offset), marked
+``lakestream.commit-user = tiering``: in its snapshot summary under ``lakestream.offsets`` for a table of
+up to `INLINE_OFFSETS_BUCKETS` buckets, else in a small JSON file beside the table's metadata named by
+``lakestream.offsets-file`` (written before the commit, immutable, removed with its snapshot), so the
+metadata every commit rewrites grows with the snapshots kept, not with buckets x snapshots. The lake's
 offsets are those of the newest tiering snapshot by sequence number; other commits (compaction, expiry)
 carry no offsets and do not confuse the lookup. ``lakestream.tiering-base`` names the tiering snapshot a
 commit was planned on: the catalog refuses it if the table's newest tiering snapshot is another one
@@ -19,7 +22,10 @@ from __future__ import annotations
 import functools
 import json
 import re
+import threading
+import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +35,7 @@ import pyarrow.compute as pc
 from pydantic import ValidationError as PydanticValidationError
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import ValidationError as IcebergValidationError
+from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import UTC_ALIASES, UnsupportedPyArrowTypeException
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
@@ -53,13 +60,22 @@ COMMIT_USER_PROPERTY = "lakestream.commit-user"
 TIERING_BASE_PROPERTY = "lakestream.tiering-base"
 TIERING_USER = "tiering"
 TABLE_UUID_PROPERTY = "lakestream.table-uuid"
+OFFSETS_FILE_PROPERTY = "lakestream.offsets-file"
+
+#: Tables of up to this many buckets keep their offsets in the snapshot summary (about 250 bytes, as much
+#: as Iceberg's own summary fields); larger ones in an offsets file per tiering snapshot.
+INLINE_OFFSETS_BUCKETS = 16
 
 #: Properties of every lake table. Snapshot isolation for overwrites: a compaction must not fail because
 #: tiering appended new files meanwhile (pyiceberg's default, serializable, refuses any concurrent append).
 #: Tiering rounds are ordered by the tiering fence, and replaced files must still be live (pyiceberg checks).
+#: Manifests are merged (see `lakehouse.manifests`), so planning reads a bounded number of them however many
+#: rounds were committed; the defaults apply to tables created before these properties were set.
 LAKE_TABLE_PROPERTIES = {
     "write.update.isolation-level": "snapshot",
     "write.delete.isolation-level": "snapshot",
+    "commit.manifest-merge.enabled": "true",
+    "commit.manifest.min-count-to-merge": "16",
 }
 
 BUCKET_COLUMN, OFFSET_COLUMN, TIMESTAMP_COLUMN = "__bucket", "__offset", "__timestamp"
@@ -380,12 +396,13 @@ def tiering_snapshot(metadata: TableMetadata) -> Snapshot | None:
     return best
 
 
-def lake_offsets(metadata: TableMetadata, buckets: int, *, name: str = "") -> dict[int, int]:
+def lake_offsets(metadata: TableMetadata, buckets: int, *, name: str = "", io: FileIO | None = None) -> dict[int, int]:
     """The tiered offsets of every bucket (0 where nothing is tiered), from the newest tiering snapshot.
+    ``io`` reads offsets files (tables of more than `INLINE_OFFSETS_BUCKETS` buckets).
 
     Raises:
         LakeStateError: the table has snapshots but no tiering snapshot (written by another tool), or the
-            newest tiering snapshot's offsets are missing or malformed.
+            newest tiering snapshot's offsets are missing, malformed or their file unreadable.
     """
     snap = tiering_snapshot(metadata)
     if snap is None:
@@ -396,9 +413,15 @@ def lake_offsets(metadata: TableMetadata, buckets: int, *, name: str = "") -> di
                 "the offsets by hand (README, 'Tiering and union read')"
             )
         return dict.fromkeys(range(buckets), 0)
-    raw = snap.summary[OFFSETS_PROPERTY]
+    raw = snap.summary[OFFSETS_PROPERTY] or snap.summary[OFFSETS_FILE_PROPERTY]
     try:
-        return _snapshot_offsets(snap, buckets)
+        return _snapshot_offsets(snap, buckets, io)
+    except OSError as exc:
+        raise LakeStateError(
+            f"lake table {name}: the offsets file {raw} of tiering snapshot {snap.snapshot_id} cannot be read "
+            f"({type(exc).__name__}: {exc}); the table's tiered offsets are unknown. Restore the file from a "
+            "backup, or re-tier into a fresh table"
+        ) from None
     except (TypeError, ValueError, AttributeError):
         raise LakeStateError(
             f"lake table {name}: tiering snapshot {snap.snapshot_id} has no valid {OFFSETS_PROPERTY} "
@@ -411,35 +434,103 @@ def lake_offsets(metadata: TableMetadata, buckets: int, *, name: str = "") -> di
         ) from None
 
 
-def _snapshot_offsets(snap: Snapshot, buckets: int) -> dict[int, int]:
+#: Offsets files by location: immutable once written, so a process reads each one once.
+_OFFSETS_FILES: dict[str, str] = {}
+_OFFSETS_FILES_MAX = 4096
+_OFFSETS_LOCK = threading.Lock()
+
+
+def _offsets_text(snap: Snapshot, io: FileIO | None) -> str:
+    """The JSON of a tiering snapshot's offsets: its summary's, or its offsets file's (cached)."""
+    inline = snap.summary[OFFSETS_PROPERTY]
+    if inline is not None:
+        return inline
+    path = snap.summary[OFFSETS_FILE_PROPERTY]
+    if path is None:
+        raise ValueError(f"snapshot {snap.snapshot_id} records no offsets")
+    with _OFFSETS_LOCK:
+        cached = _OFFSETS_FILES.get(path)
+    if cached is not None:
+        return cached
+    if io is None:
+        raise ValueError(f"snapshot {snap.snapshot_id} keeps its offsets in {path}: reading them needs the table's io")
+    with io.new_input(path).open() as f:
+        text = f.read().decode()
+    with _OFFSETS_LOCK:
+        if len(_OFFSETS_FILES) >= _OFFSETS_FILES_MAX:
+            _OFFSETS_FILES.clear()
+        _OFFSETS_FILES[path] = text
+    return text
+
+
+def _snapshot_offsets(snap: Snapshot, buckets: int, io: FileIO | None = None) -> dict[int, int]:
     """A tiering snapshot's offsets of every bucket (0 where none is recorded). Raises TypeError, ValueError or
-    AttributeError if the property does not parse, IndexError if it names a bucket or offset out of range."""
-    parsed = {int(b): int(o) for b, o in json.loads(snap.summary[OFFSETS_PROPERTY]).items()}
+    AttributeError if they do not parse, IndexError if they name a bucket or offset out of range, OSError if
+    their file cannot be read."""
+    parsed = {int(b): int(o) for b, o in json.loads(_offsets_text(snap, io)).items()}
     if any(b < 0 or b >= buckets or o < 0 for b, o in parsed.items()):
         raise IndexError(f"offsets outside the table's {buckets} buckets: {parsed}")
     return {b: parsed.get(b, 0) for b in range(buckets)}
 
 
-def tiering_snapshots(metadata: TableMetadata, buckets: int) -> list[tuple[Snapshot, dict[int, int]]]:
+def tiering_snapshots(
+    metadata: TableMetadata, buckets: int, io: FileIO | None = None
+) -> list[tuple[Snapshot, dict[int, int]]]:
     """Every retained tiering snapshot with its offsets of every bucket (0 where none is recorded), newest
-    first by sequence number; snapshots whose offsets do not parse are left out (`lake_offsets` reports the
-    newest one's)."""
-    out = []
-    for snap in metadata.snapshots:
-        if snap.summary is None or snap.summary[COMMIT_USER_PROPERTY] != TIERING_USER:
-            continue
+    first by sequence number; snapshots whose offsets do not parse or cannot be read are left out
+    (`lake_offsets` reports the newest one's). Offsets files are read in parallel, each once per process."""
+    snaps = [s for s in metadata.snapshots if s.summary is not None and s.summary[COMMIT_USER_PROPERTY] == TIERING_USER]
+
+    def offsets_of(snap: Snapshot) -> dict[int, int] | None:
         try:
-            out.append((snap, _snapshot_offsets(snap, buckets)))
-        except (TypeError, ValueError, AttributeError, IndexError):
-            continue
+            return _snapshot_offsets(snap, buckets, io)
+        except (TypeError, ValueError, AttributeError, IndexError, OSError):
+            return None
+
+    with ThreadPoolExecutor(16) as pool:
+        parsed = list(pool.map(offsets_of, snaps))
+    out = [(s, o) for s, o in zip(snaps, parsed, strict=True) if o is not None]
     out.sort(key=lambda so: (so[0].sequence_number or 0, so[0].timestamp_ms), reverse=True)
     return out
 
 
-def tiering_summary(offsets: dict[int, int], base: Snapshot | None) -> dict[str, str]:
-    """Snapshot summary properties of a tiering commit."""
+def offsets_json(offsets: dict[int, int]) -> str:
+    return json.dumps({str(b): o for b, o in sorted(offsets.items())}, separators=(",", ":"))
+
+
+def write_tiering_summary(
+    io: FileIO, metadata: TableMetadata, offsets: dict[int, int], base: Snapshot | None
+) -> tuple[dict[str, str], str | None]:
+    """The snapshot summary of a tiering commit of ``offsets`` planned on ``base``, and the offsets file it
+    names, written first (None when the offsets go inline). The caller deletes the file if the commit
+    certainly failed; one left by a crash is an orphan (nothing names it) for orphan removal."""
+    if len(offsets) <= INLINE_OFFSETS_BUCKETS:
+        return tiering_summary(offsets, base), None
+    location = f"{metadata.location.rstrip('/')}/metadata/lakestream-offsets-{uuid.uuid4()}.json"
+    text = offsets_json(offsets)
+    with io.new_output(location).create(overwrite=False) as f:
+        f.write(text.encode())
+    with _OFFSETS_LOCK:
+        _OFFSETS_FILES[location] = text
+    return tiering_summary(offsets, base, offsets_file=location), location
+
+
+def offsets_files(metadata: TableMetadata) -> set[str]:
+    """The offsets files the retained snapshots of ``metadata`` name."""
     return {
-        OFFSETS_PROPERTY: json.dumps({str(b): o for b, o in sorted(offsets.items())}, separators=(",", ":")),
+        path
+        for s in metadata.snapshots
+        if s.summary is not None and (path := s.summary[OFFSETS_FILE_PROPERTY]) is not None
+    }
+
+
+def tiering_summary(
+    offsets: dict[int, int], base: Snapshot | None, *, offsets_file: str | None = None
+) -> dict[str, str]:
+    """Snapshot summary properties of a tiering commit: its offsets inline, or the offsets file holding them."""
+    where = {OFFSETS_FILE_PROPERTY: offsets_file} if offsets_file else {OFFSETS_PROPERTY: offsets_json(offsets)}
+    return {
+        **where,
         COMMIT_USER_PROPERTY: TIERING_USER,
         TIERING_BASE_PROPERTY: str(base.snapshot_id if base is not None else -1),
     }
@@ -475,6 +566,8 @@ def check_tiering_fence(base: TableMetadata | None, updates: Sequence[object], *
 
 __all__ = [
     "BUCKET_COLUMN",
+    "INLINE_OFFSETS_BUCKETS",
+    "OFFSETS_FILE_PROPERTY",
     "OFFSETS_PROPERTY",
     "OFFSET_COLUMN",
     "TIMESTAMP_COLUMN",
@@ -484,9 +577,11 @@ __all__ = [
     "lake_partition_spec",
     "lake_schema",
     "lake_sort_order",
+    "offsets_files",
     "parse_partition_by",
     "partition_groups",
     "tiering_snapshot",
     "tiering_snapshots",
     "tiering_summary",
+    "write_tiering_summary",
 ]

@@ -352,7 +352,7 @@ class Lakehouse:
         comparable with ``log(name).end_offsets()``."""
         definition = self.table(name)
         table = load_lake_table(self.catalog, definition)
-        return lake_offsets(table.metadata, definition.buckets, name=str(definition.name))
+        return lake_offsets(table.metadata, definition.buckets, name=str(definition.name), io=table.io)
 
     # ---- tiering and reads ---------------------------------------------------------------------------
 

@@ -8,9 +8,7 @@ Readers apply them (pyiceberg's scan, DuckDB's ``iceberg_scan``, lakestream's ow
 
 pyiceberg 0.12 reads position deletes but has no API that writes them or commits them; `write_position_deletes`
 writes the file with the Iceberg field ids and statistics a reader needs (the referenced paths' bounds let
-readers skip a delete file for other data files), and `append_row_changes` commits data and delete files in
-one snapshot, through pyiceberg's snapshot producer (so its transaction retries it like any append), the
-delete files in a manifest of content ``deletes``.
+readers skip a delete file for other data files); `lakehouse.commits` commits them.
 """
 
 from __future__ import annotations
@@ -22,34 +20,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.exceptions import ValidationException
 from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
     FileFormat,
-    ManifestContent,
-    ManifestEntry,
-    ManifestEntryStatus,
-    ManifestFile,
-    ManifestWriterV2,
 )
-from pyiceberg.table.snapshots import Operation
-from pyiceberg.table.update.snapshot import _FastAppendFiles, _OverwriteFiles
 from pyiceberg.typedef import Record
 
 from lakehouse.errors import CorruptDataFileError
 
 if TYPE_CHECKING:
-    from pyiceberg.table import Transaction
-
     from lakehouse.datafiles import LakeContext
 
 __all__ = [
     "FILE_PATH_ID",
     "POS_ID",
     "POSITION_DELETE_SCHEMA",
-    "append_row_changes",
-    "rewrite_files",
     "deleted_positions",
     "deletes_per_file",
     "is_delete_file",
@@ -149,157 +135,3 @@ def deletes_per_file(ctx: LakeContext, delete_files: Iterable[DataFile]) -> dict
         for value, count in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True):
             out[value] = out.get(value, 0) + count
     return out
-
-
-class DeleteManifestWriterV2(ManifestWriterV2):
-    """pyiceberg's v2 manifest writer, for a manifest of delete files."""
-
-    def content(self) -> ManifestContent:
-        return ManifestContent.DELETES
-
-    @property
-    def _meta(self) -> dict[str, str]:
-        return {**super()._meta, "content": "deletes"}
-
-
-def _write_entries(
-    producer: Any, spec: Any, files: Sequence[DataFile], entries: Sequence[ManifestEntry]
-) -> list[ManifestFile]:
-    """``files`` (added) and ``entries`` (as they are) in manifests of their content: data or deletes."""
-    out = []
-    for content in (DataFileContent.DATA, DataFileContent.POSITION_DELETES):
-        added = [f for f in files if f.content == content]
-        kept = [e for e in entries if e.data_file.content == content]
-        if not added and not kept:
-            continue
-        if content == DataFileContent.DATA:
-            writer: Any = producer.new_manifest_writer(spec)
-        else:
-            output = producer.new_manifest_output()
-            writer = DeleteManifestWriterV2(
-                spec, producer.schema(), output, producer._snapshot_id, producer._compression
-            )
-        with writer:
-            for f in added:
-                writer.add(
-                    ManifestEntry.from_args(
-                        status=ManifestEntryStatus.ADDED,
-                        snapshot_id=producer._snapshot_id,
-                        sequence_number=None,
-                        file_sequence_number=None,
-                        data_file=f,
-                    )
-                )
-            for entry in kept:
-                writer.add_entry(entry)
-        out.append(writer.to_manifest_file())
-    return out
-
-
-class _AppendRowChanges(_FastAppendFiles):
-    """A fast append whose added files may be delete files: data files go to a data manifest, delete files to
-    a delete manifest; the summary counts both (pyiceberg's collector knows delete files)."""
-
-    def _manifests(self) -> list[ManifestFile]:
-        spec = self._transaction.table_metadata.spec()
-        return self._process_manifests(
-            _write_entries(self, spec, self._added_data_files, []) + self._existing_manifests()
-        )
-
-
-class _RewriteFiles(_OverwriteFiles):
-    """pyiceberg's overwrite, able to remove delete files too (compaction folds a data file's deletes into its
-    rewrite, and drops the delete files left referencing nothing): every manifest is rewritten in its own
-    content, the removed files' entries marked deleted in manifests of theirs. pyiceberg's validation on a retry
-    still refuses the commit if a delete file was added meanwhile for a data file this one removes."""
-
-    def _existing_manifests(self) -> list[ManifestFile]:
-        out = []
-        snapshot = self._transaction.table_metadata.snapshot_by_name(name=self._target_branch)
-        if snapshot is None:
-            return out
-        removed = self._deleted_data_files
-        for manifest in snapshot.manifests(io=self._io):
-            entries = manifest.fetch_manifest_entry(io=self._io, discard_deleted=True)
-            kept = [e for e in entries if e.data_file not in removed]
-            if len(kept) == len(entries):
-                out.append(manifest)
-            elif kept:
-                existing = [
-                    ManifestEntry.from_args(
-                        status=ManifestEntryStatus.EXISTING,
-                        snapshot_id=e.snapshot_id,
-                        sequence_number=e.sequence_number,
-                        file_sequence_number=e.file_sequence_number,
-                        data_file=e.data_file,
-                    )
-                    for e in kept
-                ]
-                out += _write_entries(self, self.spec(manifest.partition_spec_id), [], existing)
-        return out
-
-    def _deleted_entries(self) -> list[ManifestEntry]:
-        if self._parent_snapshot_id is None:
-            return []
-        previous = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id)
-        if previous is None:
-            raise ValueError(f"Could not find the previous snapshot: {self._parent_snapshot_id}")
-        deleted = [
-            ManifestEntry.from_args(
-                status=ManifestEntryStatus.DELETED,
-                snapshot_id=self._snapshot_id,
-                sequence_number=entry.sequence_number,
-                file_sequence_number=entry.file_sequence_number,
-                data_file=entry.data_file,
-            )
-            for manifest in previous.manifests(self._io)
-            for entry in manifest.fetch_manifest_entry(self._io, discard_deleted=True)
-            if entry.data_file in self._deleted_data_files
-        ]
-        found = {e.data_file for e in deleted}
-        missing = sorted(f.file_path for f in self._deleted_data_files if f not in found)
-        if missing:
-            raise ValidationException(f"Missing required files to delete: {', '.join(missing)}")
-        return deleted
-
-    def _manifests(self) -> list[ManifestFile]:
-        deleted = self._deleted_entries()
-        by_spec: dict[int, list[ManifestEntry]] = {}
-        for entry in deleted:
-            by_spec.setdefault(entry.data_file.spec_id, []).append(entry)
-        spec = self._transaction.table_metadata.spec()
-        out = _write_entries(self, spec, self._added_data_files, [])
-        for spec_id, entries in by_spec.items():
-            out += _write_entries(self, self.spec(spec_id), [], entries)
-        return self._process_manifests(out + self._existing_manifests())
-
-
-def append_row_changes(txn: Transaction, files: Sequence[DataFile], snapshot_properties: dict[str, str]) -> None:
-    """Commit ``files`` (data files and position delete files) as one snapshot of ``txn``: an overwrite, the
-    operation Iceberg names row-level changes."""
-    producer = _AppendRowChanges(
-        operation=Operation.OVERWRITE,
-        transaction=txn,
-        io=txn._table.io,  # noqa: SLF001 - as pyiceberg's UpdateSnapshot builds its producers
-        snapshot_properties=snapshot_properties,
-    )
-    for f in files:
-        producer.append_data_file(f)
-    producer.commit()
-
-
-def rewrite_files(
-    txn: Transaction, removed: Sequence[DataFile], added: Sequence[DataFile], snapshot_properties: dict[str, str]
-) -> None:
-    """Commit the replacement of ``removed`` (data and delete files) by ``added`` as one snapshot of ``txn``."""
-    producer = _RewriteFiles(
-        operation=Operation.OVERWRITE,
-        transaction=txn,
-        io=txn._table.io,  # noqa: SLF001 - as pyiceberg's UpdateSnapshot builds its producers
-        snapshot_properties=snapshot_properties,
-    )
-    for f in removed:
-        producer.delete_data_file(f)
-    for f in added:
-        producer.append_data_file(f)
-    producer.commit()

@@ -43,6 +43,7 @@ from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
+from lakehouse.commits import append_row_changes, rewrite_files
 from lakehouse.datafiles import LakeContext, added_or_raise, locations
 from lakehouse.errors import InvalidArgument, LakeStateError, LakestreamError, TieringConflict
 from lakehouse.executor import LocalExecutor, TaskExecutor
@@ -55,10 +56,9 @@ from lakehouse.lake_layout import (
     parse_partition_by,
     partition_groups,
     tiering_snapshot,
-    tiering_summary,
+    write_tiering_summary,
 )
 from lakehouse.log import Log
-from lakehouse.position_deletes import append_row_changes, is_delete_file
 from lakehouse.tables import TableDefinition
 
 log = logging.getLogger(__name__)
@@ -343,7 +343,7 @@ def tier(
     table = load_lake_table(catalog, definition)
     check_lake_layout(table.metadata, definition)
     base = tiering_snapshot(table.metadata)
-    lake = lake_offsets(table.metadata, definition.buckets, name=name)
+    lake = lake_offsets(table.metadata, definition.buckets, name=name, io=table.io)
     log_end = log_.end_offsets()
     check_offsets(name, lake, log_end)
     if end is not None:  # never past the log's end, never back behind what the lake holds
@@ -397,26 +397,26 @@ def tier(
         new_offsets[s.bucket] = max(new_offsets[s.bucket], s.end)
     removed_paths = {p for o in outcomes for p in o.removed}
     removed = [f for files in candidates.values() for f, _ in files if f.file_path in removed_paths]
-    summary = tiering_summary(new_offsets, base)
+    try:
+        summary, offsets_file = write_tiering_summary(table.io, table.metadata, new_offsets, base)
+    except Exception:
+        ctx.delete(locations(added))
+        raise
+    written_files = locations(added) + ([offsets_file] if offsets_file else [])
     try:
         with table.transaction() as txn:
-            if any(is_delete_file(f) for f in added):  # merge-on-read: new versions and position deletes
+            if removed:  # copy-on-write: the files holding changed keys are replaced
+                rewrite_files(txn, removed, added, summary)
+            else:  # new rows, or merge-on-read's new versions and position deletes
                 append_row_changes(txn, added, summary)
-            else:
-                update = txn.update_snapshot(snapshot_properties=summary)
-                with update.overwrite() if removed else update.fast_append() as producer:
-                    for f in removed:
-                        producer.delete_data_file(f)
-                    for f in added:
-                        producer.append_data_file(f)
     except CommitStateUnknownException:
         log.warning("%s: commit outcome unknown; keeping %d data files (they may be referenced)", name, len(added))
         raise
     except TieringConflict:
-        ctx.delete(locations(added))  # certainly not committed: nothing can ever reference these files
+        ctx.delete(written_files)  # certainly not committed: nothing can ever reference these files
         raise
     except (CommitFailedException, ValidationException) as exc:
-        ctx.delete(locations(added))
+        ctx.delete(written_files)
         raise _conflict(catalog, definition, base, exc) from None
     snapshot = tiering_snapshot(table.metadata)
     result.snapshot_id = snapshot.snapshot_id if snapshot is not None else None

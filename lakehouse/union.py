@@ -433,11 +433,12 @@ def plan_as_of(table: Table, definition: TableDefinition, ends: dict[int, int]) 
     snapshots as possible are scanned (the one serving the most buckets first; the current one first on a tie,
     then the newest)."""
     metadata, buckets = table.metadata, definition.buckets
-    current = lake_offsets(metadata, buckets, name=str(definition.name))  # checks the newest tiering snapshot
+    # checks the newest tiering snapshot
+    current = lake_offsets(metadata, buckets, name=str(definition.name), io=table.io)
     candidates: list[tuple[int, dict[int, int]]] = []
     if metadata.current_snapshot_id is not None:
         candidates.append((metadata.current_snapshot_id, current))
-    candidates += [(s.snapshot_id, o) for s, o in tiering_snapshots(metadata, buckets)]
+    candidates += [(s.snapshot_id, o) for s, o in tiering_snapshots(metadata, buckets, table.io)]
     held = {b: {0, *(o[b] for _, o in candidates)} for b in range(buckets)}
     bases = {b: max(o for o in held[b] if o <= ends[b]) for b in range(buckets)}
     need = {b for b in range(buckets) if bases[b] > 0}
@@ -570,7 +571,7 @@ class ReadPlan:
             bases = asof.bases
             scans = [(table.scan(row_filter=expr, selected_fields=fields, snapshot_id=s), k) for s, k in asof.scans]
         else:
-            bases = lake_offsets(table.metadata, buckets, name=name)
+            bases = lake_offsets(table.metadata, buckets, name=name, io=table.io)
             ends = log_.end_offsets() if fix_ends and log_ is not None and self.union else None
             scan = table.scan(row_filter=expr, selected_fields=fields)
             scans = [(scan, None)] if table.current_snapshot() is not None else []

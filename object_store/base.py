@@ -243,10 +243,13 @@ class ObjectStore(abc.ABC):
         (SeaweedFS, MinIO on a file system) order the keys of one "directory" by byte order but list a
         sub-directory ``a/`` where its name ``a`` sorts, so ``a/b`` may come before ``a-b``. lakestream
         only relies on order among keys of one directory level that share a fixed-width name scheme.
+
+        Directory markers (keys ending in ``/``, made by S3 consoles, Hadoop's S3A, and pyarrow's S3 file
+        system when it deletes a directory's last file) are not objects here and are left out.
         """
         if prefix:
             validate_key(prefix.rstrip("/") or "x")
-        return self._list(prefix, start_after)
+        return (info for info in self._list(prefix, start_after) if not info.key.endswith("/"))
 
     def delete(self, key: str, *, if_match: str | None = None) -> None:
         """Delete an object. Deleting a missing key without ``if_match`` succeeds (as on S3).

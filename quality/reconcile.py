@@ -353,7 +353,7 @@ class _Checker:
     def tiering_offsets(self, ancestry: Sequence[Snapshot]) -> dict[int, dict[int, int]]:
         """Offsets recorded by each tiering snapshot of the ancestry; a violation for each snapshot whose offsets
         move backwards or pass the log's end."""
-        parsed = {s.snapshot_id: o for s, o in tiering_snapshots(self.lake.metadata, self.buckets)}
+        parsed = {s.snapshot_id: o for s, o in tiering_snapshots(self.lake.metadata, self.buckets, self.lake.io)}
         end = self.log.end_offsets()
         previous: dict[int, int] = dict.fromkeys(range(self.buckets), 0)
         out = {}

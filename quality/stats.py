@@ -49,7 +49,7 @@ def table_stats(lh: Any, name: Any, *, now: datetime | None = None) -> dict[str,
     log = lh.log(definition.name)
     lake_table = lh.lake_table(definition.name)
     # the lake first, then the log: the log's end is read after, so it is never behind the lake's offset
-    lake = lake_offsets(lake_table.metadata, definition.buckets, name=table_name)
+    lake = lake_offsets(lake_table.metadata, definition.buckets, name=table_name, io=lake_table.io)
     snapshot = lake_table.current_snapshot()
     ends = log.end_offsets()
     starts = log.start_offsets()

@@ -22,7 +22,7 @@ from typing import Any
 from pyiceberg.table import Table
 
 from lakehouse.errors import InvalidArgument, TieringConflict
-from lakehouse.lake_layout import OFFSETS_PROPERTY, tiering_snapshot, tiering_summary
+from lakehouse.lake_layout import OFFSETS_FILE_PROPERTY, OFFSETS_PROPERTY, tiering_snapshot, tiering_summary
 from lakehouse.maintenance.references import referenced_files
 from object_store import ObjectStore
 
@@ -76,10 +76,15 @@ def _checkpoint_offsets(table: Table, cutoff_ms: int) -> None:
     try:
         offsets = {int(b): int(o) for b, o in json.loads(newest.summary[OFFSETS_PROPERTY]).items()}
     except (TypeError, ValueError, AttributeError):
+        offsets = None
+    # an offsets file is immutable: the checkpoint names the same file, which it then keeps alive
+    offsets_file = newest.summary[OFFSETS_FILE_PROPERTY]
+    if offsets is None and offsets_file is None:
         return  # unreadable offsets: keep the snapshot, lake_offsets reports the problem
     try:
         with table.transaction() as txn:
-            with txn.update_snapshot(snapshot_properties=tiering_summary(offsets, newest)).fast_append():
+            summary = tiering_summary(offsets or {}, newest, offsets_file=offsets_file)
+            with txn.update_snapshot(snapshot_properties=summary).fast_append():
                 pass
     except TieringConflict:
         table.refresh()

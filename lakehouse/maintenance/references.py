@@ -1,11 +1,13 @@
-"""Which files a lake table still needs: every snapshot's manifest list, manifests and data/delete files,
-and the metadata files of its metadata log."""
+"""Which files a lake table still needs: every snapshot's manifest list, manifests, data/delete files and
+offsets file, and the metadata files of its metadata log."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
 from pyiceberg.table import Table
+
+from lakehouse.lake_layout import offsets_files
 
 
 def referenced_files(table: Table, *, include_metadata: bool = True, live_only: bool = True) -> set[str]:
@@ -21,6 +23,7 @@ def referenced_files(table: Table, *, include_metadata: bool = True, live_only: 
         for m in snap.manifests(table.io):
             manifests[m.manifest_path] = m
     out |= set(manifests)
+    out |= offsets_files(table.metadata)
 
     def files_of(manifest) -> list[str]:
         return [e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io, discard_deleted=live_only)]

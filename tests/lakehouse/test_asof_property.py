@@ -15,19 +15,22 @@ The oracle replays a copy of every appended batch kept by the test (the log itse
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from datetime import timedelta
 from pathlib import Path
+from unittest import mock
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from lakehouse import Lakehouse
+from lakehouse import Lakehouse, lake_layout
 from lakehouse.changes import apply_changes
 from lakehouse.errors import AsOfUnavailable
+from lakehouse.lake_layout import OFFSETS_PROPERTY, offsets_files
 from quality.reconcile import reconcile
 from tests.conftest import duckdb_connection
 
@@ -76,14 +79,18 @@ class Replay:
         return sorted(state.values())
 
 
-def run(steps: list[tuple], pk: bool, write_mode: str | None = None) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
+def run(steps: list[tuple], pk: bool, write_mode: str | None = None, compact_metadata: bool = False) -> None:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         lh = Lakehouse.open(Path(tmp).as_uri())
         try:
             if pk:
                 lh.create_table(NAME, SCHEMA, primary_key=["k"], buckets=BUCKETS, write_mode=write_mode)
             else:
                 lh.create_table(NAME, SCHEMA, bucket_key="k", buckets=BUCKETS)
+            if compact_metadata:  # offsets in files, manifests merged from two on: what large tables do
+                stack.enter_context(mock.patch.object(lake_layout, "INLINE_OFFSETS_BUCKETS", 0))
+                with lh.lake_table(NAME).transaction() as txn:
+                    txn.set_properties({"commit.manifest.min-count-to-merge": "2"})
             log = lh.log(NAME)
             replay = Replay(pk)
             points = [dict.fromkeys(range(BUCKETS), 0)]
@@ -153,16 +160,43 @@ def run(steps: list[tuple], pk: bool, write_mode: str | None = None) -> None:
                 assert sorted(duck) == want
             check = reconcile(lh, NAME, full=True)
             assert check.ok, [str(v) for v in check.violations]
+            if compact_metadata and table.current_snapshot() is not None:
+                assert len(table.current_snapshot().manifests(table.io)) <= 4  # one data + one delete, + new ones
+                kept = offsets_files(table.metadata)
+                on_disk = {p.as_uri() for p in Path(tmp).rglob("lakestream-offsets-*.json")}
+                assert kept == on_disk  # expiry deleted the expired snapshots' files
+                assert all(s.summary[OFFSETS_PROPERTY] is None for s in table.metadata.snapshots)
         finally:
             lh.close()
 
 
 @pytest.mark.parametrize(
-    ("pk", "write_mode"),
-    [(True, "merge-on-read"), (True, "copy-on-write"), (False, None)],
-    ids=["pk-merge-on-read", "pk-copy-on-write", "log"],
+    ("pk", "write_mode", "compact_metadata"),
+    [
+        (True, "merge-on-read", False),
+        (True, "merge-on-read", True),
+        (True, "copy-on-write", False),
+        (False, None, False),
+    ],
+    ids=["pk-merge-on-read", "pk-merge-on-read-merged-manifests-offsets-files", "pk-copy-on-write", "log"],
 )
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(step, min_size=3, max_size=14))
-def test_as_of_and_changes_never_return_a_wrong_state(pk: bool, write_mode: str | None, steps: list[tuple]) -> None:
-    run(steps, pk, write_mode)
+@example(  # rounds that each change tiered keys: delete manifests to merge, snapshots to expire
+    steps=[
+        ("upsert", [1, 2, 3, 4]),
+        ("tier", None),
+        ("upsert", [1, 2]),
+        ("tier", None),
+        ("delete", [3]),
+        ("upsert", [2, 5]),
+        ("tier", None),
+        ("expire", 1),
+        ("upsert", [4]),
+        ("tier", None),
+    ]
+)
+def test_as_of_and_changes_never_return_a_wrong_state(
+    pk: bool, write_mode: str | None, compact_metadata: bool, steps: list[tuple]
+) -> None:
+    run(steps, pk, write_mode, compact_metadata)

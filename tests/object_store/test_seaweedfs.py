@@ -52,3 +52,13 @@ def test_a_bad_endpoint_or_missing_credentials_get_a_clear_error(seaweedfs: Seaw
     store = open_store(f"s3://{seaweedfs.bucket}/x", probe=False, **options)
     with pytest.raises(AccessDenied, match="Unable to locate credentials. Set AWS_ACCESS_KEY_ID"):
         list(store.list())
+
+
+def test_directory_markers_are_not_listed(seaweedfs: SeaweedFS) -> None:
+    """pyarrow's S3 file system leaves a marker ``dir/`` when it deletes a directory's last file (pyiceberg
+    deletes uncommitted manifests with it); orphan removal listed the marker and failed on its key."""
+    store = open_store(f"s3://{seaweedfs.bucket}/markers", **seaweedfs.store_options())
+    store.put("t/metadata/a.json", b"{}")
+    store.client.put_object(Bucket=seaweedfs.bucket, Key="markers/t/data/", Body=b"")
+    assert [i.key for i in store.list("t/")] == ["t/metadata/a.json"]
+    assert "markers/t/data/" in [o["Key"] for o in store.client.list_objects_v2(Bucket=seaweedfs.bucket)["Contents"]]

@@ -316,7 +316,8 @@ def test_a_log_segment_deleted_by_hand_is_told_from_retention(lakehouse: Lakehou
 def test_a_rogue_position_delete_is_named_by_both_checks(lakehouse: Lakehouse) -> None:
     """Merge-on-read: a commit that marks a live row deleted (no log change says so) loses that row. The
     incremental check names it as a commit that is not tiering marking rows; the full one as a missing row."""
-    from lakehouse.position_deletes import append_row_changes, write_position_deletes
+    from lakehouse.commits import append_row_changes
+    from lakehouse.position_deletes import write_position_deletes
 
     lh = lakehouse
     build(lh, "pk")

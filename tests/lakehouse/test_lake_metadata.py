@@ -1,0 +1,174 @@
+"""Metadata that stays small: offsets files for tables of many buckets, manifests merged as rounds accumulate."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pyarrow as pa
+import pytest
+
+from lakehouse import Lakehouse, lake_layout
+from lakehouse.errors import LakeStateError, TieringConflict
+from lakehouse.executor import LocalExecutor
+from lakehouse.lake_layout import (
+    INLINE_OFFSETS_BUCKETS,
+    OFFSETS_FILE_PROPERTY,
+    OFFSETS_PROPERTY,
+    offsets_files,
+    tiering_snapshot,
+)
+from lakehouse.maintenance.references import referenced_files
+from tests.conftest import duckdb_connection
+
+SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
+BUCKETS = INLINE_OFFSETS_BUCKETS + 4  # more than fit a snapshot summary
+
+
+def batch(keys, tag: str = "v") -> pa.Table:
+    keys = list(keys)
+    return pa.table({"k": pa.array(keys, pa.int64()), "v": pa.array([f"{tag}{k}" for k in keys])})
+
+
+def offsets_files_in_store(lh: Lakehouse, name: str) -> set[str]:
+    table = lh.lake_table(name)
+    prefix = table.metadata.location.removeprefix(lh.store.url.rstrip("/") + "/") + "/metadata/"
+    return {f"{lh.store.url.rstrip('/')}/{i.key}" for i in lh.store.list(prefix) if "lakestream-offsets-" in i.key}
+
+
+def state(table: pa.Table) -> list[tuple]:
+    return sorted(zip(table["k"].to_pylist(), table["v"].to_pylist(), strict=True))
+
+
+def replay(lh: Lakehouse, name: str) -> list[tuple]:
+    out: dict[int, str] = {}
+    log = lh.log(name)
+    for b, end in log.end_offsets().items():
+        for r in log.read(b, 0, end).to_pylist():
+            if r["_op"] == "delete":
+                out.pop(r["k"], None)
+            else:
+                out[r["k"]] = r["v"]
+    return sorted(out.items())
+
+
+def test_a_table_of_many_buckets_keeps_its_offsets_in_files(lakehouse: Lakehouse) -> None:
+    """Each tiering snapshot names an offsets file instead of holding every bucket's offset; the file holds the
+    lake's offsets, as-of reads find older snapshots' offsets, expiry deletes the files of expired snapshots and
+    the metadata every commit rewrites holds no per-bucket offsets."""
+    lh = lakehouse
+    lh.create_table("ods.wide", SCHEMA, primary_key=["k"], buckets=BUCKETS)
+    log = lh.log("ods.wide")
+    points = []
+    for round_ in range(3):
+        log.append(batch(range(round_ * 10, round_ * 10 + 30), tag=f"r{round_}-"), op="upsert")
+        points.append(log.end_offsets())
+        lh.tier("ods.wide")
+    table = lh.lake_table("ods.wide")
+    snaps = [s for s in table.metadata.snapshots if s.summary[OFFSETS_FILE_PROPERTY]]
+    assert len(snaps) == 3 and all(s.summary[OFFSETS_PROPERTY] is None for s in snaps)
+    newest = tiering_snapshot(table.metadata)
+    with table.io.new_input(newest.summary[OFFSETS_FILE_PROPERTY]).open() as f:
+        assert {int(b): o for b, o in json.loads(f.read()).items()} == log.end_offsets()
+    assert lh.lake_offsets("ods.wide") == log.end_offsets()
+    with table.io.new_input(table.metadata_location).open() as f:
+        metadata = json.loads(f.read())
+    assert all(OFFSETS_PROPERTY not in s["summary"] for s in metadata["snapshots"])
+    lake_layout._OFFSETS_FILES.clear()  # as a new process: the files are read, not the cache
+    assert state(lh.union_read("ods.wide", as_of=points[0])) == [(k, f"r0-{k}") for k in range(30)]
+    assert offsets_files_in_store(lh, "ods.wide") == offsets_files(table.metadata)
+    lh.expire_snapshots("ods.wide", older_than=timedelta(0), retain_last=1)
+    table = lh.lake_table("ods.wide")
+    assert (
+        offsets_files_in_store(lh, "ods.wide")
+        == offsets_files(table.metadata)
+        == {newest.summary[OFFSETS_FILE_PROPERTY]}
+    )
+    assert state(lh.union_read("ods.wide")) == replay(lh, "ods.wide")
+    assert lh.remove_orphans("ods.wide", older_than=timedelta(0), unsafe_orphan_age=True).files == []
+
+
+class _RacingExecutor(LocalExecutor):
+    """Runs the real tasks, then lets another tiering run commit before this one does."""
+
+    def __init__(self, other) -> None:
+        super().__init__(workers=1)
+        self.other = other
+
+    def map(self, fn, items):
+        out = super().map(fn, items)
+        self.other()
+        return out
+
+
+def test_an_overtaken_round_deletes_its_offsets_file_and_a_crashed_one_leaves_an_orphan(lakehouse: Lakehouse) -> None:
+    from lakehouse.tiering import tier
+
+    lh = lakehouse
+    lh.create_table("ods.wide", SCHEMA, bucket_key="k", buckets=BUCKETS)
+    lh.log("ods.wide").append(batch(range(100)))
+    racing = _RacingExecutor(lambda: lh.tier("ods.wide"))
+    with pytest.raises(TieringConflict):
+        tier(lh.store, lh.catalog, lh.log("ods.wide"), executor=racing)
+    table = lh.lake_table("ods.wide")
+    assert offsets_files_in_store(lh, "ods.wide") == offsets_files(table.metadata)  # the loser's file is gone
+    assert len(offsets_files(table.metadata)) == 1
+    # a round killed between writing its offsets file and committing: nothing names the file
+    stray = table.metadata.location.rstrip("/") + "/metadata/lakestream-offsets-killed.json"
+    with table.io.new_output(stray).create() as f:
+        f.write(b'{"0": 999}')
+    assert stray not in referenced_files(table)
+    removed = lh.remove_orphans("ods.wide", older_than=timedelta(0), unsafe_orphan_age=True)
+    assert [path for path, _ in removed.files] == [stray]
+    assert lh.lake_offsets("ods.wide") == lh.log("ods.wide").end_offsets()
+
+
+def test_a_missing_offsets_file_fails_naming_it(lakehouse: Lakehouse) -> None:
+    lh = lakehouse
+    lh.create_table("ods.wide", SCHEMA, bucket_key="k", buckets=BUCKETS)
+    lh.log("ods.wide").append(batch(range(10)))
+    lh.tier("ods.wide")
+    path = tiering_snapshot(lh.lake_table("ods.wide").metadata).summary[OFFSETS_FILE_PROPERTY]
+    lh.store.delete(path.removeprefix(lh.store.url.rstrip("/") + "/"))
+    lake_layout._OFFSETS_FILES.clear()
+    with pytest.raises(LakeStateError, match=f"the offsets file {path} of tiering snapshot .* cannot be read"):
+        lh.lake_offsets("ods.wide")
+    with pytest.raises(LakeStateError, match="cannot be read"):
+        lh.union_read("ods.wide")
+    with pytest.raises(LakeStateError, match="cannot be read"):
+        lh.tier("ods.wide")
+
+
+def test_manifests_are_merged_as_rounds_accumulate(lakehouse: Lakehouse) -> None:
+    """Every merge-on-read round adds a data and a delete manifest; from 16 of a content on they are merged,
+    so a scan plans over a bounded number of manifests, and every reader still applies every delete."""
+    lh = lakehouse
+    lh.create_table("ods.t", SCHEMA, primary_key=["k"], buckets=2)
+    log = lh.log("ods.t")
+    log.append(batch(range(50)), op="upsert")
+    lh.tier("ods.t")
+    counts = []
+    for round_ in range(40):
+        log.append(batch(range(round_, round_ + 5), tag=f"r{round_}-"), op="upsert")
+        log.append(batch([round_ + 7]), op="delete")
+        lh.tier("ods.t")
+        table = lh.lake_table("ods.t")
+        counts.append(len(table.current_snapshot().manifests(table.io)))
+    assert max(counts) <= 2 * 16 + 2 and counts[-1] < 40, counts
+    assert len({f for t in table.scan().plan_files() for f in t.delete_files}) > 16  # deletes are in merged manifests
+    want = replay(lh, "ods.t")
+    assert state(lh.lake_read("ods.t")) == want
+    assert state(table.scan().to_arrow()) == want
+    if lh.url.startswith("file://"):  # DuckDB reads local files offline (no httpfs here)
+        location = table.metadata_location.removeprefix("file://")
+        assert sorted(duckdb_connection().sql(f"SELECT k, v FROM iceberg_scan('{location}')").fetchall()) == want
+    # a table that turns merging off keeps a manifest per round and content
+    with table.transaction() as txn:
+        txn.set_properties({"commit.manifest-merge.enabled": "false"})
+    before = len(table.current_snapshot().manifests(table.io))
+    for round_ in range(3):
+        log.append(batch([round_]), op="upsert")
+        lh.tier("ods.t")
+    table = lh.lake_table("ods.t")
+    assert len(table.current_snapshot().manifests(table.io)) == before + 6
+    assert state(lh.lake_read("ods.t")) == replay(lh, "ods.t")
