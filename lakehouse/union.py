@@ -171,8 +171,10 @@ def merge_batches(
     columns: list[str],
     tail_filter: BooleanExpression,
     schema: pa.Schema,
+    tail_rows: bool = True,
 ) -> Iterator[pa.RecordBatch]:
-    """Lake batches minus keys changed in ``tail``, then the tail's rows (see the module docstring)."""
+    """Lake batches minus keys changed in ``tail``, then the tail's rows unless not ``tail_rows`` (see the module
+    docstring)."""
     pk = tuple(primary_key)
     keys = KeySet(tail, pk) if pk and tail.num_rows else None
     target = pa.schema([schema.field(c) for c in columns])
@@ -181,7 +183,7 @@ def merge_batches(
             batch = batch.filter(pc.invert(keys.hits(batch)))
         batch = batch.select(columns)
         yield batch if batch.schema.equals(target) else batch.cast(target)
-    if tail.num_rows == 0:
+    if tail.num_rows == 0 or not tail_rows:
         return
     if pk:
         tail = upserts_of(tail)
@@ -495,10 +497,29 @@ class BucketRead:
     tasks: tuple[FileScanTask, ...]  # pyiceberg FileScanTasks of this bucket's lake part
     base: int  # the log offset the lake part holds the bucket at: the tail starts here
     end: int | None  # the tail's end (exclusive); None: the log's end when executed
+    #: False for the other parts of a bucket split by file (`split`): their lake rows are still merged with
+    #: the tail's keys, but only one part yields the tail's rows
+    tail_rows: bool = True
 
     def __repr__(self) -> str:
         end = "end" if self.end is None else self.end
-        return f"BucketRead(bucket={self.bucket}, files={len(self.tasks)}, log=[{self.base}, {end}))"
+        part = "" if self.tail_rows else ", lake part"
+        return f"BucketRead(bucket={self.bucket}, files={len(self.tasks)}, log=[{self.base}, {end}){part})"
+
+    def split(self, max_bytes: int) -> list[BucketRead]:
+        """This bucket's read as parts of at most ``max_bytes`` of lake files each (a file larger than that is
+        a part of its own), in file order; the first part also yields the tail's rows. Spark runs one task per
+        part, so a table of few buckets still uses every core when its buckets hold many files."""
+        parts: list[list[FileScanTask]] = [[]]
+        size = 0
+        for task in self.tasks:
+            weight = task.file.file_size_in_bytes + sum(d.file_size_in_bytes for d in task.delete_files)
+            if parts[-1] and size + weight > max_bytes:
+                parts.append([])
+                size = 0
+            parts[-1].append(task)
+            size += weight
+        return [replace(self, tasks=tuple(p), tail_rows=i == 0) for i, p in enumerate(parts)]
 
 
 @dataclass(frozen=True)
@@ -615,7 +636,9 @@ class ReadPlan:
         ends = None if any(r.end is None for r in reads) else {r.bucket: r.end for r in reads}  # type: ignore[misc]
         return read_tail(log_, {r.bucket: r.base for r in reads}, primary_key=self.primary_key, ends=ends)
 
-    def _merge(self, lake: Iterator[pa.RecordBatch], tail: pa.Table | None) -> Iterator[pa.RecordBatch]:
+    def _merge(
+        self, lake: Iterator[pa.RecordBatch], tail: pa.Table | None, *, tail_rows: bool = True
+    ) -> Iterator[pa.RecordBatch]:
         if tail is None:
             target, columns = self.arrow_schema, list(self.columns)
             for batch in lake:
@@ -630,6 +653,7 @@ class ReadPlan:
             columns=list(self.columns),
             tail_filter=tail_filter,
             schema=self.scan_schema,
+            tail_rows=tail_rows,
         )
 
     def execute(
@@ -649,10 +673,11 @@ class ReadPlan:
             io = table.io if table is not None else load_file_io(self.io_properties, self.metadata.location)
         lake = self._stream(read.tasks, io)
         tail = None
-        if self.union and log_ is not None:
+        # a lake part of a split bucket needs the tail only for its keys (primary-key tables)
+        if self.union and log_ is not None and (read.tail_rows or self.primary_key):
             ends = None if read.end is None else {read.bucket: read.end}
             tail = read_tail(log_, {read.bucket: read.base}, primary_key=self.primary_key, ends=ends)
-        return _named(table or self._table(io), self._merge(lake, tail))
+        return _named(table or self._table(io), self._merge(lake, tail, tail_rows=read.tail_rows))
 
     def execute_all(
         self, log_: Log | None, *, table: Table | None = None, stream: bool = False

@@ -6,8 +6,10 @@
           .load("ods.orders"))
 
 The driver plans once (`lakehouse.union.plan_read`: the lake snapshot(s), each bucket's files and log range,
-the log ranges ending where the log ended at planning); every bucket is one input partition that a Python
-worker executes (`ReadPlan.execute_bucket`: the bucket's lake files merged with its log range). The
+the log ranges ending where the log ended at planning); every bucket is one input partition or more that a
+Python worker executes (`ReadPlan.execute_bucket`: the bucket's lake files merged with its log range): a
+bucket whose files pass ``maxPartitionBytes`` is split by file, each part merging its files with the bucket's
+log range and one of them yielding the range's rows, so parallelism follows the data, not the bucket count. The
 ``filter`` option is always pushed into the lake scan and the tails. Spark's own filters are too, those that
 translate to Iceberg expressions (the others stay with Spark), when ``spark.sql.python.filterPushdown.enabled``
 was true when the format was registered: it is off by default because with it a later unfiltered action on
@@ -25,6 +27,8 @@ Options:
     lake_only       "true": the lake snapshot only (with as_of: offsets a tiering round committed)
     ref             the lake at an Iceberg tag or branch, e.g. "published" (the newest snapshot whose checks all
                     passed, `quality.publish`): that snapshot's files only, no log tail; not with as_of or changes
+    maxPartitionBytes  the lake bytes (data and delete files) one input partition reads at most (default 128 MiB,
+                    as Spark's spark.sql.files.maxPartitionBytes); a bigger file is a partition of its own
     changes         "true": the net changelog between ``start`` and ``end`` (offset maps, as ``as_of``),
                     with ``before_images`` ("true"/"false"): `lakehouse.changes`, one partition per bucket with changes
 
@@ -86,7 +90,10 @@ OPTIONS = (
     "start",
     "end",
     "before_images",
+    "maxpartitionbytes",
 )
+#: Spark's own default for file sources (spark.sql.files.maxPartitionBytes).
+DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no", "")
 
 
@@ -129,6 +136,13 @@ def _flag(options: Mapping[str, str], key: str) -> bool:
     raise InvalidArgument(f"option {key} is true or false, got {value!r}")
 
 
+def _size(options: Mapping[str, str], key: str, default: int) -> int:
+    raw = str(options.get(key, default)).strip()
+    if not raw.isdigit() or int(raw) < 1:
+        raise InvalidArgument(f"option {key} is a number of bytes >= 1, got {raw!r}")
+    return int(raw)
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     """The data source's options, checked (nothing secret among them)."""
@@ -144,6 +158,7 @@ class ReadOptions:
     end: dict[int, int] | None
     before_images: bool
     ref: str | None = None
+    max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -192,6 +207,7 @@ class ReadOptions:
             end=parse_offsets(opts["end"], "end") if opts.get("end") else None,
             before_images=_flag(opts, "before_images"),
             ref=ref,
+            max_partition_bytes=_size(opts, "maxpartitionbytes", DEFAULT_MAX_PARTITION_BYTES),
         )
 
 
@@ -449,7 +465,12 @@ class LakestreamReader(DataSourceReader):
                 fix_ends=True,
                 snapshot_id=snapshot_id,
             )
-            return [LakestreamPartition("read", b, read) for b, read in located.buckets.items()]
+            max_bytes = self.options.max_partition_bytes
+            return [
+                LakestreamPartition("read", b, part)
+                for b, read in located.buckets.items()
+                for part in read.split(max_bytes)
+            ]
         finally:
             if self._closing is not None:  # the Lakehouse that opened the table and log: its store too
                 self._closing.close()

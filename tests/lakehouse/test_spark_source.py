@@ -1,7 +1,8 @@
 """``spark.read.format("lakestream")`` (issue 24): Spark reads equal Python reads on both backends (log and
 primary-key tables; lake + tail; as of offsets behind a lake that is ahead; lake only), one input partition per
-bucket, projection and filter pushdown, clear errors, credentials kept out of plans and reprs, DuckDB agreeing
-on the lake part. Reader-level tests run the source's driver and worker code in this process (no Spark)."""
+bucket or, with maxPartitionBytes, per file, projection and filter pushdown, clear errors, credentials kept out
+of plans and reprs, DuckDB agreeing on the lake part. Reader-level tests run the source's driver and worker code
+in this process (no Spark)."""
 
 from __future__ import annotations
 
@@ -107,6 +108,19 @@ def test_spark_reads_equal_python_reads(lakehouse, spark, pk) -> None:
     projected = lakestream(spark, lh, columns="k,v", filter="k < 100 and n != 3").load(NAME)
     assert projected.columns == ["k", "v"]
     assert spark_rows(projected, ["k", "v"]) == rows(lh.union_read(NAME, ["k", "v"], "k < 100 and n != 3"), ["k", "v"])
+
+    # split by file: a partition per lake file (the first of each bucket also yields the tail), same rows
+    files = lh.lake_table(NAME).scan().plan_files()
+    per_bucket = {b: sum(1 for t in files if t.file.partition[0] == b) for b in range(BUCKETS)}
+    assert max(per_bucket.values()) > 1  # several files a bucket (and, for pk, their position deletes)
+    split = lakestream(spark, lh, maxPartitionBytes="1").load(NAME)
+    assert split.rdd.getNumPartitions() == sum(max(1, n) for n in per_bucket.values())
+    assert spark_rows(split) == rows(want) and split.count() == want.num_rows
+    assert spark_rows(lakestream(spark, lh, maxPartitionBytes="1", as_of=as_of).load(NAME)) == rows(
+        lh.union_read(NAME, as_of=middle)
+    )
+    with pytest.raises(Exception, match="option maxpartitionbytes is a number of bytes >= 1, got '0'"):
+        lakestream(spark, lh, maxPartitionBytes="0").load(NAME).collect()
 
     # the wrapper: the same read path
     wrapped = read_table(spark, lh, NAME, union=True, columns=["k", "n"], row_filter=ex.GreaterThanOrEqual("k", 50))
