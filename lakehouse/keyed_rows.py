@@ -237,11 +237,14 @@ def mark_bucket(
     candidates: Sequence[tuple[DataFile, Sequence[DataFile]]],
     stem: str,
     result: Any,
+    *,
+    write_rows: bool = True,
 ) -> None:
     """Apply ``changes`` (one bucket's, reduced per key) to the bucket by merge-on-read: the live rows of the
     changed keys in ``candidates`` (each data file with its delete files) are marked deleted in position delete
-    files (one per partition), and the surviving upserts are written as new data files; no data file is
-    rewritten. Only the key columns of the candidates are read. New files go to ``result.added``."""
+    files (one per partition), and the surviving upserts are written as new data files (unless not
+    ``write_rows``: a bucket split by file writes them once); no data file is rewritten. Only the key columns of
+    the candidates are read. New files go to ``result.added``."""
     pk = definition.primary_key
     keys = KeySet(changes, pk)
     marks: dict[tuple, list[tuple[str, np.ndarray]]] = {}
@@ -256,4 +259,5 @@ def mark_bucket(
             marks.setdefault(partition, []).append((data_file.file_path, positions))
     for partition, deletes in marks.items():
         result.added.append(write_position_deletes(ctx, partition, stem, deletes))
-    _write_upserts(ctx, definition, bucket, changes, stem, result, by_key=True)
+    if write_rows:
+        _write_upserts(ctx, definition, bucket, changes, stem, result, by_key=True)

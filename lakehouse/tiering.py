@@ -27,7 +27,7 @@ import time
 import traceback
 import uuid
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -117,6 +117,7 @@ class TieringResult:
     files_removed: int = 0
     bytes_written: int = 0
     splits: int = 0
+    tasks: int = 0  # a merge-on-read bucket's split may run as several tasks, each with a share of its files
     executor: str = "local"
     parallelism: int = 1
     seconds: float = 0.0
@@ -140,9 +141,11 @@ class _Task:
     split: Split
     stem: str
     primary_key: tuple[str, ...]
-    #: A primary-key bucket's live data files, each with its delete files.
+    #: A primary-key bucket's live data files, each with its delete files (merge-on-read: this part's share).
     candidates: tuple[tuple[DataFile, tuple[DataFile, ...]], ...] = ()
     merge_on_read: bool = False
+    #: A merge-on-read bucket split by file: this task's number; part 0 also writes the new rows.
+    part: int = 0
 
 
 @dataclass
@@ -216,11 +219,13 @@ def _rewrite_bucket(task: _Task, definition: TableDefinition, log_: Log, result:
             f"{definition.name} bucket {split.bucket}: read {data.num_rows} records for offsets "
             f"[{split.start}, {split.end}), expected {split.rows}"
         )
-    result.rows = data.num_rows
-    stem = f"{task.stem}-{split.bucket:05d}-{split.start}"
+    stem = f"{task.stem}-{split.bucket:05d}-{split.start}" + (f"-p{task.part}" if task.part else "")
     changes = reduce_changes(data, task.primary_key)
+    result.rows = data.num_rows if task.part == 0 else 0  # every part reads the range; it counts once
     if task.merge_on_read:
-        mark_bucket(task.ctx, definition, split.bucket, changes, task.candidates, stem, result)
+        mark_bucket(
+            task.ctx, definition, split.bucket, changes, task.candidates, stem, result, write_rows=task.part == 0
+        )
     else:
         rewrite_bucket(task.ctx, definition, split.bucket, changes, [f for f, _ in task.candidates], stem, result)
 
@@ -288,6 +293,20 @@ def bucket_files(
         if buckets is None or bucket in buckets:
             out[bucket].append((task.file, tuple(task.delete_files)))
     return out
+
+
+def share_files(
+    files: Sequence[tuple[DataFile, tuple[DataFile, ...]]], parts: int
+) -> list[tuple[tuple[DataFile, tuple[DataFile, ...]], ...]]:
+    """``files`` in at most ``parts`` shares of about equal bytes (biggest file first onto the lightest share);
+    one empty share if there are no files."""
+    shares: list[list[tuple[DataFile, tuple[DataFile, ...]]]] = [[] for _ in range(max(1, min(parts, len(files))))]
+    weights = [0] * len(shares)
+    for entry in sorted(files, key=lambda e: -e[0].file_size_in_bytes):
+        lightest = weights.index(min(weights))
+        shares[lightest].append(entry)
+        weights[lightest] += entry[0].file_size_in_bytes
+    return [tuple(s) for s in shares]
 
 
 def _conflict(catalog: Any, definition: TableDefinition, base: Any, exc: Exception) -> TieringConflict:
@@ -369,18 +388,15 @@ def tier(
     ctx = LakeContext.of(store, table)
     candidates = bucket_files(table, {s.bucket for s in splits}) if definition.has_primary_key else {}
     stem = f"tier-{uuid.uuid4().hex[:12]}"
+    # merge-on-read buckets split by file when they are fewer than the executor's cores: each part finds the
+    # old versions in its share of the files (the costly part), so 4 buckets still use every core
+    parts = math.ceil(2 * executor.parallelism / len(splits)) if definition.merge_on_read else 1
     tasks = [
-        _Task(
-            ctx,
-            definition.to_json(),
-            s,
-            stem,
-            definition.primary_key,
-            tuple(candidates.get(s.bucket, ())),
-            definition.merge_on_read,
-        )
+        _Task(ctx, definition.to_json(), s, stem, definition.primary_key, share, definition.merge_on_read, i)
         for s in splits
+        for i, share in enumerate(share_files(candidates.get(s.bucket, ()), parts))
     ]
+    result.tasks = len(tasks)
     planned = time.perf_counter()
     outcomes = executor.map(_run_task, tasks)
     written = time.perf_counter()

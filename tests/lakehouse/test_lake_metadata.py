@@ -172,3 +172,27 @@ def test_manifests_are_merged_as_rounds_accumulate(lakehouse: Lakehouse) -> None
     table = lh.lake_table("ods.t")
     assert len(table.current_snapshot().manifests(table.io)) == before + 6
     assert state(lh.lake_read("ods.t")) == replay(lh, "ods.t")
+
+
+def test_a_table_tiered_by_the_previous_version_keeps_working(lakehouse: Lakehouse, monkeypatch) -> None:
+    """Snapshots written before offsets files (every bucket's offsets inline) and after them, in one table:
+    the newest decides the lake's offsets, as-of reads use either, expiry keeps what is named."""
+    lh = lakehouse
+    lh.create_table("ods.wide", SCHEMA, primary_key=["k"], buckets=BUCKETS)
+    log = lh.log("ods.wide")
+    log.append(batch(range(40), tag="old-"), op="upsert")
+    old_point = log.end_offsets()
+    with monkeypatch.context() as m:  # the previous version: offsets inline whatever the bucket count
+        m.setattr(lake_layout, "INLINE_OFFSETS_BUCKETS", 1 << 30)
+        lh.tier("ods.wide")
+    [old] = lh.lake_table("ods.wide").metadata.snapshots
+    assert old.summary[OFFSETS_PROPERTY] is not None and old.summary[OFFSETS_FILE_PROPERTY] is None
+    log.append(batch(range(20, 60), tag="new-"), op="upsert")
+    lh.tier("ods.wide")
+    assert lh.lake_offsets("ods.wide") == log.end_offsets()
+    assert tiering_snapshot(lh.lake_table("ods.wide").metadata).summary[OFFSETS_FILE_PROPERTY] is not None
+    assert state(lh.union_read("ods.wide", as_of=old_point)) == [(k, f"old-{k}") for k in range(40)]
+    assert state(lh.union_read("ods.wide")) == replay(lh, "ods.wide")
+    lh.expire_snapshots("ods.wide", older_than=timedelta(0), retain_last=1)
+    assert state(lh.lake_read("ods.wide")) == replay(lh, "ods.wide")
+    assert offsets_files_in_store(lh, "ods.wide") == offsets_files(lh.lake_table("ods.wide").metadata)

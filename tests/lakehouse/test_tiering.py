@@ -260,6 +260,34 @@ def test_primary_key_tiering_merge_on_read_writes_what_changed(lakehouse: Lakeho
     assert table.current_snapshot().summary["operation"].value == "overwrite"
 
 
+def test_a_merge_on_read_round_splits_a_bucket_by_file_across_cores(lakehouse: Lakehouse) -> None:
+    """One bucket, four cores: the round runs as several tasks, each finding old versions in its share of the
+    bucket's files; the new rows are written once, each old file gets at most one delete file, readers agree."""
+    from lakehouse.tiering import tier
+
+    lh = lakehouse
+    lh.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=1)
+    log = lh.log("ods.orders")
+    for i in range(4):  # four files, disjoint key ranges
+        log.append(orders(range(i * 100, i * 100 + 100)), op="upsert")
+        lh.tier("ods.orders")
+    old = {t.file.file_path for t in lh.lake_table("ods.orders").scan().plan_files()}
+    log.append(orders(range(50, 350, 3), tag="new"), op="upsert")  # keys in three of the four files
+    log.append(orders([7, 399, 1000]), op="delete")  # in the first and last file, and absent
+    result = tier(lh.store, lh.catalog, lh.log("ods.orders"), executor=LocalExecutor(workers=4))
+    assert result.splits == 1 and result.tasks == 4 and result.rows == 103
+    table = lh.lake_table("ods.orders")
+    tasks = list(table.scan().plan_files())
+    [new] = [t for t in tasks if t.file.file_path not in old]  # the new rows, written once
+    assert len(old) == 4 and new.file.record_count == 100 and not new.delete_files
+    assert all(len(t.delete_files) == 1 for t in tasks if t.file.file_path in old)
+    marked = {d.file_path: d.record_count for t in tasks for d in t.delete_files}
+    assert len(marked) == 4 and sum(marked.values()) == 100 + 2  # a delete file per old file, one per old row
+    state = replay(lh, "ods.orders")
+    assert lake_state(lh.lake_read("ods.orders")) == state == lake_state(table.scan().to_arrow())
+    assert lake_state(lh.union_read("ods.orders")) == state
+
+
 def test_union_read_merges_the_log_tail_by_key(lakehouse: Lakehouse) -> None:
     lh = lakehouse
     lh.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=4)
@@ -579,7 +607,8 @@ def test_kill_9_then_rerun_loses_and_doubles_nothing(store_spec, point: str, kin
     lh = Lakehouse.open(url, **options)
     name = "ods.t"
     pk = {"primary_key": ["o_orderkey"]} if kind == "pk" else {"bucket_key": "o_orderkey"}
-    lh.create_table(name, ORDERS, buckets=3, **pk)
+    # pk: merge-on-read (the default), so the killed round writes position delete files too
+    assert lh.create_table(name, ORDERS, buckets=3, **pk).merge_on_read == (kind == "pk")
     log = lh.log(name)
     log.append(orders(range(300)), op="upsert" if kind == "pk" else "insert")
     lh.tier(name)
