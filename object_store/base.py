@@ -8,16 +8,23 @@ the one-time capability probe, and the streaming multipart writer.
 from __future__ import annotations
 
 import abc
+import itertools
 import logging
 import re
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from object_store.errors import InvalidArgument, InvalidKey, NotFound, PreconditionFailed, UnsafeStoreError
+from object_store.errors import (
+    InvalidArgument,
+    InvalidKey,
+    NotFound,
+    PreconditionFailed,
+    UnsafeStoreError,
+)
 from object_store.multipart import ObjectWriter
 from object_store.tokens import WRITE_TOKEN_KEY, new_token
 
@@ -35,6 +42,8 @@ _METADATA_RESERVED = 64
 MAX_METADATA_BYTES = 2048 - _METADATA_RESERVED
 #: Prefix (under the store's root) used by the capability probe.
 PROBE_PREFIX = "_lakestream/probe/"
+#: Keys per bulk delete: S3's DeleteObjects takes at most 1,000.
+DELETE_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -250,6 +259,29 @@ class ObjectStore(abc.ABC):
         if prefix:
             validate_key(prefix.rstrip("/") or "x")
         return (info for info in self._list(prefix, start_after) if not info.key.endswith("/"))
+
+    def delete_many(self, keys: Iterable[str]) -> int:
+        """Delete objects in bulk, consuming ``keys`` as they come (memory: one batch of `DELETE_BATCH` keys):
+        S3's DeleteObjects, 1,000 keys a request; the local backend one by one. A missing key counts as deleted
+        (as on S3). Returns how many keys were given.
+
+        Raises:
+            InvalidKey: a key is not a valid key (nothing of its batch was deleted).
+            StoreError: some keys of a batch could not be deleted; it names them (the batch's others were).
+        """
+        count = 0
+        it = iter(keys)
+        while batch := list(itertools.islice(it, DELETE_BATCH)):
+            for key in batch:
+                validate_key(key)
+            self._delete_many(batch)
+            count += len(batch)
+        return count
+
+    def _delete_many(self, keys: list[str]) -> None:
+        """Delete up to `DELETE_BATCH` valid keys; backends with a bulk request override this."""
+        for key in keys:
+            self._delete(key, if_match=None)
 
     def delete(self, key: str, *, if_match: str | None = None) -> None:
         """Delete an object. Deleting a missing key without ``if_match`` succeeds (as on S3).

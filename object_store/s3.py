@@ -400,6 +400,18 @@ class S3Store(ObjectStore):
             if if_match is not None:  # AWS answers 404 where SeaweedFS answers 412: both mean "lost"
                 raise PreconditionFailed(f"DeleteObject {self._describe(key)}: no such object", key) from None
 
+    def _delete_many(self, keys: list[str]) -> None:
+        objects = [{"Key": self._full(k)} for k in keys]
+        delete = {"Objects": objects, "Quiet": True}
+        answer = self._call("DeleteObjects", keys[0], self.client.delete_objects, Bucket=self.bucket, Delete=delete)
+        failed = [e for e in answer.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+        if failed:
+            sample = ", ".join(f"{e.get('Key')} ({e.get('Code')}: {e.get('Message')})" for e in failed[:3])
+            raise StoreError(
+                f"DeleteObjects on s3://{self.bucket}: {len(failed)} of {len(keys)} keys were not deleted, e.g. "
+                f"{sample}; the others were. Check the credentials' s3:DeleteObject permission and retry"
+            )
+
     def _create_multipart(self, key: str, metadata: dict[str, str]) -> str:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full(key)}
         if metadata:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,8 +23,8 @@ from pyiceberg.table import Table
 
 from lakehouse.errors import InvalidArgument, TieringConflict
 from lakehouse.lake_layout import OFFSETS_FILE_PROPERTY, OFFSETS_PROPERTY, tiering_snapshot, tiering_summary
-from lakehouse.maintenance.references import referenced_files
-from object_store import ObjectStore
+from lakehouse.maintenance.references import referenced_files, referenced_sizes
+from object_store import NotFound, ObjectStore
 
 DEFAULT_SNAPSHOT_AGE = timedelta(days=5)
 DEFAULT_RETAIN_LAST = 1
@@ -122,23 +122,30 @@ def expire_snapshots(
     if not expire:
         result.seconds = time.perf_counter() - started
         return result
-    before = referenced_files(table, include_metadata=False, live_only=False)
+    before = referenced_sizes(table, include_metadata=False, live_only=False)
     table.maintenance.expire_snapshots().by_ids(expire).commit()
     table.refresh()
     after = referenced_files(table, include_metadata=False)
     prefix = store.url.rstrip("/") + "/"
     location = table.metadata.location.rstrip("/") + "/"
-    for path in sorted(before - after):
-        if not path.startswith(location) or not path.startswith(prefix):
-            continue  # never delete outside the table (a registered table may point elsewhere)
-        key = path[len(prefix) :]
-        try:
-            size = store.head(key).size
-        except Exception:  # noqa: BLE001 - already gone
-            continue
-        store.delete(key)
-        result.files_deleted += 1
-        result.bytes_freed += size
+
+    def gone() -> Iterator[str]:
+        """Keys of the files only expired snapshots referenced; sizes from the manifests (a HEAD only for
+        manifest lists and offsets files, one per expired snapshot)."""
+        for path, size in before.items():
+            if path in after or not path.startswith(location) or not path.startswith(prefix):
+                continue  # still needed, or outside the table (a registered table may point elsewhere)
+            key = path[len(prefix) :]
+            if size is None:
+                try:
+                    size = store.head(key).size
+                except NotFound:
+                    continue
+            result.files_deleted += 1
+            result.bytes_freed += size
+            yield key
+
+    store.delete_many(gone())  # in bulk: S3 DeleteObjects, 1,000 keys a request
     result.expired = expire
     result.snapshots_left = len(table.metadata.snapshots)
     result.seconds = time.perf_counter() - started

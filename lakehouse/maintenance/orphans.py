@@ -5,7 +5,10 @@ The log shares the table's folder (``<ns>/<table>/log/``) and is never looked at
 They come from runs that died before committing (tiering, compaction) or lost a race and could not
 clean up. Only files older than a grace period are candidates, so the fresh files of a running tiering
 or compaction job are never touched: the default (3 days, as Iceberg's) is far longer than any job.
-The listing happens before the references are read, so a commit landing in between is seen.
+The listing happens before the references are read, so a commit landing in between is seen. Memory does
+not grow with the object count: the listing streams into a spill file on local disk (the candidates' keys
+and sizes), is read back after the references, and orphans go in bulk deletes (S3 DeleteObjects, 1,000 keys a
+request); the result names the first `LISTED_ORPHANS` of them and counts them all.
 
 A grace period below `MIN_ORPHAN_AGE` (1 hour) is refused unless ``unsafe_orphan_age`` is set: a tiering
 round writes its data files first and references them only when it commits, so a removal that runs
@@ -16,7 +19,10 @@ hour is a stuck one) and well below Iceberg's 3 days. A dry run deletes nothing,
 
 from __future__ import annotations
 
+import collections
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -33,19 +39,27 @@ DEFAULT_ORPHAN_AGE = timedelta(days=3)
 MIN_ORPHAN_AGE = timedelta(hours=1)
 
 
+#: How many orphans a result names (it counts every one).
+LISTED_ORPHANS = 10_000
+
+
 @dataclass
 class OrphanResult:
     table: str
-    files: list[tuple[str, int]] = field(default_factory=list)  # (location, size)
+    files: list[tuple[str, int]] = field(default_factory=list)  # (location, size): the first LISTED_ORPHANS
     deleted: bool = False
     seconds: float = 0.0
+    count: int = 0  # every orphan found
+    bytes: int = 0  # their total size
 
-    @property
-    def bytes(self) -> int:
-        return sum(size for _, size in self.files)
+    def found(self, path: str, size: int) -> None:
+        self.count += 1
+        self.bytes += size
+        if len(self.files) < LISTED_ORPHANS:
+            self.files.append((path, size))
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "bytes": self.bytes}
+        return asdict(self)
 
 
 def check_orphan_age(older_than: timedelta, *, unsafe_orphan_age: bool = False, dry_run: bool = False) -> None:
@@ -87,21 +101,27 @@ def remove_orphans(
     location = table.metadata.location.rstrip("/") + "/"
     if not location.startswith(prefix):
         raise InvalidArgument(f"table location {location} is outside the warehouse {store.url}: not cleaning it")
-    # Only Iceberg's folders: the table's log lives under the same location (<ns>/<table>/log/).
-    listed = [
-        info
-        for folder in ("data/", "metadata/")
-        for info in store.list(location[len(prefix) :] + folder)
-        if info.last_modified < cutoff
-    ]
-    table.refresh()
-    referenced = referenced_files(table)
     result = OrphanResult(".".join(table.name()), deleted=not dry_run)
-    for info in listed:
-        path = prefix + info.key
-        if path not in referenced:
-            result.files.append((path, info.size))
-            if not dry_run:
-                store.delete(info.key)
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as spill:
+        # Only Iceberg's folders: the table's log lives under the same location (<ns>/<table>/log/).
+        for folder in ("data/", "metadata/"):
+            for info in store.list(location[len(prefix) :] + folder):
+                if info.last_modified < cutoff:
+                    spill.write(f"{info.size}\t{info.key}\n")
+        table.refresh()
+        referenced = referenced_files(table)
+        spill.seek(0)
+
+        def orphans() -> Iterator[str]:
+            for line in spill:
+                size, key = line.rstrip("\n").split("\t", 1)
+                if prefix + key not in referenced:
+                    result.found(prefix + key, int(size))
+                    yield key
+
+        if dry_run:
+            collections.deque(orphans(), maxlen=0)
+        else:
+            store.delete_many(orphans())
     result.seconds = time.perf_counter() - started
     return result

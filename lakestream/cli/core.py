@@ -690,7 +690,7 @@ def maintain(
             f"  expiry      {len(e.expired)} snapshots expired, {e.files_deleted} files, "
             f"{e.bytes_freed / 1e6:.1f} MB freed; {e.snapshots_left} left"
         )
-        console.print(f"  orphans     {len(o.files)} files, {o.bytes / 1e6:.1f} MB deleted")
+        console.print(f"  orphans     {o.count} files, {o.bytes / 1e6:.1f} MB deleted")
         style = "bold yellow" if t.overdue else ""
         console.print(
             f"  retention   {t.segments_deleted} segments, {t.records_deleted:,} records, "

@@ -302,6 +302,26 @@ def test_orphans_respect_the_grace_period_and_spare_referenced_files_and_the_log
     assert rows(lh.lake_read(name), LAKE_COLS) == log_records(lh, name, lh.log(name).end_offsets())
 
 
+def test_orphans_go_in_bulk_and_the_result_counts_past_what_it_names(lakehouse: Lakehouse, monkeypatch) -> None:
+    import object_store.base
+    from lakehouse.maintenance import orphans
+
+    monkeypatch.setattr(object_store.base, "DELETE_BATCH", 10)  # S3: three DeleteObjects requests
+    monkeypatch.setattr(orphans, "LISTED_ORPHANS", 5)
+    lh, name = lakehouse, "ods.t"
+    lh.create_table(name, ORDERS, bucket_key="o_orderkey", buckets=2)
+    many_rounds(lh, name, rounds=2, pk=False)
+    location = lh.lake_table(name).metadata.location.removeprefix(lh.store.url.rstrip("/") + "/")
+    for i in range(25):
+        lh.store.put(f"{location}/data/o_orderkey_bucket=1/dead-{i:02d}.parquet", b"x" * i)
+    live = data_files_in_store(lh, name) & referenced_files(lh.lake_table(name))
+    removed = lh.remove_orphans(name, older_than=timedelta(0), unsafe_orphan_age=True)
+    assert (removed.count, removed.bytes, len(removed.files)) == (25, sum(range(25)), 5)
+    assert removed.to_dict()["count"] == 25
+    assert data_files_in_store(lh, name) == live
+    assert rows(lh.lake_read(name), LAKE_COLS) == log_records(lh, name, lh.log(name).end_offsets())
+
+
 class _MaintainingExecutor(LocalExecutor):
     """Runs ``between()`` after the round's tasks wrote their files, before the round commits."""
 
@@ -519,10 +539,10 @@ def test_retention_records_each_buckets_floor_before_it_deletes(lakehouse: Lakeh
     before = {b: segment_bases(lh, name, b) for b in range(2)}
     assert all(len(bases) == 3 for bases in before.values())
 
-    def killed(key: str, **kw) -> None:
-        raise RuntimeError(f"killed before deleting {key}")
+    def killed(keys) -> None:
+        raise RuntimeError(f"killed before deleting {next(iter(keys))}")
 
-    monkeypatch.setattr(lh.store, "delete", killed)
+    monkeypatch.setattr(lh.store, "delete_many", killed)
     with pytest.raises(RuntimeError, match="killed"):
         lh.apply_log_retention(name, retention=timedelta(0))
     monkeypatch.undo()

@@ -103,6 +103,23 @@ def test_delete_and_conditional_delete(store: ObjectStore) -> None:
         store.delete("d", if_match=etag)
 
 
+def test_delete_many_deletes_in_batches_as_keys_come(store: ObjectStore, monkeypatch) -> None:
+    import object_store.base
+
+    monkeypatch.setattr(object_store.base, "DELETE_BATCH", 3)  # S3: several DeleteObjects requests
+    keys = [f"bulk/{i:02d}" for i in range(8)]
+    for k in keys:
+        store.put(k, b"x")
+    store.put("kept", b"x")
+    given = (k for k in [*keys, "bulk/missing"])  # a generator: consumed batch by batch
+    assert store.delete_many(given) == 9
+    assert [i.key for i in store.list()] == ["kept"]
+    assert store.delete_many([]) == 0
+    with pytest.raises(InvalidKey):
+        store.delete_many(["kept", "bad//key"])
+    assert store.exists("kept")  # nothing of a batch with a bad key is deleted
+
+
 def test_list_in_key_order_with_prefix_and_start_after(store: ObjectStore) -> None:
     # No key has a character below '/' right after a shared prefix: there S3 (byte order) and
     # directory-backed stores such as SeaweedFS (tree order) disagree. See ObjectStore.list.
