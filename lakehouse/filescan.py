@@ -129,64 +129,59 @@ class _FileReader:
             parts.append(marks.get(task.file.file_path, np.empty(0, np.int64)))
         return np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
 
-    def _with_deletes(self, task: FileScanTask) -> Iterator[pa.RecordBatch]:
+    def _with_deletes(self, task: FileScanTask, fragment: ds.ParquetFileFragment) -> Iterator[pa.RecordBatch]:
         """A file with position deletes: the row groups whose statistics can match the filter, a batch at a time,
         without the deleted rows, then filtered (positions are the file's, so the filter applies after the
         deletes)."""
         deleted = self._deleted(task)
+        physical = fragment.physical_schema
+        metadata = fragment.metadata
+        starts = np.cumsum([0] + [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)])
+        if self.filter is None:
+            groups = list(range(metadata.num_row_groups))
+        else:
+            groups = [g.id for g in fragment.subset(self.filter).row_groups]
+        columns = self.names if self.filter is not None else self.columns
+        sizes = [int(starts[g + 1] - starts[g]) for g in groups]
+        scanner = ds.Scanner.from_fragment(
+            fragment.subset(row_group_ids=groups),
+            schema=physical,
+            columns=columns,
+            batch_size=BATCH_ROWS,
+            batch_readahead=READAHEAD_BATCHES,
+            use_threads=True,
+        )
+        at, used = 0, 0  # the row group (of ``groups``) the next batch comes from, and its rows read
+        for batch in scanner.to_batches():
+            n = batch.num_rows
+            while at < len(groups) and used == sizes[at]:
+                at, used = at + 1, 0
+            if at == len(groups) or used + n > sizes[at]:  # batches never span row groups; if one did: fail
+                raise AssertionError(f"{task.file.file_path}: a batch crosses a row group")
+            position = int(starts[groups[at]]) + used
+            used += n
+            lo, hi = np.searchsorted(deleted, [position, position + n])
+            if hi > lo:
+                alive = np.ones(n, dtype=bool)
+                alive[deleted[lo:hi] - position] = False
+                batch = batch.filter(pa.array(alive))
+            if self.filter is not None:
+                batch = batch.filter(self.filter)
+            if batch.num_rows:
+                yield batch.select(self.columns)
+
+    def batches(self, task: FileScanTask) -> Iterator[pa.RecordBatch]:
+        if task.file.file_format != FileFormat.PARQUET:
+            yield from self._pyiceberg(task)
+            return
         with self.io.new_input(task.file.file_path).open() as stream:
             fragment = _FORMAT.make_fragment(stream)
             physical = fragment.physical_schema
             if any(physical.get_field_index(c) < 0 for c in self.names):  # not one of our files: pyiceberg maps it
                 yield from self._pyiceberg(task)
                 return
-            metadata = fragment.metadata
-            starts = np.cumsum([0] + [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)])
-            if self.filter is None:
-                groups = list(range(metadata.num_row_groups))
-            else:
-                groups = [g.id for g in fragment.subset(self.filter).row_groups]
-            columns = self.names if self.filter is not None else self.columns
-            sizes = [int(starts[g + 1] - starts[g]) for g in groups]
-            scanner = ds.Scanner.from_fragment(
-                fragment.subset(row_group_ids=groups),
-                schema=physical,
-                columns=columns,
-                batch_size=BATCH_ROWS,
-                batch_readahead=READAHEAD_BATCHES,
-                use_threads=True,
-            )
-            at, used = 0, 0  # the row group (of ``groups``) the next batch comes from, and its rows read
-            for batch in scanner.to_batches():
-                n = batch.num_rows
-                while at < len(groups) and used == sizes[at]:
-                    at, used = at + 1, 0
-                if at == len(groups) or used + n > sizes[at]:  # batches never span row groups; if one did: fail
-                    raise AssertionError(f"{task.file.file_path}: a batch crosses a row group")
-                position = int(starts[groups[at]]) + used
-                used += n
-                lo, hi = np.searchsorted(deleted, [position, position + n])
-                if hi > lo:
-                    alive = np.ones(n, dtype=bool)
-                    alive[deleted[lo:hi] - position] = False
-                    batch = batch.filter(pa.array(alive))
-                if self.filter is not None:
-                    batch = batch.filter(self.filter)
-                if batch.num_rows:
-                    yield batch.select(self.columns)
-
-    def batches(self, task: FileScanTask) -> Iterator[pa.RecordBatch]:
-        if task.file.file_format != FileFormat.PARQUET:
-            yield from self._pyiceberg(task)
-            return
-        if task.delete_files:
-            yield from self._with_deletes(task)
-            return
-        with self.io.new_input(task.file.file_path).open() as stream:
-            fragment = _FORMAT.make_fragment(stream)
-            physical = fragment.physical_schema
-            if any(physical.get_field_index(c) < 0 for c in self.names):  # not one of our files: pyiceberg maps it
-                yield from self._pyiceberg(task)
+            if task.delete_files:
+                yield from self._with_deletes(task, fragment)
                 return
             scanner = ds.Scanner.from_fragment(
                 fragment,

@@ -1,12 +1,28 @@
 """Wrappers around a real store for log and producer tests: faults that cannot be caused otherwise (a PUT
-that fails, or lands and loses its answer; a slow store) and observers that count requests."""
+that fails, or lands and loses its answer; a slow store) and observers that count requests; an executor that
+lets something else happen between a round's tasks and its commit."""
 
 from __future__ import annotations
 
 import threading
 from typing import Any
 
+from lakehouse.executor import LocalExecutor
 from object_store import ObjectStore, StoreUnavailable
+
+
+class ThenRun(LocalExecutor):
+    """Runs the real tasks, then ``then()`` (another tiering round, a compaction, maintenance), before the
+    caller commits: a race whose order the test chooses."""
+
+    def __init__(self, then) -> None:
+        super().__init__(workers=1)
+        self.then = then
+
+    def map(self, fn, items):
+        out = super().map(fn, items)
+        self.then()
+        return out
 
 
 class FailingPuts:

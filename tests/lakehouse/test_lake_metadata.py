@@ -10,7 +10,6 @@ import pytest
 
 from lakehouse import Lakehouse, lake_layout
 from lakehouse.errors import LakeStateError, TieringConflict
-from lakehouse.executor import LocalExecutor
 from lakehouse.lake_layout import (
     INLINE_OFFSETS_BUCKETS,
     OFFSETS_FILE_PROPERTY,
@@ -20,6 +19,7 @@ from lakehouse.lake_layout import (
 )
 from lakehouse.maintenance.references import referenced_files
 from tests.conftest import duckdb_connection
+from tests.lakehouse._faults import ThenRun
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
 BUCKETS = INLINE_OFFSETS_BUCKETS + 4  # more than fit a snapshot summary
@@ -88,26 +88,13 @@ def test_a_table_of_many_buckets_keeps_its_offsets_in_files(lakehouse: Lakehouse
     assert lh.remove_orphans("ods.wide", older_than=timedelta(0), unsafe_orphan_age=True).files == []
 
 
-class _RacingExecutor(LocalExecutor):
-    """Runs the real tasks, then lets another tiering run commit before this one does."""
-
-    def __init__(self, other) -> None:
-        super().__init__(workers=1)
-        self.other = other
-
-    def map(self, fn, items):
-        out = super().map(fn, items)
-        self.other()
-        return out
-
-
 def test_an_overtaken_round_deletes_its_offsets_file_and_a_crashed_one_leaves_an_orphan(lakehouse: Lakehouse) -> None:
     from lakehouse.tiering import tier
 
     lh = lakehouse
     lh.create_table("ods.wide", SCHEMA, bucket_key="k", buckets=BUCKETS)
     lh.log("ods.wide").append(batch(range(100)))
-    racing = _RacingExecutor(lambda: lh.tier("ods.wide"))
+    racing = ThenRun(lambda: lh.tier("ods.wide"))
     with pytest.raises(TieringConflict):
         tier(lh.store, lh.catalog, lh.log("ods.wide"), executor=racing)
     table = lh.lake_table("ods.wide")

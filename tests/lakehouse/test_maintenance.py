@@ -17,13 +17,13 @@ from typer.testing import CliRunner
 
 from lakehouse import Lakehouse
 from lakehouse.errors import InvalidArgument, MaintenanceError, OffsetOutOfRange, TableNotFound
-from lakehouse.executor import LocalExecutor
 from lakehouse.lake_layout import COMMIT_USER_PROPERTY, tiering_snapshot
 from lakehouse.log import Log
 from lakehouse.log.log import MAX_INDEX_AGE
 from lakehouse.maintenance.retention import record_retention_floors, retention_floors, retention_key
 from lakehouse.tables import TableName
 from lakestream.cli import app
+from tests.lakehouse._faults import ThenRun
 from tests.lakehouse.test_tiering import (
     ORDERS,
     USER_COLS,
@@ -117,19 +117,6 @@ def test_target_size_and_min_files_are_respected(tmp_path) -> None:
     assert plan_groups(files, target_file_size=100, min_input_files=3) == []
 
 
-class _ThenRun(LocalExecutor):
-    """Runs the real tasks, then something else, before the caller commits."""
-
-    def __init__(self, then) -> None:
-        super().__init__(workers=1)
-        self.then = then
-
-    def map(self, fn, items):
-        out = super().map(fn, items)
-        self.then()
-        return out
-
-
 def test_compaction_racing_tiering_loses_nothing(lakehouse: Lakehouse) -> None:
     from lakehouse.maintenance import compact
 
@@ -142,7 +129,7 @@ def test_compaction_racing_tiering_loses_nothing(lakehouse: Lakehouse) -> None:
         assert lh.tier(name).rows == 100
 
     result = compact(
-        lh.store, lh.lake_table(name), lh.table(name), executor=_ThenRun(tiering_meanwhile), min_input_files=2
+        lh.store, lh.lake_table(name), lh.table(name), executor=ThenRun(tiering_meanwhile), min_input_files=2
     )
     assert result.snapshot_id is not None
     table = lh.lake_table(name)
@@ -171,7 +158,7 @@ def test_compaction_racing_a_merge_on_read_round_never_resurrects_a_row(lakehous
             lh.store,
             lh.lake_table(name),
             lh.table(name),
-            executor=_ThenRun(round_meanwhile),
+            executor=ThenRun(round_meanwhile),
             min_input_files=2,
             delete_ratio=0.0,
         )
@@ -196,7 +183,7 @@ def test_two_compactions_racing_one_commits_the_other_cleans_up(lakehouse: Lakeh
     many_rounds(lh, name, pk=True)
     before = rows(lh.lake_read(name), LAKE_COLS)
     other = {}
-    loser = _ThenRun(lambda: other.setdefault("result", lh.compact(name, min_input_files=2)))
+    loser = ThenRun(lambda: other.setdefault("result", lh.compact(name, min_input_files=2)))
     with pytest.raises(MaintenanceError, match="replaced its input files"):
         compact(lh.store, lh.lake_table(name), lh.table(name), executor=loser, min_input_files=2)
     table = lh.lake_table(name)
@@ -322,19 +309,6 @@ def test_orphans_go_in_bulk_and_the_result_counts_past_what_it_names(lakehouse: 
     assert rows(lh.lake_read(name), LAKE_COLS) == log_records(lh, name, lh.log(name).end_offsets())
 
 
-class _MaintainingExecutor(LocalExecutor):
-    """Runs ``between()`` after the round's tasks wrote their files, before the round commits."""
-
-    def __init__(self, between) -> None:
-        super().__init__(workers=1)
-        self.between = between
-
-    def map(self, fn, items):
-        out = super().map(fn, items)
-        self.between()
-        return out
-
-
 def test_an_orphan_age_below_the_floor_is_refused_unless_forced(tmp_path) -> None:
     """`maintain --orphan-age 0s` between a tiering round's writes and its commit deleted the files the commit
     then referenced: every read of the table failed with FileNotFoundError."""
@@ -347,7 +321,7 @@ def test_an_orphan_age_below_the_floor_is_refused_unless_forced(tmp_path) -> Non
     between = lambda: maintained.append(CliRunner().invoke(app, ["maintain", "-w", wh, "--orphan-age", "0s"]))  # noqa: E731
     from lakehouse.tiering import tier
 
-    tier(lh.store, lh.catalog, lh.log(name), executor=_MaintainingExecutor(between))
+    tier(lh.store, lh.catalog, lh.log(name), executor=ThenRun(between))
     assert maintained[0].exit_code == 1, maintained[0].output
     assert "below the safe floor of 1:00:00" in maintained[0].output and "--unsafe-orphan-age" in maintained[0].output
     assert rows(lh.lake_read(name), LAKE_COLS) == log_records(lh, name, lh.log(name).end_offsets())

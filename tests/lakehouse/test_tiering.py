@@ -30,6 +30,7 @@ from lakehouse.lake_layout import COMMIT_USER_PROPERTY, OFFSETS_PROPERTY, tierin
 from lakehouse.log import Log
 from lakehouse.tiering import TieringError, plan_splits
 from tests.conftest import duckdb_connection
+from tests.lakehouse._faults import ThenRun
 from tests.lakehouse._tiering_workers import tier_once
 
 ORDERS = pa.schema(
@@ -519,25 +520,12 @@ def test_columns_named_in_any_language_tier_and_duckdb_reads_them(tmp_path) -> N
 # ---- races and crashes ---------------------------------------------------------------------------------
 
 
-class _RacingExecutor(LocalExecutor):
-    """Runs the real tasks, then lets another tiering run commit before this one does."""
-
-    def __init__(self, other) -> None:
-        super().__init__(workers=1)
-        self.other = other
-
-    def map(self, fn, items):
-        out = super().map(fn, items)
-        self.other()
-        return out
-
-
 def test_a_tiering_run_overtaken_by_another_deletes_its_files_and_commits_nothing(lakehouse: Lakehouse) -> None:
     lh = lakehouse
     lh.create_table("ods.events", ORDERS, bucket_key="o_orderkey", buckets=2)
     lh.log("ods.events").append(orders(range(100)))
     winner = {}
-    racing = _RacingExecutor(lambda: winner.setdefault("result", lh.tier("ods.events")))
+    racing = ThenRun(lambda: winner.setdefault("result", lh.tier("ods.events")))
     from lakehouse.tiering import tier
 
     with pytest.raises(TieringConflict, match="another tiering run .* planned on the table before its first tiering"):

@@ -216,18 +216,24 @@ def test_no_false_alarm_over_randomized_clean_runs(tmp_path) -> None:
         lh.close()
 
 
-def test_a_tiering_commit_that_keeps_a_stale_row_is_caught(lakehouse: Lakehouse) -> None:
-    """A (buggy) tiering commit adds a key's new row but keeps the file with its old one: the key is twice."""
-    from lakehouse.lake_layout import log_to_lake_rows
-
-    lh = lakehouse
+def tiered_and_checked(lh: Lakehouse):
+    """A tiered primary-key table whose check passes: its lake table, a live file of bucket 0, a context to
+    write beside it, and the first key that file holds."""
     build(lh, "pk")
     lh.tier(NAME)
     assert reconcile(lh, NAME).ok
     table = lh.lake_table(NAME)
     f = live_files(lh, 0)[0]
     ctx = LakeContext.of(lh.store, table)
-    key = ctx.read(f.file_path).column("k")[0].as_py()
+    return table, f, ctx, ctx.read(f.file_path).column("k")[0].as_py()
+
+
+def test_a_tiering_commit_that_keeps_a_stale_row_is_caught(lakehouse: Lakehouse) -> None:
+    """A (buggy) tiering commit adds a key's new row but keeps the file with its old one: the key is twice."""
+    from lakehouse.lake_layout import log_to_lake_rows
+
+    lh = lakehouse
+    table, f, ctx, key = tiered_and_checked(lh)
     log = lh.log(NAME)
     start = lh.lake_offsets(NAME)
     log.append(batch([key], "new"), op="upsert")
@@ -320,13 +326,7 @@ def test_a_rogue_position_delete_is_named_by_both_checks(lakehouse: Lakehouse) -
     from lakehouse.position_deletes import write_position_deletes
 
     lh = lakehouse
-    build(lh, "pk")
-    lh.tier(NAME)
-    assert reconcile(lh, NAME).ok
-    table = lh.lake_table(NAME)
-    f = live_files(lh, 0)[0]
-    ctx = LakeContext.of(lh.store, table)
-    key = ctx.read(f.file_path).column("k")[0].as_py()
+    table, f, ctx, key = tiered_and_checked(lh)
     mark = write_position_deletes(
         ctx, tuple(f.partition[i] for i in range(len(f.partition))), "rogue", [(f.file_path, [0])]
     )
