@@ -2,8 +2,9 @@
 
 Two tables of ``--buckets`` buckets (primary-key, merge-on-read) receive the same rounds side by side: each round
 upserts ``--keys`` keys spread over the buckets and tiers them; every ``--compact-every`` rounds both are
-compacted (as the maintenance DAG would; halfway between the measurements, so these see a table as it
-usually is); no snapshot is expired (the default keeps five days of them: 7,200 at one round a minute) unless
+compacted (as the maintenance DAG would), the last time 10 rounds before the end, so both measurements see
+as many files as 10 rounds leave (the starting table is one file per bucket) and what differs is the
+metadata; no snapshot is expired (the default keeps five days of them: 7,200 at one round a minute) unless
 ``--keep-snapshots``. Measured after 10 rounds and after ``--rounds`` rounds:
 
 * the metadata file's size (every commit rewrites it),
@@ -95,7 +96,7 @@ def run(backend: str, store: ObjectStore, args) -> list[str]:
             lh.log(name).append(batch, op="upsert")
             with variant(v):
                 commits[v].append(lh.tier(name).phases["commit"])
-                if r % args.compact_every == args.compact_every // 2:  # measured halfway between two
+                if r % args.compact_every == (rounds - 10) % args.compact_every:
                     lh.compact(name)
                     if args.keep_snapshots:
                         lh.expire_snapshots(name, older_than=timedelta(0), retain_last=args.keep_snapshots)
