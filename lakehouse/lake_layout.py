@@ -487,14 +487,22 @@ def tiering_snapshots(
         except (TypeError, ValueError, AttributeError, IndexError, OSError):
             return None
 
-    with ThreadPoolExecutor(16) as pool:
-        parsed = list(pool.map(offsets_of, snaps))
+    with _OFFSETS_LOCK:  # files not read yet by this process; inline offsets and cached files need no threads
+        unread = [
+            s for s in snaps if (path := s.summary[OFFSETS_FILE_PROPERTY]) is not None and path not in _OFFSETS_FILES
+        ]
+    if len(unread) > 1:
+        with ThreadPoolExecutor(min(16, len(unread))) as pool:
+            parsed = list(pool.map(offsets_of, snaps))
+    else:
+        parsed = [offsets_of(s) for s in snaps]
     out = [(s, o) for s, o in zip(snaps, parsed, strict=True) if o is not None]
     out.sort(key=lambda so: (so[0].sequence_number or 0, so[0].timestamp_ms), reverse=True)
     return out
 
 
 def offsets_json(offsets: dict[int, int]) -> str:
+    """A tiering snapshot's offsets as stored (inline or in its file): {"bucket": next offset}, sorted."""
     return json.dumps({str(b): o for b, o in sorted(offsets.items())}, separators=(",", ":"))
 
 
