@@ -69,7 +69,7 @@ from lakehouse.contention import (
 )
 from lakehouse.errors import CorruptCatalogError, InvalidArgument, LakestreamError
 from lakehouse.fileio import STORE_OPTION_PROPERTIES
-from lakehouse.iceberg_table import LakeTable, apply_updates
+from lakehouse.iceberg_table import LakeTable, apply_updates, metadata_json
 from lakehouse.tables import RESERVED_NAMESPACE, check_catalog_part, decode_catalog_part, encode_catalog_part
 from object_store import NotFound, ObjectStore, PreconditionFailed, StoreError, StoreUnavailable, open_store
 
@@ -415,7 +415,7 @@ class ObjectStoreCatalog(MetastoreCatalog):
             # outside our warehouse (a registered table) or compressed: pyiceberg's FileIO writes it
             self._write_metadata(metadata, self._load_file_io(metadata.properties, location), location)
             return
-        self.store.put(key, metadata.model_dump_json(exclude_none=True).encode(), if_none_match=True)
+        self.store.put(key, metadata_json(metadata).encode(), if_none_match=True)
 
     def _delete_location(self, location: str) -> None:
         key = self._key_of(location)

@@ -17,6 +17,10 @@ measured with one writer at ~175 snapshots, the deep copies were half of an appe
   closed unmerged by the stale bot); the only visible difference is that ``last_updated_ms`` of the
   staged metadata stays the same across reads of one state.
 
+- `metadata_json` is ``model_dump_json`` of a table's metadata with each snapshot's JSON kept from the
+  previous commits: every commit rewrites the whole metadata file, whose snapshot list grows by about 1 KiB a
+  round until expiry, and serializing all of it again each time made a commit's cost grow with the history.
+
 - After a commit lost to another writer, `LakeTable.refresh` (the reload pyiceberg's retry starts with)
   first waits for the table's pointer to go quiet (`lakehouse.contention`).
 
@@ -27,7 +31,9 @@ against pyiceberg's own function, so a pyiceberg upgrade that changes the semant
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from datetime import datetime
 
 from pyiceberg.table import Table, Transaction
@@ -63,6 +69,39 @@ def apply_updates(
     metadata.spec().check_compatible(metadata.schema())
     metadata.sort_order().check_compatible(metadata.schema())
     return metadata
+
+
+#: Snapshots' JSON kept for `metadata_json`, by (table uuid, snapshot id): a snapshot never changes once
+#: committed. About 1 KiB each; the least recently written go first beyond this many.
+SNAPSHOT_JSON_KEPT = 20_000
+_SNAPSHOTS_IN_JSON = '"snapshots":[]'
+_snapshot_json: OrderedDict[tuple[str, int], str] = OrderedDict()
+_snapshot_json_lock = threading.Lock()
+
+
+def metadata_json(metadata: TableMetadata) -> str:
+    """``metadata.model_dump_json(exclude_none=True)`` (the same text, a test checks it), serializing only the
+    snapshots this process has not written before: the rest of the metadata is serialized with an empty
+    snapshot list and the kept snapshots' JSON spliced in."""
+    if not metadata.snapshots:
+        return metadata.model_dump_json(exclude_none=True)
+    head = metadata.model_copy(update={"snapshots": []}).model_dump_json(exclude_none=True)
+    if head.count(_SNAPSHOTS_IN_JSON) != 1:  # cannot happen (property values are strings): serialize it all
+        return metadata.model_dump_json(exclude_none=True)
+    uuid = str(metadata.table_uuid)
+    parts = []
+    with _snapshot_json_lock:
+        for snapshot in metadata.snapshots:
+            key = (uuid, snapshot.snapshot_id)
+            text = _snapshot_json.get(key)
+            if text is None:
+                text = _snapshot_json[key] = snapshot.model_dump_json(exclude_none=True)
+            else:
+                _snapshot_json.move_to_end(key)
+            parts.append(text)
+        while len(_snapshot_json) > SNAPSHOT_JSON_KEPT:
+            _snapshot_json.popitem(last=False)
+    return head.replace(_SNAPSHOTS_IN_JSON, '"snapshots":[' + ",".join(parts) + "]", 1)
 
 
 class CachingTransaction(Transaction):

@@ -384,8 +384,18 @@ def log_to_lake_rows(data: pa.Table | pa.RecordBatch, bucket: int, *, keep_op: b
 
 def tiering_snapshot(metadata: TableMetadata) -> Snapshot | None:
     """The newest tiering snapshot by sequence number (None if nothing was tiered yet)."""
+    snapshots = metadata.snapshots
+    sequence = [s.sequence_number or 0 for s in snapshots]
+    if all(a < b for a, b in zip(sequence, sequence[1:], strict=False)):
+        # Commits append their snapshot with the next sequence number (format v2), so the newest tiering
+        # snapshot is the last one in the list: found without reading every summary (a commit's tiering
+        # fence asks, and the list grows by a snapshot a round until expiry).
+        for snap in reversed(snapshots):
+            if snap.summary is not None and snap.summary[COMMIT_USER_PROPERTY] == TIERING_USER:
+                return snap
+        return None
     best: Snapshot | None = None
-    for snap in metadata.snapshots:
+    for snap in snapshots:
         if snap.summary is None or snap.summary[COMMIT_USER_PROPERTY] != TIERING_USER:
             continue
         if best is None or (snap.sequence_number or 0, snap.timestamp_ms) > (

@@ -25,30 +25,27 @@ whose checks passed, and the log after it was not checked. So a union read at a 
 
 from __future__ import annotations
 
-import itertools
 import json
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In, parser
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, parser
 from pyiceberg.expressions.visitors import bind
 from pyiceberg.io import FileIO, load_file_io
-from pyiceberg.io.pyarrow import ArrowScan, expression_to_pyarrow, schema_to_pyarrow
+from pyiceberg.io.pyarrow import expression_to_pyarrow, schema_to_pyarrow
 from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.metadata import TableMetadata
 from pyparsing import ParseException
 
 from lakehouse.errors import AsOfUnavailable, CorruptDataFileError, InvalidArgument, RefNotFound, SchemaError
-from lakehouse.filescan import stream_tasks
+from lakehouse.filescan import read_tasks, stream_tasks
 from lakehouse.keyed_rows import KeySet, reduce_changes, upserts_of
 from lakehouse.lake_layout import (
-    BUCKET_COLUMN,
     COMMIT_USER_PROPERTY,
     TIERING_USER,
     _snapshot_offsets,
@@ -308,7 +305,11 @@ def lake_read(
     if as_of is None:
         out = output_columns(table, columns)
         expr = parse_filter(row_filter, table.schema())
-        return _read(table, table.scan(row_filter=expr, selected_fields=tuple(out)).to_arrow)
+        scan = table.scan(row_filter=expr, selected_fields=tuple(out))
+        projected = scan.projection()
+        schema = schema_to_pyarrow(projected, include_field_ids=False)
+        batches = _named(table, read_tasks(scan.plan_files(), table.io, table.metadata, projected, expr))
+        return pa.Table.from_batches([b if b.schema.equals(schema) else b.cast(schema) for b in batches], schema=schema)
     if log_ is None:
         raise InvalidArgument("lake_read as_of needs the table's log (to check the offsets against its end)")
     plan = plan_read(
@@ -322,13 +323,6 @@ def _kept(batches: Iterator[pa.RecordBatch], keep: Callable[[pa.Table], pa.Table
         kept = keep(pa.Table.from_batches([batch]))
         if kept.num_rows:
             yield from kept.to_batches()
-
-
-def _read(table: Table, read: Any) -> Any:
-    try:
-        return read()
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise corrupt_file_error(table, exc) from exc
 
 
 # ---- reads as of log offsets ---------------------------------------------------------------------------
@@ -405,27 +399,6 @@ class AsOfPlan:
     bases: dict[int, int]  # bucket -> the lake offset its part is read at (0: no lake part)
     scans: list[tuple[int, frozenset[int] | None]]  # (snapshot id, buckets to keep; None: all of it)
     held: dict[int, set[int]]  # bucket -> every offset a retained snapshot holds it at (and 0)
-
-    def lake(
-        self, table: Table, expr: BooleanExpression, fields: tuple[str, ...], *, stream: bool
-    ) -> tuple[Iterator[pa.RecordBatch], pa.Schema]:
-        """The lake part's batches (one scan per snapshot, pushed-down filter and projection) and schema."""
-        scans = [
-            table.scan(
-                row_filter=expr if keep is None else And(expr, In(BUCKET_COLUMN, set(keep))),
-                selected_fields=fields,
-                snapshot_id=snapshot_id,
-            )
-            for snapshot_id, keep in self.scans
-        ]
-        if not scans:
-            return iter(()), table.scan(selected_fields=fields).projection().as_arrow()
-        if not stream:  # pyiceberg reads each snapshot's files in parallel
-            parts = [_read(table, scan.to_arrow) for scan in scans]
-            return itertools.chain.from_iterable(p.to_batches() for p in parts), parts[0].schema
-        first = _read(table, scans[0].to_arrow_batch_reader)
-        rest = (_read(table, scan.to_arrow_batch_reader) for scan in scans[1:])
-        return _named(table, itertools.chain(first, itertools.chain.from_iterable(rest))), first.schema
 
 
 def plan_as_of(table: Table, definition: TableDefinition, ends: dict[int, int]) -> AsOfPlan:
@@ -622,11 +595,6 @@ class ReadPlan:
         scan = self.scan_schema
         return pa.schema([scan.field(c) for c in self.columns])
 
-    def _scan(self, io: FileIO | None) -> ArrowScan:
-        if io is None:
-            io = load_file_io(self.io_properties, self.metadata.location)
-        return ArrowScan(self.metadata, io, self.projected, self.expr)
-
     def _stream(self, tasks: Sequence[FileScanTask], io: FileIO) -> Iterator[pa.RecordBatch]:
         """The lake part of ``tasks``, one file and a few batches in memory at a time."""
         return stream_tasks(tasks, io, self.metadata, self.projected, self.expr)
@@ -682,7 +650,7 @@ class ReadPlan:
     def execute_all(
         self, log_: Log | None, *, table: Table | None = None, stream: bool = False
     ) -> Iterator[pa.RecordBatch]:
-        """Every bucket's part (the Python reads): the lake files read in parallel by pyiceberg (or streamed,
+        """Every bucket's part (the Python reads): the lake files read in parallel (`read_tasks`; or streamed,
         one batch at a time, if ``stream``), then the tails merged by key."""
         table = table or self._table(None)
         tail = self._tail(log_, list(self.buckets)) if self.union and log_ is not None else None
@@ -690,8 +658,8 @@ class ReadPlan:
             lake: Iterator[pa.RecordBatch] = iter(())
         elif stream:
             lake = _named(table, self._stream(self.tasks, table.io))
-        else:  # pyiceberg reads the files in parallel
-            lake = iter(_read(table, lambda: self._scan(table.io).to_table(self.tasks)).to_batches())
+        else:  # files read in parallel
+            lake = _named(table, read_tasks(self.tasks, table.io, self.metadata, self.projected, self.expr))
         return self._merge(lake, tail)
 
     def _table(self, io: FileIO | None) -> Table:

@@ -27,9 +27,10 @@ from pyiceberg.exceptions import (
 )
 from pyiceberg.table import StaticTable, Transaction
 
+from lakehouse import iceberg_table
 from lakehouse.catalog import ObjectStoreCatalog
 from lakehouse.errors import CorruptCatalogError, LakestreamError
-from lakehouse.iceberg_table import CachingTransaction, LakeTable, apply_updates
+from lakehouse.iceberg_table import CachingTransaction, LakeTable, apply_updates, metadata_json
 from tests.conftest import duckdb_connection
 from tests.lakehouse._catalog_workers import append_rows
 
@@ -178,6 +179,41 @@ def test_staged_metadata_shares_the_history_and_equals_pyicebergs(catalog) -> No
         ours.snapshots[0].snapshot_id = 1
     tx.commit_transaction()
     assert catalog.load_table("ns.t").metadata.properties["owner"] == "etl"
+
+
+def test_metadata_files_are_pyicebergs_json_with_snapshots_serialized_once(catalog, monkeypatch) -> None:
+    """The metadata file a commit writes is byte for byte pyiceberg's ``model_dump_json``, though each snapshot
+    is serialized once (then kept, by table and snapshot id) and only the new one per commit."""
+    from pyiceberg.table.snapshots import Snapshot
+
+    catalog.create_namespace("ns")
+    table = catalog.create_table("ns.t", SCHEMA, properties={"note": '"snapshots":[]'})  # a look-alike value
+    other = catalog.create_table("ns.u", SCHEMA)
+    for i in range(4):
+        table.append(rows(i, 0))
+        other.append(rows(i, 1))
+    table.manage_snapshots().create_tag(table.metadata.snapshots[1].snapshot_id, "t1").commit()
+    other.delete("worker = 0")
+    for t in (catalog.load_table("ns.t"), catalog.load_table("ns.u")):
+        with t.io.new_input(t.metadata_location).open() as stream:
+            written = stream.read().decode()
+        assert written == t.metadata.model_dump_json(exclude_none=True) == metadata_json(t.metadata)
+
+    serialized: list[int] = []
+    real = Snapshot.model_dump_json
+
+    def counting(self, **kwargs):
+        serialized.append(self.snapshot_id)
+        return real(self, **kwargs)
+
+    monkeypatch.setattr(Snapshot, "model_dump_json", counting)
+    table.append(rows(5, 5))
+    assert serialized == [table.metadata.current_snapshot_id]  # the new one only
+    monkeypatch.setattr(iceberg_table, "SNAPSHOT_JSON_KEPT", 0)  # nothing kept (after this call) ...
+    metadata_json(table.metadata)
+    serialized.clear()  # ... so all of them again, the same text
+    assert metadata_json(table.metadata) == table.metadata.model_dump_json(exclude_none=True)
+    assert len(serialized) == len(table.metadata.snapshots) == 5
 
 
 def test_concurrent_creators_one_table(catalog_props) -> None:

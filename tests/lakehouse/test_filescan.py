@@ -1,7 +1,8 @@
-"""Streaming lake reads (`lakehouse.filescan`): the same rows as pyiceberg's ArrowScan for a filtered,
-projected scan; files opened one after another as the consumer asks (not all decoded before the first batch);
-a file pyiceberg must map (one lacking a column) still read right; `union_read(keep=...)` narrows every batch
-as it arrives and returns exactly the rows a filter of the whole read would. Both backends."""
+"""Streaming lake reads (`lakehouse.filescan`): the same rows as pyiceberg's ArrowScan for a filtered, projected scan
+(and the parallel whole-table read, `read_tasks`, the same rows in the same order); files opened one after another
+as the consumer asks (not all decoded before the first batch); a file pyiceberg must map (one lacking a column)
+still read right; `union_read(keep=...)` narrows every batch as it arrives and returns exactly the rows a filter of
+the whole read would. Both backends."""
 
 from __future__ import annotations
 
@@ -71,6 +72,11 @@ def test_files_with_position_deletes_give_pyiceberg_s_rows(lakehouse: Lakehouse,
         )
         expected = ArrowScan(table.metadata, table.io, projected, scan.row_filter).to_table(tasks)
         assert _rows(streamed) == _rows(expected.select(["k", "v"]))
+        # the whole-table read: files decoded in parallel, the same rows in the same (task) order
+        read = pa.Table.from_batches(
+            list(filescan.read_tasks(tasks, table.io, table.metadata, projected, scan.row_filter, threads=3))
+        )
+        assert read.equals(streamed)
         keys = streamed["k"].to_pylist()
         assert len(keys) == len(set(keys)) and not any(k % 5 == 1 for k in keys)
 

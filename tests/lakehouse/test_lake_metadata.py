@@ -183,3 +183,26 @@ def test_a_table_tiered_by_the_previous_version_keeps_working(lakehouse: Lakehou
     lh.expire_snapshots("ods.wide", older_than=timedelta(0), retain_last=1)
     assert state(lh.lake_read("ods.wide")) == replay(lh, "ods.wide")
     assert offsets_files_in_store(lh, "ods.wide") == offsets_files(lh.lake_table("ods.wide").metadata)
+
+
+def test_the_newest_tiering_snapshot_is_found_from_the_end_and_in_any_order(lakehouse: Lakehouse) -> None:
+    """`tiering_snapshot` walks back from the newest snapshot when sequence numbers grow along the list (what
+    every commit leaves) and compares them all otherwise: the same answer either way, a compaction after the
+    last round (not a tiering snapshot) skipped."""
+    lh = lakehouse
+    lh.create_table("ods.order", SCHEMA, primary_key=["k"], buckets=2)
+    log = lh.log("ods.order")
+    for r in range(3):
+        log.append(batch(range(r * 10, r * 10 + 10)), op="upsert")
+        lh.tier("ods.order")
+    lh.compact("ods.order", min_input_files=2)
+    metadata = lh.lake_table("ods.order").metadata
+    assert metadata.snapshots[-1].summary[lake_layout.COMMIT_USER_PROPERTY] != lake_layout.TIERING_USER
+    rounds = [s for s in metadata.snapshots if s.summary[lake_layout.COMMIT_USER_PROPERTY] == lake_layout.TIERING_USER]
+    assert len(rounds) == 3
+    assert tiering_snapshot(metadata) == rounds[-1]
+    shuffled = metadata.model_copy(
+        update={"snapshots": [metadata.snapshots[-2], *metadata.snapshots[:-2], metadata.snapshots[-1]]}
+    )
+    assert tiering_snapshot(shuffled) == rounds[-1]
+    assert tiering_snapshot(metadata.model_copy(update={"snapshots": [metadata.snapshots[-1]]})) is None
