@@ -351,7 +351,8 @@ def tier(
         LakeStateError: the lake table is missing or foreign, its offsets are unreadable or ahead of the log.
         TieringConflict: another tiering run (or a compaction of the files it rewrote) committed first; this
             round's files were deleted.
-        TieringError: a task failed; this round's files were deleted, nothing was committed.
+        TieringError: a task failed, or the offsets file could not be written; this round's files were deleted,
+            nothing was committed.
         CommitStateUnknownException: the store never confirmed the commit; files were kept (they may be
             referenced). Reload and compare `lake_offsets` before tiering again.
     """
@@ -415,9 +416,13 @@ def tier(
     removed = [f for files in candidates.values() for f, _ in files if f.file_path in removed_paths]
     try:
         summary, offsets_file = write_tiering_summary(table.io, table.metadata, new_offsets, base)
-    except Exception:
+    except Exception as exc:
         ctx.delete(locations(added))
-        raise
+        raise TieringError(
+            f"{name}: the round's offsets file could not be written ({' '.join(str(exc).split())}); nothing was "
+            "committed and the round's files were deleted. Check that the warehouse is writable, then run the "
+            "round again"
+        ) from exc
     written_files = locations(added) + ([offsets_file] if offsets_file else [])
     try:
         with table.transaction() as txn:

@@ -110,6 +110,35 @@ def test_an_overtaken_round_deletes_its_offsets_file_and_a_crashed_one_leaves_an
     assert lh.lake_offsets("ods.wide") == lh.log("ods.wide").end_offsets()
 
 
+def test_a_round_whose_offsets_file_cannot_be_written_commits_nothing(lakehouse: Lakehouse, monkeypatch) -> None:
+    """The offsets file is created write-once: when that fails (here: a file is already there) the round fails
+    with a TieringError saying so, commits nothing and deletes the data files it wrote; the next round tiers."""
+    import uuid
+
+    from lakehouse.tiering import TieringError
+
+    lh = lakehouse
+    lh.create_table("ods.wide", SCHEMA, primary_key=["k"], buckets=BUCKETS)
+    log = lh.log("ods.wide")
+    log.append(batch(range(40)))
+    lh.tier("ods.wide")
+    table = lh.lake_table("ods.wide")
+    prefix = table.metadata.location.removeprefix(lh.store.url.rstrip("/") + "/") + "/data/"
+    data_before = {i.key for i in lh.store.list(prefix)}
+    taken = uuid.UUID(int=7)
+    with table.io.new_output(f"{table.metadata.location}/metadata/lakestream-offsets-{taken}.json").create() as f:
+        f.write(b"{}")
+    log.append(batch(range(20, 60), "u"), op="upsert")
+    monkeypatch.setattr(lake_layout.uuid, "uuid4", lambda: taken)
+    with pytest.raises(TieringError, match="offsets file could not be written.*nothing was committed"):
+        lh.tier("ods.wide")
+    monkeypatch.undo()
+    assert lh.lake_table("ods.wide").metadata.current_snapshot_id == table.metadata.current_snapshot_id
+    assert {i.key for i in lh.store.list(prefix)} == data_before
+    lh.tier("ods.wide")
+    assert state(lh.lake_read("ods.wide")) == replay(lh, "ods.wide")
+
+
 def test_a_missing_offsets_file_fails_naming_it(lakehouse: Lakehouse) -> None:
     lh = lakehouse
     lh.create_table("ods.wide", SCHEMA, bucket_key="k", buckets=BUCKETS)
