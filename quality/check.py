@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from lakehouse.executor import SparkExecutor
 from object_store.errors import LakestreamError
 from quality.reconcile import reconcile
 from quality.results import GX, LAYER, RECONCILE, CheckResult, QualityRun, upstream_failure
@@ -79,8 +80,9 @@ def run_checks(
             if on_result is not None:
                 on_result(r)
 
+    executor = SparkExecutor(spark) if spark is not None else None  # the buckets' reads on Spark's executors
     for name in names:
-        add(_guarded(RECONCILE, name, lambda name=name: reconcile(lh, name, full=full)))
+        add(_guarded(RECONCILE, name, lambda name=name: reconcile(lh, name, full=full, executor=executor)))
     if project is not None:
         _project_checks(lh, Path(project), names, results, add, spark, full=full, sample=sample)
     published = _publish(lh, names, results) if publish else _published(lh, names)

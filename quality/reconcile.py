@@ -39,7 +39,6 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -57,8 +56,9 @@ from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntryStatus
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
-from lakehouse.datafiles import LakeContext
+from lakehouse.datafiles import LakeContext, shared_store
 from lakehouse.errors import CorruptDataFileError, CorruptSegmentError, OffsetOutOfRange
+from lakehouse.executor import LocalExecutor, TaskExecutor
 from lakehouse.keyed_rows import KeySet, reduce_changes, upserts_of
 from lakehouse.lake_layout import OFFSET_COLUMN, TIMESTAMP_COLUMN, log_to_lake_rows, tiering_snapshots
 from lakehouse.maintenance.retention import retention_floors
@@ -89,7 +89,66 @@ class _Commit:
     removed_deletes: dict[int, list[DataFile]] = field(default_factory=lambda: defaultdict(list))
 
 
+@dataclass
+class _FullBucket:
+    """A full check of one bucket: its live files (with their position deletes) against its log range."""
+
+    bucket: int
+    snapshot: Snapshot
+    files: list[DataFile]
+    deletes: dict[str, list[DataFile]]
+    start: int
+    end: int
+
+
+@dataclass
+class _CommitBucket:
+    """One commit's change to one bucket (``commit`` holds only that bucket's files), checked against the log
+    range it claims (``new`` None: not a tiering commit); ``parent_files`` are the bucket's data files live
+    before it (primary-key tiering), ``parent_deletes`` the parent's position deletes of the files read."""
+
+    bucket: int
+    commit: _Commit
+    prev: int
+    new: int | None
+    parent_files: list[DataFile]
+    parent_deletes: dict[str, list[DataFile]]
+
+
+@dataclass
+class _Outcome:
+    """What one bucket's check found (all that comes back from a task: no rows)."""
+
+    violations: list[Violation]
+    rows: int
+    unverified: set[int]
+    unverified_rows: int
+
+
+class _InTask:
+    """The task function of the bucket checks: runs ``method`` of a fork of ``checker`` on one item, in this
+    process or (unpickled) in an executor's, and returns the `_Outcome`."""
+
+    def __init__(self, checker: _Checker, method: str) -> None:
+        self.checker, self.method = checker, method
+
+    def __call__(self, item: _FullBucket | _CommitBucket) -> _Outcome:
+        c = self.checker.fork()
+        c.guarded(item.bucket, lambda: getattr(c, self.method)(item))
+        return _Outcome(c.violations, c.rows, c.unverified, c.unverified_rows)
+
+
+#: Checkers unpickled in this process (an executor's Python worker runs many tasks of one check), by
+#: (store, table, metadata file): each loads the table's definition and metadata once.
+_TASK_CHECKERS: dict[tuple, _Checker] = {}
+_TASK_CHECKERS_LOCK = threading.Lock()
+
+
 class _Checker:
+    #: Where the bucket checks run (None: `WORKERS` threads of this process).
+    executor: TaskExecutor | None = None
+    unverified_rows: int = 0
+
     def __init__(self, lh: Any, name: str) -> None:
         self.lh = lh
         self.definition = lh.table(name)
@@ -106,10 +165,61 @@ class _Checker:
         self.unavailable: set[str] = set()
         #: buckets whose content could not be checked because one of those files was needed
         self.unverified: set[int] = set()
-        #: the position deletes of the commit's parent snapshot, per data file (set per checked commit)
-        self.parent_deletes: dict[str, list[DataFile]] = {}
         self._prefix = lh.store.url.rstrip("/") + "/"
         self._lock = threading.Lock()
+
+    # ---- running in tasks ----------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a task needs to rebuild the checker: the store, the table, the lake metadata file, the files
+        found unavailable (never read). Not the driver's findings, nor open connections."""
+        return {
+            "store_url": self.lh.store.url,
+            "store_options": tuple(sorted(self.lh.store.connection_options().items())),
+            "name": self.name,
+            "metadata_location": self.lake.metadata_location,
+            "unavailable": set(self.unavailable),
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        from lakehouse import Lakehouse
+
+        key = (state["store_url"], state["store_options"], state["name"], state["metadata_location"])
+        with _TASK_CHECKERS_LOCK:
+            base = _TASK_CHECKERS.get(key)
+            if base is None:
+                base = _Checker(Lakehouse(shared_store(state["store_url"], state["store_options"])), state["name"])
+                _TASK_CHECKERS[key] = base
+        self.__dict__.update(base.fork().__dict__)
+        self.unavailable = set(state["unavailable"])
+
+    def fork(self) -> _Checker:
+        """A checker sharing this one's table, log and files found unavailable, with its own findings."""
+        c = object.__new__(_Checker)
+        c.__dict__.update(self.__dict__)
+        c.violations, c.rows, c.unverified, c.unverified_rows, c.details = [], 0, set(), 0, {}
+        c._lock = threading.Lock()
+        return c
+
+    def guarded(self, bucket: int, work: Callable[[], None]) -> None:
+        """``work()``; a file that cannot be read is a ``file-corrupt`` violation, and the bucket unverified."""
+        try:
+            work()
+        except CorruptDataFileError as exc:
+            self.unverified.add(bucket)
+            self.violate("file-corrupt", f"{exc} (the content of bucket {bucket} is not verified)", bucket=bucket)
+
+    def run_buckets(self, method: str, items: Sequence[_FullBucket | _CommitBucket]) -> None:
+        """``method`` on each item (a bucket's check), as tasks of the executor (`WORKERS` threads of this
+        process if none); only their findings come back."""
+        if not items:
+            return
+        executor = self.executor or LocalExecutor(min(WORKERS, len(items)))
+        for outcome in executor.map(_InTask(self, method), list(items)):
+            self.violations.extend(outcome.violations)
+            self.rows += outcome.rows
+            self.unverified |= outcome.unverified
+            self.unverified_rows += outcome.unverified_rows
 
     # ---- reading ---------------------------------------------------------------------------------------
 
@@ -473,7 +583,10 @@ class _Checker:
             actual=act_row,
         )
 
-    def check_commit(self, commit: _Commit, parent: Snapshot | None, prev: dict[int, int], new: dict[int, int] | None):
+    def commit_items(
+        self, commit: _Commit, parent: Snapshot | None, prev: dict[int, int], new: dict[int, int] | None
+    ) -> list[_CommitBucket]:
+        """The bucket checks of one commit (metadata only: which files and log range each bucket's check reads)."""
         buckets = set(commit.added) | set(commit.removed)
         if new is not None:
             buckets |= {b for b in range(self.buckets) if new[b] != prev[b]}
@@ -484,20 +597,41 @@ class _Checker:
                 parent_live[self.bucket_of(f)].append(f)
         # what the parent's position deletes leave of the files this commit reads (removed, or marked)
         touches = any(commit.removed.values()) or any(commit.added_deletes.values()) or parent_live
-        self.parent_deletes = self.live_deletes(parent) if parent is not None and touches else {}
-        self.each(sorted(buckets), lambda b: self._commit_bucket(commit, b, prev, new, parent_live.get(b, [])))
+        parent_deletes = self.live_deletes(parent) if parent is not None and touches else {}
+        items = []
+        for b in sorted(buckets):
+            parts = _Commit(commit.snapshot)
+            for whole, part in (
+                (commit.added, parts.added),
+                (commit.removed, parts.removed),
+                (commit.added_deletes, parts.added_deletes),
+                (commit.removed_deletes, parts.removed_deletes),
+            ):
+                if b in whole:
+                    part[b] = whole[b]
+            read = [f.file_path for f in [*parts.removed.get(b, []), *parent_live.get(b, [])]]
+            items.append(
+                _CommitBucket(
+                    bucket=b,
+                    commit=parts,
+                    prev=prev[b],
+                    new=None if new is None else new[b],
+                    parent_files=parent_live.get(b, []),
+                    parent_deletes={p: parent_deletes[p] for p in read if p in parent_deletes},
+                )
+            )
+        return items
 
-    def _commit_bucket(
-        self, commit: _Commit, b: int, prev: dict[int, int], new: dict[int, int] | None, parent_files: list[DataFile]
-    ) -> None:
+    def commit_bucket(self, item: _CommitBucket) -> None:
+        commit, b, parent_files, parent_deletes = item.commit, item.bucket, item.parent_files, item.parent_deletes
         snap = commit.snapshot
         removed_files = commit.removed.get(b, [])
         marked = commit.added_deletes.get(b, [])
         if not self.readable(b, [*commit.added.get(b, []), *removed_files, *marked]):
             return
         added = self.read_files(commit.added.get(b, []))
-        if new is None:  # not a tiering commit: it may move rows (and fold deletes), never change them
-            removed = self.read_files(removed_files, self.parent_deletes)
+        if item.new is None:  # not a tiering commit: it may move rows (and fold deletes), never change them
+            removed = self.read_files(removed_files, parent_deletes)
             if marked:
                 self.violate(
                     "content",
@@ -507,8 +641,8 @@ class _Checker:
                 )
             self.compare(removed, added, bucket=b, offsets=None, snapshot=snap, what="a commit that is not tiering")
             return
-        rng = (prev[b], new[b])
-        log_rows = self.read_log(b, prev[b], new[b], snap)
+        rng = (item.prev, item.new)
+        log_rows = self.read_log(b, item.prev, item.new, snap)
         if log_rows is None:
             return
         if not self.key:
@@ -543,9 +677,9 @@ class _Checker:
                     snapshot=snap,
                 )
             if parent_files and len(keys):
-                self.check_marks(parent_files, marked, keys, b, rng, snap)
+                self.check_marks(parent_files, marked, keys, b, rng, snap, parent_deletes)
             return
-        removed = self.read_files(removed_files, self.parent_deletes)
+        removed = self.read_files(removed_files, parent_deletes)
         kept = removed.filter(pc.invert(keys.hits(removed))) if removed.num_rows and len(keys) else removed
         expected = [kept, upserts_of(changes).select(self.columns)]
         self.compare(expected, added, bucket=b, offsets=rng, snapshot=snap, what="tiered changes")
@@ -556,7 +690,14 @@ class _Checker:
                 self.check_kept(kept, keys, b, rng, snap)
 
     def check_marks(
-        self, files: list[DataFile], marked: list[DataFile], keys: KeySet, bucket: int, rng: tuple[int, int], snap
+        self,
+        files: list[DataFile],
+        marked: list[DataFile],
+        keys: KeySet,
+        bucket: int,
+        rng: tuple[int, int],
+        snap: Snapshot,
+        parent_deletes: Mapping[str, Sequence[DataFile]],
     ) -> None:
         """A merge-on-read commit's position deletes mark exactly the rows of the keys it changed that were live
         in the parent (no other row, none twice, none missing): files whose key statistics exclude every changed
@@ -580,7 +721,7 @@ class _Checker:
                 self.rows += data.num_rows
             data = data.cast(pa.schema([self.schema.field(k) for k in self.key]))
             hit = np.flatnonzero(keys.hits(data).to_numpy(zero_copy_only=False))
-            live = np.setdiff1d(hit, self.deleted(f, self.parent_deletes.get(path, ())))
+            live = np.setdiff1d(hit, self.deleted(f, parent_deletes.get(path, ())))
             got = marks.get(path, np.empty(0, int))
             kept = np.setdiff1d(live, got)
             if kept.size:
@@ -605,26 +746,6 @@ class _Checker:
                     snapshot=snap,
                     keys=[_key_value(r, self.key) for r in rows],
                 )
-
-    def each(self, buckets: Sequence[int], work: Callable[[int], None]) -> None:
-        """``work(bucket)`` for each bucket, ``WORKERS`` at a time (reads and Arrow's kernels release the GIL). A
-        file that cannot be read is a ``file-corrupt`` violation, and its bucket's content unverified."""
-
-        def guarded(b: int) -> None:
-            try:
-                work(b)
-            except CorruptDataFileError as exc:
-                with self._lock:
-                    self.unverified.add(b)
-                self.violate("file-corrupt", f"{exc} (the content of bucket {b} is not verified)", bucket=b)
-
-        if len(buckets) <= 1 or WORKERS <= 1:
-            for b in buckets:
-                guarded(b)
-            return
-        with ThreadPoolExecutor(min(WORKERS, len(buckets)), thread_name_prefix="lakestream-reconcile") as pool:
-            for future in [pool.submit(guarded, b) for b in buckets]:
-                future.result()
 
     def check_kept(self, files: list[DataFile], keys: KeySet, bucket: int, rng: tuple[int, int], snap: Snapshot):
         """No file a primary-key tiering commit kept may hold a key it changed (that row would be stale). Files
@@ -704,47 +825,56 @@ class _Checker:
         self.verify_files([(f, snapshot) for f in files] + [(d, snapshot) for d in delete_files.values()])
         for f in files:
             live[self.bucket_of(f)].append(f)
-        unverified = [0]
         gone = {v.bucket for v in self.violations if v.check == "log-missing"}
-
-        def bucket(b: int) -> None:
-            if start.get(b, 0) > offsets[b] and b in gone:
-                return  # its loss is reported already (above the retention floor)
+        items = []
+        for b in range(self.buckets):
             if start.get(b, 0) > offsets[b]:
-                self.violate(
-                    "log-missing",
-                    f"the log of bucket {b} starts at offset {start[b]}, after the lake's {offsets[b]}: the records "
-                    "in between are gone from the log",
+                if b not in gone:  # else its loss is reported already (above the retention floor)
+                    self.violate(
+                        "log-missing",
+                        f"the log of bucket {b} starts at offset {start[b]}, after the lake's {offsets[b]}: the "
+                        "records in between are gone from the log",
+                        bucket=b,
+                        offsets=(offsets[b], start[b]),
+                        snapshot=snapshot,
+                    )
+                continue
+            mine = live.get(b, [])
+            items.append(
+                _FullBucket(
                     bucket=b,
-                    offsets=(offsets[b], start[b]),
                     snapshot=snapshot,
+                    files=mine,
+                    deletes={f.file_path: deletes[f.file_path] for f in mine if f.file_path in deletes},
+                    start=start.get(b, 0),
+                    end=offsets[b],
                 )
-                return
-            needed = [*live.get(b, []), *(d for f in live.get(b, []) for d in deletes.get(f.file_path, ()))]
-            if not self.readable(b, needed):
-                return
-            lo = start.get(b, 0)
-            actual = self.read_files(live.get(b, []), deletes)
-            rng = (lo, offsets[b])
-            log_rows = self.read_log(b, lo, offsets[b], snapshot)
-            if log_rows is None:
-                return
-            fresh = pc.greater_equal(actual.column(OFFSET_COLUMN), lo)
-            if self.key:
-                changes = log_rows
-                if actual.num_rows and changes.num_rows:
-                    fresh = pc.or_(fresh, KeySet(changes, self.key).hits(actual))
-                expected = upserts_of(changes).select(self.columns)
-            else:
-                expected = log_rows.select(self.columns)
-            checked = actual.filter(fresh) if lo > 0 else actual
-            with self._lock:
-                unverified[0] += actual.num_rows - checked.num_rows
-            self.compare(expected, checked, bucket=b, offsets=rng, snapshot=snapshot, what="the lake against the log")
+            )
+        self.run_buckets("full_bucket", items)
+        self.details["unverified_rows"] = self.unverified_rows
 
-        self.each(range(self.buckets), bucket)
-        unverified = unverified[0]
-        self.details["unverified_rows"] = unverified
+    def full_bucket(self, item: _FullBucket) -> None:
+        """One bucket of a full check: the lake's rows against the retained log replayed to the lake's offset."""
+        b, snapshot, lo = item.bucket, item.snapshot, item.start
+        needed = [*item.files, *(d for ds in item.deletes.values() for d in ds)]
+        if not self.readable(b, needed):
+            return
+        actual = self.read_files(item.files, item.deletes)
+        rng = (lo, item.end)
+        log_rows = self.read_log(b, lo, item.end, snapshot)
+        if log_rows is None:
+            return
+        fresh = pc.greater_equal(actual.column(OFFSET_COLUMN), lo)
+        if self.key:
+            changes = log_rows
+            if actual.num_rows and changes.num_rows:
+                fresh = pc.or_(fresh, KeySet(changes, self.key).hits(actual))
+            expected = upserts_of(changes).select(self.columns)
+        else:
+            expected = log_rows.select(self.columns)
+        checked = actual.filter(fresh) if lo > 0 else actual
+        self.unverified_rows += actual.num_rows - checked.num_rows
+        self.compare(expected, checked, bucket=b, offsets=rng, snapshot=snapshot, what="the lake against the log")
 
 
 def _group_by_path(rows: pa.Table) -> Iterator[tuple[str, np.ndarray]]:
@@ -807,15 +937,18 @@ def _save_state(lh: Any, name: str, state: dict[str, Any]) -> None:
     lh.store.put(state_key(name), json.dumps(state, indent=1, sort_keys=True).encode())
 
 
-def reconcile(lh: Any, table: str, full: bool = False) -> CheckResult:
+def reconcile(lh: Any, table: str, full: bool = False, *, executor: TaskExecutor | None = None) -> CheckResult:
     """Check ``table``'s lake against its log (see the module docstring). A found difference is a `Violation`
-    in the result, never an exception; the result's ``snapshot_id`` is the lake snapshot checked.
+    in the result, never an exception; the result's ``snapshot_id`` is the lake snapshot checked. ``executor``
+    runs the buckets' content checks (`lakehouse.executor.task_executor`: Spark's executors given a session);
+    by default `WORKERS` threads of this process.
 
     Raises:
         TableNotFound, LakeStateError: there is no such table, or its lake cannot be loaded.
     """
     started = time.perf_counter()
     c = _Checker(lh, table)
+    c.executor = executor
     current = c.lake.current_snapshot()
     result = CheckResult(RECONCILE, c.name, snapshot_id=current.snapshot_id if current else None)
     if current is None:
@@ -855,6 +988,7 @@ def reconcile(lh: Any, table: str, full: bool = False) -> CheckResult:
             for removed in (commit.removed, commit.removed_deletes):
                 wanted += [(f, parent) for files in removed.values() for f in files]
         c.verify_files(wanted)
+        items: list[_CommitBucket] = []
         for i, commit in enumerate(commits_of, start=first):
             snap, parent = ancestry[i], ancestry[i - 1]
             live_before = {f.file_path for f in c.live_files(parent)} if any(commit.added.values()) else set()
@@ -872,10 +1006,11 @@ def reconcile(lh: Any, table: str, full: bool = False) -> CheckResult:
                         expected=claimed,
                         actual=added,
                     )
-            c.check_commit(commit, parent, prev, new)
+            items += c.commit_items(commit, parent, prev, new)
             if new is not None:
                 prev = new
             commits += 1
+        c.run_buckets("commit_bucket", items)  # every new commit's buckets in one job
         c.details["from_snapshot"] = state["snapshot_id"]
     c.details["commits_checked"] = commits
     if c.unverified:
