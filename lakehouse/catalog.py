@@ -409,13 +409,17 @@ class ObjectStoreCatalog(MetastoreCatalog):
         with io.new_input(location).open() as stream:
             return FromByteStream.table_metadata(stream)
 
-    def _write_metadata_create_only(self, metadata: TableMetadata, location: str) -> None:
+    def _write_metadata_create_only(
+        self, metadata: TableMetadata, location: str, committed: TableMetadata | None = None
+    ) -> None:
+        """Write ``metadata`` at ``location`` create-only; ``committed``: the metadata it updates (its
+        snapshots' JSON is reused, `lakehouse.iceberg_table.metadata_json`)."""
         key = self._key_of(location)
         if location.endswith(".gz.metadata.json") or key is None:
             # outside our warehouse (a registered table) or compressed: pyiceberg's FileIO writes it
             self._write_metadata(metadata, self._load_file_io(metadata.properties, location), location)
             return
-        self.store.put(key, metadata_json(metadata).encode(), if_none_match=True)
+        self.store.put(key, metadata_json(metadata, committed).encode(), if_none_match=True)
 
     def _delete_location(self, location: str) -> None:
         key = self._key_of(location)
@@ -613,7 +617,9 @@ class ObjectStoreCatalog(MetastoreCatalog):
         if pointer is None:  # a create-table transaction
             self._create(namespace, name, staged.metadata, staged.metadata_location)
             return CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)
-        self._write_metadata_create_only(staged.metadata, staged.metadata_location)
+        self._write_metadata_create_only(
+            staged.metadata, staged.metadata_location, current.metadata if current is not None else None
+        )
         new_pointer = pointer_json(staged.metadata_location, pointer.metadata_location)
         if self._pointer_moved(namespace, name, pointer.etag):
             # Someone committed while we staged: the CAS would lose. A HEAD is cheaper than a doomed

@@ -71,27 +71,33 @@ def apply_updates(
     return metadata
 
 
-#: Snapshots' JSON kept for `metadata_json`, by (table uuid, snapshot id): a snapshot never changes once
-#: committed. About 1 KiB each; the least recently written go first beyond this many.
+#: Committed snapshots' JSON kept for `metadata_json`, by (table uuid, snapshot id): a committed snapshot never
+#: changes. About 1 KiB each; the least recently written go first beyond this many.
 SNAPSHOT_JSON_KEPT = 20_000
 _SNAPSHOTS_IN_JSON = '"snapshots":[]'
 _snapshot_json: OrderedDict[tuple[str, int], str] = OrderedDict()
 _snapshot_json_lock = threading.Lock()
 
 
-def metadata_json(metadata: TableMetadata) -> str:
-    """``metadata.model_dump_json(exclude_none=True)`` (the same text, a test checks it), serializing only the
-    snapshots this process has not written before: the rest of the metadata is serialized with an empty
-    snapshot list and the kept snapshots' JSON spliced in."""
-    if not metadata.snapshots:
+def metadata_json(metadata: TableMetadata, committed: TableMetadata | None = None) -> str:
+    """``metadata.model_dump_json(exclude_none=True)`` (the same text, a test checks it). The snapshots of
+    ``committed`` (the metadata the pointer names, which ``metadata`` updates) are taken from, or kept in, the
+    JSON this process wrote before: the rest of the metadata is serialized with an empty snapshot list and the
+    snapshots' JSON spliced in. A snapshot not committed yet is always serialized: a commit that lost the
+    compare-and-swap is rebuilt by pyiceberg with the same snapshot id and another manifest list."""
+    if committed is None or not metadata.snapshots:
         return metadata.model_dump_json(exclude_none=True)
     head = metadata.model_copy(update={"snapshots": []}).model_dump_json(exclude_none=True)
     if head.count(_SNAPSHOTS_IN_JSON) != 1:  # cannot happen (property values are strings): serialize it all
         return metadata.model_dump_json(exclude_none=True)
     uuid = str(metadata.table_uuid)
+    done = {s.snapshot_id for s in committed.snapshots} if committed.table_uuid == metadata.table_uuid else set()
     parts = []
     with _snapshot_json_lock:
         for snapshot in metadata.snapshots:
+            if snapshot.snapshot_id not in done:
+                parts.append(snapshot.model_dump_json(exclude_none=True))
+                continue
             key = (uuid, snapshot.snapshot_id)
             text = _snapshot_json.get(key)
             if text is None:

@@ -234,20 +234,23 @@ def _check(
     key = list(definition.primary_key)
     sql = _sql(spark, lh)
     views = {t: state.inputs[t] for t in definition.inputs}
+    total = None
     if full:
-        expected = sql.run(definition.qualified, views)
-        actual = lh.union_read(model, as_of=state.after)
+        # compared by Spark: only the (few) keys whose rows differ reach the driver, then read as in a sample
+        keys, total, result.rows = _differing_keys(lh, sql, definition.qualified, views, model, state, key)
     else:
-        keys = _sample_keys(lh, model, key, state, sample, seed, result)
-        actual = _read_keys(lh, model, state.after, keys)
-        expected = _expected_of_keys(lh, project, model, spark, views, keys)
-    result.details["differences"] = 0
-    expected = _conform(expected, schema)
-    actual = _conform(actual, schema)
-    result.rows = expected.num_rows + actual.num_rows
+        keys = _sample_keys(lh, model, key, state, sample, seed, spark, result)
+    actual = _conform(_read_keys(lh, model, state.after, keys), schema)
+    expected = _conform(_expected_of_keys(lh, project, model, spark, views, keys), schema)
+    if not full:
+        result.rows = expected.num_rows + actual.num_rows
     differences = compare_rows(expected, actual, key)
-    result.details["differences"] = len(differences)
-    result.violations.extend(_violations(model, state.number, differences, key))
+    if total is None:
+        total = len(differences)
+    elif total and not differences:  # the keys Spark found differ no more: the check raced something
+        raise QualityError(f"model {model}: the rows Spark found differing read equal again; run the check again")
+    result.details["differences"] = total
+    result.violations.extend(_violations(model, state.number, differences, key, total))
 
 
 def _sql(spark: SparkSession, lh: Lakehouse) -> Any:
@@ -263,6 +266,58 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return table.select(schema.names).cast(schema)
 
 
+def _differing_keys(
+    lh: Lakehouse, sql: Any, query: Any, views: dict[str, Any], model: str, state: RoundState, key: list[str]
+) -> tuple[pa.Table, int, int]:
+    """A full comparison run by Spark (`check_layer` with ``full``): the model's SQL over ``views`` against the
+    model's table after the round, joined on the key (null-safe) in executor tasks, columns compared as
+    `compare_rows` does (floating point within `FLOAT_TOLERANCE`), plus the keys the table holds more than once.
+    Returns the first `MAX_VIOLATIONS` differing keys (by key, nulls last), how many differ, and the rows
+    compared: never a table's rows in the driver. A clean table costs one pass over both sides (the keys of a
+    repeated key: one more over the table's keys); the keys of differences are collected only if there are any."""
+    from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
+
+    from lakehouse.spark import read_table
+
+    names = lh.table(model).schema.names
+    values = [c for c in names if c not in key]
+    with sql.dataframe(query, views) as expected_df:
+        actual_df = read_table(sql.spark, lh, model, as_of=dict(state.after), columns=names)
+        types = {f.name: f.dataType for f in actual_df.schema.fields}
+        e = expected_df.select([F.col(c).cast(types[c]).alias(f"e_{c}") for c in names])
+        a = actual_df.select([F.col(c).alias(f"a_{c}") for c in names])
+        e = e.withColumn("__expected_row", F.lit(True))  # null in the join: no row on that side
+        a = a.withColumn("__actual_row", F.lit(True))
+        e_here, a_here = F.col("__expected_row"), F.col("__actual_row")
+        joined = e.join(a, on=[e[f"e_{k}"].eqNullSafe(a[f"a_{k}"]) for k in key], how="full_outer")
+        same = F.lit(True)
+        for c in values:
+            ec, ac = F.col(f"e_{c}"), F.col(f"a_{c}")
+            equal = ec.eqNullSafe(ac)
+            if types[c].typeName() in ("float", "double"):
+                scale = F.greatest(F.abs(ec), F.abs(ac))
+                close = F.abs(ec - ac) <= scale * F.lit(FLOAT_TOLERANCE) + F.lit(1e-300)
+                equal = equal | F.coalesce(close, F.lit(False)) | (F.isnan(ec) & F.isnan(ac))
+            same = same & F.coalesce(equal, F.lit(False))
+        differs = ~(e_here.isNotNull() & a_here.isNotNull() & same)
+        stats = joined.agg(
+            F.count(e_here).alias("expected"),
+            F.count(a_here).alias("actual"),
+            F.count(F.when(differs, 1)).alias("differs"),
+        ).first()
+        repeated = actual_df.groupBy(*key).count().filter(F.col("count") > 1).select(*key)
+        twice = repeated.limit(1).count()
+        rows = int(stats["expected"]) + int(stats["actual"])
+        if not stats["differs"] and not twice:
+            return pa.schema([lh.table(model).schema.field(k) for k in key]).empty_table(), 0, rows
+        keyed = [F.coalesce(F.col(f"e_{k}"), F.col(f"a_{k}")).alias(k) for k in key]
+        bad = joined.filter(differs).select(keyed).unionByName(repeated).distinct()
+        total = bad.count()
+        first = bad.orderBy(*[F.col(k).asc_nulls_last() for k in key]).limit(MAX_VIOLATIONS).toArrow()
+    key_schema = pa.schema([lh.table(model).schema.field(k) for k in key])
+    return first.select(key).cast(key_schema), total, rows
+
+
 # ---- the sample --------------------------------------------------------------------------------------------
 
 
@@ -273,6 +328,7 @@ def _sample_keys(
     state: RoundState,
     sample: int,
     seed: int | None,
+    spark: SparkSession,
     result: CheckResult,
 ) -> pa.Table:
     """Every key the round wrote to the model's table (its log records between the log ends before and after
@@ -300,12 +356,16 @@ def _sample_keys(
     changed_count = distinct_rows(pa.concat_tables(parts)).num_rows if parts else 0
     random_count = 0
     if sample > 0:
-        every = lh.union_read(model, columns=key, as_of=state.after).select(key).cast(key_schema)
-        if every.num_rows:
-            rng = np.random.default_rng(seed)
-            chosen = rng.choice(every.num_rows, size=min(sample, every.num_rows), replace=False)
-            parts.append(every.take(pa.array(np.sort(chosen))))
-            random_count = len(chosen)
+        # chosen by Spark's executors (a random order's first ``sample``): the table's keys never reach the driver
+        from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
+
+        from lakehouse.spark import read_table
+
+        every = read_table(spark, lh, model, as_of=dict(state.after), columns=key)
+        chosen = every.orderBy(F.rand(seed)).limit(sample).toArrow().select(key).cast(key_schema)
+        if chosen.num_rows:
+            parts.append(chosen)
+            random_count = chosen.num_rows
     keys = distinct_rows(pa.concat_tables(parts)) if parts else key_schema.empty_table()
     result.details.update({"sampled_keys": keys.num_rows, "changed_keys": changed_count, "random_keys": random_count})
     return keys
@@ -471,8 +531,13 @@ def _same(a: pa.ChunkedArray, b: pa.ChunkedArray) -> pa.Array:
     return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
 
 
-def _violations(model: str, number: int, differences: list[Difference], key: list[str]) -> list[Violation]:
+def _violations(
+    model: str, number: int, differences: list[Difference], key: list[str], total: int | None = None
+) -> list[Violation]:
+    """Violations of the first `MAX_VIOLATIONS` ``differences``; ``total`` (default: as many as given) is how many
+    keys differ in all."""
     out = []
+    total = len(differences) if total is None else total
     shown = differences[:MAX_VIOLATIONS]
     for i, d in enumerate(shown):
         where = ", ".join(f"{k}={_text(v)}" for k, v in zip(key, d.key, strict=True))
@@ -485,8 +550,8 @@ def _violations(model: str, number: int, differences: list[Difference], key: lis
         else:
             what = "; ".join(f"column {c} expected {_text(d.expected[c])}, got {_text(d.actual[c])}" for c in d.columns)
         message = f"row of key ({where}) differs from the model's SQL as of round {number}: {what}"
-        if i == len(shown) - 1 and len(differences) > len(shown):
-            message += f"; {len(differences) - len(shown)} more differences, {len(differences)} in all"
+        if i == len(shown) - 1 and total > len(shown):
+            message += f"; {total - len(shown)} more differences, {total} in all"
         out.append(
             Violation(
                 check="layer-row",

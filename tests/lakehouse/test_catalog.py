@@ -182,8 +182,10 @@ def test_staged_metadata_shares_the_history_and_equals_pyicebergs(catalog) -> No
 
 
 def test_metadata_files_are_pyicebergs_json_with_snapshots_serialized_once(catalog, monkeypatch) -> None:
-    """The metadata file a commit writes is byte for byte pyiceberg's ``model_dump_json``, though each snapshot
-    is serialized once (then kept, by table and snapshot id) and only the new one per commit."""
+    """The metadata file a commit writes is byte for byte pyiceberg's ``model_dump_json``, though a committed
+    snapshot is serialized once (then kept, by table and snapshot id) and only the new one per commit; a snapshot
+    not committed yet is never taken from what was kept (pyiceberg rebuilds a commit that lost the race with the
+    same snapshot id and another manifest list)."""
     from pyiceberg.table.snapshots import Snapshot
 
     catalog.create_namespace("ns")
@@ -197,7 +199,7 @@ def test_metadata_files_are_pyicebergs_json_with_snapshots_serialized_once(catal
     for t in (catalog.load_table("ns.t"), catalog.load_table("ns.u")):
         with t.io.new_input(t.metadata_location).open() as stream:
             written = stream.read().decode()
-        assert written == t.metadata.model_dump_json(exclude_none=True) == metadata_json(t.metadata)
+        assert written == t.metadata.model_dump_json(exclude_none=True) == metadata_json(t.metadata, t.metadata)
 
     serialized: list[int] = []
     real = Snapshot.model_dump_json
@@ -209,10 +211,18 @@ def test_metadata_files_are_pyicebergs_json_with_snapshots_serialized_once(catal
     monkeypatch.setattr(Snapshot, "model_dump_json", counting)
     table.append(rows(5, 5))
     assert serialized == [table.metadata.current_snapshot_id]  # the new one only
+    # the same id, rebuilt on another manifest list: serialized again, not taken from what was kept
+    committed = table.metadata
+    newest = committed.snapshots[-1]
+    rebuilt = newest.model_copy(update={"manifest_list": newest.manifest_list + ".rebuilt"})
+    staged = committed.model_copy(update={"snapshots": [*committed.snapshots[:-1], rebuilt]})
+    before = committed.model_copy(update={"snapshots": committed.snapshots[:-1]})
+    assert ".rebuilt" in metadata_json(staged, before)
+    assert metadata_json(staged, before) == staged.model_dump_json(exclude_none=True)
     monkeypatch.setattr(iceberg_table, "SNAPSHOT_JSON_KEPT", 0)  # nothing kept (after this call) ...
-    metadata_json(table.metadata)
+    metadata_json(table.metadata, table.metadata)
     serialized.clear()  # ... so all of them again, the same text
-    assert metadata_json(table.metadata) == table.metadata.model_dump_json(exclude_none=True)
+    assert metadata_json(table.metadata, table.metadata) == table.metadata.model_dump_json(exclude_none=True)
     assert len(serialized) == len(table.metadata.snapshots) == 5
 
 
