@@ -131,6 +131,44 @@ def test_wrong_deleted_and_extra_rows_are_caught_by_key(lakehouse, spark, projec
 
 
 @pytest.mark.parametrize("backend", ["local"])
+def test_full_is_compared_by_spark_and_names_the_first_differences_of_all(lakehouse, spark, project, monkeypatch):
+    """``full``: Spark joins the SQL's rows with the table's and only the keys that differ reach the driver (a
+    guard fails the test if the driver reads the model's table whole); the first `MAX_VIOLATIONS` (by key) become
+    violations, the last one saying how many differ in all; a data file committed twice makes each of its keys
+    a difference of its own (held twice)."""
+    from lakehouse.lakehouse import Lakehouse
+    from quality.layers import MAX_VIOLATIONS
+    from tests.quality.test_reconcile import rogue_commit
+
+    lh = lakehouse
+    built(lh, project, spark, rounds=2)
+    good = row_of(lh, DWD, "o_orderkey", 10)
+    bogus = [{**good, "o_orderkey": 90_000 + i} for i in range(MAX_VIOLATIONS + 5)]
+    append_rows(lh, DWD, [{**good, "n_name": "BOGUS"}, *bogus])
+    for table in project.tables:
+        lh.tier(table)
+    real = Lakehouse.union_read
+
+    def no_whole_table(self, name, *args, **kwargs):
+        assert kwargs.get("row_filter") is not None, "the driver read a model's table whole"
+        return real(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(Lakehouse, "union_read", no_whole_table)
+    result = check_layer(lh, project, DWD, spark=spark, full=True)
+    assert result.details["differences"] == MAX_VIOLATIONS + 6, result.error
+    assert [v.keys for v in result.violations] == [(10,), *[(90_000 + i,) for i in range(MAX_VIOLATIONS - 1)]]
+    assert result.violations[0].actual["n_name"] == "BOGUS"
+    assert result.violations[-1].message.endswith(f"; 6 more differences, {MAX_VIOLATIONS + 6} in all")
+    monkeypatch.undo()
+    # a data file committed twice: its keys are held twice
+    twice = lh.lake_table(DWD).scan().plan_files()[0].file
+    rogue_commit(lh, add=[twice], name=DWD)
+    held = check_layer(lh, project, DWD, spark=spark, full=True)
+    doubled = [v for v in held.violations if "rows of it" in v.message]
+    assert doubled and all("holds 2 rows of it" in v.message for v in doubled), [str(v) for v in held.violations]
+
+
+@pytest.mark.parametrize("backend", ["local"])
 def test_a_model_whose_input_failed_is_not_evaluated_and_so_are_its_readers(lakehouse, spark, project):
     """ods.orders fails its reconciliation (a rogue commit adds one of its files a second time): dwd, which
     reads it, is not evaluated, and ads, which reads dwd, is not evaluated either (transitively); neither is
