@@ -31,6 +31,7 @@ __all__ = [
     "RefNotFound",
     "SchemaError",
     "SequenceConflict",
+    "SnapshotNotFound",
     "SubscriptionBackwards",
     "SubscriptionConflict",
     "SubscriptionNotFound",
@@ -181,6 +182,14 @@ class SubscriptionBackwards(InvalidArgument):
 class RefNotFound(LakestreamError, KeyError):
     """A read named an Iceberg tag or branch (``ref=``) the table's lake table does not have. The message lists
     the refs it has; ``published`` appears after the first passing ``lakestream check`` (`quality.publish`)."""
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class SnapshotNotFound(LakestreamError, KeyError):
+    """A read named a snapshot id (``snapshot_id=``) the table's lake table does not have: expired by
+    maintenance, or a snapshot of another table. The message names the table's current snapshot."""
 
     def __str__(self) -> str:  # KeyError would otherwise repr() the message
         return str(self.args[0]) if self.args else ""

@@ -21,6 +21,10 @@ Reads at a ref (``ref="published"``: an Iceberg tag or branch of the lake table)
 snapshot the ref points at, and nothing of the log: a published state (`quality.publish`) is a lake snapshot
 whose checks passed, and the log after it was not checked. So a union read at a ref equals a lake read at it;
 ``ref`` and ``as_of`` together are refused (`InvalidArgument`), an unknown ref raises `RefNotFound`.
+
+Reads at a snapshot id (`plan_read`'s ``snapshot_id``) are the same, at a snapshot named by its id: what a
+quality suite validates is one snapshot, read wherever and whenever its rows are read (a Spark action planned
+later, `quality.expectations`). Not with ``as_of`` or ``ref``; an unknown id raises `SnapshotNotFound`.
 """
 
 from __future__ import annotations
@@ -42,7 +46,14 @@ from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.metadata import TableMetadata
 from pyparsing import ParseException
 
-from lakehouse.errors import AsOfUnavailable, CorruptDataFileError, InvalidArgument, RefNotFound, SchemaError
+from lakehouse.errors import (
+    AsOfUnavailable,
+    CorruptDataFileError,
+    InvalidArgument,
+    RefNotFound,
+    SchemaError,
+    SnapshotNotFound,
+)
 from lakehouse.filescan import read_tasks, stream_tasks
 from lakehouse.keyed_rows import KeySet, reduce_changes, upserts_of
 from lakehouse.lake_layout import (
@@ -123,6 +134,25 @@ def ref_snapshot(table: Table, ref: str) -> int:
             "'published' appears after the first passing `lakestream check` (quality.publish)"
         )
     return found.snapshot_id
+
+
+def known_snapshot(table: Table, snapshot_id: int) -> int:
+    """``snapshot_id``, checked to be a snapshot of ``table`` (a read pinned to one snapshot: a suite reads
+    exactly the snapshot it validates, wherever and whenever its rows are read).
+
+    Raises:
+        SnapshotNotFound: the table has no such snapshot (expired, or of another table).
+        InvalidArgument: ``snapshot_id`` is not an integer.
+    """
+    if isinstance(snapshot_id, bool) or not isinstance(snapshot_id, int):
+        raise InvalidArgument(f"snapshot_id is a snapshot's id (an integer), got {snapshot_id!r}")
+    if table.metadata.snapshot_by_id(snapshot_id) is None:
+        current = table.metadata.current_snapshot_id
+        raise SnapshotNotFound(
+            f"lake table {'.'.join(table.name())} has no snapshot {snapshot_id} (expired by maintenance, or one of "
+            f"another table); its current snapshot is {current if current is not None else 'none (nothing tiered)'}"
+        )
+    return snapshot_id
 
 
 def snapshot_offsets(metadata: TableMetadata, snapshot_id: int, buckets: int) -> dict[int, int]:
@@ -515,7 +545,7 @@ class ReadPlan:
     buckets: dict[int, BucketRead] = field(default_factory=dict)  # empty until `located`
     tasks: tuple[FileScanTask, ...] = ()  # every bucket's files, in planning order (the parallel Python read)
     io_properties: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
-    snapshot_id: int | None = None  # located at a ref's snapshot (None: the current one, or as of offsets)
+    snapshot_id: int | None = None  # located at one snapshot, a ref's or named (None: the current one, or as_of)
 
     def __repr__(self) -> str:
         snapshot = self.snapshot_id if self.snapshot_id is not None else self.metadata.current_snapshot_id
@@ -542,7 +572,8 @@ class ReadPlan:
     ) -> ReadPlan:
         """This plan with its buckets located: per bucket the lake files (of the snapshot serving it), the lake
         offset and the log range. ``table`` must be the table this plan was made from (same metadata).
-        ``snapshot_id`` (a lake-only plan, no ``as_of``): the lake at that snapshot (a ref's), not the current."""
+        ``snapshot_id`` (a lake-only plan, no ``as_of``): the lake at that snapshot (a ref's, or one named by its id),
+        not the current one."""
         if table.metadata is not self.metadata and table.metadata != self.metadata:
             raise AssertionError("locate a plan on the table metadata it was planned on")
         fields = tuple(f.name for f in self.projected.fields)
@@ -550,7 +581,7 @@ class ReadPlan:
         ends: dict[int, int] | None
         if snapshot_id is not None:
             if as_of is not None or self.union:
-                raise InvalidArgument(f"a read of {name} at a ref is a lake read: no as_of, no log tail")
+                raise InvalidArgument(f"a read of {name} at a ref or snapshot is a lake read: no as_of, no log tail")
             bases, ends = snapshot_offsets(table.metadata, snapshot_id, buckets), None
             scans = [(table.scan(row_filter=expr, selected_fields=fields, snapshot_id=snapshot_id), None)]
         elif as_of is not None:
@@ -682,6 +713,7 @@ def plan_read(
     fix_ends: bool = False,
     io_properties: Mapping[str, str] | None = None,
     ref: str | None = None,
+    snapshot_id: int | None = None,
 ) -> ReadPlan:
     """Plan a union read of ``table`` (the lake table of ``definition``): checks every argument, fixes the
     snapshot(s), the lake offsets and, per bucket, the files and the log range. Reads nothing but metadata
@@ -692,9 +724,14 @@ def plan_read(
     ``fix_ends``: the log ranges end at the log's current ends (a repeatable plan) instead of the ends when
     executed. ``io_properties``: the pyiceberg FileIO properties a worker needs (default: the table's).
     ``ref``: the lake at that tag or branch (``"published"``), lake only whatever ``lake_only`` says (see the
-    module docstring); not with ``as_of``. `RefNotFound` if the table has no such ref.
+    module docstring); not with ``as_of``. `RefNotFound` if the table has no such ref. ``snapshot_id``: the lake
+    at that snapshot, lake only as with ``ref``; not with ``as_of`` or ``ref``. `SnapshotNotFound` if the table
+    has no such snapshot.
     """
-    snapshot_id = None
+    if snapshot_id is not None:
+        if as_of is not None or ref is not None:
+            raise InvalidArgument("read at a snapshot id, as_of offsets or a ref: one of them, not two")
+        snapshot_id, lake_only = known_snapshot(table, snapshot_id), True
     if ref is not None:
         if as_of is not None:
             raise InvalidArgument("read either as_of offsets or at a ref, not both")

@@ -4,8 +4,10 @@
 
 1. `quality.reconcile.reconcile` of each table (lake == log at every committed offset);
 2. with a project, table by table in dependency order (the project's sources, then its models, then any other
-   table): its Great Expectations suite (`quality.expectations`) on the snapshot just reconciled, and, with a
-   Spark session, a model against its SQL (`quality.layers`). A suite that references a table, or a model
+   table): its Great Expectations suite (`quality.expectations`) on the snapshot just reconciled (on Spark's
+   executors when the snapshot is above the driver's budget, `quality_driver_budget_rows`, and a Spark session
+   is given; else in the driver, a sample above the budget), and, with a Spark session, a model against its SQL
+   (`quality.layers`). A suite that references a table, or a model
    that reads one, whose checks so far in this run are not all ok is *not evaluated* (its outcome over a
    corrupt input proves nothing): the result says which table failed, is not ok, and is no violation. In
    dependency order every check of a model's inputs has run before the model's, so this goes on downstream;

@@ -39,9 +39,32 @@ validation, so Data Docs show the values used. Columns are the table's columns p
 
 `load_suites` reads and checks every file (JSON, structure, expectation types, kwargs as GX validates them,
 references) and `check_suite` checks columns and referenced tables against the warehouse; both raise
-`SuiteError` naming the file and what to fix, before anything runs. `run_suite` validates one snapshot (pandas,
-or GX's Spark DataFrame datasource above `SPARK_ROWS` rows when a Spark session is given) and keeps the
-validation result and the Data Docs in the warehouse under ``_lakestream/quality/gx/``.
+`SuiteError` naming the file and what to fix, before anything runs. `run_suite` validates one snapshot and keeps
+the validation result and the Data Docs in the warehouse under ``_lakestream/quality/gx/``.
+
+**Where the rows are read.** Work whose size follows the data runs in Spark's executors; the driver holds rows
+only under an explicit budget, the setting ``quality_driver_budget_rows`` (``LAKESTREAM_QUALITY_DRIVER_BUDGET_ROWS``,
+default 1,000,000; `lakehouse.settings`), compared with the records of the snapshot's data files (its summary,
+read from metadata alone):
+
+- up to the budget: pyiceberg reads the snapshot into the driver and GX validates it as a pandas DataFrame
+  (a small table is validated at once, without Spark's per-job cost);
+- above it, with a Spark session: GX's Spark datasource validates a DataFrame the executors read through the
+  ``lakestream`` format at exactly the snapshot validated (the source's ``snapshot_id`` option: a lake read of
+  that snapshot, whenever Spark plans it). No row passes through the driver; the DataFrame is unpersisted after
+  the validation (GX persists it for its metrics);
+- above it, without Spark: a sample of at most budget rows, the snapshot's data files streamed in an order
+  shuffled by the snapshot id (the same sample each time the same snapshot is validated) until the budget is
+  reached: memory and reads follow the budget, not the table. ``details["sample"]`` (``{"rows", "of"}``) and
+  a warning (logged and in ``details["warnings"]``) say that the verdict covers a sample: expectations over the
+  whole table (row counts, uniqueness, min/max, sums) see the sample only. A budget of 0 without Spark is an
+  error (nothing to validate in the driver).
+
+References to other tables follow the run: with Spark (the validated snapshot above the budget), their row count
+or distinct values are computed by Spark over the same positions (``count`` / ``distinct`` on the ``lakestream``
+format; the distinct values, GX's kwarg, come back to the driver); in the driver, the referenced read is
+streamed and stops past the budget, to go on with Spark if a session was given, else to fail the suite naming
+the setting (a value set or a row count of a sample would be wrong, not approximate).
 """
 
 from __future__ import annotations
@@ -49,21 +72,26 @@ from __future__ import annotations
 import copy
 import datetime
 import json
+import logging
 import math
 import os
+import random
 import re
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lakehouse.settings import QUALITY_DRIVER_BUDGET_ENV as BUDGET_SETTING
 from quality._gx import DOCS_SITE, ephemeral_context, quiet
-from quality.errors import QualityError, SuiteError
+from quality.errors import InvalidArgument, QualityError, SuiteError
 from quality.results import GX, CheckResult, Violation
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from lakehouse.lakehouse import Lakehouse
 
 __all__ = [
@@ -71,7 +99,6 @@ __all__ = [
     "LAKE_COLUMNS",
     "REFERENCE",
     "RESULTS_PREFIX",
-    "SPARK_ROWS",
     "SUITES_DIR",
     "Suite",
     "check_suite",
@@ -82,10 +109,10 @@ __all__ = [
     "upstream_positions",
 ]
 
+log = logging.getLogger(__name__)
+
 #: The folder of a project that holds the suites.
 SUITES_DIR = "expectations"
-#: Tables whose snapshot holds more rows than this run on GX's Spark datasource when a Spark session is given.
-SPARK_ROWS = 1_000_000
 #: Where Data Docs and validation results are kept in the warehouse.
 DOCS_PREFIX = "_lakestream/quality/gx/docs/"
 RESULTS_PREFIX = "_lakestream/quality/gx/results/"
@@ -301,6 +328,7 @@ def run_suites(
     *,
     spark: Any = None,
     docs_dir: str | os.PathLike[str] | None = None,
+    driver_budget_rows: int | None = None,
 ) -> list[CheckResult]:
     """Every suite of the project (or those of ``tables``), each on its table's current snapshot. All suites
     are loaded and checked against the warehouse first: a bad one raises `SuiteError` and nothing runs."""
@@ -308,7 +336,28 @@ def run_suites(
     chosen = [suites[t] for t in tables if t in suites] if tables is not None else list(suites.values())
     for suite in chosen:
         check_suite(lh, suite)
-    return [run_suite(lh, s.table, s, spark=spark, docs_dir=docs_dir) for s in chosen]
+    return [
+        run_suite(lh, s.table, s, spark=spark, docs_dir=docs_dir, driver_budget_rows=driver_budget_rows) for s in chosen
+    ]
+
+
+def driver_budget(lh: Lakehouse, rows: int | None = None) -> int:
+    """The rows a suite may validate in the driver: ``rows`` if given, else the setting
+    ``quality_driver_budget_rows`` of ``lh``'s settings (`Lakehouse.from_env`), else of the environment / YAML
+    (`lakehouse.settings.load_settings`).
+
+    Raises:
+        ConfigError: the setting is not a whole number >= 0 (the message names it).
+        InvalidArgument: ``rows`` is not a whole number >= 0.
+    """
+    if rows is not None:
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+            raise InvalidArgument(f"driver_budget_rows is a whole number of rows >= 0, got {rows!r}")
+        return rows
+    from lakehouse.settings import load_settings
+
+    settings = lh.settings if lh.settings is not None else load_settings()
+    return settings.quality_driver_budget_rows
 
 
 def run_suite(
@@ -319,28 +368,34 @@ def run_suite(
     snapshot_id: int | None = None,
     spark: Any = None,
     docs_dir: str | os.PathLike[str] | None = None,
+    driver_budget_rows: int | None = None,
 ) -> CheckResult:
     """Validate ``suite`` on a lake snapshot of ``table`` (the current one unless ``snapshot_id``). A table with no
     lake snapshot yet is skipped (no violation: ``details["skipped"]`` says why).
 
-    ``suite`` is a `Suite` (from `load_suites`) or a suite document (parsed JSON). The snapshot is read with
-    pyiceberg and validated with an in-memory GX context: as a pandas DataFrame, or through GX's Spark
-    DataFrame datasource when ``spark`` is given and the snapshot holds more than `SPARK_ROWS` rows. Each
-    failed expectation is a `Violation` (``gx-expectation``), except those of GX severity ``warning`` or
-    ``info``: their messages are listed in ``details["warnings"]``. The validation result is kept in the warehouse
-    under ``_lakestream/quality/gx/results/<table>/<snapshot>.json`` and the Data Docs (built in ``docs_dir``
-    or a temporary folder) under ``_lakestream/quality/gx/docs/``; ``details["data_docs"]`` is the key of this
-    validation's page.
+    ``suite`` is a `Suite` (from `load_suites`) or a suite document (parsed JSON). The snapshot is validated with
+    an in-memory GX context, where the module docstring says: up to ``driver_budget_rows`` (default: the setting,
+    `driver_budget`) read by pyiceberg in the driver, as a pandas DataFrame; above it through GX's Spark
+    DataFrame datasource over the ``lakestream`` format read by the executors when ``spark`` is given, else on a
+    sample of budget rows (``details["sample"]``, and a warning). ``details["engine"]`` says which ("pandas" or
+    "spark"). Each failed expectation is a `Violation` (``gx-expectation``), except those of GX severity
+    ``warning`` or ``info``: their messages are listed in ``details["warnings"]``. The validation result is kept in
+    the warehouse under ``_lakestream/quality/gx/results/<table>/<snapshot>.json`` and the Data Docs (built in
+    ``docs_dir`` or a temporary folder) under ``_lakestream/quality/gx/docs/``; ``details["data_docs"]`` is the key
+    of this validation's page.
 
     Raises:
         SuiteError: the suite is invalid or names a column or table that does not exist (nothing ran).
-        QualityError: the snapshot cannot be read.
+        QualityError: the snapshot cannot be read or validated; a referenced table exceeds the driver's budget
+            and no Spark session was given; the budget is 0 and no Spark session was given.
+        ConfigError: the budget setting is invalid.
     """
     if not isinstance(suite, Suite):
         suite = parse_suite(dict(suite), table=table, path=f"suite for {table}")
     elif suite.table != table:
         suite = parse_suite(dict(suite.doc), table=table, path=suite.path)
     check_suite(lh, suite)
+    budget = driver_budget(lh, driver_budget_rows)
     started = time.perf_counter()
     lake = lh.lake_table(table)
     snapshot = lake.snapshot_by_id(snapshot_id) if snapshot_id is not None else lake.current_snapshot()
@@ -361,23 +416,38 @@ def run_suite(
                 "skipped": "the table has no lake snapshot yet: nothing tiered to validate",
             },
         )
-    use_spark = spark is not None and _total_records(snapshot) > SPARK_ROWS
-    data = lake.scan(snapshot_id=sid).to_arrow() if sid is not None else lake.scan().to_arrow()
+    records = _total_records(snapshot)
+    use_spark = records > budget and spark is not None
+    data: pa.Table | None = None
+    sample: dict[str, int] | None = None
+    if use_spark:
+        pass  # the executors read the snapshot, when GX's first Spark job plans the read
+    elif records <= budget:
+        data = lake.scan(snapshot_id=sid).to_arrow()
+    elif budget == 0:
+        raise QualityError(
+            f"{table} (snapshot {sid}, {records:,} records) is above the driver's budget of 0 rows "
+            f"({BUDGET_SETTING}) and no Spark session was given: give one (lakestream check --spark-master, the "
+            "spark= argument) or a budget above 0 to validate a sample in the driver"
+        )
+    else:
+        data = _sample(lh, lake, table, sid, budget)
+        sample = {"rows": data.num_rows, "of": _live_records(snapshot)}
     spark_tz = spark.conf.get("spark.sql.session.timeZone") if use_spark else None
     upstream = upstream_positions(lh, table, sid) if any("table" in r.spec for r in suite.references) else {}
-    params = {ref.param: _resolve(lh, ref, spark_tz, upstream) for ref in suite.references}
+    params = {
+        ref.param: _resolve(lh, ref, spark_tz, upstream, budget=budget, spark=spark, use_spark=use_spark)
+        for ref in suite.references
+    }
 
     with tempfile.TemporaryDirectory(prefix="lakestream-gx-") as tmp, quiet() as gx:
         docs = Path(docs_dir) if docs_dir is not None else Path(tmp)
         docs.mkdir(parents=True, exist_ok=True)
         before = _files(docs)
         context = ephemeral_context(gx, docs)
-        if use_spark:
-            source = context.data_sources.add_spark("lakestream")
-            frame = spark.createDataFrame(data)
-        else:
-            source = context.data_sources.add_pandas("lakestream")
-            frame = data.to_pandas()
+        source = (
+            context.data_sources.add_spark("lakestream") if use_spark else context.data_sources.add_pandas("lakestream")
+        )
         batch = source.add_dataframe_asset(table).add_batch_definition_whole_dataframe("snapshot")
         from great_expectations.core.expectation_suite import ExpectationSuite
         from great_expectations.core.run_identifier import RunIdentifier
@@ -386,27 +456,36 @@ def run_suite(
         validation = context.validation_definitions.add(
             gx.ValidationDefinition(name=f"{table}@{sid}", data=batch, suite=gx_suite)
         )
-        run_id = RunIdentifier(
-            run_name=f"snapshot-{sid if sid is not None else 'none'}",
-            run_time=datetime.datetime.now(datetime.UTC),
-        )
+        run_id = RunIdentifier(run_name=f"snapshot-{sid}", run_time=datetime.datetime.now(datetime.UTC))
+        frame = None
         try:
+            if use_spark:
+                from lakehouse.spark import read_table
+
+                frame = read_table(spark, lh, table, union=False, snapshot_id=sid)
+            else:
+                assert data is not None
+                frame = data.to_pandas()
             result = validation.run(
                 batch_parameters={"dataframe": frame},
                 expectation_parameters=params,
                 result_format="SUMMARY",
                 run_id=run_id,
             )
+            rows = frame.count() if use_spark else len(frame)  # Spark counts what GX persisted
             context.build_data_docs(site_names=[DOCS_SITE])
         except Exception as exc:  # GX's own errors and the engine's: the check could not run
             raise QualityError(
                 f"GX could not validate {table} (snapshot {sid}) with suite {suite.name!r} from {suite.path}: "
                 f"{type(exc).__name__}: {_one_line(exc)}"
             ) from exc
+        finally:
+            if use_spark and frame is not None:
+                frame.unpersist()  # GX persists the batch for its metrics and leaves it on the executors
         page = _upload_docs(lh, docs, before)
         result_doc = result.to_json_dict()
 
-    result_key = f"{RESULTS_PREFIX}{table}/{sid if sid is not None else 'none'}.json"
+    result_key = f"{RESULTS_PREFIX}{table}/{sid}.json"
     lh.store.put(result_key, json.dumps(result_doc, indent=1, default=str).encode())
     violations: list[Violation] = []
     warnings: list[str] = []
@@ -419,20 +498,33 @@ def run_suite(
         else:  # GX's "warning" and "info" severities: reported, never a violation
             warnings.append(found.message)
     n = len(result.results)
+    passed = n - len(violations) - len(warnings)
+    details: dict[str, Any] = {}
+    if sample is not None:
+        note = (
+            f"{table}: validated a sample of {sample['rows']:,} of the snapshot's {sample['of']:,} rows (above "
+            f"the driver's budget, {BUDGET_SETTING}={budget:,}, and no Spark session given); expectations over "
+            "the whole table (row counts, uniqueness, min/max, sums) saw the sample only. Give a Spark session "
+            "to validate every row"
+        )
+        log.warning("%s", note)
+        warnings.append(note)
+        details["sample"] = sample
     return CheckResult(
         check=f"{GX}:{suite.name}",
         table=table,
         snapshot_id=sid,
         seconds=time.perf_counter() - started,
-        rows=data.num_rows,
+        rows=rows,
         violations=violations,
         details={
             "expectations": n,
-            "passed": n - len(violations) - len(warnings),
+            "passed": passed,
             "warnings": warnings,
             "data_docs": page,
             "result": result_key,
             "engine": "spark" if use_spark else "pandas",
+            **details,
         },
     )
 
@@ -442,13 +534,51 @@ def _severity(config: Any) -> str:
     return str(getattr(severity, "value", severity) or "critical").lower()
 
 
-def _total_records(snapshot: Any) -> int:
+def _summary_int(snapshot: Any, key: str) -> int:
     if snapshot is None or snapshot.summary is None:
         return 0
     try:
-        return int(snapshot.summary.get("total-records") or 0)
+        return int(snapshot.summary.get(key) or 0)
     except (TypeError, ValueError):
         return 0
+
+
+def _total_records(snapshot: Any) -> int:
+    """The records of the snapshot's data files (its summary: metadata only): at least its rows, more by the
+    rows position deletes remove (merge-on-read)."""
+    return _summary_int(snapshot, "total-records")
+
+
+def _live_records(snapshot: Any) -> int:
+    """The snapshot's rows per its summary: the data files' records less the position deletes'."""
+    return max(0, _total_records(snapshot) - _summary_int(snapshot, "total-position-deletes"))
+
+
+def _sample(lh: Lakehouse, lake: Any, table: str, sid: int, budget: int) -> pa.Table:
+    """At most ``budget`` rows of snapshot ``sid``, its data files streamed (`lakehouse.filescan`, a few batches
+    in memory) in an order shuffled by the snapshot id, until the budget is reached: the files are a random
+    choice, so the sample is not only the oldest rows; the same snapshot gives the same sample."""
+    import pyarrow as pa
+
+    from lakehouse.union import plan_read
+
+    plan = plan_read(lake, lh.table(table), lake_only=True, snapshot_id=sid)
+    tasks = list(plan.tasks)
+    random.Random(sid).shuffle(tasks)
+    plan = replace(plan, tasks=tuple(tasks))
+    batches: list[pa.RecordBatch] = []
+    kept = 0
+    stream = plan.execute_all(None, table=lake, stream=True)
+    try:
+        for batch in stream:
+            take = min(batch.num_rows, budget - kept)
+            batches.append(batch.slice(0, take))
+            kept += take
+            if kept >= budget:
+                break
+    finally:
+        stream.close()  # the files not read yet stay unread
+    return pa.Table.from_batches(batches, schema=plan.arrow_schema)
 
 
 def upstream_positions(lh: Lakehouse, table: str, snapshot_id: int | None) -> dict[str, dict[int, int]]:
@@ -494,9 +624,20 @@ def upstream_positions(lh: Lakehouse, table: str, snapshot_id: int | None) -> di
     return positions
 
 
-def _resolve(lh: Lakehouse, ref: Reference, spark_tz: str | None, upstream: Mapping[str, dict[int, int]]) -> Any:
+def _resolve(
+    lh: Lakehouse,
+    ref: Reference,
+    spark_tz: str | None,
+    upstream: Mapping[str, dict[int, int]],
+    *,
+    budget: int,
+    spark: Any = None,
+    use_spark: bool = False,
+) -> Any:
     """The value of a reference: from the referenced table as of its position in ``upstream``
-    (`upstream_positions`) or else its current lake snapshot; or from the clock."""
+    (`upstream_positions`) or else its current lake snapshot; or from the clock. A table is read by Spark when
+    the run validates on Spark (``use_spark``), else in the driver up to ``budget`` rows, past which it goes on
+    with ``spark`` if given (see the module docstring)."""
     if ref.kind == "now_minus_seconds":
         at = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=float(ref.spec["seconds"]))
         if spark_tz is not None:  # Spark hands GX naive timestamps in the session's time zone
@@ -506,13 +647,67 @@ def _resolve(lh: Lakehouse, ref: Reference, spark_tz: str | None, upstream: Mapp
         return at
     name = ref.spec["table"]
     column = ref.spec["column"] if ref.kind == "column_values" else lh.table(name).schema.names[0]
+    if not use_spark:
+        values = _driver_column(lh, name, column, upstream.get(name), budget)
+        if values is not None:
+            return len(values) if ref.kind == "row_count" else _distinct(values)
+        if spark is None:
+            where = f"as of its positions {upstream[name]}" if name in upstream else "at its current lake snapshot"
+            raise QualityError(
+                f"{REFERENCE} reference {ref.kind} to {name} ({where}) reads more than the driver's budget of "
+                f"{budget:,} rows ({BUDGET_SETTING}), and no Spark session was given to read it on the executors: "
+                "give one (lakestream check --spark-master, the spark= argument) or raise the budget"
+            )
+    from lakehouse.spark import read_table
+
     if name in upstream:
-        data = lh.union_read(name, columns=[column], as_of=upstream[name])
-    else:
-        data = lh.lake_table(name).scan(selected_fields=(column,)).to_arrow()
+        frame = read_table(spark, lh, name, columns=[column], as_of=upstream[name])
+    else:  # the current lake snapshot, pinned now
+        current = lh.lake_table(name).current_snapshot()
+        snapshot = current.snapshot_id if current is not None else None
+        frame = read_table(spark, lh, name, union=False, columns=[column], snapshot_id=snapshot)
     if ref.kind == "row_count":
-        return data.num_rows
-    values = data.column(column)
+        return frame.count()
+    distinct = frame.where(frame[column].isNotNull()).distinct().toArrow()  # the values: GX's kwarg
+    return _distinct(distinct.column(column))
+
+
+def _driver_column(
+    lh: Lakehouse, name: str, column: str, as_of: Mapping[int, int] | None, budget: int
+) -> pa.ChunkedArray | None:
+    """``column`` of table ``name`` (as of ``as_of``, else at its current lake snapshot), streamed; None once
+    it passes ``budget`` rows (what was read is dropped)."""
+    import pyarrow as pa
+
+    from lakehouse.union import plan_read
+
+    if as_of is not None:
+        batches = lh.union_batches(name, columns=[column], as_of=as_of)
+    else:
+        lake = lh.lake_table(name)
+        current = lake.current_snapshot()
+        if current is None:  # nothing tiered yet: no rows
+            return pa.chunked_array([], pa.null())
+        if _live_records(current) > budget:  # its summary says so: nothing need be read to know
+            return None
+        plan = plan_read(lake, lh.table(name), columns=[column], lake_only=True, snapshot_id=current.snapshot_id)
+        batches = plan.execute_all(None, table=lake, stream=True)
+    chunks: list[pa.Array] = []
+    kept = 0
+    try:
+        for batch in batches:
+            kept += batch.num_rows
+            if kept > budget:
+                return None
+            chunks.append(batch.column(column))
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
+    return pa.chunked_array(chunks) if chunks else pa.chunked_array([], pa.null())
+
+
+def _distinct(values: pa.ChunkedArray) -> list[Any]:
     import pyarrow.compute as pc
 
     return sorted(pc.unique(values.drop_null()).to_pylist(), key=lambda v: (str(type(v)), v))

@@ -194,13 +194,15 @@ def read_table(
     row_filter: RowFilter = None,
     as_of: Mapping[int, int] | None = None,
     ref: str | None = None,
+    snapshot_id: int | None = None,
 ) -> DataFrame:
     """A DataFrame over the table: the lake snapshot (plus the log tail, if ``union``; as of log offsets with
     ``as_of``, as `Lakehouse.union_read` and `Lakehouse.lake_read`), one Spark task per bucket:
     ``spark.read.format("lakestream")`` on ``lh``'s warehouse (whose store this binds, see
     `lakehouse.spark.source.register`). Spark plans (the snapshot, offsets and log ends are fixed) when the
     DataFrame is first analysed for an action. ``ref`` (e.g. ``"published"``): the lake at that tag or branch
-    only, whatever ``union`` says (not with ``as_of``)."""
+    only, whatever ``union`` says (not with ``as_of``); ``snapshot_id``: the lake at that snapshot only, however
+    late Spark plans (not with ``as_of`` or ``ref``)."""
     from lakehouse.spark.source import register
 
     register(spark, lh)
@@ -213,6 +215,8 @@ def read_table(
         reader = reader.option("as_of", ",".join(f"{int(b)}:{int(o)}" for b, o in sorted(as_of.items())))
     if ref is not None:
         reader = reader.option("ref", ref)
+    if snapshot_id is not None:
+        reader = reader.option("snapshot_id", str(int(snapshot_id)))
     return reader.load(str(name))
 
 

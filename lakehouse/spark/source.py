@@ -27,6 +27,9 @@ Options:
     lake_only       "true": the lake snapshot only (with as_of: offsets a tiering round committed)
     ref             the lake at an Iceberg tag or branch, e.g. "published" (the newest snapshot whose checks all
                     passed, `quality.publish`): that snapshot's files only, no log tail; not with as_of or changes
+    snapshot_id     the lake at the snapshot of that id: its files only, no log tail, whenever Spark plans the
+                    read (a quality suite validates exactly the snapshot it names, `quality.expectations`); not
+                    with as_of, ref or changes; an unknown id fails when the DataFrame is made (SnapshotNotFound)
     maxPartitionBytes  the lake bytes (data and delete files) one input partition reads at most (default 128 MiB,
                     as Spark's spark.sql.files.maxPartitionBytes); a bigger file is a partition of its own
     changes         "true": the net changelog between ``start`` and ``end`` (offset maps, as ``as_of``),
@@ -86,6 +89,7 @@ OPTIONS = (
     "as_of",
     "lake_only",
     "ref",
+    "snapshot_id",
     "changes",
     "start",
     "end",
@@ -143,6 +147,16 @@ def _size(options: Mapping[str, str], key: str, default: int) -> int:
     return int(raw)
 
 
+def _snapshot_id(value: Any) -> int:
+    raw = str(value).strip()
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidArgument(
+            f"option snapshot_id is a snapshot's id (an integer, e.g. from lakestream table show), got {raw!r}"
+        ) from None
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     """The data source's options, checked (nothing secret among them)."""
@@ -159,6 +173,7 @@ class ReadOptions:
     before_images: bool
     ref: str | None = None
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+    snapshot_id: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -193,6 +208,12 @@ class ReadOptions:
                 "option ref reads the lake at a tag or branch: as_of and changes do not go with it (read either as "
                 "of offsets, the changes between offsets, or at a ref)"
             )
+        snapshot_id = _snapshot_id(opts["snapshot_id"]) if "snapshot_id" in opts else None
+        if snapshot_id is not None and (changes or "as_of" in opts or ref is not None):
+            raise InvalidArgument(
+                "option snapshot_id reads the lake at one snapshot: as_of, ref and changes do not go with it (read "
+                "either at a snapshot, at a ref, as of offsets, or the changes between offsets)"
+            )
         if changes and "end" not in opts:
             raise InvalidArgument("changes=true needs start and end offset maps (start defaults to the log's start)")
         return cls(
@@ -208,6 +229,7 @@ class ReadOptions:
             before_images=_flag(opts, "before_images"),
             ref=ref,
             max_partition_bytes=_size(opts, "maxpartitionbytes", DEFAULT_MAX_PARTITION_BYTES),
+            snapshot_id=snapshot_id,
         )
 
 
@@ -374,16 +396,19 @@ class LakestreamDataSource(DataSource):
 
 
 def _plan_columns(table: Any, definition: Any, options: ReadOptions, columns: Sequence[str] | None = None) -> ReadPlan:
-    from lakehouse.union import plan_columns, ref_snapshot
+    from lakehouse.union import known_snapshot, plan_columns, ref_snapshot
 
+    # an unknown ref or snapshot fails when the DataFrame is made, not at its first action
     if options.ref is not None:
-        ref_snapshot(table, options.ref)  # an unknown ref fails when the DataFrame is made, not at its first action
+        ref_snapshot(table, options.ref)
+    if options.snapshot_id is not None:
+        known_snapshot(table, options.snapshot_id)
     return plan_columns(
         table,
         definition,
         columns=columns if columns is not None else options.columns,
         row_filter=options.filter,
-        lake_only=options.lake_only or options.ref is not None,
+        lake_only=options.lake_only or options.ref is not None or options.snapshot_id is not None,
     )
 
 
@@ -457,6 +482,10 @@ class LakestreamReader(DataSourceReader):
                 from lakehouse.union import ref_snapshot
 
                 snapshot_id = ref_snapshot(self._table, self.options.ref)
+            elif self.options.snapshot_id is not None:  # still there (maintenance may have expired it since)
+                from lakehouse.union import known_snapshot
+
+                snapshot_id = known_snapshot(self._table, self.options.snapshot_id)
             located = self.plan.located(
                 self._table,
                 definition,

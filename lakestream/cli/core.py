@@ -158,8 +158,10 @@ def config(warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output
     if json_output:
         json_line(settings.describe(missing=None))
         return
-    for k, v in settings.describe().items():
-        console.print(f"{k:18} {v}", markup=False)
+    described = settings.describe()
+    width = max(map(len, described))
+    for k, v in described.items():
+        console.print(f"{k:{width}} {v}", markup=False)
 
 
 @store_app.command("probe")

@@ -113,3 +113,31 @@ def test_missing_config_file_and_unknown_override() -> None:
     with pytest.raises(ConfigError, match="unknown setting"):
         load_settings(env={}, endpoint="x")
     assert issubclass(ConfigError, LakestreamError)
+
+
+def test_quality_driver_budget_from_yaml_environment_and_arguments(tmp_path: Path) -> None:
+    """The rows a quality suite may validate in the driver (quality.expectations): default, YAML, environment,
+    argument, in that precedence; anything but a whole number >= 0 is refused naming where it came from."""
+    from lakehouse.settings import DEFAULT_QUALITY_DRIVER_BUDGET_ROWS
+
+    assert load_settings(env={}).quality_driver_budget_rows == DEFAULT_QUALITY_DRIVER_BUDGET_ROWS == 1_000_000
+    cfg = tmp_path / "lake.yaml"
+    cfg.write_text("quality:\n  driver_budget_rows: 5000\n")
+    assert load_settings(cfg, env={}).quality_driver_budget_rows == 5000
+    env = {"LAKESTREAM_CONFIG": str(cfg), "LAKESTREAM_QUALITY_DRIVER_BUDGET_ROWS": "2_000"}
+    assert load_settings(env=env).quality_driver_budget_rows == 2000
+    assert load_settings(env=env, quality_driver_budget_rows=0).quality_driver_budget_rows == 0
+    for bad in ("-1", "1.5", "1e6", "lots", "_1"):
+        with pytest.raises(ConfigError, match=rf"^LAKESTREAM_QUALITY_DRIVER_BUDGET_ROWS is a whole number .*'{bad}'"):
+            load_settings(env={"LAKESTREAM_QUALITY_DRIVER_BUDGET_ROWS": bad})
+    for text, message in [
+        ("quality:\n  driver_budget_rows: -3\n", "quality.driver_budget_rows is a whole number of rows >= 0"),
+        ("quality:\n  driver_budget_rows: 2.5\n", "quality.driver_budget_rows is a whole number of rows >= 0"),
+        ("quality:\n  driver_budget: 3\n", "unknown key quality.driver_budget"),
+        ("quality: 3\n", "quality must be a mapping"),
+    ]:
+        cfg.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            load_settings(cfg, env={})
+    with pytest.raises(ConfigError, match="the setting quality_driver_budget_rows is a whole number"):
+        load_settings(env={}, quality_driver_budget_rows=True)

@@ -5,6 +5,7 @@ kept in the warehouse, and GX stays quiet."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import decimal
@@ -23,7 +24,7 @@ from lakehouse.lakehouse import Lakehouse
 from lakestream.demo.layers import customers, nations, orders
 from layers.project import load_project
 from quality import expectations as qx
-from quality.errors import SuiteError
+from quality.errors import QualityError, SuiteError
 from quality.expectations import check_suite, load_suite, load_suites, run_suite, run_suites
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -307,22 +308,170 @@ def test_freshness_of_timestamp(ods):
     assert run_suite(lh, "ods.nation_copy", suite(3600)).details.get("skipped") is None
 
 
+def integrity_suite() -> dict:
+    """Row-level and table-level expectations, references to another table and to the table itself (resolved on
+    the run's engine), and freshness (the clock, in Spark's time zone on Spark)."""
+
+    def e(kind: str, **kwargs) -> dict:
+        return {"type": kind, "kwargs": kwargs, "meta": {}}
+
+    return {
+        "name": "orders-integrity",
+        "expectations": [
+            e("expect_column_values_to_not_be_null", column="o_orderkey"),
+            e("expect_column_values_to_be_unique", column="o_orderkey"),
+            e("expect_column_values_to_be_between", column="o_totalprice", min_value=0),
+            e(
+                "expect_column_values_to_be_in_set",
+                column="o_custkey",
+                value_set={"$lakestream": "column_values", "table": "ods.customer", "column": "c_custkey"},
+            ),
+            e("expect_table_row_count_to_equal", value={"$lakestream": "row_count", "table": "ods.orders"}),
+            e(
+                "expect_column_max_to_be_between",
+                column="__timestamp",
+                min_value={"$lakestream": "now_minus_seconds", "seconds": 3600},
+            ),
+        ],
+    }
+
+
+def verdicts(result) -> list[tuple]:
+    """What a result says, engine aside: each violation's expectation, column and unexpected count or observed
+    value."""
+    out = []
+    for v in result.violations:
+        actual = v.actual["unexpected_count"] if isinstance(v.actual, dict) else v.actual
+        out.append((v.message.split(" ")[0], v.expected.get("column"), actual))
+    return sorted(out, key=str)
+
+
+@contextlib.contextmanager
+def no_rows_in_the_driver():
+    """Every way lakestream reads a table's rows in this process raises while it lasts: pyiceberg's scans, the
+    read plan's executions and file streams, and handing rows to Spark from here. Spark's Python data source
+    plans and reads in worker processes, which this does not touch."""
+    from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.table import DataScan
+    from pyspark.sql import SparkSession
+
+    import lakehouse.union as union
+
+    def refuse(what):
+        def raising(*args, **kwargs):
+            raise AssertionError(f"{what} read rows in the driver")
+
+        return raising
+
+    with pytest.MonkeyPatch.context() as mp:
+        for owner, name in [
+            (DataScan, "to_arrow"),
+            (DataScan, "to_arrow_batch_reader"),
+            (DataScan, "to_pandas"),
+            (ArrowScan, "to_table"),
+            (ArrowScan, "to_record_batches"),
+            (union.ReadPlan, "execute_all"),
+            (union.ReadPlan, "execute_bucket"),
+            (union, "stream_tasks"),
+            (SparkSession, "createDataFrame"),
+        ]:
+            mp.setattr(owner, name, refuse(f"{name}"))
+        yield
+
+
 @pytest.mark.parametrize("backend", ["local"])  # the engine, not the store, is under test
-def test_spark_datasource_above_the_threshold(ods, spark, suites, monkeypatch):
+def test_above_the_budget_spark_validates_what_the_executors_read_with_the_drivers_verdicts(ods, spark):
+    """Above the driver's budget GX validates the lakestream source's DataFrame at exactly the snapshot checked
+    (not the current one), and nothing of the table's rows is read in the driver (`no_rows_in_the_driver`): the
+    verdicts, passing and failing, are the driver path's, references and freshness included."""
     lh = ods
-    monkeypatch.setattr(qx, "SPARK_ROWS", 10)
-    clean = run_suite(lh, "ods.orders", suites["ods.orders"], spark=spark)
-    assert clean.details["engine"] == "spark"
-    assert clean.ok, [str(v) for v in clean.violations]  # freshness against Spark's naive timestamps too
-    small = run_suite(lh, "ods.nation", suites["ods.nation"], spark=spark)
-    assert small.ok and small.details["engine"] == "spark"
-    monkeypatch.setattr(qx, "SPARK_ROWS", 1_000_000)
-    assert run_suite(lh, "ods.nation", suites["ods.nation"], spark=spark).details["engine"] == "pandas"
-    monkeypatch.setattr(qx, "SPARK_ROWS", 10)
-    lh.log("ods.orders").append(bad_order(3, price="-1.00"), "upsert")  # an update: the key stays unique
+
+    def on_spark(**kwargs):
+        with no_rows_in_the_driver():
+            result = run_suite(lh, "ods.orders", integrity_suite(), spark=spark, driver_budget_rows=10, **kwargs)
+        assert result.details["engine"] == "spark" and "sample" not in result.details
+        return result
+
+    clean = lh.lake_table("ods.orders").current_snapshot().snapshot_id
+    lh.log("ods.orders").append(bad_order(3, price="-1.00", custkey=999_999), "upsert")  # an update: keys unique
     lh.tier("ods.orders")
-    [v] = run_suite(lh, "ods.orders", suites["ods.orders"], spark=spark).violations
-    assert "on o_totalprice" in v.message and "-1.00" in v.message
+    in_driver = run_suite(lh, "ods.orders", integrity_suite(), spark=spark)  # 1,000 rows: within the default
+    assert in_driver.details["engine"] == "pandas" and in_driver.rows == N_ORDERS
+    assert verdicts(in_driver) == [
+        ("expect_column_values_to_be_between", "o_totalprice", 1),
+        ("expect_column_values_to_be_in_set", "o_custkey", 1),
+    ]
+    assert run_suite(lh, "ods.orders", integrity_suite(), snapshot_id=clean).ok
+
+    cached = spark._jsparkSession.sharedState().cacheManager()
+    cached_before = cached.isEmpty()
+    failing = on_spark()
+    assert cached.isEmpty() == cached_before  # GX persisted the snapshot's DataFrame; it is unpersisted
+    assert verdicts(failing) == verdicts(in_driver) and failing.snapshot_id == in_driver.snapshot_id
+    assert failing.rows == N_ORDERS and failing.details["passed"] == failing.details["expectations"] - 2 == 4
+    assert any("-1.00" in v.message for v in failing.violations)
+    assert any("999999" in v.message for v in failing.violations)
+    # the snapshot asked for, not the current one, whenever Spark plans the read
+    passing = on_spark(snapshot_id=clean)
+    assert passing.ok, [str(v) for v in passing.violations]
+    assert passing.snapshot_id == clean and passing.rows == N_ORDERS and passing.details["passed"] == 6
+
+    # a table within the budget validates in the driver; a reference above it is counted by Spark
+    count = {"$lakestream": "row_count", "table": "ods.customer"}
+    suite = {"name": "n", "expectations": [{"type": "expect_table_row_count_to_equal", "kwargs": {"value": count}}]}
+    small = run_suite(lh, "ods.nation", suite, spark=spark, driver_budget_rows=N_NATIONS)
+    assert small.details["engine"] == "pandas"
+    [v] = small.violations
+    assert v.message.endswith(f"observed {N_NATIONS}, expected value={N_CUSTOMERS}")
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_above_the_budget_without_spark_a_bounded_sample_is_validated(ods, monkeypatch, caplog):
+    """Without Spark, a snapshot above the budget (the setting, from the environment) is validated on a sample of
+    budget rows streamed from its files, never read whole (pyiceberg's to_arrow raises here); the result and a
+    warning say it covers a sample, and the violations inside the sample are found. A reference that would read
+    more than the budget, or a budget of 0, is an error naming the setting."""
+    from pyiceberg.table import DataScan
+
+    from lakehouse.errors import ConfigError
+
+    lh = ods
+    ok = {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "o_orderkey"}}
+    half = {"type": "expect_column_values_to_be_between", "kwargs": {"column": "o_orderkey", "max_value": 499}}
+    suite = {"name": "sampled", "expectations": [ok, half]}  # keys 500..999 violate, in every file (by hash)
+    monkeypatch.setattr(DataScan, "to_arrow", lambda *a, **k: pytest.fail("the snapshot was read whole"))
+    monkeypatch.setenv("LAKESTREAM_QUALITY_DRIVER_BUDGET_ROWS", "300")
+    caplog.set_level(logging.WARNING, logger="quality.expectations")
+    result = run_suite(lh, "ods.orders", suite)
+    assert result.details["sample"] == {"rows": 300, "of": N_ORDERS} and result.rows == 300
+    assert result.details["engine"] == "pandas" and result.details["passed"] == 1
+    [v] = result.violations
+    sample = qx._sample(lh, lh.lake_table("ods.orders"), "ods.orders", result.snapshot_id, 300)
+    violating = pa.compute.sum(pa.compute.greater(sample["o_orderkey"], 499)).as_py()
+    assert v.actual["element_count"] == 300 and v.actual["unexpected_count"] == violating > 0
+    [note] = result.details["warnings"]
+    assert "a sample of 300 of the snapshot's 1,000 rows" in note and "LAKESTREAM_QUALITY_DRIVER_BUDGET_ROWS" in note
+    assert note in caplog.text
+    assert verdicts(run_suite(lh, "ods.orders", suite)) == verdicts(result)  # the same snapshot, the same sample
+
+    values = {"$lakestream": "column_values", "table": "ods.customer", "column": "c_custkey"}
+    refs = {
+        "name": "r",
+        "expectations": [
+            {"type": "expect_column_values_to_be_in_set", "kwargs": {"column": "o_custkey", "value_set": values}}
+        ],
+    }
+    monkeypatch.setenv("LAKESTREAM_QUALITY_DRIVER_BUDGET_ROWS", str(N_CUSTOMERS - 1))
+    with pytest.raises(QualityError, match=r"column_values to ods.customer .* budget of 99 rows \(LAKESTREAM_QUALITY"):
+        run_suite(lh, "ods.orders", refs)
+    with pytest.raises(QualityError, match=r"budget of 0 rows \(LAKESTREAM_QUALITY_DRIVER_BUDGET_ROWS\) and no Spark"):
+        run_suite(lh, "ods.orders", suite, driver_budget_rows=0)
+    for bad in ("-5", "1.5", "many"):
+        monkeypatch.setenv("LAKESTREAM_QUALITY_DRIVER_BUDGET_ROWS", bad)
+        with pytest.raises(
+            ConfigError, match=f"LAKESTREAM_QUALITY_DRIVER_BUDGET_ROWS is a whole number of rows >= 0.*got '{bad}'"
+        ):
+            run_suite(lh, "ods.orders", suite)
 
 
 # -- bad suite files ----------------------------------------------------------------------------------------
