@@ -2,7 +2,8 @@
 
 ``run_checks(lh, ...)`` is what `lakestream check`, ``jobs/check.py`` and the ``lake_quality`` DAG call:
 
-1. `quality.reconcile.reconcile` of each table (lake == log at every committed offset);
+1. `quality.reconcile.reconcile` of each table (lake == log at every committed offset; its buckets' reads on
+   Spark's executors when a Spark session is given);
 2. with a project, table by table in dependency order (the project's sources, then its models, then any other
    table): its Great Expectations suite (`quality.expectations`) on the snapshot just reconciled (on Spark's
    executors when the snapshot is above the driver's budget, `quality_driver_budget_rows`, and a Spark session
