@@ -39,14 +39,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def check(lh, args) -> int:
+    from lakehouse.spark import spark_session
     from quality.check import run_checks
 
     project = args.project
-    spark = None
-    if project:
-        from lakehouse.spark import spark_session
-
-        spark = spark_session(app_name=submitted_app_name(APP_NAME))  # no master: spark-submit's --master
+    # no master: spark-submit's --master; reconciliation reads on its executors, layer checks and suites run on it
+    spark = spark_session(app_name=submitted_app_name(APP_NAME))
     run = run_checks(
         lh,
         tables=args.table or None,

@@ -55,7 +55,11 @@ def check(
         Path | None, typer.Option(help="a layers project: its expectation suites and layer checks run too")
     ] = None,
     spark_master: Annotated[
-        str | None, typer.Option(help="Spark for the layer checks (with --project), e.g. local[2]")
+        str | None,
+        typer.Option(
+            help="Spark, e.g. local[2] or spark://host:7077: reconciliation (and with --project the layer checks "
+            "and suites above the driver's budget) read on its executors"
+        ),
     ] = None,
     publish: Annotated[
         bool, typer.Option("--publish/--no-publish", help="move each passing table's tag 'published'")
@@ -73,7 +77,7 @@ def check(
     try:
         lh = _lakehouse(warehouse, config)
         spark = None
-        if project is not None and spark_master:
+        if spark_master:
             from lakehouse.spark import spark_session
 
             spark = spark_session(master=spark_master, app_name="lakestream-check")
