@@ -141,7 +141,7 @@ def reads(lh: Lakehouse, name: str, spark, expected: int) -> dict[str, float]:
     con = duckdb_connection()
 
     def duck() -> None:  # every column, as the other reads
-        assert con.sql(f"SELECT * FROM iceberg_scan('{location}')").fetch_arrow_table().num_rows == expected
+        assert con.sql(f"SELECT * FROM iceberg_scan('{location}')").to_arrow_table().num_rows == expected
 
     def duck_aggregate() -> None:  # one column, no rows out: what is left is the deletes' cost
         assert con.sql(f"SELECT count(*), sum(o_custkey) FROM iceberg_scan('{location}')").fetchone()[0] == expected
