@@ -116,7 +116,10 @@ def delta_rounds(base: pa.Table, rounds: list[tuple], tmp: Path) -> list[float]:
     return times
 
 
-def median_seconds(fn, repeats: int = 3) -> float:
+def median_seconds(fn, repeats: int = 7) -> float:
+    """The median of ``repeats`` timed calls after one untimed (a read of 10 M rows varies 1.2-2.9 s from one call
+    to the next with how much of its result the allocator must take from the kernel again)."""
+    fn()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
