@@ -139,7 +139,9 @@ class _InTask:
 
 
 #: Checkers unpickled in this process (an executor's Python worker runs many tasks of one check), by
-#: (store, table, metadata file): each loads the table's definition and metadata once.
+#: (store, table, metadata file): each loads the table's definition and metadata once. A worker lives on across
+#: checks, so only the newest few are kept.
+TASK_CHECKERS_KEPT = 8
 _TASK_CHECKERS: dict[tuple, _Checker] = {}
 _TASK_CHECKERS_LOCK = threading.Lock()
 
@@ -190,6 +192,8 @@ class _Checker:
             if base is None:
                 base = _Checker(Lakehouse(shared_store(state["store_url"], state["store_options"])), state["name"])
                 _TASK_CHECKERS[key] = base
+                while len(_TASK_CHECKERS) > TASK_CHECKERS_KEPT:
+                    del _TASK_CHECKERS[next(iter(_TASK_CHECKERS))]  # the oldest (dicts keep insertion order)
         self.__dict__.update(base.fork().__dict__)
         self.unavailable = set(state["unavailable"])
 
