@@ -273,8 +273,8 @@ def _differing_keys(
     model's table after the round, joined on the key (null-safe) in executor tasks, columns compared as
     `compare_rows` does (floating point within `FLOAT_TOLERANCE`), plus the keys the table holds more than once.
     Returns the first `MAX_VIOLATIONS` differing keys (by key, nulls last), how many differ, and the rows
-    compared: never a table's rows in the driver. A clean table costs one pass over both sides (the keys of a
-    repeated key: one more over the table's keys); the keys of differences are collected only if there are any."""
+    compared: never a table's rows in the driver. A clean table costs one pass over both sides plus one over the
+    table's keys (for a key held twice); where rows differ, two more passes count and collect the differing keys."""
     from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
 
     from lakehouse.spark import read_table
