@@ -10,6 +10,10 @@ Environment variables:
                             the rows a Great Expectations suite may validate in the driver (default
                             1000000): a larger snapshot runs on Spark's executors, or without Spark is
                             validated on a sample of that many rows (`quality.expectations`)
+    LAKESTREAM_LAYERS_DRIVER_BUDGET_ROWS
+                            the changed input rows up to which a layers round runs in the driver (default
+                            100000; 0: always on Spark's executors); a larger round runs in executor tasks
+                            (`layers.executors`)
     LAKESTREAM_CONFIG       path of an optional YAML file
 
 YAML file (every key optional)::
@@ -22,6 +26,8 @@ YAML file (every key optional)::
       secret_access_key: ...
     quality:
       driver_budget_rows: 1000000
+    layers:
+      driver_budget_rows: 100000
 
 Everything else in lakestream receives its store (and later its catalog and Spark session) as
 arguments; nothing below this module reads the environment.
@@ -38,13 +44,27 @@ from typing import Any
 
 import yaml
 
-from lakehouse.errors import ConfigError
+from lakehouse.errors import ConfigError, InvalidArgument
 from object_store import ObjectStore, open_store
 
 DEFAULT_WAREHOUSE_DIR = "lakestream-warehouse"
 #: The rows a quality check may hold in the driver (see `Settings.quality_driver_budget_rows`).
 DEFAULT_QUALITY_DRIVER_BUDGET_ROWS = 1_000_000
 QUALITY_DRIVER_BUDGET_ENV = "LAKESTREAM_QUALITY_DRIVER_BUDGET_ROWS"
+#: The changed input rows up to which a layers round runs in the driver (see `Settings.layers_driver_budget_rows`).
+DEFAULT_LAYERS_DRIVER_BUDGET_ROWS = 100_000
+LAYERS_DRIVER_BUDGET_ENV = "LAKESTREAM_LAYERS_DRIVER_BUDGET_ROWS"
+#: The settings that are numbers of rows: what each bounds (for errors) and its default.
+_ROWS = {
+    "quality_driver_budget_rows": (
+        "the rows a quality suite may validate in the driver",
+        DEFAULT_QUALITY_DRIVER_BUDGET_ROWS,
+    ),
+    "layers_driver_budget_rows": (
+        "the changed input rows up to which a layers round runs in the driver",
+        DEFAULT_LAYERS_DRIVER_BUDGET_ROWS,
+    ),
+}
 
 _ENV = {
     "warehouse": "LAKESTREAM_WAREHOUSE",
@@ -54,6 +74,7 @@ _ENV = {
     "session_token": "AWS_SESSION_TOKEN",
     "region": "AWS_REGION",
     "quality_driver_budget_rows": QUALITY_DRIVER_BUDGET_ENV,
+    "layers_driver_budget_rows": LAYERS_DRIVER_BUDGET_ENV,
 }
 _YAML_S3 = {
     "endpoint": "s3_endpoint",
@@ -62,7 +83,11 @@ _YAML_S3 = {
     "secret_access_key": "secret_access_key",
     "session_token": "session_token",
 }
-_YAML_QUALITY = {"driver_budget_rows": "quality_driver_budget_rows"}
+#: YAML sections of rows settings: section -> {key: setting}
+_YAML_ROWS = {
+    "quality": {"driver_budget_rows": "quality_driver_budget_rows"},
+    "layers": {"driver_budget_rows": "layers_driver_budget_rows"},
+}
 
 
 @dataclass(frozen=True)
@@ -80,6 +105,11 @@ class Settings:
     #: this many rows is (`quality.expectations`). Work whose size follows the data runs on the executors: the
     #: driver's shortcut is bounded by this setting, never the path for a large table.
     quality_driver_budget_rows: int = DEFAULT_QUALITY_DRIVER_BUDGET_ROWS
+    #: A layers round whose inputs changed by up to this many rows (records in the round's log ranges) may run in
+    #: the driver (seconds-fresh rounds of ``layers run --follow``); above it the round's changed keys, hops, old
+    #: rows, diff and appends run in Spark's executor tasks (`layers.executors`), whatever starting them costs.
+    #: ``0``: every round on the executors.
+    layers_driver_budget_rows: int = DEFAULT_LAYERS_DRIVER_BUDGET_ROWS
 
     def store_options(self) -> dict[str, Any]:
         """Options for `object_store.open_store` (empty for a ``file://`` warehouse)."""
@@ -127,22 +157,21 @@ def load_settings(
         values.update(_read_yaml(Path(path)))
     for name, var in _ENV.items():
         if env.get(var):
-            values[name] = _rows(env[var], var) if name == "quality_driver_budget_rows" else env[var]
+            values[name] = _rows(env[var], var, name) if name in _ROWS else env[var]
     if "region" not in values and env.get("AWS_DEFAULT_REGION"):
         values["region"] = env["AWS_DEFAULT_REGION"]
     unknown = set(overrides) - {f.name for f in fields(Settings)}
     if unknown:
         raise ConfigError(f"unknown setting(s) {sorted(unknown)}; known: {sorted(_ENV)}")
-    if overrides.get("quality_driver_budget_rows") is not None:
-        overrides["quality_driver_budget_rows"] = _rows(
-            overrides["quality_driver_budget_rows"], "the setting quality_driver_budget_rows"
-        )
+    for name in _ROWS:
+        if overrides.get(name) is not None:
+            overrides[name] = _rows(overrides[name], f"the setting {name}", name)
     values.update({k: v for k, v in overrides.items() if v is not None})
     values["warehouse"] = normalize_warehouse(values.get("warehouse"))
     return Settings(**values)
 
 
-def _rows(value: Any, origin: str) -> int:
+def _rows(value: Any, origin: str, setting: str) -> int:
     """A number of rows >= 0 (an int, or a string of digits: ``1_000_000`` too, as Python writes it); else a
     `ConfigError` naming ``origin``, where the value came from."""
     text = str(value).strip()
@@ -150,11 +179,24 @@ def _rows(value: Any, origin: str) -> int:
     if not whole and isinstance(value, str) and re.fullmatch(r"[0-9]+(_[0-9]+)*", text):
         whole = True
     if not whole or int(text) < 0:
-        raise ConfigError(
-            f"{origin} is a whole number of rows >= 0 (the rows a quality suite may validate in the driver, "
-            f"default {DEFAULT_QUALITY_DRIVER_BUDGET_ROWS}), got {value!r}"
-        )
+        what, default = _ROWS[setting]
+        raise ConfigError(f"{origin} is a whole number of rows >= 0 ({what}, default {default}), got {value!r}")
     return int(text)
+
+
+def budget_rows(settings: Settings | None, name: str, rows: int | None = None) -> int:
+    """A driver budget (``name``, a rows setting): ``rows`` if given, else ``settings``' value, else the
+    environment / YAML's (`load_settings`).
+
+    Raises:
+        ConfigError: the setting is not a whole number >= 0 (the message names it).
+        InvalidArgument: ``rows`` is not a whole number >= 0.
+    """
+    if rows is not None:
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+            raise InvalidArgument(f"driver_budget_rows is a whole number of rows >= 0, got {rows!r}")
+        return rows
+    return int(getattr(settings if settings is not None else load_settings(), name))
 
 
 def normalize_warehouse(url: str | None) -> str:
@@ -183,18 +225,17 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     for key, value in doc.items():
         if key == "warehouse":
             out["warehouse"] = _scalar(path, "warehouse", value)
-        elif key == "quality":
+        elif key in _YAML_ROWS:
             if value is None:
                 continue
+            known = _YAML_ROWS[key]
             if not isinstance(value, dict):
-                raise ConfigError(
-                    f"config file {path}: quality must be a mapping of {sorted(_YAML_QUALITY)}, got {value!r}"
-                )
+                raise ConfigError(f"config file {path}: {key} must be a mapping of {sorted(known)}, got {value!r}")
             for k, v in value.items():
-                if k not in _YAML_QUALITY:
-                    raise ConfigError(f"config file {path}: unknown key quality.{k}; known: {sorted(_YAML_QUALITY)}")
+                if k not in known:
+                    raise ConfigError(f"config file {path}: unknown key {key}.{k}; known: {sorted(known)}")
                 if v is not None:
-                    out[_YAML_QUALITY[k]] = _rows(v, f"config file {path}: quality.{k}")
+                    out[known[k]] = _rows(v, f"config file {path}: {key}.{k}", known[k])
         elif key == "s3":
             if value is None:
                 continue
@@ -205,7 +246,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
                     raise ConfigError(f"config file {path}: unknown key s3.{k}; known: {sorted(_YAML_S3)}")
                 out[_YAML_S3[k]] = _scalar(path, f"s3.{k}", v)
         else:
-            raise ConfigError(f"config file {path}: unknown key {key!r}; known: 'warehouse', 's3', 'quality'")
+            raise ConfigError(f"config file {path}: unknown key {key!r}; known: 'warehouse', 's3', 'quality', 'layers'")
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -220,9 +261,12 @@ def _scalar(path: Path, key: str, value: Any) -> str | None:
 
 
 __all__ = [
+    "DEFAULT_LAYERS_DRIVER_BUDGET_ROWS",
     "DEFAULT_QUALITY_DRIVER_BUDGET_ROWS",
+    "LAYERS_DRIVER_BUDGET_ENV",
     "QUALITY_DRIVER_BUDGET_ENV",
     "Settings",
+    "budget_rows",
     "load_settings",
     "normalize_warehouse",
 ]

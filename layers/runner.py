@@ -16,9 +16,12 @@ M's table to M's log (tiering then moves them into the lake as for any table):
 3. Only then each input subscription advances to the round's end (a compare-and-swap), which ends the round.
 
 Which keys a range affects follows the model's plan (`layers.planner`); an incremental round's rows are computed
-by `layers.incremental`. A ``recompute`` model's every round, every model's first round and a rebuild compute the
-whole SQL, diffed against the whole table bucket by bucket in Spark tasks, which append their buckets themselves
-(`layers.writer`). Who may run a round: `layers.lease`; the tables' checks before it: `layers.deploy`.
+by `layers.incremental` in the driver while its input ranges hold at most ``driver_budget_rows`` records (the
+setting ``layers_driver_budget_rows``, ``LAKESTREAM_LAYERS_DRIVER_BUDGET_ROWS``: seconds-fresh small rounds),
+else in Spark's executor tasks (`layers.executors`: the driver holds plans and counts only). A ``recompute``
+model's every round, every model's first round and a rebuild compute the whole SQL, diffed against the whole
+table bucket by bucket in Spark tasks, which append their buckets themselves (`layers.writer`). Who may run a
+round: `layers.lease`; the tables' checks before it: `layers.deploy`.
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ import pyarrow as pa
 
 from lakehouse.boundaries import hold, read_boundary, release
 from lakehouse.errors import SubscriptionConflict, SubscriptionNotFound
+from lakehouse.settings import budget_rows
 from layers.deploy import Deployer
 from layers.errors import LayerConflict, ModelChanged
+from layers.executors import ExecutorRound, round_input_rows
 from layers.follow import follow
 from layers.incremental import Handover, RoundRows, contiguous_end
 from layers.lease import Owner, RoundLease, take_over
@@ -74,7 +79,9 @@ Positions = dict[str, dict[int, int]]
 
 class Runner:
     """A project's models over one warehouse (see the module). ``spark`` is started on first need (master
-    ``spark_master``) unless given; `close` stops a session started here."""
+    ``spark_master``) unless given; `close` stops a session started here. ``driver_budget_rows``: the input
+    records up to which an incremental round runs in the driver (default: the setting
+    ``layers_driver_budget_rows`` of ``lh``'s settings, else of the environment / YAML)."""
 
     def __init__(
         self,
@@ -83,8 +90,10 @@ class Runner:
         spark: SparkSession | None = None,
         *,
         spark_master: str | None = "local[2]",
+        driver_budget_rows: int | None = None,
     ) -> None:
         self.lh = lh
+        self.driver_budget_rows = driver_budget(lh, driver_budget_rows)
         self.project = project
         self.plans: dict[str, ModelPlan] = {p.model: p for p in explain(project)}
         self.spark_master = spark_master
@@ -408,6 +417,12 @@ class Runner:
             if record.start is not None:
                 reason = plan.reason
             upserts, deletes, changes, affected = self._full(record, appending)
+        elif round_input_rows(record) > self.driver_budget_rows:
+            strategy = plan.strategy
+            upserts, deletes, changes, affected, note = ExecutorRound(self.lh, self.project, self.sql).run(
+                record, plan, appending
+            )
+            reason = f"{plan.reason} ({note})" if note else plan.reason
         else:
             strategy, reason = plan.strategy, plan.reason
             rows, gone, left, changes, affected, note = self.rows.compute(record, plan)
@@ -485,6 +500,18 @@ class Runner:
                 before_append=appending,
             )
         return upserts, deletes, 0, rows
+
+
+def driver_budget(lh: Lakehouse, rows: int | None = None) -> int:
+    """The input records up to which an incremental round may run in the driver: ``rows`` if given, else the
+    setting ``layers_driver_budget_rows`` of ``lh``'s settings (`Lakehouse.from_env`), else of the environment /
+    YAML (`lakehouse.settings.load_settings`).
+
+    Raises:
+        ConfigError: the setting is not a whole number >= 0 (the message names it).
+        InvalidArgument: ``rows`` is not a whole number >= 0.
+    """
+    return budget_rows(lh.settings, "layers_driver_budget_rows", rows)
 
 
 def _after(position: Mapping[int, int], end: Mapping[int, int]) -> bool:

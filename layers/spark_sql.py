@@ -1,9 +1,10 @@
 """Running a model's Spark SQL over lakestream tables, each read as of an offset map or given as rows.
 
 `SparkSql.run(query, views)` rewrites the query's table references (``ods.orders``) to temporary views and
-returns the result as Arrow. A view is either an offset map (the table as of those offsets, read by the
-``lakestream`` Spark data source on the executors: one task per bucket) or an Arrow table the round already
-restricted to the rows it needs (changed keys and what they join to). Names that are not tables of the query
+returns the result as Arrow. A view is an offset map (the table as of those offsets, read by the
+``lakestream`` Spark data source on the executors: one task per bucket), an Arrow table the round already
+restricted to the rows it needs (changed keys and what they join to), or a DataFrame of such rows (a round on
+the executors, `layers.executors`: the rows never reach the driver). Names that are not tables of the query
 (``__groups``) are registered as they are, for the round's own joins.
 """
 
@@ -38,7 +39,8 @@ class Filtered:
     row_filter: Any
 
 
-View = pa.Table | Mapping[int, int] | Filtered
+if TYPE_CHECKING:
+    View = pa.Table | Mapping[int, int] | Filtered | DataFrame
 _counter = itertools.count()
 #: The Spark conf that sets how many rows of an Arrow table go into one partition of ``createDataFrame``.
 BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
@@ -58,6 +60,10 @@ class SparkSql:
         self, name: str, view: View, schema: pa.Schema | None = None, columns: list[str] | None = None
     ) -> DataFrame:
         """A DataFrame of ``view`` with only ``columns`` (default all; the order of the table's schema)."""
+        from pyspark.sql import DataFrame
+
+        if isinstance(view, DataFrame):
+            return view if columns is None else view.select(*(c for c in view.columns if c in columns))
         if isinstance(view, pa.Table):
             if view.num_rows == 0 and schema is not None:
                 view = schema.empty_table()

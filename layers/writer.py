@@ -33,10 +33,22 @@ if TYPE_CHECKING:
     from lakehouse.lakehouse import Lakehouse
     from lakehouse.union import ReadPlan
 
-__all__ = ["BucketWriter", "append_round", "check_keys", "diff_rows", "round_sequence", "write_full"]
+__all__ = [
+    "BucketWriter",
+    "KeysWriter",
+    "append_round",
+    "check_frame_keys",
+    "check_keys",
+    "diff_rows",
+    "round_sequence",
+    "write_full",
+    "write_keys",
+]
 
 APPEND_ATTEMPTS = 5
 BUCKET = "__lakestream_bucket"
+#: In an incremental round's task rows: 0 a new row, 1 a key the round covers (`KeysWriter`).
+KIND = "__lakestream_kind"
 SUMMARY = "bucket int, upserts long, deletes long, rows long"
 
 
@@ -191,34 +203,71 @@ class BucketWriter:
             ids = bucket_ids(batch.column(definition.bucket_key).cast(key_type), definition.buckets)
             yield batch.append_column(BUCKET, ids)
 
-    def write(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Diff and append every bucket of this task's rows; one summary row per bucket."""
+    def _log(self) -> Any:
         from lakehouse.datafiles import shared_store
         from lakehouse.log import Log
+
+        return Log(shared_store(self.store_url, self.store_options), self._definition(), max_workers=4)
+
+    def _append(self, log_: Any, bucket: int, new: pa.Table, old: pa.Table, rows: int) -> pa.RecordBatch:
+        """Diff ``new`` against ``old`` (one bucket's) and append the difference; the bucket's summary row."""
+        upserts, deletes = diff_rows(self.model, new, old, self.schema, self.key)
+        append_round(log_, upserts, "upsert", self.producer, self.number)
+        append_round(log_, deletes, "delete", self.producer, self.number)
+        return pa.RecordBatch.from_pydict(
+            {"bucket": [bucket], "upserts": [upserts.num_rows], "deletes": [deletes.num_rows], "rows": [rows]},
+            schema=pa.schema(
+                [("bucket", pa.int32()), ("upserts", pa.int64()), ("deletes", pa.int64()), ("rows", pa.int64())]
+            ),
+        )
+
+    def write(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Diff and append every bucket of this task's rows; one summary row per bucket."""
+        received = [b for b in batches if b.num_rows]
+        if not received:
+            return
+        rows = pa.Table.from_batches(received)
+        log_ = self._log()
+        try:
+            for bucket in sorted(pc.unique(rows[BUCKET]).to_pylist()):
+                new = rows.filter(pc.equal(rows[BUCKET], bucket)).drop_columns([BUCKET])
+                old = read_bucket(self.old, bucket, log_, self.schema)
+                yield self._append(log_, bucket, new, old, new.num_rows)
+        finally:
+            log_.close()
+
+
+@dataclass(frozen=True)
+class KeysWriter(BucketWriter):
+    """What a Spark task needs to write its buckets of an incremental round on the executors: ``old`` is a point
+    lookup of the model's table as of the round's output offsets (`lakehouse.changes.plan_lookup`), ``lake``
+    reaches its files. A task's rows are the round's new rows (``KIND`` 0) and the keys the round covers (``KIND``
+    1, key columns only): their old rows are looked up, diffed against the new ones, the difference appended."""
+
+    lake: Any = None  # lakehouse.datafiles.LakeContext
+
+    def write(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Diff and append every bucket of this task's rows; one summary row per bucket (``rows``: its keys)."""
+        from lakehouse.changes import read_bucket_rows
 
         received = [b for b in batches if b.num_rows]
         if not received:
             return
         rows = pa.Table.from_batches(received)
-        log_ = Log(shared_store(self.store_url, self.store_options), self._definition(), max_workers=4)
+        items = {item.bucket: item for item in self.old.buckets}
+        key_schema = pa.schema([self.schema.field(k) for k in self.key])
+        log_ = self._log()
         try:
             for bucket in sorted(pc.unique(rows[BUCKET]).to_pylist()):
-                new = rows.filter(pc.equal(rows[BUCKET], bucket)).drop_columns([BUCKET])
-                old = read_bucket(self.old, bucket, log_, self.schema)
-                upserts, deletes = diff_rows(self.model, new, old, self.schema, self.key)
-                append_round(log_, upserts, "upsert", self.producer, self.number)
-                append_round(log_, deletes, "delete", self.producer, self.number)
-                yield pa.RecordBatch.from_pydict(
-                    {
-                        "bucket": [bucket],
-                        "upserts": [upserts.num_rows],
-                        "deletes": [deletes.num_rows],
-                        "rows": [new.num_rows],
-                    },
-                    schema=pa.schema(
-                        [("bucket", pa.int32()), ("upserts", pa.int64()), ("deletes", pa.int64()), ("rows", pa.int64())]
-                    ),
-                )
+                part = rows.filter(pc.equal(rows[BUCKET], bucket))
+                is_key = pc.equal(part[KIND], 1)
+                new = part.filter(pc.invert(is_key)).select(self.schema.names)
+                keys = part.filter(is_key).select(list(self.key)).cast(key_schema)
+                item = items.get(bucket)
+                old = self.schema.empty_table()
+                if item is not None and keys.num_rows:
+                    old = read_bucket_rows(self.old, item, log_, self.lake, keys).select(self.schema.names)
+                yield self._append(log_, bucket, new, old, keys.num_rows)
         finally:
             log_.close()
 
@@ -259,28 +308,12 @@ def write_full(
         lh.store.url,
         dict(lh.store.connection_options()),
     )
-    columns = list(new.columns)
-    if sorted(columns) != sorted(schema.names):
-        raise ModelSchemaChanged(
-            f"model {model}: its SQL's columns {columns} are not its table's {schema.names}; make the SQL give the "
-            f"table's columns, or drop the model's table (lakestream table drop {model} --yes) and run lakestream "
-            "layers deploy: its next round builds it in full. Nothing was written for this round",
-            model=model,
-        )
+    _check_columns(model, list(new.columns), schema)
     rows = new.persist()
     try:
-        # one aggregation finds both: a key yielded twice, and a null key (a group of its own)
-        null = " OR ".join(f"`{k}` IS NULL" for k in key)
-        bad = rows.groupBy(*key).count().filter(f"count > 1 OR {null}")
-        sample = [r.asDict() for r in bad.limit(3).collect()]
-        if any(any(s[k] is None for k in key) for s in sample):
-            nulls = rows.filter(null)
-            null_key_error(model, nulls.count(), nulls.limit(1).collect()[0].asDict(), key)
-        if sample:
-            _twice_error(model, bad.count(), [{k: s[k] for k in key} for s in sample], key)
+        check_frame_keys(model, rows, key)
         before_append()
-        spark_schema = f"{', '.join(f'`{f.name}` {_ddl(rows, f.name)}' for f in rows.schema)}, {BUCKET} int"
-        tagged = rows.mapInArrow(writer.tag, spark_schema)
+        tagged = rows.mapInArrow(writer.tag, f"{_ddl_of(rows)}, {BUCKET} int")
         summary = tagged.repartition(definition.buckets, BUCKET).mapInArrow(writer.write, SUMMARY).collect()
     finally:
         rows.unpersist()
@@ -295,6 +328,93 @@ def write_full(
     return upserts, deletes + gone_rows.num_rows, sum(r["rows"] for r in summary)
 
 
+def write_keys(
+    lh: Lakehouse,
+    model: str,
+    number: int,
+    producer: str,
+    output: dict[int, int],
+    new: DataFrame,
+    keys: DataFrame,
+    key: Sequence[str],
+    *,
+    before_append: Callable[[], None] = lambda: None,
+) -> tuple[int, int, int]:
+    """Write an incremental round's rows from Spark tasks: ``new`` (a DataFrame of the model's SQL over the
+    round's restricted inputs) diffed against the old rows of ``keys`` (the model keys the round covers, as a
+    DataFrame: its new rows outside them are dropped, its keys without a new row deleted), both partitioned by
+    the model's bucket; each task looks its keys' old rows up (as of ``output``), diffs and appends, under the
+    round's producer id and sequences (see the module). ``before_append`` is called once the rows are checked.
+    Returns (upserts, deletes, keys covered); nothing but those counts reaches the driver.
+
+    Raises:
+        ModelSchemaChanged: the rows' columns are not the table's.
+        ModelKeyError: a key is null or comes twice. Nothing was appended.
+    """
+    from pyspark.sql import functions as F
+
+    from lakehouse.changes import plan_lookup
+    from lakehouse.datafiles import LakeContext
+
+    definition = lh.table(model)
+    schema = definition.schema
+    key = list(key)
+    table = lh.lake_table(model)
+    old = plan_lookup(table, lh.log(model), output, range(definition.buckets))
+    writer = KeysWriter(
+        model,
+        definition.to_json(),
+        schema,
+        tuple(key),
+        old,  # type: ignore[arg-type]
+        producer,
+        number,
+        lh.store.url,
+        dict(lh.store.connection_options()),
+        lake=LakeContext.of(lh.store, table),
+    )
+    _check_columns(model, list(new.columns), schema)
+    rows = new.select(*schema.names).persist()
+    try:
+        check_frame_keys(model, rows, key)  # before the semi join, which would drop null keys unseen
+        wanted = keys.select(*(F.col(k).cast(rows.schema[k].dataType).alias(k) for k in key)).distinct()
+        both = (
+            rows.join(wanted, on=key, how="left_semi")
+            .select(*schema.names)
+            .withColumn(KIND, F.lit(0).cast("int"))
+            .unionByName(wanted.withColumn(KIND, F.lit(1).cast("int")), allowMissingColumns=True)
+        )
+        before_append()
+        tagged = both.mapInArrow(writer.tag, f"{_ddl_of(both)}, {BUCKET} int")
+        summary = tagged.repartition(definition.buckets, BUCKET).mapInArrow(writer.write, SUMMARY).collect()
+    finally:
+        rows.unpersist()
+    return sum(r["upserts"] for r in summary), sum(r["deletes"] for r in summary), sum(r["rows"] for r in summary)
+
+
+def check_frame_keys(model: str, rows: DataFrame, key: Sequence[str]) -> None:
+    """`check_keys` of a DataFrame: one Spark aggregation finds both a key yielded twice and a null key (a
+    group of its own); only a sample of the bad keys reaches the driver."""
+    null = " OR ".join(f"`{k}` IS NULL" for k in key)
+    bad = rows.groupBy(*key).count().filter(f"count > 1 OR {null}")
+    sample = [r.asDict() for r in bad.limit(3).collect()]
+    if any(any(s[k] is None for k in key) for s in sample):
+        nulls = rows.filter(null)
+        null_key_error(model, nulls.count(), nulls.limit(1).collect()[0].asDict(), key)
+    if sample:
+        _twice_error(model, bad.count(), [{k: s[k] for k in key} for s in sample], key)
+
+
+def _check_columns(model: str, columns: list[str], schema: pa.Schema) -> None:
+    if sorted(columns) != sorted(schema.names):
+        raise ModelSchemaChanged(
+            f"model {model}: its SQL's columns {columns} are not its table's {schema.names}; make the SQL give the "
+            f"table's columns, or drop the model's table (lakestream table drop {model} --yes) and run lakestream "
+            "layers deploy: its next round builds it in full. Nothing was written for this round",
+            model=model,
+        )
+
+
 def read_bucket(plan: ReadPlan, bucket: int, log_: Any, schema: pa.Schema) -> pa.Table:
     """One bucket of a located read plan, the model's columns only."""
     batches = [b for b in plan.execute(bucket, log_) if b.num_rows]
@@ -303,5 +423,5 @@ def read_bucket(plan: ReadPlan, bucket: int, log_: Any, schema: pa.Schema) -> pa
     return pa.Table.from_batches(batches).select(schema.names)
 
 
-def _ddl(df: DataFrame, column: str) -> str:
-    return df.schema[column].dataType.simpleString()
+def _ddl_of(df: DataFrame) -> str:
+    return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in df.schema)

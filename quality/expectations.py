@@ -86,7 +86,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse.settings import QUALITY_DRIVER_BUDGET_ENV as BUDGET_SETTING
 from quality._gx import DOCS_SITE, ephemeral_context, quiet
-from quality.errors import InvalidArgument, QualityError, SuiteError
+from quality.errors import QualityError, SuiteError
 from quality.results import GX, CheckResult, Violation
 
 if TYPE_CHECKING:
@@ -350,14 +350,9 @@ def driver_budget(lh: Lakehouse, rows: int | None = None) -> int:
         ConfigError: the setting is not a whole number >= 0 (the message names it).
         InvalidArgument: ``rows`` is not a whole number >= 0.
     """
-    if rows is not None:
-        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
-            raise InvalidArgument(f"driver_budget_rows is a whole number of rows >= 0, got {rows!r}")
-        return rows
-    from lakehouse.settings import load_settings
+    from lakehouse.settings import budget_rows
 
-    settings = lh.settings if lh.settings is not None else load_settings()
-    return settings.quality_driver_budget_rows
+    return budget_rows(lh.settings, "quality_driver_budget_rows", rows)
 
 
 def run_suite(

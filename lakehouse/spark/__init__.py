@@ -1,7 +1,7 @@
 """lakehouse's Spark adapter: sessions and the ``lakestream`` data source, above the facade (which takes a session
 or an executor as an argument and never starts Spark itself).
 
-    session.py  spark_session (no jars; registers the format), read_table, watch_executors
+    session.py  spark_session (no jars; registers the format), read_table, read_changes, watch_executors
     source.py   spark.read.format("lakestream"): a Python data source executing the read plan
 
 The task executor that runs tiering and compaction tasks on Spark is a backend of the core's executors
@@ -11,7 +11,7 @@ The task executor that runs tiering and compaction tasks on Spark is a backend o
 from __future__ import annotations
 
 # session first: it silences PySpark's pandas warning before pyspark is imported
-from lakehouse.spark.session import filter_text, quiet_logs, read_table, spark_session, watch_executors
+from lakehouse.spark.session import filter_text, quiet_logs, read_changes, read_table, spark_session, watch_executors
 from lakehouse.spark.source import register
 
-__all__ = ["filter_text", "quiet_logs", "read_table", "register", "spark_session", "watch_executors"]
+__all__ = ["filter_text", "quiet_logs", "read_changes", "read_table", "register", "spark_session", "watch_executors"]

@@ -212,12 +212,45 @@ def read_table(
     if row_filter is not None:
         reader = reader.option("filter", filter_text(row_filter))
     if as_of is not None:
-        reader = reader.option("as_of", ",".join(f"{int(b)}:{int(o)}" for b, o in sorted(as_of.items())))
+        reader = reader.option("as_of", _offsets_text(as_of))
     if ref is not None:
         reader = reader.option("ref", ref)
     if snapshot_id is not None:
         reader = reader.option("snapshot_id", str(int(snapshot_id)))
     return reader.load(str(name))
+
+
+def read_changes(
+    spark: SparkSession,
+    lh: Lakehouse,
+    name: str,
+    start: Mapping[int, int],
+    end: Mapping[int, int],
+    *,
+    columns: Sequence[str] | None = None,
+    before_images: bool = False,
+) -> DataFrame:
+    """A DataFrame of the table's net changelog between the offset maps ``start`` and ``end`` (as
+    `Lakehouse.changes`: ``columns`` plus the primary key, ``__bucket``, ``__offset``, ``__timestamp`` and
+    ``_op``), read by Spark tasks, one per bucket with changes."""
+    from lakehouse.spark.source import register
+
+    register(spark, lh)
+    reader = (
+        spark.read.format("lakestream")
+        .option("warehouse", lh.url)
+        .option("changes", "true")
+        .option("start", _offsets_text(start))
+        .option("end", _offsets_text(end))
+        .option("before_images", str(before_images).lower())
+    )
+    if columns is not None:
+        reader = reader.option("columns", ",".join(columns))
+    return reader.load(str(name))
+
+
+def _offsets_text(offsets: Mapping[int, int]) -> str:
+    return ",".join(f"{int(b)}:{int(o)}" for b, o in sorted(offsets.items()))
 
 
 def filter_text(row_filter: RowFilter) -> str:

@@ -420,7 +420,8 @@ def _spark_schema(arrow: pa.Schema) -> StructType:
 
 @dataclass(frozen=True)
 class LakestreamPartition(InputPartition):
-    """One bucket: what to do (``mode``: "read", or "changes") and the bucket's located read."""
+    """One bucket: what to do (``mode``: "read", "changes", or "none": a read with nothing to read) and the
+    bucket's located read."""
 
     mode: str
     bucket: int
@@ -508,6 +509,8 @@ class LakestreamReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, LakestreamPartition)
+        if partition.mode == "none":
+            return
         if partition.mode == "changes":
             batches = self._read_changes(partition)
         else:
@@ -548,7 +551,9 @@ class LakestreamReader(DataSourceReader):
         )
         ctx = LakeContext.of(shared_store(self.store_url, self._store_options), self._table)
         bare = replace(plan, buckets=())
-        return [LakestreamPartition("changes", item.bucket, None, (bare, item, ctx)) for item in plan.buckets]
+        parts = [LakestreamPartition("changes", item.bucket, None, (bare, item, ctx)) for item in plan.buckets]
+        # no partition at all is not "no rows" to PySpark: it runs one task with a partition of its own making
+        return parts or [LakestreamPartition("none", -1, None)]
 
     def _read_changes(self, partition: LakestreamPartition) -> Iterator[pa.RecordBatch]:
         from lakehouse.changes import read_bucket_changes

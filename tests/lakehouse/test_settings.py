@@ -141,3 +141,29 @@ def test_quality_driver_budget_from_yaml_environment_and_arguments(tmp_path: Pat
             load_settings(cfg, env={})
     with pytest.raises(ConfigError, match="the setting quality_driver_budget_rows is a whole number"):
         load_settings(env={}, quality_driver_budget_rows=True)
+
+
+def test_layers_driver_budget_from_yaml_environment_and_arguments(tmp_path: Path) -> None:
+    """The changed input rows up to which a layers round runs in the driver (layers.executors): default, YAML,
+    environment, argument, in that precedence; anything but a whole number >= 0 is refused naming where it came
+    from and what it bounds."""
+    from lakehouse.settings import DEFAULT_LAYERS_DRIVER_BUDGET_ROWS
+
+    assert load_settings(env={}).layers_driver_budget_rows == DEFAULT_LAYERS_DRIVER_BUDGET_ROWS == 100_000
+    cfg = tmp_path / "lake.yaml"
+    cfg.write_text("layers:\n  driver_budget_rows: 5000\nquality:\n  driver_budget_rows: 7\n")
+    settings = load_settings(cfg, env={})
+    assert (settings.layers_driver_budget_rows, settings.quality_driver_budget_rows) == (5000, 7)
+    env = {"LAKESTREAM_CONFIG": str(cfg), "LAKESTREAM_LAYERS_DRIVER_BUDGET_ROWS": "0"}
+    assert load_settings(env=env).layers_driver_budget_rows == 0
+    assert load_settings(env=env, layers_driver_budget_rows="1_000").layers_driver_budget_rows == 1000
+    with pytest.raises(ConfigError, match=r"^LAKESTREAM_LAYERS_DRIVER_BUDGET_ROWS is a whole number .*layers round"):
+        load_settings(env={"LAKESTREAM_LAYERS_DRIVER_BUDGET_ROWS": "-5"})
+    for text, message in [
+        ("layers:\n  driver_budget_rows: x\n", "layers.driver_budget_rows is a whole number of rows >= 0"),
+        ("layers:\n  budget: 3\n", "unknown key layers.budget"),
+        ("layers: [1]\n", "layers must be a mapping"),
+    ]:
+        cfg.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            load_settings(cfg, env={})

@@ -34,6 +34,8 @@ from .strategies import PROJECT, SOURCES, Change, batch, scenarios
 #: Random scenarios per run of the property test: ~8 s each on Spark local[2] on an idle 2-core machine (the file,
 #: slow tests aside, ~1:45); two to three times that under load (12 examples took 206 s at load average 8).
 EXAMPLES = 10
+#: The same with every round on the executors (`layers.executors`; more Spark jobs per round).
+EXAMPLES_ON_EXECUTORS = 4
 #: Facts a single dimension change fans out to in `test_dimension_change_fans_out_to_every_fact` (the issue
 #: asks for 100,000: `test_dimension_change_fans_out_to_100k_facts`, marked slow).
 FANOUT_FACTS = 2_000
@@ -60,11 +62,13 @@ def check(lh: Lakehouse, ods: OdsReplay, what: str) -> dict[str, pa.Table]:
 
 
 @contextmanager
-def layers_on(url: str, spark, **store_options) -> Iterator[tuple[Lakehouse, Runner]]:
+def layers_on(
+    url: str, spark, driver_budget_rows: int | None = None, **store_options
+) -> Iterator[tuple[Lakehouse, Runner]]:
     lh = Lakehouse.open(url, **store_options)
     layers = None
     try:
-        layers = Runner(lh, PROJECT, spark)
+        layers = Runner(lh, PROJECT, spark, driver_budget_rows=driver_budget_rows)
         layers.deploy()
         yield lh, layers
     finally:
@@ -120,6 +124,21 @@ def run_scenario(lh: Lakehouse, layers, steps: Sequence[tuple], *, round_after_r
 @given(steps=scenarios())
 def test_layers_equal_the_oracle_and_rebuild(spark, steps: list[tuple]) -> None:
     with tempfile.TemporaryDirectory() as tmp, layers_on(Path(tmp).as_uri(), spark) as (lh, layers):
+        run_scenario(lh, layers, steps)
+
+
+@settings(
+    max_examples=EXAMPLES_ON_EXECUTORS,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(steps=scenarios())
+def test_layers_on_the_executors_equal_the_oracle_and_rebuild(spark, steps: list[tuple]) -> None:
+    """The same property with every incremental round on Spark's executors (a driver budget of 0 rows)."""
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        layers_on(Path(tmp).as_uri(), spark, driver_budget_rows=0) as (lh, layers),
+    ):
         run_scenario(lh, layers, steps)
 
 

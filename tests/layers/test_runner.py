@@ -62,8 +62,11 @@ def test_deploy_refuses_a_table_of_another_shape(tmp_path, spark, project):
         Runner(lh, project, spark).deploy()
 
 
-def test_rounds_follow_every_kind_of_change_and_equal_a_rebuild(lakehouse, spark, project):
-    lh, layers = lakehouse, Runner(lakehouse, project, spark)
+@pytest.mark.parametrize("budget", [None, 0], ids=["driver", "executors"])
+def test_rounds_follow_every_kind_of_change_and_equal_a_rebuild(lakehouse, spark, project, budget):
+    """Both places a round can run (the driver, below its budget; Spark's executors: `layers.executors`) give the
+    rows a rebuild gives."""
+    lh, layers = lakehouse, Runner(lakehouse, project, spark, driver_budget_rows=budget)
     layers.deploy()
     load_base(lh)
     first = layers.run_once()

@@ -1,0 +1,271 @@
+"""Incremental rounds on Spark's executors: the round's rows never reach the driver.
+
+A round whose inputs changed by more rows than the driver's budget (`round_input_rows` against the setting
+``layers_driver_budget_rows``, ``LAKESTREAM_LAYERS_DRIVER_BUDGET_ROWS``) runs here instead of in the driver
+(`layers.incremental`): every step is a Spark DataFrame, computed by executor tasks, and the driver holds the plan,
+the offsets and per-bucket counts only.
+
+* **Changed keys**: each input's net changelog over the round's range (``spark.read.format("lakestream")`` with
+  ``changes``: one task per bucket with changes), keys only.
+* **Hops** (a dimension's changed keys to the driving rows that join to them) and the **restricted inputs** (the
+  driving rows of the affected keys and what they join to, as of the round's end; as of its start too for a
+  GROUP BY over a join): left semi joins of the inputs read as of those offsets, with the range of the joined
+  values (one aggregation: two values reach the driver) pushed into the read for file and row-group pruning.
+* ``keyed``: the model's SQL over the restricted inputs. ``retract``/``regroup``: the groups the changed rows
+  left (before-images, or the restricted inputs as of the start) and joined (as of the end), then the model's
+  SQL restricted to those groups over the inputs as of the end: every affected group recomputed from its rows
+  (retraction's shortcut, combining old rows and changed rows' aggregates one group at a time, stays with the
+  driver's rounds).
+* **Diff and appends** (`layers.writer.write_keys`): the new rows and the covered keys, partitioned by the
+  model's bucket; each task looks its keys' old rows up (pruned by key statistics), diffs, and appends under the
+  round's producer id and sequences, so a retried task or a resumed round writes nothing twice.
+
+The same rows result as the driver's round (tests check both against a rebuild); only where they are computed
+differs. A round reads its range as of fixed offsets, so a resumed round computes the same rows again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from typing import TYPE_CHECKING
+
+from pyiceberg.expressions import And, GreaterThanOrEqual, LessThanOrEqual
+from sqlglot import exp
+
+from layers.planner import KEYED, ModelPlan
+from layers.rewrite import groups_query, merged, restrict_to_groups
+from layers.rounds import RoundRecord, producer_of
+from layers.spark_sql import Filtered, SparkSql, referenced_columns
+from layers.writer import write_keys
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pyspark.sql import DataFrame
+
+    from lakehouse.lakehouse import Lakehouse
+    from layers.project import Project
+
+__all__ = ["ExecutorRound", "round_input_rows"]
+
+#: The ``_op`` values of a changelog's rows that left a table (before-images and deletes).
+_LEFT = ("update_before", "delete")
+
+
+def round_input_rows(record: RoundRecord) -> int:
+    """The log records in the round's input ranges (offsets are records: known from the record, nothing read):
+    what the driver's budget bounds."""
+    assert record.start is not None
+    return sum(
+        max(0, end - record.start.get(table, {}).get(bucket, 0))
+        for table, ends in record.end.items()
+        for bucket, end in ends.items()
+    )
+
+
+class ExecutorRound:
+    """Computes and writes incremental rounds on Spark's executors (see the module)."""
+
+    def __init__(self, lh: Lakehouse, project: Project, sql: SparkSql) -> None:
+        self.lh = lh
+        self.project = project
+        self.sql = sql
+        self._persisted: list[DataFrame] = []
+
+    def run(
+        self, record: RoundRecord, plan: ModelPlan, appending: Callable[[], None]
+    ) -> tuple[int, int, int, int, str]:
+        """Round ``record`` of ``plan``'s model: (upserts, deletes, input changes, keys covered, note). ``appending``
+        is called once the rows are checked, before the first append."""
+        assert record.start is not None
+        try:
+            with ExitStack() as views:
+                counted = self._covered(record, plan, views)
+                if counted is None:
+                    return 0, 0, 0, 0, ""
+                new, keys, changes, note = counted
+                model = self.project.models[record.model]
+                upserts, deletes, covered = write_keys(
+                    self.lh,
+                    record.model,
+                    record.number,
+                    producer_of(record.model),
+                    record.output,
+                    new,
+                    keys,
+                    model.primary_key,
+                    before_append=appending,
+                )
+                return upserts, deletes, changes, covered, note
+        finally:
+            for frame in self._persisted:
+                frame.unpersist()
+            self._persisted.clear()
+
+    def _covered(
+        self, record: RoundRecord, plan: ModelPlan, views: ExitStack
+    ) -> tuple[DataFrame, DataFrame, int, str] | None:
+        """(the model's new rows, the model keys they cover, input changes, note), or None when the range holds
+        no change. The DataFrames are valid while ``views`` is open."""
+        assert record.start is not None
+        model = self.project.models[record.model]
+        select = merged(model.qualified)
+        key = list(model.primary_key)
+        one_input = plan.strategy != KEYED and len(plan.mappings) == 1
+        where = "on Spark's executors"
+        if one_input:
+            table = plan.driving
+            assert table is not None
+            changed = self._persist(
+                self._changes(table, record.start[table], record.end[table], referenced_columns(select, table))
+            )
+            changes = changed.filter(changed["_op"] != "update_before").count()
+            if changes == 0:
+                return None
+            names = [n for n in self.lh.table(table).schema.names if n in changed.columns]
+            before = {table: changed.filter(changed["_op"].isin(*_LEFT)).select(*names)}
+            after = {table: changed.filter(~changed["_op"].isin(*_LEFT)).select(*names)}
+        else:
+            driving_keys, changes = self._affected_driving_keys(plan, record.start, record.end)
+            if changes == 0:
+                return None
+            if plan.strategy == KEYED:
+                restricted = self._restricted(plan, driving_keys, record.end, select)
+                new = views.enter_context(self.sql.dataframe(select, restricted))
+                from pyspark.sql import functions as F
+
+                wanted = driving_keys.select(
+                    *(F.col(next(d for o, d in plan.output_key if o == k)).alias(k) for k in key)
+                )
+                return new, wanted, changes, where
+            before = self._restricted(plan, driving_keys, record.start, select)
+            after = self._restricted(plan, driving_keys, record.end, select)
+        distinct_groups = groups_query(select)
+        groups = views.enter_context(self.sql.dataframe(distinct_groups, before)).unionByName(
+            views.enter_context(self.sql.dataframe(distinct_groups, after))
+        )
+        groups = self._persist(groups.distinct())
+        inputs = {t: record.end[t] for t in model.inputs}
+        new = views.enter_context(
+            self.sql.dataframe(restrict_to_groups(select, "__groups"), {**inputs, "__groups": groups})
+        )
+        index = {g.output: i for i, g in enumerate(plan.group_by) if g.output}
+        wanted = groups.select(*(groups[f"__g{index[k]}"].alias(k) for k in key))
+        return new, wanted, changes, f"{where}: the groups of the changed rows recomputed from their rows"
+
+    def _persist(self, frame: DataFrame) -> DataFrame:
+        """``frame`` kept on the executors until the round ends (read once, used by several steps)."""
+        frame = frame.persist()
+        self._persisted.append(frame)
+        return frame
+
+    def _changes(
+        self, table: str, start: Mapping[int, int], end: Mapping[int, int], columns: Sequence[str] | None
+    ) -> DataFrame:
+        from lakehouse.spark import read_changes
+
+        return read_changes(self.sql.spark, self.lh, table, dict(start), dict(end), columns=columns, before_images=True)
+
+    def _affected_driving_keys(
+        self, plan: ModelPlan, start: Mapping[str, Mapping[int, int]], end: Mapping[str, Mapping[int, int]]
+    ) -> tuple[DataFrame, int]:
+        """The driving table's keys a change in the range can affect (`layers.incremental`'s rule, as joins), and
+        the number of changed keys read."""
+        from pyspark.sql import functions as F
+
+        assert plan.driving is not None
+        driving_key = list(self.project.primary_key_of(plan.driving))
+        changed: dict[str, DataFrame] = {}
+        parts = []
+        for mapping in plan.mappings:
+            table = mapping.table
+            if table not in changed:
+                from lakehouse.spark import read_changes
+
+                key = list(self.project.primary_key_of(table))
+                frame = read_changes(self.sql.spark, self.lh, table, dict(start[table]), dict(end[table]), columns=key)
+                changed[table] = self._persist(frame.select(*key).distinct())
+            keys = changed[table]
+            for hop in mapping.path:
+                values = keys.select(
+                    *(F.col(f).alias(t) for f, t in zip(hop.from_columns, hop.to_columns, strict=True))
+                )
+                to_key = list(self.project.primary_key_of(hop.to_table))
+                columns = [*to_key, *(c for c in hop.to_columns if c not in to_key)]
+                keys = self._persist(self._rows_in(hop.to_table, end[hop.to_table], values, columns).select(*to_key))
+            parts.append(keys.select(*driving_key))
+        changes = sum(frame.count() for frame in changed.values())
+        return self._persist(_union(parts).distinct()), changes
+
+    def _restricted(
+        self, plan: ModelPlan, driving_keys: DataFrame, offsets: Mapping[str, Mapping[int, int]], select: exp.Select
+    ) -> dict[str, DataFrame]:
+        """Each input as of ``offsets``, restricted to the driving rows of ``driving_keys`` and the rows they join
+        to (a table read under several aliases gets the union of its restrictions), its query's columns only."""
+        rows: dict[str, DataFrame] = {}  # alias -> rows
+        driving = next(m for m in plan.mappings if m.role == "driving")
+        rows[driving.alias] = self._persist(
+            self._rows_in(driving.table, offsets[driving.table], driving_keys, self._columns(select, driving.table))
+        )
+        pending = [m for m in plan.mappings if m.role != "driving"]
+        while pending:
+            progressed = False
+            for mapping in list(pending):
+                hop = mapping.path[0]  # towards the driving table: its parent must be read already
+                if hop.to_alias not in rows:
+                    continue
+                parent = rows[hop.to_alias]
+                values = parent.select(
+                    *(parent[t].alias(f) for t, f in zip(hop.to_columns, hop.from_columns, strict=True))
+                )
+                columns = self._columns(select, mapping.table)
+                rows[mapping.alias] = self._persist(
+                    self._rows_in(mapping.table, offsets[mapping.table], values, columns)
+                )
+                pending.remove(mapping)
+                progressed = True
+            if not progressed:  # cannot happen for a planned join tree
+                raise AssertionError(f"unreachable aliases {[m.alias for m in pending]}")
+        by_table: dict[str, list[DataFrame]] = {}
+        for mapping in plan.mappings:
+            by_table.setdefault(mapping.table, []).append(rows[mapping.alias])
+        return {t: _union(parts).distinct() if len(parts) > 1 else parts[0] for t, parts in by_table.items()}
+
+    def _columns(self, select: exp.Select, table: str) -> list[str] | None:
+        """The columns of ``table`` the round reads: those the model's query uses (the join columns among them),
+        its primary key, or all (None)."""
+        used = referenced_columns(select, table)
+        if used is None:
+            return None
+        key = self.project.primary_key_of(table)
+        return [n for n in self.lh.table(table).schema.names if n in used or n in key]
+
+    def _rows_in(
+        self, table: str, offsets: Mapping[int, int], values: DataFrame, columns: Sequence[str] | None = None
+    ) -> DataFrame:
+        """The rows of ``table`` as of ``offsets`` whose columns ``values.columns`` equal a row of ``values`` (a
+        left semi join; nulls match nothing), only ``columns`` (default all; ``values``' columns too). The
+        range of ``values``' first column is pushed into the read (files and row groups outside it are
+        skipped)."""
+        from pyspark.sql import functions as F
+
+        first = values.columns[0]
+        low, high = values.agg(F.min(first), F.max(first)).first()
+        names = self.lh.table(table).schema.names
+        chosen = None if columns is None else [n for n in names if n in columns or n in values.columns]
+        view: Filtered | dict[int, int] = dict(offsets)
+        if low is None:  # no value: no row joins (Spark plans an empty relation, no task reads)
+            return self.sql.frame(table, view, columns=chosen).limit(0)
+        if all(isinstance(v, int | str) and not isinstance(v, bool) for v in (low, high)):
+            view = Filtered(dict(offsets), And(GreaterThanOrEqual(first, low), LessThanOrEqual(first, high)))
+        frame = self.sql.frame(table, view, columns=chosen)
+        return frame.join(values.distinct(), on=list(values.columns), how="left_semi")
+
+
+def _union(frames: Sequence[DataFrame]) -> DataFrame:
+    """``frames`` one after another, by column name (types widened as Spark's union does)."""
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
