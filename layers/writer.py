@@ -1,4 +1,4 @@
-"""Full rounds on Spark: the model's rows never meet on the driver.
+"""Rounds written by Spark tasks: the model's rows never meet on the driver.
 
 A full round (a model's first, a rebuild, a ``recompute`` model's every round) computes the whole SQL. Its rows
 are tagged with their bucket of the model's table (lakestream's bucket function, on the workers), repartitioned
@@ -7,7 +7,12 @@ the round's output offsets, read by the task with the read plan the driver made)
 to those buckets itself, under the round's producer id and sequences: so a retried task, or a resumed round,
 appends nothing twice. Buckets that get no new row at all lose their old rows (deletes, from the driver).
 
-Before any append the rows are checked for a key yielded twice (one Spark aggregation over the persisted
+An incremental round on the executors (`layers.executors`) is written the same way (`write_keys`), restricted
+to the keys the round covers: the task rows are its new rows and those keys, and each task looks the keys' old
+rows up (`lakehouse.changes.read_bucket_rows`) instead of reading its buckets whole; a covered key without a new
+row is deleted by its task.
+
+Before any append the rows are checked for a key yielded twice or null (one Spark aggregation over the persisted
 rows), so a model whose SQL is not keyed by its key writes nothing.
 
 Credentials reach the tasks inside the pickled task context (as in tiering and the Spark source; see
