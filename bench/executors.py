@@ -31,8 +31,8 @@ model's union read sorted by its key; the two modes must give the same tables, e
 Goals (issue 40), for the work on the executors: from N to 5N, driver CPU grows <= 1.5x and the driver's peak RSS
 by <= 25 MiB; executors do >= 60 % of the CPU at 5N.
 
-    .venv/bin/python bench/executors.py                    # N = 400,000 orders
-    .venv/bin/python bench/executors.py --quick            # N = 100,000 (about 6 minutes on 2 cores)
+    .venv/bin/python bench/executors.py                    # N = 400,000 orders (about 16 minutes on 2 cores)
+    .venv/bin/python bench/executors.py --quick            # N = 100,000 (about 6 minutes)
     .venv/bin/python bench/executors.py --only round [--orders N]
 """
 
@@ -111,29 +111,33 @@ class Sampler:
         skip = {p.pid for p in self.executors()}
         return [self.me, *(c for c in self.me.children(recursive=False) if c.pid not in skip)]
 
-    def sample(self) -> int:
-        """Record every process' CPU seconds; the driver's RSS now."""
-        rss = 0
+    def sample(self) -> tuple[int, int]:
+        """Record every process' CPU seconds; the driver's RSS now, in all and of its Python process."""
+        rss = python = 0
         for role, procs in (("driver", self.driver()), ("executors", self.executors())):
             for p in procs:
                 try:
                     t = p.cpu_times()
                     self.cpu[p.pid] = (role, t.user + t.system)
                     if role == "driver":
-                        rss += p.memory_info().rss
+                        mem = p.memory_info().rss
+                        rss += mem
+                        python = mem if p.pid == self.me.pid else python
                 except psutil.Error:
                     pass
-        return rss
+        return rss, python
 
     def _watch(self) -> None:
         while not self._done.is_set():
-            self.peak = max(self.peak, self.sample())
+            rss, python = self.sample()
+            self.peak, self.python_peak = max(self.peak, rss), max(self.python_peak, python)
             self._done.wait(0.05)
 
     def __enter__(self) -> Sampler:
         self.sample()
         self.start = dict(self.cpu)
-        self.rss_before = self.peak = self.sample()
+        self.rss_before, self.python_before = self.sample()
+        self.peak, self.python_peak = self.rss_before, self.python_before
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
         self.t0 = time.perf_counter()
@@ -153,6 +157,9 @@ class Sampler:
             "executor_cpu": spent["executors"],
             "rss_before": self.rss_before,
             "rss_peak": self.peak,
+            # the JVM's part of the driver's RSS follows its heap's growth, which a single run makes noisy
+            "python_before": self.python_before,
+            "python_peak": self.python_peak,
         }
 
 
@@ -345,7 +352,8 @@ def scenario_round(tmp: Path, n: int) -> None:
             say(
                 f"  {mode:>7}: {r['seconds']:.2f} s; CPU driver {r['driver_cpu']:.2f} s, executors "
                 f"{r['executor_cpu']:.2f} s; driver RSS {r['rss_before'] / 2**20:.0f} -> "
-                f"{r['rss_peak'] / 2**20:.0f} MiB; rounds (model, strategy, input changes, affected, upserts, "
+                f"{r['rss_peak'] / 2**20:.0f} MiB (Python {r['python_before'] / 2**20:.0f} -> "
+                f"{r['python_peak'] / 2**20:.0f}); rounds (model, strategy, input changes, affected, upserts, "
                 f"deletes, s): {r['rounds']}"
             )
         digests = {mode: results[(mode, size)]["digests"] for mode in ROUND_MODES}
