@@ -21,7 +21,8 @@ the offsets and per-bucket counts only.
   round's producer id and sequences, so a retried task or a resumed round writes nothing twice.
 
 The same rows result as the driver's round (tests check both against a rebuild); only where they are computed
-differs. A round reads its range as of fixed offsets, so a resumed round computes the same rows again.
+differs. Where a round runs is decided when it begins and recorded in its intent (`RoundRecord.on_executors`),
+and it reads its range as of fixed offsets: a resumed round computes the same rows again, in the same place.
 """
 
 from __future__ import annotations

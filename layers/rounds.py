@@ -101,6 +101,9 @@ class RoundRecord:
     input_uuids: dict[str, str] = field(default_factory=dict)
     #: why a full round is full (its report says it)
     reason: str = ""
+    #: an incremental round run on Spark's executors (`layers.executors`), decided once when the round began: a
+    #: resumed round runs where it first ran, whatever the budget is now, so it appends the same chunks
+    on_executors: bool = False
 
     @property
     def key(self) -> str:
@@ -118,6 +121,7 @@ class RoundRecord:
             "table_uuid": self.table_uuid,
             "input_uuids": self.input_uuids,
             "reason": self.reason,
+            "executors": self.on_executors,
         }
         return json.dumps(doc, sort_keys=True).encode()
 
@@ -135,6 +139,7 @@ class RoundRecord:
             table_uuid=doc.get("table_uuid", ""),
             input_uuids=dict(doc.get("input_uuids") or {}),
             reason=doc.get("reason", ""),
+            on_executors=bool(doc.get("executors", False)),
         )
 
 

@@ -30,6 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -299,6 +300,8 @@ class Runner:
         output = self.lh.log(name).end_offsets()
         self._pin_own_table(name, output)
         record = RoundRecord(name, number, kind, start, ends, output, digest, table_uuid, input_uuids, reason)
+        if kind == "incremental" and plan.strategy != RECOMPUTE:
+            record = replace(record, on_executors=round_input_rows(record) > self.driver_budget_rows)
         lease = create_round(store, record, self.owner)
         self._hold_boundary(name)
         reports.append(self._run(record, subs, started, lease))
@@ -417,7 +420,7 @@ class Runner:
             if record.start is not None:
                 reason = plan.reason
             upserts, deletes, changes, affected = self._full(record, appending)
-        elif round_input_rows(record) > self.driver_budget_rows:
+        elif record.on_executors:
             strategy = plan.strategy
             upserts, deletes, changes, affected, note = ExecutorRound(self.lh, self.project, self.sql).run(
                 record, plan, appending

@@ -5,7 +5,8 @@ are tagged with their bucket of the model's table (lakestream's bucket function,
 by it, and each Spark task diffs its buckets' new rows against the bucket's old rows (the model's table as of
 the round's output offsets, read by the task with the read plan the driver made) and appends the difference
 to those buckets itself, under the round's producer id and sequences: so a retried task, or a resumed round,
-appends nothing twice. Buckets that get no new row at all lose their old rows (deletes, from the driver).
+appends nothing twice. Every bucket gets a task (a marker row per bucket joins the rows): one with no new row
+at all loses its old rows.
 
 An incremental round on the executors (`layers.executors`) is written the same way (`write_keys`), restricted
 to the keys the round covers: the task rows are its new rows and those keys, and each task looks the keys' old
@@ -52,7 +53,7 @@ __all__ = [
 
 APPEND_ATTEMPTS = 5
 BUCKET = "__lakestream_bucket"
-#: In an incremental round's task rows: 0 a new row, 1 a key the round covers (`KeysWriter`).
+#: In a round's task rows: 0 a new row, 1 a key the round covers (`KeysWriter`), 2 a bucket's marker (`write_full`).
 KIND = "__lakestream_kind"
 SUMMARY = "bucket int, upserts long, deletes long, rows long"
 
@@ -235,7 +236,8 @@ class BucketWriter:
         log_ = self._log()
         try:
             for bucket in sorted(pc.unique(rows[BUCKET]).to_pylist()):
-                new = rows.filter(pc.equal(rows[BUCKET], bucket)).drop_columns([BUCKET])
+                part = rows.filter(pc.equal(rows[BUCKET], bucket))
+                new = part.filter(pc.equal(part[KIND], 0)).select(self.schema.names)  # not the bucket's marker
                 old = read_bucket(self.old, bucket, log_, self.schema)
                 yield self._append(log_, bucket, new, old, new.num_rows)
         finally:
@@ -296,12 +298,15 @@ def write_full(
         ModelSchemaChanged: the rows' columns are not the table's.
         ModelKeyError: a key is null or comes twice. Nothing was appended.
     """
+    from pyspark.sql import functions as F
+
     from lakehouse.union import plan_read
 
     definition = lh.table(model)
     schema = definition.schema
-    log_ = lh.log(model)
-    old = plan_read(lh.lake_table(model), definition, as_of=output, log_=log_, io_properties=lh.catalog_properties())
+    old = plan_read(
+        lh.lake_table(model), definition, as_of=output, log_=lh.log(model), io_properties=lh.catalog_properties()
+    )
     writer = BucketWriter(
         model,
         definition.to_json(),
@@ -318,19 +323,20 @@ def write_full(
     try:
         check_frame_keys(model, rows, key)
         before_append()
-        tagged = rows.mapInArrow(writer.tag, f"{_ddl_of(rows)}, {BUCKET} int")
-        summary = tagged.repartition(definition.buckets, BUCKET).mapInArrow(writer.write, SUMMARY).collect()
+        tagged = rows.mapInArrow(writer.tag, f"{_ddl_of(rows)}, {BUCKET} int").withColumn(KIND, F.lit(0))
+        # one marker row per bucket: a bucket that gets no new row still gets its task, which deletes its old rows
+        markers = rows.sparkSession.range(definition.buckets).select(
+            F.col("id").cast("int").alias(BUCKET), F.lit(2).alias(KIND)
+        )
+        both = tagged.unionByName(markers, allowMissingColumns=True)
+        summary = both.repartition(definition.buckets, BUCKET).mapInArrow(writer.write, SUMMARY).collect()
     finally:
         rows.unpersist()
-    written = {r["bucket"] for r in summary}
-    upserts = sum(r["upserts"] for r in summary)
-    deletes = sum(r["deletes"] for r in summary)
-    # buckets with no new row: every old row is deleted (one append for all of them)
-    gone = [read_bucket(old, b, log_, schema).select(list(key)) for b in range(definition.buckets) if b not in written]
-    gone_rows = pa.concat_tables(gone) if gone else pa.table({})
-    if gone_rows.num_rows:
-        append_round(log_, gone_rows.sort_by([(k, "ascending") for k in key]), "delete", producer, number)
-    return upserts, deletes + gone_rows.num_rows, sum(r["rows"] for r in summary)
+    return (
+        sum(r["upserts"] for r in summary),
+        sum(r["deletes"] for r in summary),
+        sum(r["rows"] for r in summary),
+    )
 
 
 def write_keys(

@@ -1,6 +1,7 @@
 """Runs one `Runner.run_once` of the example project and is killed with SIGKILL at a chosen point (run as a
 module by tests/layers/test_runner.py): a fault-injecting wrapper around the real runner, not a mock. In a full
-round the appends run in Spark tasks, and "between_appends" has a task kill the driver after it appended."""
+round, and in an incremental round on the executors (`layers.executors`), the appends run in Spark tasks, and
+"between_appends" has a task kill the driver after it appended."""
 
 from __future__ import annotations
 
@@ -33,6 +34,38 @@ class KillingWriter(writer_module.BucketWriter):
         for summary in super().write(batches):
             os.kill(self.DRIVER, signal.SIGKILL)
             yield summary
+
+
+class KillingKeysWriter(writer_module.KeysWriter):
+    """`KillingWriter` for an incremental round on the executors."""
+
+    DRIVER = os.getpid()
+
+    def write(self, batches):
+        for summary in super().write(batches):
+            os.kill(self.DRIVER, signal.SIGKILL)
+            yield summary
+
+
+def arm_executors(point: str, model: str) -> None:
+    """Kill at ``point`` of ``model``'s incremental round on the executors (its appends run in Spark tasks)."""
+    from layers import executors as executors_module
+
+    original = executors_module.write_keys
+
+    def write_keys(lh, name, *args, **kw):
+        if name == model and point == "before_append":
+            die()
+        result = original(lh, name, *args, **kw)
+        if name == model and point == "before_advance":
+            die()
+        return result
+
+    executors_module.write_keys = write_keys
+    if point == "between_appends":
+        writer_module.KeysWriter = KillingKeysWriter
+    elif point in ("between_advances", "before_report"):
+        arm(point, model)
 
 
 def arm_full(point: str, model: str) -> None:
@@ -107,9 +140,10 @@ def arm(point: str, model: str) -> None:
 
 
 if __name__ == "__main__":
-    url, point, model, full = json.loads(sys.argv[1])
-    (arm_full if full else arm)(point, model)
+    url, point, model, full = json.loads(sys.argv[1])  # full: True, False, or "executors"
+    {True: arm_full, False: arm, "executors": arm_executors}[full](point, model)
     lh = Lakehouse.open(url)
-    layers = Runner(lh, load_project(EXAMPLE), spark_master="local[1]")
+    budget = 0 if full == "executors" else None
+    layers = Runner(lh, load_project(EXAMPLE), spark_master="local[1]", driver_budget_rows=budget)
     layers.run_once()
     print("finished without being killed", flush=True)

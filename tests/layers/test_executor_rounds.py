@@ -211,3 +211,56 @@ def test_a_null_key_on_the_executors_writes_nothing(tmp_path, spark, project):
         with pytest.raises(ModelKeyError, match=r"yields 1 row\(s\) whose key \['f_dim'\] is null"):
             runner.run_once(["ads.by_dim"])
         assert lh.log("ads.by_dim").end_offsets() == ends
+
+
+def test_a_full_round_that_empties_buckets_deletes_their_rows_in_tasks(tmp_path, spark, project, monkeypatch):
+    """A full round's buckets without any new row lose their old rows, in Spark tasks (each bucket gets a task
+    through a marker row): the driver reads none of them."""
+    lh = Lakehouse.open((tmp_path / "wh").as_uri())
+    runner = Runner(lh, project, spark)
+    runner.deploy()
+    base(lh)
+    runner.run_once(["dwd.f_named"])
+    assert lh.union_read("dwd.f_named").num_rows == 200
+    lh.log("ods.f").append(facts(range(200)).select(["f_id"]), "delete")
+
+    def driver_read(*args, **kwargs):
+        raise AssertionError("the driver read table data")
+
+    with monkeypatch.context() as guard:
+        guard.setattr(pq, "read_table", driver_read)
+        guard.setattr(pq.ParquetFile, "__init__", driver_read)
+        guard.setattr(Log, "read", driver_read)
+        report = runner.rebuild("dwd.f_named")
+    assert (report.upserts, report.deletes) == (0, 200)
+    assert lh.union_read("dwd.f_named").num_rows == 0
+    assert runner.rebuild("dwd.f_named").deletes == 0
+
+
+def test_a_round_resumes_where_it_began_whatever_the_budget_is_now(tmp_path, spark, project, monkeypatch):
+    """The choice is recorded in the round's intent: a round begun on the executors and resumed by a runner whose
+    budget would keep it in the driver still runs on the executors (the same chunks, the same sequences)."""
+    import layers.executors
+
+    lh = Lakehouse.open((tmp_path / "wh").as_uri())
+    runner = Runner(lh, project, spark, driver_budget_rows=0)
+    runner.deploy()
+    base(lh)
+    runner.run_once(["ads.by_dim"])
+    change(lh, 1)
+
+    def die(*args, **kwargs):
+        raise RuntimeError("killed before the appends")
+
+    with monkeypatch.context() as m:
+        m.setattr(layers.executors, "write_keys", die)
+        with pytest.raises(RuntimeError, match="killed before the appends"):
+            runner.run_once(["ads.by_dim"])
+    assert latest_round(lh.store, "ads.by_dim").on_executors
+    with monkeypatch.context() as guard:
+        guard.setattr(RoundRows, "compute", die)
+        (report,) = Runner(lh, project, spark, driver_budget_rows=10**9).run_once(["ads.by_dim"])
+    assert report.resumed and "on Spark's executors" in report.reason
+    lh.log("ods.f").append(facts([1]), "upsert")
+    (report,) = Runner(lh, project, spark, driver_budget_rows=10**9).run_once(["ads.by_dim"])
+    assert not latest_round(lh.store, "ads.by_dim").on_executors and "on Spark's executors" not in report.reason
