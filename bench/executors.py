@@ -28,12 +28,17 @@ round whose changed input rows exceed the budget runs its work in executor tasks
 as built, put back at their path (the lake's metadata holds absolute paths). Afterwards the child hashes each
 model's union read sorted by its key; the two modes must give the same tables, else the benchmark fails.
 
+``limited`` (only with ``--only limited``: its build takes minutes): the ``round`` warehouse at
+``--limited-orders`` (10,000,000; ``--quick``: 1,000,000) orders, one incremental round of both models on the
+executors with the driver's JVM heap at 512 MiB; goal: the driver (JVM and Python) within 1 GiB.
+
 Goals (issue 40), for the work on the executors: from N to 5N, driver CPU grows <= 1.5x and the driver's peak RSS
 by <= 25 MiB; executors do >= 60 % of the CPU at 5N.
 
     .venv/bin/python bench/executors.py                    # N = 400,000 orders (about 16 minutes on 2 cores)
     .venv/bin/python bench/executors.py --quick            # N = 100,000 (about 6 minutes)
     .venv/bin/python bench/executors.py --only round [--orders N]
+    .venv/bin/python bench/executors.py --only limited [--limited-orders N]
 """
 
 from __future__ import annotations
@@ -163,11 +168,11 @@ class Sampler:
         }
 
 
-def cluster(scheduler_only: bool = False) -> Any:
+def cluster(scheduler_only: bool = False, **conf: str) -> Any:
     """A session on `MASTER` whose executors and their Python workers are up."""
     from lakehouse.spark import spark_session
 
-    spark = spark_session(MASTER, app_name="bench-executors", scheduler_only=scheduler_only)
+    spark = spark_session(MASTER, app_name="bench-executors", scheduler_only=scheduler_only, **conf)
     spark.range(0, 4, 1, 4).count()
     spark.range(0, 8, 1, 4).mapInArrow(lambda batches: batches, "id long").count()  # Python workers started
     return spark
@@ -214,6 +219,26 @@ def round_child(url: str, mode: str, warm_url: str) -> dict:
     digests = {m: digest(lh.union_read(m), list(project.models[m].primary_key)) for m in tpch.MODELS}
     spark.stop()
     return {**s.figures, "rounds": rounds, "digests": digests}
+
+
+def limited_round_child(url: str) -> dict:
+    """One incremental round of both models on the executors with the driver's JVM heap at 512 MiB (what a 1 GiB
+    driver leaves it beside the Python process): the driver's peak RSS, JVM and Python."""
+    from layers.project import load_project
+    from layers.runner import Runner
+
+    assert os.environ.get(BUDGET_ENV) == "0"
+    tpch = bench_layers()
+    spark = cluster(**{"spark.driver.memory": "512m"})
+    lh = Lakehouse.open(url)
+    runner = Runner(lh, load_project(tpch.EXAMPLE), spark)
+    runner.sql  # noqa: B018
+    with Sampler() as s:
+        reports = runner.run_once()
+    rounds = [[r.model, r.strategy, r.input_changes, r.affected, r.upserts, r.deletes, r.seconds] for r in reports]
+    assert all("on Spark's executors" in r.reason for r in reports), rounds
+    spark.stop()
+    return {**s.figures, "rounds": rounds}
 
 
 def digest(table: pa.Table, key: list[str]) -> list:
@@ -268,7 +293,12 @@ def bench_layers() -> ModuleType:
     return sys.modules["bench_layers"]
 
 
-CHILDREN = {"reconcile": reconcile_child, "round": round_child, "build-round": build_round_child}
+CHILDREN = {
+    "reconcile": reconcile_child,
+    "round": round_child,
+    "limited": limited_round_child,
+    "build-round": build_round_child,
+}
 
 
 def child(kind: str, *args: str, env: dict[str, str] | None = None) -> dict:
@@ -387,6 +417,23 @@ def scenario_round(tmp: Path, n: int) -> None:
     )
 
 
+def scenario_limited(tmp: Path, n: int) -> None:
+    """Issue 40: a round over ``n`` (10 M) orders succeeds with the driver limited to 1 GiB, JVM and Python."""
+    path = tmp / f"limited-{n}"
+    build_round(path, n)
+    r = child("limited", path.as_uri(), env={BUDGET_ENV: "0"})
+    say("")
+    say(
+        f"Incremental round of both models on the executors, {n:,} orders (1 % changed), {MASTER}, driver JVM heap "
+        f"512 MiB, {time.strftime('%Y-%m-%d %H:%M')}: {r['seconds']:.1f} s; driver peak RSS "
+        f"{r['rss_peak'] / 2**20:.0f} MiB (Python {r['python_peak'] / 2**20:.0f} MiB); CPU driver "
+        f"{r['driver_cpu']:.1f} s, executors {r['executor_cpu']:.1f} s; rounds (model, strategy, input changes, "
+        f"affected, upserts, deletes, s): {r['rounds']}"
+    )
+    verdict = "within" if r["rss_peak"] <= 2**30 else "ABOVE"
+    say(f"Goal: the driver within 1 GiB (JVM and Python): {verdict} ({r['rss_peak'] / 2**30:.2f} GiB).")
+
+
 def build_round(path: Path, size: int) -> Path:
     """The round's warehouse at ``path`` (`build_round_child`), and a copy of it as built, returned."""
     t0 = time.perf_counter()
@@ -428,9 +475,11 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="N = 100,000 orders")
     p.add_argument(
         "--only",
-        choices=["reconcile", "round", "local", "s3"],
-        help="one scenario (local: both; s3: none, this benchmark runs on file:// only)",
+        choices=["reconcile", "round", "limited", "local", "s3"],
+        help="one scenario (local: reconcile and round; s3: none, this benchmark runs on file:// only; limited, "
+        "only when asked: a round over --limited-orders with a 1 GiB driver)",
     )
+    p.add_argument("--limited-orders", type=int, default=10_000_000)
     p.add_argument("--child", nargs="+", help=argparse.SUPPRESS)  # KIND ARG...: a measurement's own process
     args, _ = p.parse_known_args()  # make bench passes every benchmark the same arguments
     if args.child:
@@ -449,6 +498,8 @@ def main() -> None:
             if args.only in (None, "local"):
                 say("")
             scenario_round(tmp, n)
+        if args.only == "limited":
+            scenario_limited(tmp, 1_000_000 if args.quick else args.limited_orders)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -5,8 +5,10 @@ A round whose inputs changed by more rows than the driver's budget (`round_input
 (`layers.incremental`): every step is a Spark DataFrame, computed by executor tasks, and the driver holds the plan,
 the offsets and per-bucket counts only.
 
-* **Changed keys**: each input's net changelog over the round's range (``spark.read.format("lakestream")`` with
-  ``changes``: one task per bucket with changes), keys only.
+* **Changed keys**: the keys of each input's log records in the round's range, read by tasks of at most
+  `CHANGED_KEYS_RECORDS` records each (a bucket's range split by offsets, so parallelism follows the records, not
+  the bucket count); a GROUP BY over one input reads its net changelog with before-images instead
+  (``spark.read.format("lakestream")`` with ``changes``: a task per bucket with changes).
 * **Hops** (a dimension's changed keys to the driving rows that join to them) and the **restricted inputs** (the
   driving rows of the affected keys and what they join to, as of the round's end; as of its start too for a
   GROUP BY over a join): left semi joins of the inputs read as of those offsets, with the range of the joined
@@ -27,10 +29,12 @@ and it reads its range as of fixed offsets: a resumed round computes the same ro
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 from pyiceberg.expressions import And, GreaterThanOrEqual, LessThanOrEqual
 from sqlglot import exp
 
@@ -48,10 +52,41 @@ if TYPE_CHECKING:
     from lakehouse.lakehouse import Lakehouse
     from layers.project import Project
 
-__all__ = ["ExecutorRound", "round_input_rows"]
+__all__ = ["CHANGED_KEYS_RECORDS", "ExecutorRound", "LogKeys", "round_input_rows"]
 
 #: The ``_op`` values of a changelog's rows that left a table (before-images and deletes).
 _LEFT = ("update_before", "delete")
+#: Log records one task reads for a round's changed keys (a bucket's range is split into pieces of this many).
+CHANGED_KEYS_RECORDS = 250_000
+
+
+@dataclass(frozen=True)
+class LogKeys:
+    """What a Spark task needs to read the keys of log ranges (pickled to the executors): range ``i`` is
+    ``ranges[i]`` = (bucket, start, end)."""
+
+    definition_json: str
+    key: tuple[str, ...]
+    ranges: tuple[tuple[int, int, int], ...]
+    store_url: str
+    store_options: dict[str, str] = field(repr=False)
+
+    def read(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The keys of the records of the ranges whose indexes the task's rows (``id``) hold."""
+        from lakehouse.datafiles import shared_store
+        from lakehouse.log import Log
+        from lakehouse.tables import TableDefinition
+
+        definition = TableDefinition.from_json(self.definition_json)
+        schema = pa.schema([definition.schema.field(k) for k in self.key])
+        log_ = Log(shared_store(self.store_url, self.store_options), definition, max_workers=4)
+        try:
+            for batch in batches:
+                for i in batch.column("id").to_pylist():
+                    bucket, start, end = self.ranges[i]
+                    yield from log_.read(bucket, start, end).select(list(self.key)).cast(schema).to_batches()
+        finally:
+            log_.close()
 
 
 def round_input_rows(record: RoundRecord) -> int:
@@ -168,6 +203,23 @@ class ExecutorRound:
 
         return read_changes(self.sql.spark, self.lh, table, dict(start), dict(end), columns=columns, before_images=True)
 
+    def _changed_keys(self, table: str, start: Mapping[int, int], end: Mapping[int, int]) -> DataFrame:
+        """The distinct keys of ``table``'s log records in [start, end), read by tasks of at most
+        `CHANGED_KEYS_RECORDS` records (whether each was an insert, an update or a delete does not matter here:
+        the lake is not consulted)."""
+        definition = self.lh.table(table)
+        key = tuple(definition.primary_key)
+        ranges = tuple(
+            (b, first, min(first + CHANGED_KEYS_RECORDS, end[b]))
+            for b in sorted(end)
+            for first in range(start.get(b, 0), end[b], CHANGED_KEYS_RECORDS)
+        )
+        reader = LogKeys(definition.to_json(), key, ranges, self.lh.store.url, dict(self.lh.store.connection_options()))
+        ddl = ", ".join(f"`{k}` {_ddl(definition.schema.field(k).type)}" for k in key)
+        spark = self.sql.spark
+        ids = spark.range(0, len(ranges), 1, max(1, len(ranges)))  # one task per range, no rows from the driver
+        return ids.mapInArrow(reader.read, ddl).distinct()
+
     def _affected_driving_keys(
         self, plan: ModelPlan, start: Mapping[str, Mapping[int, int]], end: Mapping[str, Mapping[int, int]]
     ) -> tuple[DataFrame, int]:
@@ -182,11 +234,7 @@ class ExecutorRound:
         for mapping in plan.mappings:
             table = mapping.table
             if table not in changed:
-                from lakehouse.spark import read_changes
-
-                key = list(self.project.primary_key_of(table))
-                frame = read_changes(self.sql.spark, self.lh, table, dict(start[table]), dict(end[table]), columns=key)
-                changed[table] = self._persist(frame.select(*key).distinct())
+                changed[table] = self._persist(self._changed_keys(table, start[table], end[table]))
             keys = changed[table]
             for hop in mapping.path:
                 values = keys.select(
@@ -262,6 +310,13 @@ class ExecutorRound:
             view = Filtered(dict(offsets), And(GreaterThanOrEqual(first, low), LessThanOrEqual(first, high)))
         frame = self.sql.frame(table, view, columns=chosen)
         return frame.join(values.distinct(), on=list(values.columns), how="left_semi")
+
+
+def _ddl(arrow_type: pa.DataType) -> str:
+    """The Spark SQL type of a key column's Arrow type."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    return from_arrow_type(arrow_type).simpleString()
 
 
 def _union(frames: Sequence[DataFrame]) -> DataFrame:

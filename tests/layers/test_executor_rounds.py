@@ -249,16 +249,22 @@ def test_a_round_resumes_where_it_began_whatever_the_budget_is_now(tmp_path, spa
     runner.run_once(["ads.by_dim"])
     change(lh, 1)
 
-    def die(*args, **kwargs):
-        raise RuntimeError("killed before the appends")
+    real = layers.executors.write_keys
+
+    def write_then_die(*args, **kwargs):
+        real(*args, **kwargs)
+        raise RuntimeError("killed after the appends")
+
+    def compute(*args, **kwargs):
+        raise AssertionError("the resumed round ran in the driver")
 
     with monkeypatch.context() as m:
-        m.setattr(layers.executors, "write_keys", die)
-        with pytest.raises(RuntimeError, match="killed before the appends"):
+        m.setattr(layers.executors, "write_keys", write_then_die)
+        with pytest.raises(RuntimeError, match="killed after the appends"):
             runner.run_once(["ads.by_dim"])
     assert latest_round(lh.store, "ads.by_dim").on_executors
     with monkeypatch.context() as guard:
-        guard.setattr(RoundRows, "compute", die)
+        guard.setattr(RoundRows, "compute", compute)
         (report,) = Runner(lh, project, spark, driver_budget_rows=10**9).run_once(["ads.by_dim"])
     assert report.resumed and "on Spark's executors" in report.reason
     lh.log("ods.f").append(facts([1]), "upsert")
