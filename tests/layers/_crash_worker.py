@@ -47,13 +47,12 @@ class KillingKeysWriter(writer_module.KeysWriter):
             yield summary
 
 
-def arm_executors(point: str, model: str) -> None:
-    """Kill at ``point`` of ``model``'s incremental round on the executors (its appends run in Spark tasks)."""
-    from layers import executors as executors_module
+def _arm_tasks(owner: object, function: str, killer: type, point: str, model: str) -> None:
+    """Kill at ``point`` of a round whose appends run in Spark tasks: ``owner.function`` writes them (the driver is
+    killed before it, or after it returned), ``killer`` replaces its writer class (a task kills the driver)."""
+    original = getattr(owner, function)
 
-    original = executors_module.write_keys
-
-    def write_keys(lh, name, *args, **kw):
+    def write(lh, name, *args, **kw):
         if name == model and point == "before_append":
             die()
         result = original(lh, name, *args, **kw)
@@ -61,30 +60,23 @@ def arm_executors(point: str, model: str) -> None:
             die()
         return result
 
-    executors_module.write_keys = write_keys
+    setattr(owner, function, write)
     if point == "between_appends":
-        writer_module.KeysWriter = KillingKeysWriter
+        setattr(writer_module, killer.__mro__[1].__name__, killer)
     elif point in ("between_advances", "before_report"):
         arm(point, model)
 
 
+def arm_executors(point: str, model: str) -> None:
+    """Kill at ``point`` of ``model``'s incremental round on the executors (its appends run in Spark tasks)."""
+    from layers import executors as executors_module
+
+    _arm_tasks(executors_module, "write_keys", KillingKeysWriter, point, model)
+
+
 def arm_full(point: str, model: str) -> None:
     """Kill at ``point`` of ``model``'s full round (its appends run in Spark tasks)."""
-    original = writer_module.write_full
-
-    def write_full(lh, name, *args, **kw):
-        if name == model and point == "before_append":
-            die()
-        result = original(lh, name, *args, **kw)
-        if name == model and point == "before_advance":
-            die()
-        return result
-
-    writer_module.write_full = write_full
-    if point == "between_appends":
-        writer_module.BucketWriter = KillingWriter
-    elif point == "before_report":
-        arm(point, model)
+    _arm_tasks(writer_module, "write_full", KillingWriter, point, model)
 
 
 def arm(point: str, model: str) -> None:
