@@ -35,7 +35,7 @@ from .strategies import PROJECT, SOURCES, Change, batch, scenarios
 #: slow tests aside, ~1:45); two to three times that under load (12 examples took 206 s at load average 8).
 EXAMPLES = 10
 #: The same with every round on the executors (`layers.executors`; more Spark jobs per round).
-EXAMPLES_ON_EXECUTORS = 4
+EXAMPLES_ON_EXECUTORS = 3
 #: Facts a single dimension change fans out to in `test_dimension_change_fans_out_to_every_fact` (the issue
 #: asks for 100,000: `test_dimension_change_fans_out_to_100k_facts`, marked slow).
 FANOUT_FACTS = 2_000
