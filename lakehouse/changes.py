@@ -274,7 +274,7 @@ def _state_before(
         rows.append(live.filter(wanted.hits(live)) if len(wanted) else live.slice(0, 0))
     for data_file, delete_files in item.files:
         if may_hold(keys, file_bounds(data_file, ctx.schema, pk)):
-            deleted = deleted_positions(ctx, data_file.file_path, delete_files) if delete_files else None
+            deleted = deleted_positions(ctx, data_file, delete_files) if delete_files else None
             _look_up(ctx, data_file.file_path, keys, wanted, overridden, found, rows, deleted)
     empty = log_to_lake_rows(log_.read_schema.empty_table(), item.bucket)
     existing = (

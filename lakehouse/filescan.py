@@ -34,6 +34,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask
 from pyiceberg.table.metadata import TableMetadata
 
+from lakehouse.position_deletes import check_positions
+
 #: Files a whole-table read (`read_tasks`) decodes at once.
 READ_FILES = 4
 #: Rows per batch of a streamed file.
@@ -132,9 +134,10 @@ class _FileReader:
     def _pyiceberg(self, task: FileScanTask) -> Iterator[pa.RecordBatch]:
         return ArrowScan(self.metadata, self.io, self.projected, self.expr).to_record_batches([task])
 
-    def _deleted(self, task: FileScanTask) -> np.ndarray:
-        """The sorted positions of ``task``'s file that its delete files delete."""
-        parts = []
+    def _alive(self, task: FileScanTask) -> np.ndarray:
+        """Per row of ``task``'s file, whether no delete file of ``task`` deletes it (a mask rather than sorted
+        positions: deletes of one row by two files need no deduplication, and a batch's rows are a slice)."""
+        alive = np.ones(task.file.record_count, dtype=bool)
         for delete_file in task.delete_files:
             with self._lock:
                 marks = self._deletes.get(delete_file.file_path)
@@ -147,14 +150,16 @@ class _FileReader:
                 marks = {path: positions[codes == i] for i, path in enumerate(paths.dictionary.to_pylist())}
                 with self._lock:
                     self._deletes[delete_file.file_path] = marks
-            parts.append(marks.get(task.file.file_path, np.empty(0, np.int64)))
-        return np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+            positions = marks.get(task.file.file_path)
+            if positions is not None:
+                alive[check_positions(delete_file, task.file, positions)] = False
+        return alive
 
     def _with_deletes(self, task: FileScanTask, fragment: ds.ParquetFileFragment) -> Iterator[pa.RecordBatch]:
         """A file with position deletes: the row groups whose statistics can match the filter, a batch at a time,
         without the deleted rows, then filtered (positions are the file's, so the filter applies after the
         deletes)."""
-        deleted = self._deleted(task)
+        alive = self._alive(task)
         physical = fragment.physical_schema
         metadata = fragment.metadata
         starts = np.cumsum([0] + [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)])
@@ -181,11 +186,9 @@ class _FileReader:
                 raise AssertionError(f"{task.file.file_path}: a batch crosses a row group")
             position = int(starts[groups[at]]) + used
             used += n
-            lo, hi = np.searchsorted(deleted, [position, position + n])
-            if hi > lo:
-                alive = np.ones(n, dtype=bool)
-                alive[deleted[lo:hi] - position] = False
-                batch = batch.filter(pa.array(alive))
+            keep = alive[position : position + n]
+            if not keep.all():
+                batch = batch.filter(pa.array(keep))
             if self.filter is not None:
                 batch = batch.filter(self.filter)
             if batch.num_rows:

@@ -253,7 +253,7 @@ def mark_bucket(
             continue  # its key range holds no changed key: not read at all
         positions = key_positions(ctx, data_file.file_path, keys)
         if positions.size and delete_files:
-            positions = np.setdiff1d(positions, deleted_positions(ctx, data_file.file_path, delete_files))
+            positions = np.setdiff1d(positions, deleted_positions(ctx, data_file, delete_files))
         if positions.size:
             partition = tuple(data_file.partition[i] for i in range(len(data_file.partition)))
             marks.setdefault(partition, []).append((data_file.file_path, positions))

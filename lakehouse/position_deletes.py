@@ -36,6 +36,7 @@ __all__ = [
     "FILE_PATH_ID",
     "POS_ID",
     "POSITION_DELETE_SCHEMA",
+    "check_positions",
     "deleted_positions",
     "deletes_per_file",
     "is_delete_file",
@@ -114,16 +115,30 @@ def _read_delete_file(ctx: LakeContext, delete_file: DataFile, filters: Any = No
         ) from exc
 
 
-def deleted_positions(ctx: LakeContext, data_path: str, delete_files: Iterable[DataFile]) -> np.ndarray:
-    """The sorted row positions of data file ``data_path`` that ``delete_files`` delete."""
+def deleted_positions(ctx: LakeContext, data_file: DataFile, delete_files: Iterable[DataFile]) -> np.ndarray:
+    """The sorted row positions of ``data_file`` that ``delete_files`` delete."""
     parts = []
     for delete_file in delete_files:
-        if not _may_reference(delete_file, data_path):
+        if not _may_reference(delete_file, data_file.file_path):
             continue
-        parts.append(_read_delete_file(ctx, delete_file, pc.field("file_path") == data_path)["pos"].to_numpy())
+        positions = _read_delete_file(ctx, delete_file, pc.field("file_path") == data_file.file_path)["pos"]
+        parts.append(check_positions(delete_file, data_file, positions.to_numpy()))
     if not parts:
         return np.empty(0, np.int64)
     return np.unique(np.concatenate(parts))
+
+
+def check_positions(delete_file: DataFile, data_file: DataFile, positions: np.ndarray) -> np.ndarray:
+    """``positions``, which ``delete_file`` deletes in ``data_file``, if ``data_file`` has them: a delete file
+    naming rows past the end was not written for this file, and applying the rest would serve rows it meant to
+    delete."""
+    if len(positions) and (positions.min() < 0 or positions.max() >= data_file.record_count):
+        raise CorruptDataFileError(
+            f"position delete file {delete_file.file_path} deletes position {int(positions.max())} of "
+            f"{data_file.file_path}, which has {data_file.record_count} rows: it was not written for this data "
+            "file. Restore it from a backup, or roll the table back to a snapshot that does not reference it"
+        )
+    return positions
 
 
 def deletes_per_file(ctx: LakeContext, delete_files: Iterable[DataFile]) -> dict[str, int]:

@@ -265,7 +265,7 @@ class _Checker:
 
     def deleted(self, data_file: DataFile, delete_files: Sequence[DataFile]) -> np.ndarray:
         """The row positions of ``data_file`` that ``delete_files`` delete."""
-        return deleted_positions(self._ctx, data_file.file_path, delete_files) if delete_files else np.empty(0, int)
+        return deleted_positions(self._ctx, data_file, delete_files) if delete_files else np.empty(0, int)
 
     def marks(self, delete_files: Sequence[DataFile]) -> dict[str, np.ndarray]:
         """What position delete files mark: data file path -> sorted positions."""

@@ -155,7 +155,7 @@ def _live_rows(ctx: LakeContext, data_file: DataFile, delete_files: tuple[DataFi
     rows = ctx.read(data_file.file_path)
     if not delete_files:
         return rows
-    gone = deleted_positions(ctx, data_file.file_path, delete_files)
+    gone = deleted_positions(ctx, data_file, delete_files)
     if not gone.size:
         return rows
     alive = np.ones(rows.num_rows, dtype=bool)

@@ -250,7 +250,7 @@ def test_primary_key_tiering_merge_on_read_writes_what_changed(lakehouse: Lakeho
     assert marks.partition[0] == 1 and marks.record_count == 100  # the 100 old versions of bucket 1's keys
     ctx = LakeContext.of(lh.store, table)
     old_b1 = [t for t in tasks if t.file.file_path in before and t.file.partition[0] == 1]
-    assert sum(len(deleted_positions(ctx, t.file.file_path, t.delete_files)) for t in old_b1) == 100
+    assert sum(len(deleted_positions(ctx, t.file, t.delete_files)) for t in old_b1) == 100
     state = replay(lh, "ods.orders")
     assert lake_state(lh.lake_read("ods.orders")) == state
     assert lake_state(table.scan().to_arrow()) == state
@@ -921,10 +921,11 @@ def test_large_data_files_go_up_in_multipart_parts_on_s3(seaweedfs) -> None:
     lh.close()
 
 
-@pytest.mark.parametrize("fault", ["corrupt", "missing"])
+@pytest.mark.parametrize("fault", ["corrupt", "missing", "foreign"])
 def test_a_damaged_position_delete_file_fails_reads_naming_it(tmp_path, fault: str) -> None:
-    """Reads never skip deletes they cannot read: a position delete file that is corrupt or gone fails union
-    and lake reads, lookups and the checks, each naming it."""
+    """Reads never skip deletes they cannot read: a position delete file that is corrupt, gone, or deletes
+    positions its data file does not have (written for another file) fails union and lake reads, lookups and
+    the checks, each naming it."""
     from quality.reconcile import reconcile
 
     lh = Lakehouse.open(tmp_path.as_uri())
@@ -939,6 +940,9 @@ def test_a_damaged_position_delete_file_fails_reads_naming_it(tmp_path, fault: s
     if fault == "corrupt":
         with open(local, "r+b") as f:
             f.write(b"garbage!")  # same size, broken magic
+    elif fault == "foreign":
+        rows = pq.read_table(local)
+        pq.write_table(rows.set_column(1, "pos", pa.array([5, 10**6], pa.int64())), local)
     else:
         Path(local).unlink()
     name = Path(local).name
