@@ -320,20 +320,27 @@ class LakestreamDataSource(DataSource):
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        self.read_options = ReadOptions.parse(options)
+        self._read_options: ReadOptions | None = None
+
+    @property
+    def read_options(self) -> ReadOptions:
+        """The options of a read, checked when a read asks for them (a write's options are others)."""
+        if self._read_options is None:
+            self._read_options = ReadOptions.parse(self.options)
+        return self._read_options
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
     def __repr__(self) -> str:
-        o = self.read_options
-        return f"LakestreamDataSource({o.table} in {self._warehouse()})"
+        table = self.options.get("path") or self.options.get("table")
+        return f"LakestreamDataSource({table} in {self._warehouse()})"
 
     def _warehouse(self) -> str:
         from lakehouse.settings import normalize_warehouse
 
-        url = self.read_options.warehouse or self.default_warehouse
+        url = self.options.get("warehouse") or self.default_warehouse
         if not url:
             raise InvalidArgument(f'set the warehouse: spark.read.format("{NAME}").option("warehouse", "s3://...")')
         return normalize_warehouse(url)
@@ -355,6 +362,7 @@ class LakestreamDataSource(DataSource):
         return lh, definition, lh.lake_table(definition.name)
 
     def schema(self) -> StructType:
+        self.read_options  # noqa: B018 (bad options fail before the store is opened)
         lh, definition, table = self._open()
         try:
             plan = _plan_columns(table, definition, self.read_options)

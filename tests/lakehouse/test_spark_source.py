@@ -242,16 +242,17 @@ def test_bad_options_are_clear_errors(tmp_path) -> None:
     lh = Lakehouse.open(tmp_path.as_uri())
     build(lh, pk=True)
     cls = source_class({})
+    # a read's options are checked when Spark asks for its schema
     with pytest.raises(InvalidArgument, match=r"unknown option\(s\) \['secret_access_key'\].*never options"):
-        cls({"path": NAME, "warehouse": lh.url, "secret_access_key": "x"})
+        cls({"path": NAME, "warehouse": lh.url, "secret_access_key": "x"}).schema()
     with pytest.raises(InvalidArgument, match='as_of takes "bucket:offset'):
-        cls({"path": NAME, "warehouse": lh.url, "as_of": "0=1"})
+        cls({"path": NAME, "warehouse": lh.url, "as_of": "0=1"}).schema()
     with pytest.raises(InvalidArgument, match="name the table"):
-        cls({"warehouse": lh.url})
+        cls({"warehouse": lh.url}).schema()
     with pytest.raises(InvalidArgument, match="lake_only is true or false"):
-        cls({"path": NAME, "warehouse": lh.url, "lake_only": "maybe"})
+        cls({"path": NAME, "warehouse": lh.url, "lake_only": "maybe"}).schema()
     with pytest.raises(InvalidArgument, match="belongs to changes=true"):
-        cls({"path": NAME, "warehouse": lh.url, "start": "0:1"})
+        cls({"path": NAME, "warehouse": lh.url, "start": "0:1"}).schema()
     with pytest.raises(TableNotFound, match="no table ods.nope"):
         cls({"path": "ods.nope", "warehouse": lh.url}).schema()
     source = cls({"path": NAME, "warehouse": lh.url, "as_of": "0:1,1:1"})
@@ -341,7 +342,7 @@ def test_changes_through_the_source_equal_lh_changes(lakehouse, pk) -> None:
         want = lh.changes(NAME, middle, ends, before_images=before)
         assert rows(got, [*COMPARED, "_op"]) == rows(want, [*COMPARED, "_op"]) and want.num_rows
     with pytest.raises(InvalidArgument, match="filter do not apply"):
-        source_class({lh.url: {}})({"path": NAME, "changes": "true", "end": end, "filter": "k < 3"})
+        source_class({lh.url: {}})({"path": NAME, "changes": "true", "end": end, "filter": "k < 3"}).schema()
 
 
 @pytest.mark.slow
@@ -400,9 +401,9 @@ def test_reader_at_a_ref_reads_the_lake_at_its_snapshot(tmp_path) -> None:
         reader.plan.located(reader._table, lh.table(NAME), as_of=None, log_=None, fix_ends=False, snapshot_id=snapshot)
     )
     with pytest.raises(InvalidArgument, match="as_of and changes do not go with it"):
-        cls({"path": NAME, "warehouse": lh.url, "ref": "published", "as_of": "0:1,1:1,2:1"})
+        cls({"path": NAME, "warehouse": lh.url, "ref": "published", "as_of": "0:1,1:1,2:1"}).schema()
     with pytest.raises(InvalidArgument, match="as_of and changes do not go with it"):
-        cls({"path": NAME, "warehouse": lh.url, "ref": "published", "changes": "true", "end": "0:1,1:1,2:1"})
+        cls({"path": NAME, "warehouse": lh.url, "ref": "published", "changes": "true", "end": "0:1,1:1,2:1"}).schema()
 
 
 @pytest.mark.slow
@@ -443,10 +444,10 @@ def test_reader_at_a_snapshot_id_reads_the_lake_at_that_snapshot(tmp_path) -> No
     with pytest.raises(SnapshotNotFound, match=r"has no snapshot 12345 .*its current snapshot is \d+"):
         cls({"path": NAME, "warehouse": lh.url, "snapshot_id": "12345"}).schema()
     with pytest.raises(InvalidArgument, match="snapshot_id is a snapshot's id .*got 'latest'"):
-        cls({"path": NAME, "warehouse": lh.url, "snapshot_id": "latest"})
+        cls({"path": NAME, "warehouse": lh.url, "snapshot_id": "latest"}).schema()
     for other in ({"as_of": "0:1,1:1,2:1"}, {"ref": "main"}, {"changes": "true", "end": "0:1,1:1,2:1"}):
         with pytest.raises(InvalidArgument, match="snapshot_id reads the lake at one snapshot: as_of, ref and changes"):
-            cls({"path": NAME, "warehouse": lh.url, "snapshot_id": str(first), **other})
+            cls({"path": NAME, "warehouse": lh.url, "snapshot_id": str(first), **other}).schema()
 
 
 @pytest.mark.slow
