@@ -69,6 +69,7 @@ from pyspark.sql.datasource import (
 )
 
 from lakehouse.errors import InvalidArgument
+from lakehouse.spark.stream import STREAM_OPTIONS, LakestreamStreamReader, StreamOptions, is_stream
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
@@ -95,6 +96,7 @@ OPTIONS = (
     "end",
     "before_images",
     "maxpartitionbytes",
+    *STREAM_OPTIONS,  # spark.readStream's (lakehouse.spark.stream)
 )
 #: Spark's own default for file sources (spark.sql.files.maxPartitionBytes).
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
@@ -363,8 +365,13 @@ class LakestreamDataSource(DataSource):
 
     def schema(self) -> StructType:
         self.read_options  # noqa: B018 (bad options fail before the store is opened)
+        stream = StreamOptions.parse(self.options) if is_stream(self.options) else None
         lh, definition, table = self._open()
         try:
+            if stream is not None:  # a readStream: the changes' columns
+                from lakehouse.changes import changes_schema
+
+                return _spark_schema(changes_schema(definition))
             plan = _plan_columns(table, definition, self.read_options)
             if self.read_options.changes:
                 from lakehouse.changes import changes_schema
@@ -374,7 +381,18 @@ class LakestreamDataSource(DataSource):
         finally:
             lh.close()
 
+    def streamReader(self, schema: StructType) -> LakestreamStreamReader:
+        """``spark.readStream``: the table's changes, micro-batch by micro-batch (`lakehouse.spark.stream`)."""
+        if self.read_options.columns is not None:
+            raise InvalidArgument("option columns is a batch read's: select the streaming DataFrame's columns")
+        return LakestreamStreamReader(self, StreamOptions.parse(self.options), schema)
+
     def reader(self, schema: StructType) -> LakestreamReader:
+        if is_stream(self.options):
+            raise InvalidArgument(
+                "options startingOffsets, subscription, beforeImages and maxRecordsPerTrigger are readStream's: "
+                'use spark.readStream.format("lakestream"), or read a range as a batch with changes=true, start, end'
+            )
         lh, definition, table = self._open()
         options = self.read_options
         try:
