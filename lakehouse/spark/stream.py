@@ -46,6 +46,10 @@ from lakehouse.errors import AsOfUnavailable, InvalidArgument
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
+#: Log records one task of a micro-batch reads at most, buckets packed together up to it (a bucket with more is
+#: a task of its own): a small micro-batch is one task, whatever the bucket count (each task costs a Python
+#: worker's round trip, the bulk of a small micro-batch's time), a large one a task per bucket or more.
+TASK_RECORDS = 250_000
 #: The options that make a read a stream (lower case, as `ReadOptions` keeps them).
 STREAM_OPTIONS = ("startingoffsets", "subscription", "beforeimages", "maxrecordspertrigger")
 #: An offset is {PHASE: ..., OFFSETS: {"0": 120, ...}}; the phase is LAKE for "earliest" before anything is read
@@ -105,7 +109,7 @@ class StreamOptions:
 @dataclass(frozen=True)
 class StreamPartition(InputPartition):
     """One task of a micro-batch: ``mode`` "snapshot" (a part of the lake snapshot, as inserts) or "changes"
-    (one bucket's net changes), with what it needs to run on a worker."""
+    (the net changes of one bucket or a few, `TASK_RECORDS`), with what it needs to run on a worker."""
 
     mode: str
     bucket: int
@@ -279,7 +283,16 @@ class LakestreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         plan = plan_changes(table, log_, start, end, before_images=self.options.before_images)
         ctx = LakeContext.of(shared_store(self.store_url, self._store_options), table)
         bare = replace(plan, buckets=())
-        return [StreamPartition("changes", item.bucket, (bare, item, ctx)) for item in plan.buckets]
+        parts: list[list[Any]] = []
+        size = 0
+        for item in sorted(plan.buckets, key=lambda i: i.end - i.start):
+            records = item.end - item.start
+            if not parts or size + records > TASK_RECORDS:
+                parts.append([])
+                size = 0
+            parts[-1].append(item)
+            size += records
+        return [StreamPartition("changes", items[0].bucket, (bare, tuple(items), ctx)) for items in parts]
 
     def commit(self, end: dict) -> None:
         if self.options.subscription is None or end[PHASE] == LAKE:
@@ -325,9 +338,10 @@ class LakestreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         from lakehouse.log import Log
         from lakehouse.tables import TableDefinition
 
-        plan, item, ctx = partition.payload
+        plan, items, ctx = partition.payload
         log_ = Log(shared_store(self.store_url, self._store_options), TableDefinition.from_json(self.definition_json))
         try:
-            yield from read_bucket_changes(plan, item, log_, ctx).to_batches()
+            for item in items:
+                yield from read_bucket_changes(plan, item, log_, ctx).to_batches()
         finally:
             log_.close()
