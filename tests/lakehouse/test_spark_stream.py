@@ -202,3 +202,27 @@ def test_bad_stream_options_are_clear_errors(tmp_path, spark) -> None:
         cls({"path": NAME, "warehouse": lh.url, "startingOffsets": "latest", "as_of": "0:1"}).schema()
     with pytest.raises(InvalidArgument, match='startingOffsets takes "bucket:offset'):
         cls({"path": NAME, "warehouse": lh.url, "startingOffsets": "newest"}).schema()
+
+
+def test_a_micro_batch_packs_small_buckets_into_one_task(tmp_path, monkeypatch) -> None:
+    """Tasks follow the records, not the bucket count: a few records of every bucket are one task; past
+    `TASK_RECORDS` a task holds fewer buckets; every changed bucket is in exactly one task."""
+    import lakehouse.spark.stream as stream
+    from lakehouse.spark.source import source_class
+
+    lh = Lakehouse.open(tmp_path.as_uri())
+    make(lh, pk=True)
+    write(lh, True, random.Random(12), "r0", n=60)
+    ends = lh.log(NAME).end_offsets()
+    source = source_class({lh.url: {}})({"path": NAME, "warehouse": lh.url, "startingOffsets": "latest"})
+    reader = source.streamReader(source.schema())
+    start = {"phase": "log", "offsets": {str(b): 0 for b in ends}}
+    end = {"phase": "log", "offsets": {str(b): o for b, o in ends.items()}}
+    [one] = reader.partitions(start, end)
+    assert sorted(item.bucket for item in one.payload[1]) == sorted(ends)
+    monkeypatch.setattr(stream, "TASK_RECORDS", max(ends.values()))
+    parts = reader.partitions(start, end)
+    assert 1 < len(parts) <= BUCKETS
+    assert sorted(item.bucket for p in parts for item in p.payload[1]) == sorted(ends)
+    assert reader.partitions(end, end) == []
+    reader.stop()
