@@ -28,7 +28,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 test: lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=30 $(PYTEST_ARGS)
 
 # The native stack end to end (about 10 minutes): up, the DAGs under the real scheduler, a lost worker, down.
 test-stack: $(STAMP)
