@@ -160,7 +160,7 @@ class LakestreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self.target = to_arrow_schema(spark_schema, timezone="UTC")
         self._source = source
         self._lh: Any = None
-        self._target: dict[int, int] | None = None  # trigger(availableNow=True): the log's end when it began
+        self._available_now: dict[int, int] | None = None  # trigger(availableNow=True): the log's end when it began
         lh = self._lakehouse()
         self.definition_json = lh.table(self.table_name).to_json()
         if "_op" not in self.target.names:
@@ -220,8 +220,8 @@ class LakestreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 return _offset(snapshot, SNAPSHOT)  # one micro-batch: the lake as of its snapshot's offsets
             # no lake yet: the log from offset 0 on
         ends = self._log().end_offsets()
-        if self._target is not None:
-            ends = {b: min(o, self._target.get(b, o)) for b, o in ends.items()}
+        if self._available_now is not None:
+            ends = {b: min(o, self._available_now.get(b, o)) for b, o in ends.items()}
         begin = _offsets(start)
         if isinstance(limit, ReadMaxRows):
             ends = limited(begin, ends, limit.max_rows)
@@ -230,7 +230,7 @@ class LakestreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def prepareForTriggerAvailableNow(self) -> None:
         """trigger(availableNow=True): read up to the log's end now (in as many micro-batches as the read limit
         makes), nothing appended after."""
-        self._target = self._log().end_offsets()
+        self._available_now = self._log().end_offsets()
 
     def reportLatestOffset(self) -> dict | None:
         return _offset(self._log().end_offsets())
