@@ -354,4 +354,3 @@ def test_write_options_parse():
     with pytest.raises(Exception, match="checkpointlocation"):  # noqa: PT011
         WriteOptions.parse({"path": "a.b", "checkpointLocation": "/x"}, stream=False)
     assert WriteOptions.parse({"path": "a.b", "producerId": "p"}, stream=True).producer_id == "p"
-
