@@ -23,9 +23,11 @@ rows under the same ids and sequences: the log recognises those that landed and 
 
 **The assumption:** a replay gives each task the same rows in the same order (Spark replays a stream batch
 from the same source offsets; the plan from the source to the sink must partition and order them the same
-way: no nondeterministic repartitioning, no ``rand()``; ``rowsPerAppend`` unchanged). Rows that differ under a
-used (producer id, sequence) raise `SequenceConflict` with nothing written, never a duplicate. A replay is
-recognised while the bucket's newest ``dedup_window`` (256) segments still include the first attempt's.
+way: no nondeterministic repartitioning or UDF, no ``rand()``, rows sorted within partitions after a shuffle;
+``rowsPerAppend`` unchanged). Otherwise an append whose (producer id, sequence) landed with other rows raises
+`SequenceConflict` (nothing written by it), but rows that moved to another append of the task can be written a
+second time. A replay is recognised while the bucket's newest ``dedup_window`` (256) segments still include
+the first attempt's. docs/spark.md says more.
 
 Driver-side checks (in ``writer``/``streamWriter``, before any task): the table exists, the DataFrame's
 columns are the table's (plus ``_op``), each type has an Arrow cast to the table's, the save mode is append.

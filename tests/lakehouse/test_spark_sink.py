@@ -118,6 +118,9 @@ def test_batch_write_ops_in_input_order(spark, lh):
     # without _op a primary-key table takes upserts
     writer(spark, lh, frame(spark, [{"k": 5, "v": "u", "n": 1}], "k long, v string, n int", partitions=1)).save(PK)
     assert pk_rows(lh) == [(2, "y", 20), (5, "u", 1)]
+    # a long into the int column n: accepted while the values fit
+    writer(spark, lh, frame(spark, [{"k": 6, "v": "w", "n": 7}], "k long, v string, n long", partitions=1)).save(PK)
+    assert pk_rows(lh) == [(2, "y", 20), (5, "u", 1), (6, "w", 7)]
 
 
 class _FailAfterFirst(LakestreamBatchWriter):
