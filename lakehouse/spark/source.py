@@ -40,6 +40,8 @@ lakestream's settings (`lakehouse.settings`: environment / YAML) resolved on the
 registered (`register`, done by `lakehouse.spark.spark_session`), or from the store of a `Lakehouse` given to
 `register` (what `lakehouse.spark.read_table` does). They ride inside the pickled data source class and reader
 (Spark shows neither), never in a ``repr``, the plan or a log line.
+
+Writes (``df.write`` / ``df.writeStream`` with ``format("lakestream")``) are `lakehouse.spark.sink`'s.
 """
 
 from __future__ import annotations
@@ -419,6 +421,18 @@ class LakestreamDataSource(DataSource):
         except BaseException:
             lh.close()
             raise
+
+    def writer(self, schema: StructType, overwrite: bool) -> Any:
+        """``df.write.format("lakestream")``: appends by the tasks, exactly once per task (`lakehouse.spark.sink`)."""
+        from lakehouse.spark.sink import make_writer
+
+        return make_writer(self, schema, overwrite, stream=False)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:  # noqa: N802 (PySpark's name)
+        """``df.writeStream.format("lakestream")``: each micro-batch appended exactly once (`lakehouse.spark.sink`)."""
+        from lakehouse.spark.sink import make_writer
+
+        return make_writer(self, schema, overwrite, stream=True)
 
 
 def _plan_columns(table: Any, definition: Any, options: ReadOptions, columns: Sequence[str] | None = None) -> ReadPlan:
