@@ -9,8 +9,9 @@ snapshot as inserts, then the log's net changes, `lakehouse.spark.stream`); each
 (``insert``, ``update_after``) or -1 (``update_before``, ``delete``: the old row), so a group's ``rows`` and
 ``sum_<column>`` follow every insert, update (also one that moves a row to another group) and delete. Spark
 keeps the running aggregate in the checkpoint's state store and emits the groups a micro-batch changed
-(output mode ``update``); the sink upserts them into the target, a primary-key table keyed by the group columns
-(created on the first run), exactly once per micro-batch (`lakehouse.spark.sink`). ``available_now`` (the
+(output mode ``update``), which are upserted into the target, a primary-key table keyed by the group columns
+(created on the first run), exactly once per micro-batch: a batch write named by the query's id and the batch
+id (`lakehouse.spark.sink`'s ``writeId``), so a replayed micro-batch appends nothing twice. ``available_now`` (the
 default) reads what is there and stops: the idiom for a scheduled job (`dags/lake_streams.py`); without it the
 query runs until stopped.
 """
@@ -92,17 +93,30 @@ def aggregate_changes(
     columns = [F.sum(sign).cast("long").alias("rows")]
     for c in sums:
         columns.append(F.sum(sign * F.col(c)).cast(_spark_type(wanted.field(f"sum_{c}").type)).alias(f"sum_{c}"))
+    def write(groups: Any, batch_id: int) -> None:
+        # Spark's stream sinks in Python take appends only; a micro-batch's changed groups are upserted with a
+        # batch write named by the query and the batch: a replayed batch (same state, same groups, sorted
+        # within each partition) is recognised and appends nothing twice (`lakehouse.spark.sink`, writeId)
+        query = groups.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+        (
+            groups.sortWithinPartitions(*group_by)
+            .write.format("lakestream")
+            .option("warehouse", url)
+            .option("writeId", f"{target}/{query}/{batch_id}")
+            .mode("append")
+            .save(target)
+        )
+
     writer = (
         changes.groupBy(*group_by)
         .agg(*columns)
-        .writeStream.format("lakestream")
-        .outputMode("update")
-        .option("warehouse", url)
+        .writeStream.outputMode("update")
+        .foreachBatch(write)
         .option("checkpointLocation", checkpoint)
     )
     if available_now:
         writer = writer.trigger(availableNow=True)
-    return writer.start(target)
+    return writer.start()
 
 
 def target_table(lh: Any, source: str, target: str, group_by: Sequence[str], sums: Sequence[str]) -> pa.Schema:
