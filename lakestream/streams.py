@@ -93,6 +93,7 @@ def aggregate_changes(
     columns = [F.sum(sign).cast("long").alias("rows")]
     for c in sums:
         columns.append(F.sum(sign * F.col(c)).cast(_spark_type(wanted.field(f"sum_{c}").type)).alias(f"sum_{c}"))
+
     def write(groups: Any, batch_id: int) -> None:
         # Spark's stream sinks in Python take appends only; a micro-batch's changed groups are upserted with a
         # batch write named by the query and the batch: a replayed batch (same state, same groups, sorted
