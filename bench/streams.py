@@ -13,6 +13,9 @@ Measured in one Spark session:
   the records: five micro-batches) and once as the batch read of the same range
   (``option("changes", "true")``, ``start`` 0, ``end`` the log's end); both written to Spark's ``noop`` sink, so
   every row crosses into the JVM and nothing is collected. Goal: stream >= 0.8x the batch read (rows/s);
+* sink throughput: the same ``--rows`` orders as Parquet files, written to a log table by a streaming query
+  (``readStream.parquet`` -> ``writeStream.format("lakestream")``, availableNow) against ``df.write`` of the
+  same files (goal: stream >= 0.8x), and ``df.write`` against the Python ``Producer`` sending the rows (report);
 * latency: a query with ``trigger(processingTime="0 seconds")`` on a log table while a producer appends one row
   every 50 ms for ``--seconds``; each row carries the time it was sent, ``foreachBatch`` notes when it sees it.
   p50 and p99 (goal p99 < 1 s).
@@ -107,6 +110,7 @@ def throughput(spark, lh: Lakehouse, tmp: Path, base: pa.Table, repeats: int) ->
     for kind, pk in (("log table", False), ("primary-key table", True)):
         name = f"bench.{'pk' if pk else 'log'}"
         records = load(lh, name, base, pk)
+        batch_seconds(spark, lh, name)  # untimed: the JVM's and the Python workers' first run
         ones, fives, batches = [], [], []
         for i in range(repeats):  # interleaved
             batches.append(batch_seconds(spark, lh, name))
@@ -118,6 +122,51 @@ def throughput(spark, lh: Lakehouse, tmp: Path, base: pa.Table, repeats: int) ->
             f"| {kind} | {records:,} | {b:.2f} s | {one:.2f} s | **{b / one:.2f}** | {five:.2f} s | {b / five:.2f} |"
         )
     return out
+
+
+def sink(spark, lh: Lakehouse, tmp: Path, base: pa.Table, repeats: int) -> list[str]:
+    import pyarrow.parquet as pq
+
+    files = tmp / "orders-parquet"
+    files.mkdir()
+    for i, start in enumerate(range(0, base.num_rows, CHUNK)):
+        pq.write_table(base.slice(start, CHUNK), files / f"part-{i:04d}.parquet")
+    schema = spark.read.parquet(str(files)).schema
+    streams, writes, producers = [], [], []
+    for i in range(repeats):  # interleaved, a fresh table each
+        for kind, times in (("stream", streams), ("write", writes), ("producer", producers)):
+            name = f"bench.sink_{kind}_{i}"
+            lh.create_table(name, SCHEMA, bucket_key=KEY, buckets=BUCKETS)
+            t0 = time.perf_counter()
+            if kind == "stream":
+                query = (
+                    spark.readStream.schema(schema)
+                    .parquet(str(files))
+                    .writeStream.format("lakestream")
+                    .option("warehouse", lh.url)
+                    .option("checkpointLocation", str(tmp / f"sink-{i}"))
+                    .trigger(availableNow=True)
+                    .start(name)
+                )
+                query.awaitTermination()
+                assert query.exception() is None, query.exception()
+            elif kind == "write":
+                spark.read.parquet(str(files)).write.format("lakestream").option("warehouse", lh.url).mode(
+                    "append"
+                ).save(name)
+            else:
+                with lh.log(name).producer() as producer:
+                    for path in sorted(files.iterdir()):
+                        producer.send(pq.read_table(path))
+            times.append(time.perf_counter() - t0)
+            assert sum(lh.log(name).end_offsets().values()) == base.num_rows, kind
+    s, w, p = (statistics.median(x) for x in (streams, writes, producers))
+    say(f"sink: stream {s:.2f} s, df.write {w:.2f} s, Producer {p:.2f} s")
+    return [
+        "| rows | writeStream | df.write | stream / write (rows/s; goal >= 0.8) | Python Producer | write / Producer |",
+        "| --- | --- | --- | --- | --- | --- |",
+        f"| {base.num_rows:,} | {s:.2f} s | {w:.2f} s | **{w / s:.2f}** | {p:.2f} s | {p / w:.2f} |",
+    ]
 
 
 def latency(spark, lh: Lakehouse, tmp: Path, seconds: float) -> list[str]:
@@ -184,6 +233,7 @@ def main() -> None:
         base = make_dataset(rows, 10, seed=21).base
         for part in (
             lambda: throughput(spark, lh, Path(tmp), base, args.repeats),
+            lambda: sink(spark, lh, Path(tmp), base, args.repeats),
             lambda: latency(spark, lh, Path(tmp), seconds),
         ):
             try:
