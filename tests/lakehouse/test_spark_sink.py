@@ -152,6 +152,7 @@ def test_task_attempt_retried_in_process_writes_nothing_twice(lh):
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+    _FailAfterFirst.calls = 0
     w = make_writer(_Source(lh, rowsPerAppend="4"), schema, False, stream=False, writer_class=_FailAfterFirst)
     data = pa.table({"id": list(range(10)), "v": [f"e{i}" for i in range(10)]})
     with pytest.raises(RuntimeError, match="first append"):
@@ -166,6 +167,28 @@ def test_task_attempt_retried_in_process_writes_nothing_twice(lh):
     again2 = make_writer(_Source(lh, writeId="job-7"), schema, False, stream=False)
     assert again2.write(iter(data.to_batches())).recognised == 1
     assert ids(lh) == Counter({i: 2 for i in range(10)})
+
+
+def test_task_retry_with_keys_in_another_order_writes_nothing_twice(lh):
+    """After a shuffle Spark does not hand a retried task its rows in the same order: a task sorts each run by
+    the primary key (stably), so the retry's appends are the first attempt's."""
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+    schema = StructType([StructField(n, t()) for n, t in (("k", LongType), ("v", StringType), ("n", IntegerType))])
+    _FailAfterFirst.calls = 0
+    source = _Source(lh, rowsPerAppend="4", path=PK)
+    w = make_writer(source, schema, False, stream=False, writer_class=_FailAfterFirst)
+    keys = list(range(10))
+    data = pa.table({"k": keys, "v": [f"v{k}" for k in keys], "n": pa.array(keys, pa.int32())})
+    with pytest.raises(RuntimeError, match="first append"):
+        w.write(iter(data.to_batches()))
+    landed = sum(ended(lh, PK).values())
+    assert landed == 4
+    reordered = data.take(pa.array([7, 2, 9, 0, 5, 3, 8, 1, 6, 4]))
+    message = w.write(iter(reordered.to_batches(max_chunksize=3)))
+    assert (message.rows, message.appends, message.recognised) == (10, 3, 1)
+    assert sum(ended(lh, PK).values()) == 10  # 10 records in the log: none twice
+    assert pk_rows(lh) == [(k, f"v{k}", k) for k in keys]
 
 
 def run_worker(mode: str, args: list, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess:
