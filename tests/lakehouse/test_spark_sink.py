@@ -380,3 +380,21 @@ def test_write_options_parse():
     with pytest.raises(Exception, match="checkpointlocation"):  # noqa: PT011
         WriteOptions.parse({"path": "a.b", "checkpointLocation": "/x"}, stream=False)
     assert WriteOptions.parse({"path": "a.b", "producerId": "p"}, stream=True).producer_id == "p"
+
+
+def test_writer_repr_keeps_credentials_out(lh):
+    """The writers carry the store's options to the tasks (pickled), never in a repr."""
+    from lakehouse.spark.sink import LakestreamStreamWriter
+
+    for cls, stream in ((LakestreamBatchWriter, False), (LakestreamStreamWriter, True)):
+        options = WriteOptions.parse({"path": LOG}, stream=stream)
+        w = cls(
+            lh.table(LOG).to_json(),
+            options,
+            False,
+            store_url=lh.url,
+            store_options={"secret_access_key": "SECRET-123"},
+            producer_base="w-x",
+        )
+        assert "SECRET-123" not in repr(w) and "SECRET-123" not in repr(options)
+        assert w._store_options == {"secret_access_key": "SECRET-123"}  # it travels with the writer, unshown
