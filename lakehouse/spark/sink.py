@@ -21,13 +21,14 @@ run into appends of at most ``rowsPerAppend`` rows, and checks them all (`confor
 that do not cast) before its first append. A retried task attempt, or a replayed stream batch, appends the same
 rows under the same ids and sequences: the log recognises those that landed and writes the others once.
 
-**The assumption:** a replay gives each task the same rows in the same order (Spark replays a stream batch
-from the same source offsets; the plan from the source to the sink must partition and order them the same
-way: no nondeterministic repartitioning or UDF, no ``rand()``, rows sorted within partitions after a shuffle;
-``rowsPerAppend`` unchanged). Otherwise an append whose (producer id, sequence) landed with other rows raises
-`SequenceConflict` (nothing written by it), but rows that moved to another append of the task can be written a
-second time. A replay is recognised while the bucket's newest ``dedup_window`` (256) segments still include
-the first attempt's. docs/spark.md says more.
+**The assumption:** a replay gives each task the same rows, in the same order among one key's rows and among
+``_op`` changes (each run is sorted by key, stably, so the order of distinct keys does not matter). Spark
+replays a stream batch from the same source offsets; the plan from the source to the sink must partition the
+rows the same way (no nondeterministic repartitioning or UDF, no ``rand()``; one key's rows sorted within
+partitions after a shuffle; ``rowsPerAppend`` unchanged). Otherwise an append whose (producer id, sequence)
+landed with other rows raises `SequenceConflict` (nothing written by it), but rows that moved to another
+append of the task can be written a second time. A replay is recognised while the bucket's newest
+``dedup_window`` (256) segments still include the first attempt's. docs/spark.md says more.
 
 Driver-side checks (in ``writer``/``streamWriter``, before any task): the table exists, the DataFrame's
 columns are the table's (plus ``_op``), each type has an Arrow cast to the table's, the save mode is append.
@@ -230,10 +231,24 @@ class TaskWrite:
                 rows = rows.select(list(definition.primary_key))
             else:
                 rows = rows.select([n for n in definition.schema.names if n in rows.column_names])
-            conformed = conform(definition, rows, op, Limits(max_rows=2**62, max_bytes=2**62))
+            conformed = in_key_order(definition, conform(definition, rows, op, Limits(max_rows=2**62, max_bytes=2**62)))
             runs.append(Run(op, list(chunks(conformed, min(self.rows_per_append, limits.max_rows), limits))))
         self.runs = runs
         return runs
+
+
+def in_key_order(definition: TableDefinition, rows: pa.Table) -> pa.Table:
+    """``rows`` (one run: one op) sorted by the primary key (a log table: its bucket key), stably: a key's rows
+    keep their order, so the run does what it did unsorted, and the appends no longer depend on the order in
+    which Spark handed distinct keys to the task (after a shuffle that order is not the same on a retry)."""
+    keys = list(definition.primary_key) if definition.has_primary_key else [definition.bucket_key]
+    if rows.num_rows < 2 or None in keys:
+        return rows
+    try:
+        order = pc.sort_indices(rows, sort_keys=[(k, "ascending") for k in keys])
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):  # a key type Arrow does not sort: as received
+        return rows
+    return rows.take(order)
 
 
 def op_runs(definition: TableDefinition, ops: pa.Array) -> list[tuple[str, int, int]]:
