@@ -10,8 +10,9 @@ snapshot as inserts, then the log's net changes, `lakehouse.spark.stream`); each
 ``sum_<column>`` follow every insert, update (also one that moves a row to another group) and delete. Spark
 keeps the running aggregate in the checkpoint's state store and emits the groups a micro-batch changed
 (output mode ``update``), which are upserted into the target, a primary-key table keyed by the group columns
-(created on the first run), exactly once per micro-batch: a batch write named by the query's id and the batch
-id (`lakehouse.spark.sink`'s ``writeId``), so a replayed micro-batch appends nothing twice. ``available_now`` (the
+(created on the first run), exactly once per micro-batch: a batch write named by the query's id and numbered
+by the batch id (`lakehouse.spark.sink`'s ``writeId`` and ``batchId``), so a replayed micro-batch appends
+nothing twice. ``available_now`` (the
 default) reads what is there and stops: the idiom for a scheduled job (`dags/lake_streams.py`); without it the
 query runs until stopped.
 """
@@ -96,14 +97,15 @@ def aggregate_changes(
 
     def write(groups: Any, batch_id: int) -> None:
         # Spark's stream sinks in Python take appends only; a micro-batch's changed groups are upserted with a
-        # batch write named by the query and the batch: a replayed batch (same state, same groups, sorted
-        # within each partition) is recognised and appends nothing twice (`lakehouse.spark.sink`, writeId)
+        # batch write named by the query and numbered by the batch: a replayed batch (same state, same groups,
+        # sorted within each partition) is recognised and appends nothing twice (`lakehouse.spark.sink`)
         query = groups.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
         (
             groups.sortWithinPartitions(*group_by)
             .write.format("lakestream")
             .option("warehouse", url)
-            .option("writeId", f"{target}/{query}/{batch_id}")
+            .option("writeId", f"{target}/{query}")
+            .option("batchId", batch_id)
             .mode("append")
             .save(target)
         )

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
 OP_COLUMN = "_op"
 #: Options of a write (lower case: Spark's options are case-insensitive).
-WRITE_OPTIONS = ("path", "table", "warehouse", "rowsperappend", "writeid")
+WRITE_OPTIONS = ("path", "table", "warehouse", "rowsperappend", "writeid", "batchid")
 STREAM_OPTIONS = ("path", "table", "warehouse", "rowsperappend", "checkpointlocation", "producerid")
 DEFAULT_ROWS_PER_APPEND = 100_000
 #: Sequences of one stream batch (per task): batch ``b``'s appends are ``b * BATCH_SEQUENCES + n``.
@@ -80,6 +80,7 @@ class WriteOptions:
     rows_per_append: int
     write_id: str | None = None  # batch
     producer_id: str | None = None  # stream
+    batch_id: int | None = None  # batch, with write_id: the writes of one writer numbered (foreachBatch)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, stream: bool) -> WriteOptions:
@@ -107,7 +108,18 @@ class WriteOptions:
                 if not value:
                     raise InvalidArgument(f"option {key} names the write: give a non-empty string")
                 ids[key] = value
-        return cls(str(table), int(raw), ids.get("writeid"), ids.get("producerid"))
+        batch_id = None
+        if "batchid" in opts:
+            text = str(opts["batchid"]).strip()
+            if not text.isdigit():
+                raise InvalidArgument(f"option batchId is a batch's number (an integer >= 0), got {text!r}")
+            if "writeid" not in ids:
+                raise InvalidArgument(
+                    "option batchId numbers the writes of one writer: give the writer's writeId with it (e.g. "
+                    "foreachBatch: writeId = the query's id, batchId = the batch id)"
+                )
+            batch_id = int(text)
+        return cls(str(table), int(raw), ids.get("writeid"), ids.get("producerid"), batch_id)
 
 
 def check_schema(definition: TableDefinition, schema: StructType) -> bool:
@@ -350,7 +362,7 @@ class _SinkWriter:
         task = TaskWrite(definition, self.has_op, self.options.rows_per_append)
         runs = task.split(pa.Table.from_batches(batches))  # every check before the first append
         appends = sum(len(r.parts) for r in runs)
-        if self.stream and appends > BATCH_SEQUENCES:
+        if (self.stream or self.options.batch_id is not None) and appends > BATCH_SEQUENCES:
             raise InvalidArgument(
                 f"{definition.name}: a task of this stream batch would make {appends} appends, more than "
                 f"{BATCH_SEQUENCES}; raise rowsPerAppend or give the stream more partitions. Nothing was written"
@@ -384,7 +396,15 @@ def append_once(log_: Log, part: pa.Table, op: str, producer_id: str, sequence: 
 
 
 class LakestreamBatchWriter(_SinkWriter, DataSourceArrowWriter):
-    """``df.write``: producer ids from the write's id (``writeId``, else a fresh one per job) and partition."""
+    """``df.write``: producer ids from the write's id (``writeId``, else a fresh one per job) and partition;
+    with ``batchId``, sequences from it as a stream's (one producer per partition across a writer's batches: a
+    replayed batch is found among its newest segments, where a fresh producer id per batch looks back through
+    every bucket's newest ``dedup_window`` segments)."""
+
+    def _ids(self, context: Any) -> tuple[str, int]:
+        producer_id, first = super()._ids(context)
+        batch = self.options.batch_id
+        return producer_id, first if batch is None else batch * BATCH_SEQUENCES
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Nothing to do: every task's appends are in the log already."""

@@ -169,6 +169,37 @@ def test_task_attempt_retried_in_process_writes_nothing_twice(lh):
     assert ids(lh) == Counter({i: 2 for i in range(10)})
 
 
+def test_numbered_batches_of_one_writer_are_one_producer_and_a_replay_is_recognised(lh):
+    """``writeId`` + ``batchId`` (foreachBatch): batch 1 after batch 0 appends under the same producer with higher
+    sequences; batch 1 written again (a replayed micro-batch) appends nothing; other rows under batch 0 again are a
+    SequenceConflict (nothing written), never a silent double."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from lakehouse.errors import SequenceConflict
+
+    schema = StructType([StructField("id", LongType()), StructField("v", StringType())])
+
+    def rows(lo: int, hi: int) -> pa.Table:
+        return pa.table({"id": list(range(lo, hi)), "v": [f"e{i}" for i in range(lo, hi)]})
+
+    def write(batch: int, data: pa.Table):
+        w = make_writer(_Source(lh, writeId="q-1", batchId=str(batch)), schema, False, stream=False)
+        return w.write(iter(data.to_batches()))
+
+    assert write(0, rows(0, 10)).recognised == 0
+    first = write(1, rows(10, 20))
+    assert first.producer_id == write(0, rows(0, 10)).producer_id  # one producer across the batches
+    assert write(1, rows(10, 20)).recognised == first.appends  # the replay: recognised, nothing appended
+    assert ids(lh) == Counter(range(20))
+    with pytest.raises(SequenceConflict):
+        write(0, rows(100, 110))
+    assert ids(lh) == Counter(range(20))
+    with pytest.raises(Exception, match="batchId numbers the writes of one writer"):  # noqa: PT011
+        WriteOptions.parse({"path": "a.b", "batchId": "3"}, stream=False)
+    with pytest.raises(Exception, match="batchId is a batch's number"):  # noqa: PT011
+        WriteOptions.parse({"path": "a.b", "writeId": "w", "batchId": "-1"}, stream=False)
+
+
 def test_task_retry_with_keys_in_another_order_writes_nothing_twice(lh):
     """After a shuffle Spark does not hand a retried task its rows in the same order: a task sorts each run by
     the primary key (stably), so the retry's appends are the first attempt's."""
