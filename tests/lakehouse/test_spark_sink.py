@@ -308,17 +308,23 @@ def test_stream_writes_once_and_restarts(spark, lh, tmp_path):
 
 
 def test_stream_driver_killed_mid_batch_then_restarted(lh, tmp_path):
-    """Batch 1's task kills the driver with SIGKILL after its 2nd of 5 appends; the restart from the checkpoint
-    replays batch 1 (its first 2 appends recognised) and runs batch 2: every row exactly once."""
+    """Batch 1's task kills the driver with SIGKILL after a random one of its 5 appends (the first to the last);
+    the restart from the checkpoint replays batch 1 (the appends that landed recognised) and runs batch 2: every
+    row exactly once."""
+    import random
+
+    seed = random.randrange(10**6)
+    landed = random.Random(seed).randrange(1, 6)  # batch 1's appends that land before the kill
+    print(f"seed {seed}: the driver is killed after append {landed} of 5 of batch 1")
     source, checkpoint, markers = tmp_path / "in", tmp_path / "checkpoint", tmp_path / "markers"
     markers.mkdir()
     expected = write_files(source, 0, 3)
     args = [lh.url, {}, LOG, str(source), str(checkpoint)]
-    env = {"LAKESTREAM_TEST_MARKERS": str(markers), "LAKESTREAM_TEST_KILL_AT": str(1 * 2**20 + 1)}
+    env = {"LAKESTREAM_TEST_MARKERS": str(markers), "LAKESTREAM_TEST_KILL_AT": str(1 * 2**20 + landed - 1)}
     crashed = run_worker("stream", [*args, True], env)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     assert (markers / "killed").exists()
-    assert sum(ids(lh).values()) == 50 + 20  # batch 0 whole, batch 1's first 2 appends of 10 rows
+    assert sum(ids(lh).values()) == 50 + 10 * landed  # batch 0 whole, batch 1's landed appends of 10 rows
     restarted = run_worker("stream", [*args, False], {"LAKESTREAM_TEST_MARKERS": str(markers)})
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     assert ids(lh) == Counter(expected)
