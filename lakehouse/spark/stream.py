@@ -129,21 +129,28 @@ def _offset(offsets: Mapping[int, int], phase: str = LOG) -> dict[str, Any]:
 
 def limited(start: Mapping[int, int], ends: Mapping[int, int], max_records: int) -> dict[int, int]:
     """``ends``, or where ``max_records`` log records after ``start`` end: shared among the buckets that have
-    records in proportion to what each has (every such bucket moves, so none starves), at least one record."""
+    records in proportion to what each has (every such bucket moves, so none starves), the rounding's remainder
+    to the buckets with the most left, so a micro-batch holds ``max_records`` exactly while there are more."""
     available = {b: ends[b] - start[b] for b in ends if ends[b] > start[b]}
     total = sum(available.values())
     if total <= max_records:
         return dict(ends)
-    out = dict(start)
-    left = max_records
-    for b, n in sorted(available.items()):
-        take = min(n, max(1, max_records * n // total))
-        take = min(take, left)
-        out[b] += take
-        left -= take
+    take = {b: min(n, max(1, max_records * n // total)) for b, n in available.items()}
+    over = sum(take.values()) - max_records  # more buckets than records: the smallest give theirs back
+    for b in sorted(take, key=lambda b: (available[b], b)):
+        if over <= 0:
+            break
+        back = min(over, take[b])
+        take[b] -= back
+        over -= back
+    left = max_records - sum(take.values())
+    for b in sorted(available, key=lambda b: (take[b] - available[b], b)):
         if left <= 0:
             break
-    return out
+        more = min(left, available[b] - take[b])
+        take[b] += more
+        left -= more
+    return {b: start[b] + take.get(b, 0) for b in start}
 
 
 class LakestreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

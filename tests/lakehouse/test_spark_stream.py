@@ -264,3 +264,21 @@ def test_a_stream_from_one_table_into_another_copies_every_record_once(tmp_path,
     write(lh, False, rng, "r2")
     copy()
     assert rows(lh.union_read("ods.copy")) == even(lh.union_read(NAME)) != []
+
+
+def test_admission_control_takes_exactly_the_limit_and_moves_every_bucket() -> None:
+    from lakehouse.spark.stream import limited
+
+    rng = random.Random(14)
+    for _ in range(2000):
+        n = rng.randrange(1, 9)
+        start = {b: rng.randrange(0, 50) for b in range(n)}
+        ends = {b: start[b] + rng.choice([0, rng.randrange(0, 1000)]) for b in range(n)}
+        cap = rng.randrange(1, 3000)
+        out = limited(start, ends, cap)
+        available = sum(ends[b] - start[b] for b in start)
+        assert all(start[b] <= out[b] <= ends[b] for b in start)
+        assert sum(out[b] - start[b] for b in start) == min(cap, available)  # exactly the limit while there is more
+        waiting = [b for b in start if ends[b] > start[b]]
+        if cap >= len(waiting):
+            assert all(out[b] > start[b] for b in waiting)  # no bucket starves
