@@ -84,16 +84,10 @@ class WriteOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, stream: bool) -> WriteOptions:
-        opts = {str(k).lower(): v for k, v in options.items()}
-        allowed = STREAM_OPTIONS if stream else WRITE_OPTIONS
-        unknown = sorted(set(opts) - set(allowed))
+        from lakehouse.spark.source import known_options
+
         what = "df.writeStream" if stream else "df.write"
-        if unknown:
-            raise InvalidArgument(
-                f'unknown option(s) {unknown} for {what}.format("lakestream"); it takes {list(allowed)}. Store '
-                "credentials are never options: they come from lakestream's settings (environment / YAML) or "
-                "lakehouse.spark.source.register(spark, lakehouse)"
-            )
+        opts = known_options(options, STREAM_OPTIONS if stream else WRITE_OPTIONS, f'{what}.format("lakestream")')
         table = opts.get("path") or opts.get("table")
         if not table:
             call = 'start("ods.orders")' if stream else 'mode("append").save("ods.orders")'

@@ -135,6 +135,19 @@ def parse_offsets(text: str, option: str = "as_of") -> dict[int, int]:
     return offsets
 
 
+def known_options(options: Mapping[str, Any], allowed: Sequence[str], what: str) -> dict[str, Any]:
+    """``options`` with lower-case names (Spark's are case-insensitive), every one of them ``allowed``."""
+    opts = {str(k).lower(): v for k, v in options.items()}
+    unknown = sorted(set(opts) - set(allowed))
+    if unknown:
+        raise InvalidArgument(
+            f"unknown option(s) {unknown} for {what}; it takes {list(allowed)}. Store credentials are never "
+            "options (the plan shows options): they come from lakestream's settings (environment / YAML) or "
+            "lakehouse.spark.source.register(spark, lakehouse)"
+        )
+    return opts
+
+
 def _flag(options: Mapping[str, str], key: str) -> bool:
     value = str(options.get(key, "false")).strip().lower()
     if value in _TRUE:
@@ -181,14 +194,7 @@ class ReadOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
-        opts = {str(k).lower(): v for k, v in options.items()}
-        unknown = sorted(set(opts) - set(OPTIONS))
-        if unknown:
-            raise InvalidArgument(
-                f"unknown option(s) {unknown} for format {NAME!r}; it takes {list(OPTIONS)}. Store credentials are "
-                "never options (the plan shows options): they come from lakestream's settings (environment / YAML) "
-                "or lakehouse.spark.source.register(spark, lakehouse)"
-            )
+        opts = known_options(options, OPTIONS, f"format {NAME!r}")
         table = opts.get("path") or opts.get("table")
         if not table:
             raise InvalidArgument(f'name the table: spark.read.format("{NAME}").load("ods.orders")')
