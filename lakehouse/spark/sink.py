@@ -84,7 +84,7 @@ class WriteOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, stream: bool) -> WriteOptions:
-        from lakehouse.spark.source import known_options
+        from lakehouse.spark.options import known_options
 
         what = "df.writeStream" if stream else "df.write"
         opts = known_options(options, STREAM_OPTIONS if stream else WRITE_OPTIONS, f'{what}.format("lakestream")')

@@ -74,7 +74,7 @@ class StreamOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> StreamOptions:
-        from lakehouse.spark.source import _flag, parse_offsets
+        from lakehouse.spark.options import flag, parse_offsets
 
         opts = {str(k).lower(): v for k, v in options.items()}
         if "startingoffsets" not in opts and "subscription" not in opts:
@@ -103,7 +103,7 @@ class StreamOptions:
             if not text.isdigit() or int(text) < 1:
                 raise InvalidArgument(f"option maxRecordsPerTrigger is a number of log records >= 1, got {text!r}")
             max_records = int(text)
-        return cls(starting, subscription, _flag(opts, "beforeimages"), max_records)
+        return cls(starting, subscription, flag(opts, "beforeimages"), max_records)
 
 
 @dataclass(frozen=True)
