@@ -22,7 +22,6 @@ docs/architecture.md): never in the plan's ``repr``, Spark's UI or logs.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakehouse.errors import AppendIncomplete
+from lakehouse.log import append_until_complete
 from layers.errors import ModelKeyError, ModelSchemaChanged
 
 if TYPE_CHECKING:
@@ -51,7 +50,6 @@ __all__ = [
     "write_keys",
 ]
 
-APPEND_ATTEMPTS = 5
 BUCKET = "__lakestream_bucket"
 #: In a round's task rows: 0 a new row, 1 a key the round covers (`KeysWriter`), 2 a bucket's marker (`write_full`).
 KIND = "__lakestream_kind"
@@ -167,16 +165,8 @@ def append_round(log_: Any, data: pa.Table, op: str, producer: str, number: int)
     rows = max(1, min(limits.max_rows, (limits.max_bytes // 2) // per_row))
     for chunk, offset in enumerate(range(0, data.num_rows, rows)):
         part = data.slice(offset, rows)
-        sequence = round_sequence(number, op, chunk)
-        for attempt in range(APPEND_ATTEMPTS):
-            try:
-                result = log_.append(part, op, producer_id=producer, sequence=sequence)
-                landed.extend((bucket, first, last) for bucket, (first, last) in result.ranges.items())
-                break
-            except AppendIncomplete:
-                if attempt == APPEND_ATTEMPTS - 1:
-                    raise
-                time.sleep(0.1 * 2**attempt)
+        result = append_until_complete(log_, part, op, producer, round_sequence(number, op, chunk))
+        landed.extend((bucket, first, last) for bucket, (first, last) in result.ranges.items())
     return landed
 
 

@@ -671,6 +671,25 @@ class Log:
             self._start()
 
 
+#: Attempts of one append that `AppendIncomplete` interrupted (`append_until_complete`).
+APPEND_ATTEMPTS = 5
+
+
+def append_until_complete(
+    log_: Log, data: pa.Table, op: str, producer_id: str, sequence: int, attempts: int = APPEND_ATTEMPTS
+) -> AppendResult:
+    """``log_.append`` under ``(producer_id, sequence)``, appended again while `AppendIncomplete` (the buckets it
+    wrote are recognised, the others written), with a short backoff; the last failure is raised."""
+    for attempt in range(attempts):
+        try:
+            return log_.append(data, op, producer_id=producer_id, sequence=sequence)
+        except AppendIncomplete:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.1 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
 def _integer(what: str, value: Any) -> int:
     """``value`` as an int (numpy integers too); a bool, float or string is refused, not truncated or compared."""
     if isinstance(value, bool) or not hasattr(type(value), "__index__"):

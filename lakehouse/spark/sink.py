@@ -38,7 +38,6 @@ Credentials never travel as options: the source class carries them (`lakehouse.s
 from __future__ import annotations
 
 import hashlib
-import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -49,7 +48,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from lakehouse.errors import AppendIncomplete, BatchError, InvalidArgument, SchemaError
+from lakehouse.errors import BatchError, InvalidArgument, SchemaError
+from lakehouse.log import append_until_complete
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -64,8 +64,6 @@ STREAM_OPTIONS = ("path", "table", "warehouse", "rowsperappend", "checkpointloca
 DEFAULT_ROWS_PER_APPEND = 100_000
 #: Sequences of one stream batch (per task): batch ``b``'s appends are ``b * BATCH_SEQUENCES + n``.
 BATCH_SEQUENCES = 2**20
-#: Attempts of one append that `AppendIncomplete` interrupted (the buckets written are recognised).
-APPEND_ATTEMPTS = 5
 #: Spark's local properties of a micro-batch's tasks (`MicroBatchExecution`, `StreamExecution`).
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -366,7 +364,7 @@ class _SinkWriter:
         try:
             for run in runs:
                 for part in run.parts:
-                    result = append_once(log_, part, run.op, producer_id, sequence)
+                    result = append_until_complete(log_, part, run.op, producer_id, sequence)
                     recognised += bool(result.already_appended)
                     rows += part.num_rows
                     self._after_append(sequence, result)
@@ -374,19 +372,6 @@ class _SinkWriter:
         finally:
             log_.close()
         return SinkCommitMessage(partition, attempt, producer_id, rows, appends, recognised)
-
-
-def append_once(log_: Log, part: pa.Table, op: str, producer_id: str, sequence: int) -> Any:
-    """``log_.append`` under ``(producer_id, sequence)``, retried while `AppendIncomplete` (the buckets written
-    are recognised)."""
-    for attempt in range(APPEND_ATTEMPTS):
-        try:
-            return log_.append(part, op, producer_id=producer_id, sequence=sequence)
-        except AppendIncomplete:
-            if attempt == APPEND_ATTEMPTS - 1:
-                raise
-            time.sleep(0.1 * 2**attempt)
-    raise AssertionError("unreachable")
 
 
 class LakestreamBatchWriter(_SinkWriter, DataSourceArrowWriter):
