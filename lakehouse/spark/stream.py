@@ -168,6 +168,7 @@ class LakestreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._source = source
         self._lh: Any = None
         self._available_now: dict[int, int] | None = None  # trigger(availableNow=True): the log's end when it began
+        self._ends: dict[int, int] | None = None  # the log's ends at the last latestOffset
         lh = self._lakehouse()
         self.definition_json = lh.table(self.table_name).to_json()
         if "_op" not in self.target.names:
@@ -226,7 +227,7 @@ class LakestreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             if any(snapshot.values()):
                 return _offset(snapshot, SNAPSHOT)  # one micro-batch: the lake as of its snapshot's offsets
             # no lake yet: the log from offset 0 on
-        ends = self._log().end_offsets()
+        ends = self._ends = self._log().end_offsets()
         if self._available_now is not None:
             ends = {b: min(o, self._available_now.get(b, o)) for b, o in ends.items()}
         begin = _offsets(start)
@@ -240,7 +241,9 @@ class LakestreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._available_now = self._log().end_offsets()
 
     def reportLatestOffset(self) -> dict | None:
-        return _offset(self._log().end_offsets())
+        """The log's ends as the last `latestOffset` listed them (Spark asks every trigger, right after it: a
+        second listing of every bucket would double the trigger's requests)."""
+        return None if self._ends is None else _offset(self._ends)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         if start[PHASE] == LAKE and end[PHASE] == SNAPSHOT:
