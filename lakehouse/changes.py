@@ -35,7 +35,7 @@ Applying the rows to the state as of ``start`` (remove the keys of ``update_befo
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,7 @@ from lakehouse.errors import AsOfUnavailable, InvalidArgument, OffsetOutOfRange,
 from lakehouse.keyed_rows import KeySet, file_bounds, group_bounds, may_hold, reduce_changes, upserts_of
 from lakehouse.lake_layout import BUCKET_COLUMN, check_lake_layout, lake_arrow_schema, log_to_lake_rows
 from lakehouse.log import Log
+from lakehouse.merge import engine_of
 from lakehouse.position_deletes import deleted_positions
 from lakehouse.tables import TableDefinition
 from lakehouse.union import AsOf, check_as_of, plan_as_of
@@ -229,13 +230,21 @@ def read_bucket_changes(plan: ChangesPlan, item: BucketChanges, log_: Log, ctx: 
     if not pk:
         rows = log_to_lake_rows(data, item.bucket)
         return _shaped(rows, plan.schema, INSERT)
-    changes = reduce_changes(data, pk)
-    ops = changes.column("_op").cast(pa.string())
-    deleted = pc.equal(ops, "delete")
-    keys = KeySet(changes, pk)
-    # whole old rows are needed for deletes (what was deleted) and before-images; for the rest, existence
-    wanted = keys if plan.before_images else KeySet(changes.filter(deleted), pk)
-    existing, before = _state_before(definition, item, log_, ctx, keys, wanted)
+    engine = engine_of(definition)
+    if engine.needs_stored:  # the changes merge into the rows as of start: look them all up first
+        written = KeySet(data, pk)
+        existing, before = _state_before(definition, item, log_, ctx, written, written)
+        changes = engine.resolve(before, data)
+        keys = KeySet(changes, pk)
+        existing, before = existing.filter(keys.hits(existing)), before.filter(keys.hits(before))
+        deleted = pc.equal(changes.column("_op").cast(pa.string()), "delete")
+    else:
+        changes = reduce_changes(data, pk)
+        deleted = pc.equal(changes.column("_op").cast(pa.string()), "delete")
+        keys = KeySet(changes, pk)
+        # whole old rows are needed for deletes (what was deleted) and before-images; for the rest, existence
+        wanted = keys if plan.before_images else KeySet(changes.filter(deleted), pk)
+        existing, before = _state_before(definition, item, log_, ctx, keys, wanted)
     existed = KeySet(existing, pk).hits(changes) if existing.num_rows else pa.array(np.zeros(changes.num_rows, bool))
     after = log_to_lake_rows(changes.filter(pc.invert(deleted)), item.bucket)
     after_ops = pc.if_else(existed.filter(pc.invert(deleted)), UPDATE_AFTER, INSERT)
@@ -261,6 +270,17 @@ def _state_before(
     """Which of ``keys`` existed as of ``item.start`` (their key columns), and the rows then of those also in
     ``wanted`` (lake rows: user columns and the system columns)."""
     pk = definition.primary_key
+    engine = engine_of(definition)
+    if engine.needs_stored and item.start > item.base:
+        # the log between the snapshot and start merges into the snapshot's rows: those first, every column
+        _, stored = _state_before(definition, replace(item, start=item.base), log_, ctx, keys, keys)
+        between = log_.read(item.bucket, item.base, item.start)
+        resolved = engine.resolve(stored, between.filter(keys.hits(between)))
+        changed = KeySet(resolved, pk)
+        kept = stored.filter(pc.invert(changed.hits(stored))) if stored.num_rows and len(changed) else stored
+        live = log_to_lake_rows(upserts_of(resolved), item.bucket)
+        state = pa.concat_tables([kept, live.select(kept.column_names)], promote_options="permissive")
+        return state.select(list(pk)), state.filter(wanted.hits(state)) if len(wanted) else state.slice(0, 0)
     between = log_.read(item.bucket, item.base, item.start) if item.start > item.base else None
     found: list[pa.Table] = []
     rows: list[pa.Table] = []

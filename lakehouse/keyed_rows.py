@@ -43,15 +43,22 @@ def reduce_changes(data: pa.Table, primary_key: tuple[str, ...]) -> pa.Table:
     return data.filter(pc.is_in(data.column("_offset"), value_set=last.column("_offset_max")))
 
 
-def upserts_of(changes: pa.Table) -> pa.Table:
-    """The changes that leave a row (not deletes), compared on the ``_op`` dictionary's codes."""
-    ops = changes.column("_op")
+def is_delete(changes: pa.Table) -> pa.BooleanArray:
+    """For every change, whether it is a delete, compared on the ``_op`` dictionary's codes."""
     masks = []
-    for chunk in ops.chunks:
+    for chunk in changes.column("_op").chunks:
+        if not pa.types.is_dictionary(chunk.type):
+            masks.append(np.asarray(chunk.to_pylist(), dtype=object) == "delete")
+            continue
         codes = chunk.indices.to_numpy(zero_copy_only=False)
-        is_delete = np.asarray(chunk.dictionary.to_pylist(), dtype=object) == "delete"
-        masks.append(~is_delete[codes] if len(is_delete) else np.ones(len(codes), dtype=bool))
-    mask = np.concatenate(masks) if masks else np.zeros(0, dtype=bool)
+        deletes = np.asarray(chunk.dictionary.to_pylist(), dtype=object) == "delete"
+        masks.append(deletes[codes] if len(deletes) else np.zeros(len(codes), dtype=bool))
+    return pa.array(np.concatenate(masks) if masks else np.zeros(0, dtype=bool))
+
+
+def upserts_of(changes: pa.Table) -> pa.Table:
+    """The changes that leave a row (not deletes)."""
+    mask = np.logical_not(is_delete(changes).to_numpy(zero_copy_only=False))
     return changes if mask.all() else changes.filter(pa.array(mask))
 
 
@@ -178,6 +185,40 @@ def key_positions(ctx: Any, location: str, keys: KeySet) -> np.ndarray:
             hits = keys.hits(parquet.read_row_group(i, columns=pk))
             found.append(np.flatnonzero(hits.to_numpy(zero_copy_only=False)) + start)
     return np.concatenate(found) if found else np.empty(0, np.int64)
+
+
+def stored_rows(ctx: Any, candidates: Sequence[tuple[DataFile, Sequence[DataFile]]], keys: KeySet) -> pa.Table:
+    """The live rows (every column) of ``keys`` in ``candidates`` (data files, each with its delete files): a
+    merge engine's stored rows. Only files and row groups whose key statistics may hold a key are read, the key
+    columns first and whole row groups only where one matched."""
+    pk = keys.primary_key
+    found = []
+    for data_file, delete_files in candidates:
+        if not len(keys) or not may_hold(keys, file_bounds(data_file, ctx.schema, pk)):
+            continue
+        positions = key_positions(ctx, data_file.file_path, keys)
+        if positions.size and delete_files:
+            positions = np.setdiff1d(positions, deleted_positions(ctx, data_file, delete_files))
+        if positions.size:
+            found.append(rows_at(ctx, data_file.file_path, positions))
+    if not found:
+        return ctx.arrow_schema.empty_table()
+    return pa.concat_tables(found, promote_options="permissive")
+
+
+def rows_at(ctx: Any, location: str, positions: np.ndarray) -> pa.Table:
+    """The rows at the sorted ``positions`` of a data file: only the row groups holding one are decoded."""
+    parts = []
+    with ctx.open_parquet(location) as parquet:
+        metadata = parquet.metadata
+        first = 0
+        for i in range(metadata.num_row_groups):
+            count = metadata.row_group(i).num_rows
+            start, first = first, first + count
+            inside = positions[(positions >= start) & (positions < first)]
+            if inside.size:
+                parts.append(parquet.read_row_group(i).take(pa.array(inside - start)))
+    return pa.concat_tables(parts)
 
 
 def rewrite_bucket(

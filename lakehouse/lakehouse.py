@@ -6,7 +6,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -145,6 +145,9 @@ class Lakehouse:
         bucket_key: str | None = None,
         partition_by: Sequence[str] | None = None,
         write_mode: str | None = None,
+        merge_engine: str | None = None,
+        version_column: str | None = None,
+        aggregates: Mapping[str, str] | None = None,
     ) -> TableDefinition:
         """Create a table: its definition (written once, with ``If-None-Match: *``), its log retention record
         (floors 0, see `lakehouse.maintenance.retention`), then its lake table.
@@ -167,6 +170,9 @@ class Lakehouse:
             bucket_key=bucket_key,
             partition_by=partition_by,
             write_mode=write_mode,
+            merge_engine=merge_engine,
+            version_column=version_column,
+            aggregates=aggregates,
         )
         check_lake_types(definition)  # every column has a lake type that loads again
         lake_partition_spec(definition, lake_schema(definition))  # partitions checked before anything is written

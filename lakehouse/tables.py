@@ -13,7 +13,7 @@ import json
 import re
 import urllib.parse
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -30,6 +30,17 @@ MAX_BUCKETS = 4096
 #: A primary-key table's write modes (see `TableDefinition.write_mode`).
 MERGE_ON_READ, COPY_ON_WRITE = "merge-on-read", "copy-on-write"
 WRITE_MODES = (MERGE_ON_READ, COPY_ON_WRITE)
+#: How a primary-key table combines a new row with the stored one (see `lakehouse.merge`).
+LAST_ROW, PARTIAL_UPDATE, VERSIONED, FIRST_ROW, AGGREGATE = (
+    "last-row",
+    "partial-update",
+    "versioned",
+    "first-row",
+    "aggregate",
+)
+MERGE_ENGINES = (LAST_ROW, PARTIAL_UPDATE, VERSIONED, FIRST_ROW, AGGREGATE)
+#: The per-column functions of the `AGGREGATE` engine (columns not named keep their last non-null value).
+AGGREGATE_FUNCTIONS = ("sum", "max", "min", "last_non_null", "count")
 _PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 #: Columns the log adds on read and the lake adds on tiering; user schemas may not use them.
 SYSTEM_COLUMNS = ("_op", "_offset", "_timestamp", "__bucket", "__offset", "__timestamp")
@@ -91,6 +102,12 @@ class TableDefinition:
     #: old ones marked deleted by position delete files) or `COPY_ON_WRITE` (files holding a changed key are
     #: rewritten). Definitions of older versions are copy-on-write; log tables only append.
     write_mode: str = "copy-on-write"
+    #: How a key's new row combines with its stored one: one of `MERGE_ENGINES` (`lakehouse.merge`).
+    merge_engine: str = LAST_ROW
+    #: The `VERSIONED` engine's version column.
+    version_column: str | None = None
+    #: The `AGGREGATE` engine's functions, as (column, function) pairs.
+    aggregates: tuple[tuple[str, str], ...] = ()
 
     @property
     def has_primary_key(self) -> bool:
@@ -111,9 +128,12 @@ class TableDefinition:
         bucket_key: str | None = None,
         partition_by: Sequence[str] | None = None,
         write_mode: str | None = None,
+        merge_engine: str | None = None,
+        version_column: str | None = None,
+        aggregates: Mapping[str, str] | None = None,
     ) -> TableDefinition:
         """Validate and normalize a new table's definition. A primary-key table's ``write_mode`` defaults to
-        merge-on-read.
+        merge-on-read, its ``merge_engine`` to last-row (`check_merge_engine` says what each engine needs).
 
         The bucket key defaults to the single primary-key column. A primary-key table's bucket key must be
         one of its key columns (so every version of a key lands in one bucket). Primary-key columns become
@@ -172,6 +192,9 @@ class TableDefinition:
             raise SchemaError(f"{table_name}: write_mode must be one of {list(WRITE_MODES)}, got {write_mode!r}")
         if mode == MERGE_ON_READ and not pk:
             mode = COPY_ON_WRITE  # a log table only appends: nothing to merge
+        engine, version_column, aggregates_ = check_merge_engine(
+            table_name, schema, pk, merge_engine, version_column, aggregates
+        )
         fields = [f.with_nullable(False) if f.name in pk else f for f in schema]
         return cls(
             name=table_name,
@@ -181,6 +204,9 @@ class TableDefinition:
             bucket_key=bucket_key,
             partition_by=_columns(partition_by),
             write_mode=mode,
+            merge_engine=engine,
+            version_column=version_column,
+            aggregates=aggregates_,
         )
 
     def to_json(self) -> bytes:
@@ -194,6 +220,9 @@ class TableDefinition:
             "bucket-key": self.bucket_key,
             "partition-by": list(self.partition_by),
             "write-mode": self.write_mode,
+            "merge-engine": self.merge_engine,
+            "version-column": self.version_column,
+            "aggregates": dict(self.aggregates),
             "columns": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in self.schema],
             "arrow-schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode(),
         }
@@ -214,6 +243,9 @@ class TableDefinition:
                 table_uuid=doc["table-uuid"],
                 created_at=doc["created-at"],
                 write_mode=doc.get("write-mode", COPY_ON_WRITE),
+                merge_engine=doc.get("merge-engine", LAST_ROW),
+                version_column=doc.get("version-column"),
+                aggregates=tuple((str(c), str(f)) for c, f in (doc.get("aggregates") or {}).items()),
             )
         except (ValueError, KeyError, TypeError, pa.ArrowException) as exc:
             raise SchemaError(
@@ -230,10 +262,98 @@ class TableDefinition:
             "bucket key": self.bucket_key or "- (sticky round-robin per append)",
             "partition by": ", ".join(self.partition_by) or "-",
             "write mode": self.write_mode if self.has_primary_key else "- (appends only)",
+            "merge engine": self._describe_engine() if self.has_primary_key else "- (appends only)",
             "columns": ", ".join(f"{f.name} {f.type}{'' if f.nullable else ' not null'}" for f in self.schema),
             "uuid": self.table_uuid,
             "created": self.created_at,
         }
+
+    def _describe_engine(self) -> str:
+        if self.merge_engine == VERSIONED:
+            return f"{VERSIONED} (version column {self.version_column})"
+        if self.merge_engine == AGGREGATE:
+            named = ", ".join(f"{c} {f}" for c, f in self.aggregates)
+            return f"{AGGREGATE} ({named or 'every column last_non_null'})"
+        return self.merge_engine
+
+
+def check_merge_engine(
+    name: TableName,
+    schema: pa.Schema,
+    pk: tuple[str, ...],
+    merge_engine: str | None,
+    version_column: str | None,
+    aggregates: Mapping[str, str] | None,
+) -> tuple[str, str | None, tuple[tuple[str, str], ...]]:
+    """A new table's merge engine and its options, checked: an engine of `MERGE_ENGINES` (other than last-row
+    only with a primary key); ``version_column`` with `VERSIONED` only (required there: a non-key column of an
+    integer, floating, decimal, date or timestamp type); ``aggregates`` with `AGGREGATE` only (non-key columns;
+    ``sum`` of numbers, ``count`` into an integer column, ``max``/``min`` of orderable types).
+
+    Raises:
+        SchemaError: naming the engine, the option or the column.
+    """
+    engine = merge_engine if merge_engine is not None else LAST_ROW
+    if engine not in MERGE_ENGINES:
+        raise SchemaError(f"{name}: merge_engine must be one of {list(MERGE_ENGINES)}, got {merge_engine!r}")
+    if engine != LAST_ROW and not pk:
+        raise SchemaError(
+            f"{name}: the {engine!r} merge engine combines rows of one key: give the table a primary key (a log "
+            "table without one only appends)"
+        )
+    if version_column is not None and engine != VERSIONED:
+        raise SchemaError(f"{name}: version_column is an option of the {VERSIONED!r} merge engine, not {engine!r}")
+    if aggregates and engine != AGGREGATE:
+        raise SchemaError(f"{name}: aggregates are the options of the {AGGREGATE!r} merge engine, not {engine!r}")
+    if engine == PARTIAL_UPDATE:
+        required = [f.name for f in schema if f.name not in pk and not f.nullable]
+        if required:
+            raise SchemaError(
+                f"{name}: the {PARTIAL_UPDATE!r} merge engine keeps a column's value when a row leaves it null, so "
+                f"its value columns must be nullable; {required} are not null"
+            )
+    if engine == VERSIONED:
+        if version_column is None:
+            raise SchemaError(f"{name}: the {VERSIONED!r} merge engine needs version_column (e.g. an event time)")
+        t = _engine_column(name, schema, pk, version_column, "version_column")
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t) or pa.types.is_temporal(t)):
+            raise SchemaError(
+                f"{name}: version_column {version_column!r} has type {t}; use an integer, floating, decimal, date or "
+                "timestamp column (versions are compared)"
+            )
+    pairs: list[tuple[str, str]] = []
+    if engine == AGGREGATE:
+        if aggregates is not None and not isinstance(aggregates, Mapping):
+            raise SchemaError(f"{name}: aggregates map columns to functions ({{'amount': 'sum'}}), got {aggregates!r}")
+        for column, function in (aggregates or {}).items():
+            t = _engine_column(name, schema, pk, column, "aggregates")
+            if function not in AGGREGATE_FUNCTIONS:
+                raise SchemaError(
+                    f"{name}: aggregate function {function!r} of column {column!r} is not one of "
+                    f"{list(AGGREGATE_FUNCTIONS)}"
+                )
+            numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+            orderable = numeric or pa.types.is_temporal(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+            bad = (
+                (function == "sum" and not numeric)
+                or (function == "count" and not pa.types.is_integer(t))
+                or (function in ("max", "min") and not orderable)
+            )
+            if bad:
+                need = {"sum": "a number", "count": "an integer", "max": "an orderable", "min": "an orderable"}
+                raise SchemaError(
+                    f"{name}: {function} of column {column!r} needs {need[function]} column, it has type {t}"
+                )
+            pairs.append((column, function))
+    return engine, version_column, tuple(pairs)
+
+
+def _engine_column(name: TableName, schema: pa.Schema, pk: tuple[str, ...], column: object, what: str) -> pa.DataType:
+    if not isinstance(column, str) or column not in schema.names:
+        raise SchemaError(f"{name}: {what} names column {column!r}, which is not in the schema {schema.names}")
+    if column in pk:
+        raise SchemaError(f"{name}: {what} names primary-key column {column!r}; a key column identifies the row")
+    return schema.field(column).type
 
 
 def _columns(value: Sequence[str] | str | None) -> tuple[str, ...]:

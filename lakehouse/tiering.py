@@ -47,7 +47,7 @@ from lakehouse.commits import append_row_changes, rewrite_files
 from lakehouse.datafiles import LakeContext, added_or_raise, locations
 from lakehouse.errors import InvalidArgument, LakeStateError, LakestreamError, TieringConflict
 from lakehouse.executor import LocalExecutor, TaskExecutor
-from lakehouse.keyed_rows import mark_bucket, reduce_changes, rewrite_bucket
+from lakehouse.keyed_rows import KeySet, mark_bucket, reduce_changes, rewrite_bucket, stored_rows
 from lakehouse.lake_layout import (
     TABLE_UUID_PROPERTY,
     check_lake_layout,
@@ -59,6 +59,7 @@ from lakehouse.lake_layout import (
     write_tiering_summary,
 )
 from lakehouse.log import Log
+from lakehouse.merge import engine_of
 from lakehouse.tables import TableDefinition
 
 log = logging.getLogger(__name__)
@@ -220,7 +221,12 @@ def _rewrite_bucket(task: _Task, definition: TableDefinition, log_: Log, result:
             f"[{split.start}, {split.end}), expected {split.rows}"
         )
     stem = f"{task.stem}-{split.bucket:05d}-{split.start}" + (f"-p{task.part}" if task.part else "")
-    changes = reduce_changes(data, task.primary_key)
+    engine = engine_of(definition)
+    if engine.needs_stored:  # the merged rows depend on the stored ones: look the changed keys' rows up
+        stored = stored_rows(task.ctx, task.candidates, KeySet(data, task.primary_key))
+        changes = engine.resolve(stored, data)
+    else:
+        changes = reduce_changes(data, task.primary_key)
     result.rows = data.num_rows if task.part == 0 else 0  # every part reads the range; it counts once
     if task.merge_on_read:
         mark_bucket(
@@ -391,7 +397,9 @@ def tier(
     stem = f"tier-{uuid.uuid4().hex[:12]}"
     # merge-on-read buckets split by file when they are fewer than the executor's cores: each part finds the
     # old versions in its share of the files (the costly part), so 4 buckets still use every core
-    parts = math.ceil(2 * executor.parallelism / len(splits)) if definition.merge_on_read else 1
+    # (not with a merge engine that reads the stored rows: every task would need all of the bucket's files)
+    split = definition.merge_on_read and not engine_of(definition).needs_stored
+    parts = math.ceil(2 * executor.parallelism / len(splits)) if split else 1
     tasks = [
         _Task(ctx, definition.to_json(), s, stem, definition.primary_key, share, definition.merge_on_read, i)
         for s in splits

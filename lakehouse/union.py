@@ -41,11 +41,13 @@ from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, parser
 from pyiceberg.expressions.visitors import bind
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.io.pyarrow import expression_to_pyarrow, schema_to_pyarrow
+from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.metadata import TableMetadata
 from pyparsing import ParseException
 
+from lakehouse.datafiles import LakeContext
 from lakehouse.errors import (
     AsOfUnavailable,
     CorruptDataFileError,
@@ -55,7 +57,7 @@ from lakehouse.errors import (
     SnapshotNotFound,
 )
 from lakehouse.filescan import read_tasks, stream_tasks
-from lakehouse.keyed_rows import KeySet, reduce_changes, upserts_of
+from lakehouse.keyed_rows import KeySet, reduce_changes, stored_rows, upserts_of
 from lakehouse.lake_layout import (
     COMMIT_USER_PROPERTY,
     TIERING_USER,
@@ -66,6 +68,7 @@ from lakehouse.lake_layout import (
     tiering_snapshots,
 )
 from lakehouse.log import Log
+from lakehouse.merge import MergeEngine, engine_of
 from lakehouse.tables import TableDefinition
 
 RowFilter = str | BooleanExpression | None
@@ -503,6 +506,9 @@ class BucketRead:
     #: False for the other parts of a bucket split by file (`split`): their lake rows are still merged with
     #: the tail's keys, but only one part yields the tail's rows
     tail_rows: bool = True
+    #: A merge engine's table: every live data file of the bucket (unfiltered), each with its delete files, where
+    #: the stored rows of the tail's keys are looked up
+    state: tuple[tuple[DataFile, tuple[DataFile, ...]], ...] = ()
 
     def __repr__(self) -> str:
         end = "end" if self.end is None else self.end
@@ -546,6 +552,8 @@ class ReadPlan:
     tasks: tuple[FileScanTask, ...] = ()  # every bucket's files, in planning order (the parallel Python read)
     io_properties: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
     snapshot_id: int | None = None  # located at one snapshot, a ref's or named (None: the current one, or as_of)
+    #: The table's merge engine if its tail merges into stored rows (None: last-row, the tail alone decides)
+    engine: MergeEngine | None = None
 
     def __repr__(self) -> str:
         snapshot = self.snapshot_id if self.snapshot_id is not None else self.metadata.current_snapshot_id
@@ -601,16 +609,26 @@ class ReadPlan:
             scan = table.scan(row_filter=expr, selected_fields=fields)
             scans = [(scan, None)] if table.current_snapshot() is not None else []
         by_bucket: dict[int, list[FileScanTask]] = {b: [] for b in range(buckets)}
+        state: dict[int, list[tuple[DataFile, tuple[DataFile, ...]]]] = {b: [] for b in range(buckets)}
         ordered: list[FileScanTask] = []
         for scan_, keep in scans:
             for task in scan_.plan_files():
-                partition = task.file.partition
-                bucket = partition[len(partition) - 1]  # the lake is partitioned by __bucket, last
+                bucket = _bucket_of(task)
                 if keep is None or bucket in keep:
                     by_bucket[bucket].append(task)
                     ordered.append(task)
+            if self.engine is not None and self.union:  # every file: the stored rows are read unfiltered
+                for task in table.scan(snapshot_id=scan_.snapshot_id).plan_files():
+                    if keep is None or _bucket_of(task) in keep:
+                        state[_bucket_of(task)].append((task.file, tuple(task.delete_files)))
         reads = {
-            b: BucketRead(b, tuple(by_bucket[b]), bases[b], None if ends is None else max(ends[b], bases[b]))
+            b: BucketRead(
+                b,
+                tuple(by_bucket[b]),
+                bases[b],
+                None if ends is None else max(ends[b], bases[b]),
+                state=tuple(state[b]),
+            )
             for b in range(buckets)
         }
         return replace(self, buckets=reads, tasks=tuple(ordered), snapshot_id=snapshot_id)
@@ -630,10 +648,23 @@ class ReadPlan:
         """The lake part of ``tasks``, one file and a few batches in memory at a time."""
         return stream_tasks(tasks, io, self.metadata, self.projected, self.expr)
 
-    def _tail(self, log_: Log, buckets: Sequence[int]) -> pa.Table:
+    def _tail(self, log_: Log, buckets: Sequence[int], table: Table | None = None) -> pa.Table:
         reads = [self.buckets[b] for b in buckets]
+        if self.engine is not None:
+            parts = [self._merged_tail(log_, read, table) for read in reads]
+            return pa.concat_tables(parts) if parts else read_tail(log_, {}, primary_key=self.primary_key)
         ends = None if any(r.end is None for r in reads) else {r.bucket: r.end for r in reads}  # type: ignore[misc]
         return read_tail(log_, {r.bucket: r.base for r in reads}, primary_key=self.primary_key, ends=ends)
+
+    def _merged_tail(self, log_: Log, read: BucketRead, table: Table | None) -> pa.Table:
+        """One bucket's tail merged by the table's engine into the stored rows of its keys (see `lakehouse.merge`)."""
+        assert self.engine is not None
+        raw = log_.read(read.bucket, read.base, read.end)
+        stored = pa.table({})
+        if raw.num_rows and read.state:
+            table = table or self._table(None)
+            stored = stored_rows(LakeContext.of(log_.store, table), read.state, KeySet(raw, self.primary_key))
+        return log_to_lake_rows(self.engine.resolve(stored, raw), read.bucket, keep_op=True)
 
     def _merge(
         self, lake: Iterator[pa.RecordBatch], tail: pa.Table | None, *, tail_rows: bool = True
@@ -674,8 +705,11 @@ class ReadPlan:
         tail = None
         # a lake part of a split bucket needs the tail only for its keys (primary-key tables)
         if self.union and log_ is not None and (read.tail_rows or self.primary_key):
-            ends = None if read.end is None else {read.bucket: read.end}
-            tail = read_tail(log_, {read.bucket: read.base}, primary_key=self.primary_key, ends=ends)
+            if self.engine is not None:
+                tail = self._merged_tail(log_, read, table)
+            else:
+                ends = None if read.end is None else {read.bucket: read.end}
+                tail = read_tail(log_, {read.bucket: read.base}, primary_key=self.primary_key, ends=ends)
         return _named(table or self._table(io), self._merge(lake, tail, tail_rows=read.tail_rows))
 
     def execute_all(
@@ -684,7 +718,7 @@ class ReadPlan:
         """Every bucket's part (the Python reads): the lake files read in parallel (`read_tasks`; or streamed,
         one batch at a time, if ``stream``), then the tails merged by key."""
         table = table or self._table(None)
-        tail = self._tail(log_, list(self.buckets)) if self.union and log_ is not None else None
+        tail = self._tail(log_, list(self.buckets), table) if self.union and log_ is not None else None
         if not self.tasks:
             lake: Iterator[pa.RecordBatch] = iter(())
         elif stream:
@@ -699,6 +733,11 @@ class ReadPlan:
         io = io if io is not None else load_file_io(self.io_properties, self.metadata.location)
         identifier = tuple(self.name.split("."))
         return IcebergTable(identifier, self.metadata, self.metadata.location, io, None)  # type: ignore[arg-type]
+
+
+def _bucket_of(task: FileScanTask) -> int:
+    partition = task.file.partition
+    return partition[len(partition) - 1]  # the lake is partitioned by __bucket, last
 
 
 def plan_read(
@@ -767,6 +806,7 @@ def plan_columns(
         columns=tuple(out),
         primary_key=pk,
         union=not lake_only,
+        engine=engine if pk and (engine := engine_of(definition)).needs_stored else None,
         io_properties=dict(io_properties if io_properties is not None else table.io.properties),
     )
 

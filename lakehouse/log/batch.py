@@ -10,7 +10,8 @@ import pyarrow as pa
 from lakehouse.bucketing import bucket_ids
 from lakehouse.errors import BatchError, SchemaError
 from lakehouse.log.segment import OPS
-from lakehouse.tables import TableDefinition
+from lakehouse.merge import engine_of
+from lakehouse.tables import PARTIAL_UPDATE, TableDefinition
 
 DEFAULT_MAX_BATCH_ROWS = 1_000_000
 DEFAULT_MAX_BATCH_BYTES = 256 * 1024 * 1024
@@ -62,7 +63,9 @@ def conform(definition: TableDefinition, data: pa.Table | pa.RecordBatch, op: st
     if extra:
         raise SchemaError(f"{name}: the batch has columns the table does not: {extra} (table: {expected})")
     missing = [c for c in expected if c not in given]
-    key_only_delete = op == "delete" and missing and not set(missing) & set(definition.primary_key)
+    # a delete may carry only the key; so may any row of a partial-update table (absent columns keep their values)
+    partial = op == "delete" or definition.merge_engine == PARTIAL_UPDATE
+    key_only_delete = partial and missing and not set(missing) & set(definition.primary_key)
     if missing and not key_only_delete:
         raise SchemaError(f"{name}: the batch lacks columns {missing} (table: {expected})")
     columns = []
@@ -94,7 +97,10 @@ def conform(definition: TableDefinition, data: pa.Table | pa.RecordBatch, op: st
             )
         columns.append(column)
     schema = definition.schema if not key_only_delete else _nullable(definition.schema, missing)
-    return pa.Table.from_arrays(columns, schema=schema)
+    table = pa.Table.from_arrays(columns, schema=schema)
+    if definition.has_primary_key:
+        engine_of(definition).check_append(op, table)
+    return table
 
 
 def _holds_strings(t: pa.DataType) -> bool:

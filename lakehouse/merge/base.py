@@ -1,0 +1,98 @@
+"""The merge engine's interface, and the shaping every engine shares."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakehouse.errors import BatchError
+from lakehouse.keyed_rows import is_delete
+from lakehouse.tables import TableDefinition
+
+ORDER = "__order"
+DELETE = "__delete"
+
+
+class MergeEngine(ABC):
+    """Combines a key's stored row with its changes (see the package docstring)."""
+
+    name: ClassVar[str]
+    #: Whether a key's merged row depends on its stored row (every engine but last-row): readers then look the
+    #: stored rows of the changed keys up before merging.
+    needs_stored: ClassVar[bool] = True
+    accepts_deletes: ClassVar[bool] = True
+
+    def __init__(self, definition: TableDefinition) -> None:
+        self.definition = definition
+        self.primary_key = tuple(definition.primary_key)
+        self.values = [f.name for f in definition.schema if f.name not in self.primary_key]
+
+    def check_append(self, op: str, data: pa.Table) -> None:
+        """Refuse an append the engine cannot merge, before anything is written (`BatchError`)."""
+        if op == "delete" and not self.accepts_deletes:
+            raise BatchError(
+                f"{self.definition.name} has the {self.name!r} merge engine, which does not accept deletes (a "
+                "delete would undo what the engine keeps); nothing was written. Keep deletes out of this table's "
+                "changes, or create the table with the 'last-row' or 'partial-update' engine"
+            )
+
+    @abstractmethod
+    def resolve(self, stored: pa.Table, changes: pa.Table) -> pa.Table:
+        """The net change per key of ``changes`` (log records: user columns, ``_op``, ``_offset``, ``_timestamp``;
+        in offset order within each bucket) applied to ``stored`` (the rows the keys had before them: their user
+        columns at least, at most one per key; rows of other keys are ignored). Returns rows shaped like
+        ``changes``, at most one per key, only for keys whose row changed: an upsert carrying the merged row, or
+        a delete, to be applied by the last-row rule."""
+
+    # ---- shared by the engines ----
+
+    def combined(self, stored: pa.Table, changes: pa.Table) -> pa.Table:
+        """``stored`` (order -1) and ``changes`` (order = their position) as one table of the user columns, with
+        ``__order`` and ``__delete``, sorted by key then order: a key's stored row first, then its changes."""
+        user = changes.select([f.name for f in self.definition.schema])
+        order = pa.array(np.arange(changes.num_rows, dtype=np.int64))
+        parts = [user.append_column(ORDER, order).append_column(DELETE, is_delete(changes))]
+        if stored.num_rows:
+            kept = stored.select(user.column_names).cast(user.schema)
+            n = kept.num_rows
+            parts.insert(
+                0,
+                kept.append_column(ORDER, pa.array(np.full(n, -1, np.int64))).append_column(
+                    DELETE, pa.array(np.zeros(n, bool))
+                ),
+            )
+        every = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        return every.sort_by([*((k, "ascending") for k in self.primary_key), (ORDER, "ascending")])
+
+    def picked(self, changes: pa.Table, orders: pa.Array, values: dict[str, pa.Array] | None = None) -> pa.Table:
+        """The change rows at ``orders`` (a position per key), their value columns replaced by ``values`` (aligned
+        with ``orders``), in offset order."""
+        positions = np.asarray(orders.to_numpy(zero_copy_only=False) if hasattr(orders, "to_numpy") else orders)
+        sort = np.argsort(positions, kind="stable")
+        out = changes.take(pa.array(positions[sort]))
+        for name, column in (values or {}).items():
+            column = column.take(pa.array(sort))
+            i = out.schema.get_field_index(name)
+            field = out.schema.field(i)
+            try:
+                column = column.cast(field.type) if column.type != field.type else column
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise BatchError(
+                    f"{self.definition.name}: the {self.name!r} merge of column {name!r} does not fit its type "
+                    f"{field.type} ({exc}); widen the column"
+                ) from None
+            out = out.set_column(i, field, column)
+        return out
+
+
+def group_last(every: pa.Table, keys: tuple[str, ...], aggregations: list) -> pa.Table:
+    """``every`` grouped by ``keys`` in its row order (ordered aggregations: ``first``/``last`` follow it)."""
+    return every.group_by(list(keys), use_threads=False).aggregate(aggregations)
+
+
+def skip_nulls() -> pc.ScalarAggregateOptions:
+    return pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)
