@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from lakehouse.errors import InvalidArgument, LakestreamError
+from lakehouse.errors import InvalidArgument, LakestreamError, SchemaError
 from lakehouse.settings import load_settings
 from lakestream.console import OutputConsole, json_line, new_table
 
@@ -117,6 +117,9 @@ def _definition_json(d) -> dict:
         "bucket_key": d.bucket_key,
         "partition_by": list(d.partition_by),
         "write_mode": d.write_mode,
+        "merge_engine": d.merge_engine,
+        "version_column": d.version_column,
+        "aggregates": dict(d.aggregates),
         "columns": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in d.schema],
         "uuid": d.table_uuid,
         "created": d.created_at,
@@ -244,6 +247,24 @@ def table_create(
             "position delete files) or copy-on-write (files holding a changed key rewritten)"
         ),
     ] = None,
+    merge_engine: Annotated[
+        str | None,
+        typer.Option(
+            help="how a primary-key table combines a key's new row with the stored one: last-row (the default), "
+            "partial-update, versioned (with --version-column), first-row, aggregate (with --aggregate)"
+        ),
+    ] = None,
+    version_column: Annotated[
+        str | None,
+        typer.Option(help="the versioned engine's version column: a row older than the stored one is ignored"),
+    ] = None,
+    aggregate: Annotated[
+        str | None,
+        typer.Option(
+            help="the aggregate engine's functions, comma-separated column:function (sum, max, min, count, "
+            "last_non_null; columns not named keep their last non-null value), e.g. amount:sum,orders:count"
+        ),
+    ] = None,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
     json_output: JsonOpt = False,
@@ -262,6 +283,9 @@ def table_create(
             bucket_key=bucket_key,
             partition_by=split_list(partition_by or ""),
             write_mode=write_mode,
+            merge_engine=merge_engine,
+            version_column=version_column,
+            aggregates=_aggregates(aggregate),
         )
     except LakestreamError as exc:
         _fail(exc)
@@ -270,6 +294,21 @@ def table_create(
         return
     console.print(f"[green]created[/] {definition.name} in {escape(lh.url)}")
     _print_mapping(definition.describe())
+
+
+def _aggregates(spec: str | None) -> dict[str, str] | None:
+    """``--aggregate amount:sum,orders:count`` as {"amount": "sum", "orders": "count"}."""
+    if not spec:
+        return None
+    out = {}
+    from lakehouse.tables import split_list
+
+    for item in split_list(spec):
+        column, sep, function = item.partition(":")
+        if not sep or not column.strip() or not function.strip():
+            _fail(SchemaError(f"--aggregate takes column:function pairs (e.g. amount:sum,orders:count), got {item!r}"))
+        out[column.strip()] = function.strip()
+    return out
 
 
 @table_app.command("drop")
