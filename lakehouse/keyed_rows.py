@@ -171,8 +171,13 @@ def may_hold(keys: KeySet, bounds: Bounds) -> bool:
 def key_positions(ctx: Any, location: str, keys: KeySet) -> np.ndarray:
     """The row positions of the data file at ``location`` whose key is one of ``keys``: only row groups whose
     key statistics may hold one are read, and of them only the key columns."""
+    return key_hits(ctx, location, keys)[0]
+
+
+def key_hits(ctx: Any, location: str, keys: KeySet) -> tuple[np.ndarray, pa.Table | None]:
+    """`key_positions`, and the key columns of the rows there (None if no row matched)."""
     pk = list(keys.primary_key)
-    found = []
+    found, rows = [], []
     with ctx.open_parquet(location) as parquet:
         metadata = parquet.metadata
         names = parquet.schema_arrow.names
@@ -182,32 +187,64 @@ def key_positions(ctx: Any, location: str, keys: KeySet) -> np.ndarray:
             first, start = first + count, first
             if not may_hold(keys, group_bounds(metadata.row_group(i), names, pk)):
                 continue
-            hits = keys.hits(parquet.read_row_group(i, columns=pk))
-            found.append(np.flatnonzero(hits.to_numpy(zero_copy_only=False)) + start)
-    return np.concatenate(found) if found else np.empty(0, np.int64)
+            group = parquet.read_row_group(i, columns=pk)
+            hits = keys.hits(group)
+            if pc.any(hits).as_py():
+                found.append(np.flatnonzero(hits.to_numpy(zero_copy_only=False)) + start)
+                rows.append(group.filter(hits))
+    if not found:
+        return np.empty(0, np.int64), None
+    return np.concatenate(found), pa.concat_tables(rows)
 
 
-def stored_rows(ctx: Any, candidates: Sequence[tuple[DataFile, Sequence[DataFile]]], keys: KeySet) -> pa.Table:
-    """The live rows (every column) of ``keys`` in ``candidates`` (data files, each with its delete files): a
-    merge engine's stored rows. Only files and row groups whose key statistics may hold a key are read, the key
-    columns first and whole row groups only where one matched."""
-    pk = keys.primary_key
+FILE, POSITION = "__file", "__pos"
+
+
+def stored_rows(
+    ctx: Any,
+    candidates: Sequence[tuple[DataFile, Sequence[DataFile]]],
+    keys: KeySet,
+    columns: Sequence[str] | None = None,
+) -> pa.Table:
+    """The live rows of ``keys`` in ``candidates`` (data files, each with its delete files): a merge engine's
+    stored rows, their key columns and ``columns`` (default: every column), with where each is (``__file``: the
+    index of its data file in ``candidates``, ``__pos``: its position there). Only files and row groups whose
+    key statistics may hold a key are read, the key columns first and the other columns only of row groups
+    where one matched."""
+    pk = list(keys.primary_key)
+    extra = None if columns is None else [c for c in columns if c not in pk]
     found = []
-    for data_file, delete_files in candidates:
+    for index, (data_file, delete_files) in enumerate(candidates):
         if not len(keys) or not may_hold(keys, file_bounds(data_file, ctx.schema, pk)):
             continue
-        positions = key_positions(ctx, data_file.file_path, keys)
-        if positions.size and delete_files:
-            positions = np.setdiff1d(positions, deleted_positions(ctx, data_file, delete_files))
-        if positions.size:
-            found.append(rows_at(ctx, data_file.file_path, positions))
+        positions, rows = key_hits(ctx, data_file.file_path, keys)
+        if rows is None:
+            continue
+        if delete_files:
+            alive = ~np.isin(positions, deleted_positions(ctx, data_file, delete_files))
+            positions, rows = positions[alive], rows.filter(pa.array(alive))
+        if not positions.size:
+            continue
+        if extra is None:  # every column
+            rows = rows_at(ctx, data_file.file_path, positions)
+        elif extra:
+            for name, column in zip(extra, rows_at(ctx, data_file.file_path, positions, extra).columns, strict=True):
+                rows = rows.append_column(name, column)
+        n = len(positions)
+        found.append(
+            rows.append_column(FILE, pa.array(np.full(n, index, np.int32))).append_column(POSITION, pa.array(positions))
+        )
     if not found:
-        return ctx.arrow_schema.empty_table()
+        schema = ctx.arrow_schema
+        names = [f.name for f in schema] if columns is None else [*pk, *(extra or [])]
+        fields = [schema.field(c) for c in names]
+        return pa.schema([*fields, pa.field(FILE, pa.int32()), pa.field(POSITION, pa.int64())]).empty_table()
     return pa.concat_tables(found, promote_options="permissive")
 
 
-def rows_at(ctx: Any, location: str, positions: np.ndarray) -> pa.Table:
-    """The rows at the sorted ``positions`` of a data file: only the row groups holding one are decoded."""
+def rows_at(ctx: Any, location: str, positions: np.ndarray, columns: Sequence[str] | None = None) -> pa.Table:
+    """The rows at the sorted ``positions`` of a data file (its ``columns``, default all): only the row groups
+    holding one are decoded."""
     parts = []
     with ctx.open_parquet(location) as parquet:
         metadata = parquet.metadata
@@ -217,7 +254,8 @@ def rows_at(ctx: Any, location: str, positions: np.ndarray) -> pa.Table:
             start, first = first, first + count
             inside = positions[(positions >= start) & (positions < first)]
             if inside.size:
-                parts.append(parquet.read_row_group(i).take(pa.array(inside - start)))
+                group = parquet.read_row_group(i, columns=None if columns is None else list(columns))
+                parts.append(group.take(pa.array(inside - start)))
     return pa.concat_tables(parts)
 
 
@@ -280,15 +318,26 @@ def mark_bucket(
     result: Any,
     *,
     write_rows: bool = True,
+    stored: pa.Table | None = None,
 ) -> None:
     """Apply ``changes`` (one bucket's, reduced per key) to the bucket by merge-on-read: the live rows of the
     changed keys in ``candidates`` (each data file with its delete files) are marked deleted in position delete
     files (one per partition), and the surviving upserts are written as new data files (unless not
     ``write_rows``: a bucket split by file writes them once); no data file is rewritten. Only the key columns of
-    the candidates are read. New files go to ``result.added``."""
+    the candidates are read (none if ``stored``, the `stored_rows` of a superset of the changed keys, says where
+    they are). New files go to ``result.added``."""
     pk = definition.primary_key
     keys = KeySet(changes, pk)
     marks: dict[tuple, list[tuple[str, np.ndarray]]] = {}
+    if stored is not None:
+        stored = stored.filter(keys.hits(stored)) if stored.num_rows else stored
+        files = stored.column(FILE).to_numpy()
+        positions = stored.column(POSITION).to_numpy()
+        for index in np.unique(files):
+            data_file = candidates[int(index)][0]
+            partition = tuple(data_file.partition[i] for i in range(len(data_file.partition)))
+            marks.setdefault(partition, []).append((data_file.file_path, np.sort(positions[files == index])))
+        candidates = ()
     for data_file, delete_files in candidates:
         if not may_hold(keys, file_bounds(data_file, ctx.schema, pk)):
             continue  # its key range holds no changed key: not read at all

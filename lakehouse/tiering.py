@@ -222,15 +222,25 @@ def _rewrite_bucket(task: _Task, definition: TableDefinition, log_: Log, result:
         )
     stem = f"{task.stem}-{split.bucket:05d}-{split.start}" + (f"-p{task.part}" if task.part else "")
     engine = engine_of(definition)
+    stored = None
     if engine.needs_stored:  # the merged rows depend on the stored ones: look the changed keys' rows up
-        stored = stored_rows(task.ctx, task.candidates, KeySet(data, task.primary_key))
+        columns = [*task.primary_key, *engine.stored_columns(data)]
+        stored = stored_rows(task.ctx, task.candidates, KeySet(data, task.primary_key), columns)
         changes = engine.resolve(stored, data)
     else:
         changes = reduce_changes(data, task.primary_key)
     result.rows = data.num_rows if task.part == 0 else 0  # every part reads the range; it counts once
     if task.merge_on_read:
         mark_bucket(
-            task.ctx, definition, split.bucket, changes, task.candidates, stem, result, write_rows=task.part == 0
+            task.ctx,
+            definition,
+            split.bucket,
+            changes,
+            task.candidates,
+            stem,
+            result,
+            write_rows=task.part == 0,
+            stored=stored,
         )
     else:
         rewrite_bucket(task.ctx, definition, split.bucket, changes, [f for f, _ in task.candidates], stem, result)

@@ -202,17 +202,30 @@ def merge_batches(
     tail_filter: BooleanExpression,
     schema: pa.Schema,
     tail_rows: bool = True,
+    engine: MergeEngine | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Lake batches minus keys changed in ``tail``, then the tail's rows unless not ``tail_rows`` (see the module
-    docstring)."""
+    docstring). With a merge ``engine``, ``tail`` is the raw log tail and the lake batches carry every column,
+    unfiltered: the rows of the tail's keys are kept aside as they stream by, the tail merged into them, and the
+    ones the merge left unchanged yielded as they were."""
     pk = tuple(primary_key)
     keys = KeySet(tail, pk) if pk and tail.num_rows else None
     target = pa.schema([schema.field(c) for c in columns])
+    stored: list[pa.RecordBatch] = []
     for batch in lake:
         if keys is not None:
-            batch = batch.filter(pc.invert(keys.hits(batch)))
+            hits = keys.hits(batch)
+            if engine is not None and pc.any(hits).as_py():
+                stored.append(batch.filter(hits))
+            batch = batch.filter(pc.invert(hits))
         batch = batch.select(columns)
         yield batch if batch.schema.equals(target) else batch.cast(target)
+    if engine is not None and tail.num_rows:
+        held = pa.Table.from_batches(stored) if stored else pa.table({})
+        tail = engine.resolve(held, tail)
+        if held.num_rows:  # keys whose stored row stands (an older version, a later first row)
+            kept = held.filter(pc.invert(KeySet(tail, pk).hits(held))) if tail.num_rows else held
+            yield from kept.select(columns).cast(target).to_batches()
     if tail.num_rows == 0 or not tail_rows:
         return
     if pk:
@@ -509,6 +522,8 @@ class BucketRead:
     #: A merge engine's table: every live data file of the bucket (unfiltered), each with its delete files, where
     #: the stored rows of the tail's keys are looked up
     state: tuple[tuple[DataFile, tuple[DataFile, ...]], ...] = ()
+    #: Whether this read holds all of the bucket's lake part (not one part of a split)
+    whole: bool = True
 
     def __repr__(self) -> str:
         end = "end" if self.end is None else self.end
@@ -528,7 +543,8 @@ class BucketRead:
                 size = 0
             parts[-1].append(task)
             size += weight
-        return [replace(self, tasks=tuple(p), tail_rows=i == 0) for i, p in enumerate(parts)]
+        whole = len(parts) == 1
+        return [replace(self, tasks=tuple(p), tail_rows=i == 0, whole=whole) for i, p in enumerate(parts)]
 
 
 @dataclass(frozen=True)
@@ -648,8 +664,20 @@ class ReadPlan:
         """The lake part of ``tasks``, one file and a few batches in memory at a time."""
         return stream_tasks(tasks, io, self.metadata, self.projected, self.expr)
 
+    @property
+    def captures(self) -> bool:
+        """Whether a merge engine's tail takes the stored rows of its keys from the lake batches as they stream by
+        (`merge_batches`): they carry every column, unfiltered. Otherwise they are looked up (`_merged_tail`)."""
+        if self.engine is None or not isinstance(self.expr, AlwaysTrue):
+            return False
+        names = {f.name for f in self.projected.fields}
+        return all(name in names for name in self.engine.definition.schema.names)
+
     def _tail(self, log_: Log, buckets: Sequence[int], table: Table | None = None) -> pa.Table:
         reads = [self.buckets[b] for b in buckets]
+        if self.captures:  # the raw tail: merged as the lake streams by
+            ends = None if any(r.end is None for r in reads) else {r.bucket: r.end for r in reads}  # type: ignore[misc]
+            return read_tail(log_, {r.bucket: r.base for r in reads}, ends=ends)
         if self.engine is not None:
             parts = [self._merged_tail(log_, read, table) for read in reads]
             return pa.concat_tables(parts) if parts else read_tail(log_, {}, primary_key=self.primary_key)
@@ -663,11 +691,13 @@ class ReadPlan:
         stored = pa.table({})
         if raw.num_rows and read.state:
             table = table or self._table(None)
-            stored = stored_rows(LakeContext.of(log_.store, table), read.state, KeySet(raw, self.primary_key))
+            columns = [*self.primary_key, *self.engine.stored_columns(raw)]
+            keys = KeySet(raw, self.primary_key)
+            stored = stored_rows(LakeContext.of(log_.store, table), read.state, keys, columns)
         return log_to_lake_rows(self.engine.resolve(stored, raw), read.bucket, keep_op=True)
 
     def _merge(
-        self, lake: Iterator[pa.RecordBatch], tail: pa.Table | None, *, tail_rows: bool = True
+        self, lake: Iterator[pa.RecordBatch], tail: pa.Table | None, *, tail_rows: bool = True, raw: bool = False
     ) -> Iterator[pa.RecordBatch]:
         if tail is None:
             target, columns = self.arrow_schema, list(self.columns)
@@ -684,6 +714,7 @@ class ReadPlan:
             tail_filter=tail_filter,
             schema=self.scan_schema,
             tail_rows=tail_rows,
+            engine=self.engine if raw else None,
         )
 
     def execute(
@@ -703,14 +734,19 @@ class ReadPlan:
             io = table.io if table is not None else load_file_io(self.io_properties, self.metadata.location)
         lake = self._stream(read.tasks, io)
         tail = None
+        raw = self.captures and read.whole
         # a lake part of a split bucket needs the tail only for its keys (primary-key tables)
         if self.union and log_ is not None and (read.tail_rows or self.primary_key):
-            if self.engine is not None:
+            if raw:
+                tail = read_tail(
+                    log_, {read.bucket: read.base}, ends=None if read.end is None else {read.bucket: read.end}
+                )
+            elif self.engine is not None:
                 tail = self._merged_tail(log_, read, table)
             else:
                 ends = None if read.end is None else {read.bucket: read.end}
                 tail = read_tail(log_, {read.bucket: read.base}, primary_key=self.primary_key, ends=ends)
-        return _named(table or self._table(io), self._merge(lake, tail, tail_rows=read.tail_rows))
+        return _named(table or self._table(io), self._merge(lake, tail, tail_rows=read.tail_rows, raw=raw))
 
     def execute_all(
         self, log_: Log | None, *, table: Table | None = None, stream: bool = False
@@ -725,7 +761,7 @@ class ReadPlan:
             lake = _named(table, self._stream(self.tasks, table.io))
         else:  # files read in parallel
             lake = _named(table, read_tasks(self.tasks, table.io, self.metadata, self.projected, self.expr))
-        return self._merge(lake, tail)
+        return self._merge(lake, tail, raw=self.captures)
 
     def _table(self, io: FileIO | None) -> Table:
         from pyiceberg.table import Table as IcebergTable

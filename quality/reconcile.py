@@ -318,7 +318,8 @@ class _Checker:
             )
             return None
         if self.engine is not None:
-            rows = stored_rows(self._ctx, stored, KeySet(data, self.key)) if stored else pa.table({})
+            columns = [*self.key, *self.engine.stored_columns(data)]
+            rows = stored_rows(self._ctx, stored, KeySet(data, self.key), columns) if stored else pa.table({})
             data = self.engine.resolve(rows, data)
         elif self.key:
             data = reduce_changes(data, self.key)

@@ -10,14 +10,19 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakehouse.merge.base import ORDER, MergeEngine, group_last, skip_nulls
+from lakehouse.merge.base import ORDER, MergeEngine, last_values, skip_nulls, with_nulls
 
-_ARROW = {"sum": "sum", "max": "max", "min": "min", "last_non_null": "last", "count": "sum"}
+_ARROW = {"sum": "sum", "max": "max", "min": "min", "count": "sum"}
 
 
 class Aggregate(MergeEngine):
     name = "aggregate"
     accepts_deletes = False
+
+    def stored_columns(self, changes: pa.Table) -> list[str]:
+        functions = dict(self.definition.aggregates)
+        folded = [c for c in self.values if c in functions and functions[c] != "last_non_null"]
+        return folded + with_nulls(changes, [c for c in self.values if c not in folded])
 
     def resolve(self, stored: pa.Table, changes: pa.Table) -> pa.Table:
         if changes.num_rows == 0:
@@ -31,16 +36,15 @@ class Aggregate(MergeEngine):
                 ones = pc.cast(pc.is_valid(values), pa.int64())
                 counted = pc.if_else(from_stored, pc.fill_null(pc.cast(values, pa.int64()), 0), ones)
                 every = every.set_column(every.schema.get_field_index(column), column, counted)
-        merged = group_last(
+        folded = [c for c in self.values if functions.get(c, "last_non_null") != "last_non_null"]
+        last = [c for c in self.values if c not in folded]
+        merged, values = last_values(
             every,
             self.primary_key,
-            [
-                (ORDER, "max"),
-                *((c, _ARROW[functions.get(c, "last_non_null")], skip_nulls()) for c in self.values),
-            ],
+            last,
+            [(ORDER, "max"), *((c, _ARROW[functions[c]], skip_nulls()) for c in folded)],
         )
-        merged = merged.filter(pc.greater_equal(merged.column(f"{ORDER}_max"), 0))
-        values = {
-            c: merged.column(f"{c}_{_ARROW[functions.get(c, 'last_non_null')]}").combine_chunks() for c in self.values
-        }
-        return self.picked(changes, merged.column(f"{ORDER}_max"), values)
+        values.update({c: merged.column(f"{c}_{_ARROW[functions[c]]}").combine_chunks() for c in folded})
+        with_changes = pc.greater_equal(merged.column(f"{ORDER}_max"), 0)
+        values = {c: v.filter(with_changes) for c, v in values.items()}
+        return self.picked(changes, merged.column(f"{ORDER}_max").filter(with_changes), values)

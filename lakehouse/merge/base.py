@@ -40,6 +40,11 @@ class MergeEngine(ABC):
                 "changes, or create the table with the 'last-row' or 'partial-update' engine"
             )
 
+    def stored_columns(self, changes: pa.Table) -> list[str]:
+        """The value columns of the stored rows that merging ``changes`` reads (readers look up only these and the
+        key columns: a stored value no change can fall back to is never read)."""
+        return list(self.values)
+
     @abstractmethod
     def resolve(self, stored: pa.Table, changes: pa.Table) -> pa.Table:
         """The net change per key of ``changes`` (log records: user columns, ``_op``, ``_offset``, ``_timestamp``;
@@ -57,15 +62,21 @@ class MergeEngine(ABC):
         order = pa.array(np.arange(changes.num_rows, dtype=np.int64))
         parts = [user.append_column(ORDER, order).append_column(DELETE, is_delete(changes))]
         if stored.num_rows:
-            kept = stored.select(user.column_names).cast(user.schema)
-            n = kept.num_rows
+            n = stored.num_rows
+            kept = pa.table(
+                {
+                    f.name: stored.column(f.name).cast(f.type) if f.name in stored.column_names else pa.nulls(n, f.type)
+                    for f in user.schema
+                },
+                schema=user.schema.with_metadata(None),
+            )
             parts.insert(
                 0,
                 kept.append_column(ORDER, pa.array(np.full(n, -1, np.int64))).append_column(
                     DELETE, pa.array(np.zeros(n, bool))
                 ),
             )
-        every = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        every = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
         return every.sort_by([*((k, "ascending") for k in self.primary_key), (ORDER, "ascending")])
 
     def picked(self, changes: pa.Table, orders: pa.Array, values: dict[str, pa.Array] | None = None) -> pa.Table:
@@ -87,6 +98,31 @@ class MergeEngine(ABC):
                 ) from None
             out = out.set_column(i, field, column)
         return out
+
+
+def with_nulls(changes: pa.Table, columns: list[str]) -> list[str]:
+    """Those of ``columns`` where some change that is not a delete has a null (a merge falls back on the stored
+    value only there)."""
+    upserts = changes.filter(pc.invert(is_delete(changes)))
+    return [c for c in columns if upserts.column(c).null_count]
+
+
+def last_values(
+    every: pa.Table, keys: tuple[str, ...], columns: list[str], aggregations: list
+) -> tuple[pa.Table, dict]:
+    """``every`` grouped by ``keys`` with ``aggregations``, and for each of ``columns`` its last non-null value per
+    group (in ``every``'s row order), as {column: values aligned with the groups}. Found by position (the greatest
+    row number where the column is valid), so any type works (pyarrow's ``last`` has no decimal kernel)."""
+    rows = pa.array(np.arange(every.num_rows, dtype=np.int64))
+    positions = []
+    for i, column in enumerate(columns):
+        name = f"__pos{i}"
+        every = every.append_column(name, pc.if_else(pc.is_valid(every.column(column)), rows, None))
+        positions.append((name, "max"))
+    grouped = group_last(every, keys, [*aggregations, *positions])
+    return grouped, {
+        c: every.column(c).take(grouped.column(f"__pos{i}_max")).combine_chunks() for i, c in enumerate(columns)
+    }
 
 
 def group_last(every: pa.Table, keys: tuple[str, ...], aggregations: list) -> pa.Table:

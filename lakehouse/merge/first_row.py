@@ -12,6 +12,9 @@ class FirstRow(MergeEngine):
     name = "first-row"
     accepts_deletes = False
 
+    def stored_columns(self, changes: pa.Table) -> list[str]:
+        return []  # whether a key has a row is all that counts
+
     def resolve(self, stored: pa.Table, changes: pa.Table) -> pa.Table:
         if changes.num_rows == 0:
             return changes

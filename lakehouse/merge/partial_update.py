@@ -7,11 +7,14 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakehouse.merge.base import DELETE, ORDER, MergeEngine, group_last, skip_nulls
+from lakehouse.merge.base import DELETE, ORDER, MergeEngine, group_last, last_values, with_nulls
 
 
 class PartialUpdate(MergeEngine):
     name = "partial-update"
+
+    def stored_columns(self, changes: pa.Table) -> list[str]:
+        return with_nulls(changes, self.values)  # a column every change sets never falls back on the stored one
 
     def resolve(self, stored: pa.Table, changes: pa.Table) -> pa.Table:
         if changes.num_rows == 0:
@@ -29,15 +32,13 @@ class PartialUpdate(MergeEngine):
             every = every.sort_by([*((k, "ascending") for k in pk), (ORDER, "ascending")])
         else:
             deleted = None
-        merged = group_last(
-            every, self.primary_key, [(ORDER, "max"), *((c, "last", skip_nulls()) for c in self.values)]
-        )
-        merged = merged.filter(pc.greater_equal(merged.column(f"{ORDER}_max"), 0))  # keys with changes only
+        merged, values = last_values(every, self.primary_key, self.values, [(ORDER, "max")])
+        with_changes = pc.greater_equal(merged.column(f"{ORDER}_max"), 0)  # keys with changes only
         parts = [
             self.picked(
                 changes,
-                merged.column(f"{ORDER}_max"),
-                {c: merged.column(f"{c}_last").combine_chunks() for c in self.values},
+                merged.column(f"{ORDER}_max").filter(with_changes),
+                {c: v.filter(with_changes) for c, v in values.items()},
             )
         ]
         if deleted is not None and deleted.num_rows:  # a delete last: the key has no row

@@ -21,6 +21,9 @@ class Versioned(MergeEngine):
     def column(self) -> str:
         return str(self.definition.version_column)
 
+    def stored_columns(self, changes: pa.Table) -> list[str]:
+        return [self.column]  # the winner is a change row or the stored row as it is: only versions are compared
+
     def check_append(self, op: str, data: pa.Table) -> None:
         super().check_append(op, data)
         if op != "delete" and data.column(self.column).null_count:

@@ -142,6 +142,11 @@ def run(engine: str, steps: list[tuple], write_mode: str) -> None:
                     assert any(m[b] < lake[b] for b in range(BUCKETS)), (m, lake)
                     continue
                 assert got == replay.state(m), m
+                # a filter and a projection: the stored rows come from a lookup, not from the lake batches
+                part = lh.union_read(NAME, as_of=m, columns=["a", "k"], row_filter="k >= 3")
+                assert sorted(zip(part["k"].to_pylist(), part["a"].to_pylist(), strict=True)) == [
+                    (r[0], r[1]) for r in got if r[0] >= 3
+                ], m
                 chosen = {r[0] for r in got[::2]} | {7}
                 found = lh.lookup(NAME, pa.table({"k": pa.array(sorted(chosen), pa.int64())}), as_of=m)
                 assert as_rows(found) == [r for r in got if r[0] in chosen], m
