@@ -83,20 +83,21 @@ def main() -> None:
         rounds = change_rounds(ds.base, args.rounds, 22, ds.clerks, ds.customers)
         say(f"{rows:,} rows, {args.rounds} rounds of {rounds[0].num_rows:,} upserts (uniform keys), {BUCKETS} buckets")
         lh = Lakehouse.open(tmp.as_uri())
-        tiering: dict[str, list[float]] = {}
-        reading: dict[str, list[float]] = {}
+        tiering: dict[str, list[float]] = {e: [] for e in ENGINES}
+        reading: dict[str, list[float]] = {e: [] for e in ENGINES}
+        names = {e: f"bench.{e.replace('-', '_')}" for e in ENGINES}
         for engine, options in ENGINES.items():
-            name = f"bench.{engine.replace('-', '_')}"
-            lh.create_table(name, SCHEMA, primary_key=[KEY], buckets=BUCKETS, merge_engine=engine, **options)
-            append(lh, name, ds.base)
-            lh.tier(name)
-            tiering[engine], reading[engine] = [], []
-            for changes in rounds:
+            lh.create_table(names[engine], SCHEMA, primary_key=[KEY], buckets=BUCKETS, merge_engine=engine, **options)
+            append(lh, names[engine], ds.base)
+            lh.tier(names[engine])
+        for changes in rounds:  # the engines take turns each round: a busy machine slows them alike
+            for engine, name in names.items():
                 append(lh, name, changes)
                 reading[engine].append(median_seconds(lambda name=name: lh.union_read(name)))
                 t0 = time.perf_counter()
                 lh.tier(name)
                 tiering[engine].append(time.perf_counter() - t0)
+        for engine in ENGINES:
             say(
                 f"{engine}: tiering round {statistics.median(tiering[engine]):.2f} s, union read with a 1 % tail "
                 f"{statistics.median(reading[engine]):.2f} s (medians of {args.rounds} rounds)"

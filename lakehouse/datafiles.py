@@ -199,7 +199,7 @@ class LakeContext:
 
 def parquet_writer_options(sample: pa.Table, schema: pa.Schema, properties: dict[str, str]) -> dict[str, Any]:
     """Parquet writer options of our data files: the table's ``write.parquet.*`` properties (zstd by
-    default), pages of 20,000 values (pyarrow's default of 1,024 costs ~15% of write time), dictionary
+    default), decimals stored as integers where they fit, pages of 20,000 values (pyarrow's default of 1,024 costs ~15% of write time), dictionary
     encoding only for columns whose values repeat (see `dictionary_columns`) and delta encoding for the
     other integer columns (see `delta_columns`). ``sample`` is the first table written."""
     codec = properties.get("write.parquet.compression-codec", "zstd")
@@ -210,6 +210,9 @@ def parquet_writer_options(sample: pa.Table, schema: pa.Schema, properties: dict
         "compression_level": int(level) if level else None,
         "write_statistics": True,
         "write_batch_size": 20_000,
+        # decimals of precision <= 18 as INT32/INT64, the Iceberg spec's Parquet mapping (and the physical type
+        # pyiceberg's statistics expect): they decode ~5x faster than fixed-length byte arrays
+        "store_decimal_as_integer": True,
         "use_dictionary": dictionary,
         "column_encoding": {name: "DELTA_BINARY_PACKED" for name in delta_columns(schema, dictionary)},
     }

@@ -174,8 +174,11 @@ def key_positions(ctx: Any, location: str, keys: KeySet) -> np.ndarray:
     return key_hits(ctx, location, keys)[0]
 
 
-def key_hits(ctx: Any, location: str, keys: KeySet) -> tuple[np.ndarray, pa.Table | None]:
-    """`key_positions`, and the key columns of the rows there (None if no row matched)."""
+def key_hits(
+    ctx: Any, location: str, keys: KeySet, columns: Sequence[str] | None = ()
+) -> tuple[np.ndarray, pa.Table | None]:
+    """`key_positions`, and the rows there (None if no row matched): their key columns and ``columns`` (None:
+    every column), the latter decoded only for the row groups where a key matched (one pass over the file)."""
     pk = list(keys.primary_key)
     found, rows = [], []
     with ctx.open_parquet(location) as parquet:
@@ -189,9 +192,16 @@ def key_hits(ctx: Any, location: str, keys: KeySet) -> tuple[np.ndarray, pa.Tabl
                 continue
             group = parquet.read_row_group(i, columns=pk)
             hits = keys.hits(group)
-            if pc.any(hits).as_py():
-                found.append(np.flatnonzero(hits.to_numpy(zero_copy_only=False)) + start)
-                rows.append(group.filter(hits))
+            if not pc.any(hits).as_py():
+                continue
+            found.append(np.flatnonzero(hits.to_numpy(zero_copy_only=False)) + start)
+            if columns is None:
+                group = parquet.read_row_group(i)
+            elif columns:
+                extra = parquet.read_row_group(i, columns=list(columns))
+                for name, column in zip(columns, extra.columns, strict=True):
+                    group = group.append_column(name, column)
+            rows.append(group.filter(hits))
     if not found:
         return np.empty(0, np.int64), None
     return np.concatenate(found), pa.concat_tables(rows)
@@ -217,7 +227,7 @@ def stored_rows(
     for index, (data_file, delete_files) in enumerate(candidates):
         if not len(keys) or not may_hold(keys, file_bounds(data_file, ctx.schema, pk)):
             continue
-        positions, rows = key_hits(ctx, data_file.file_path, keys)
+        positions, rows = key_hits(ctx, data_file.file_path, keys, extra)
         if rows is None:
             continue
         if delete_files:
@@ -225,11 +235,6 @@ def stored_rows(
             positions, rows = positions[alive], rows.filter(pa.array(alive))
         if not positions.size:
             continue
-        if extra is None:  # every column
-            rows = rows_at(ctx, data_file.file_path, positions)
-        elif extra:
-            for name, column in zip(extra, rows_at(ctx, data_file.file_path, positions, extra).columns, strict=True):
-                rows = rows.append_column(name, column)
         n = len(positions)
         found.append(
             rows.append_column(FILE, pa.array(np.full(n, index, np.int32))).append_column(POSITION, pa.array(positions))
@@ -240,23 +245,6 @@ def stored_rows(
         fields = [schema.field(c) for c in names]
         return pa.schema([*fields, pa.field(FILE, pa.int32()), pa.field(POSITION, pa.int64())]).empty_table()
     return pa.concat_tables(found, promote_options="permissive")
-
-
-def rows_at(ctx: Any, location: str, positions: np.ndarray, columns: Sequence[str] | None = None) -> pa.Table:
-    """The rows at the sorted ``positions`` of a data file (its ``columns``, default all): only the row groups
-    holding one are decoded."""
-    parts = []
-    with ctx.open_parquet(location) as parquet:
-        metadata = parquet.metadata
-        first = 0
-        for i in range(metadata.num_row_groups):
-            count = metadata.row_group(i).num_rows
-            start, first = first, first + count
-            inside = positions[(positions >= start) & (positions < first)]
-            if inside.size:
-                group = parquet.read_row_group(i, columns=None if columns is None else list(columns))
-                parts.append(group.take(pa.array(inside - start)))
-    return pa.concat_tables(parts)
 
 
 def rewrite_bucket(

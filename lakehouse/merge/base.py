@@ -57,7 +57,7 @@ class MergeEngine(ABC):
 
     def combined(self, stored: pa.Table, changes: pa.Table) -> pa.Table:
         """``stored`` (order -1) and ``changes`` (order = their position) as one table of the user columns, with
-        ``__order`` and ``__delete``, sorted by key then order: a key's stored row first, then its changes."""
+        ``__order`` and ``__delete``, in that order: within a key, its stored row first, then its changes."""
         user = changes.select([f.name for f in self.definition.schema])
         order = pa.array(np.arange(changes.num_rows, dtype=np.int64))
         parts = [user.append_column(ORDER, order).append_column(DELETE, is_delete(changes))]
@@ -76,8 +76,8 @@ class MergeEngine(ABC):
                     DELETE, pa.array(np.zeros(n, bool))
                 ),
             )
-        every = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
-        return every.sort_by([*((k, "ascending") for k in self.primary_key), (ORDER, "ascending")])
+        # no sort: grouping keeps the row order within a group (stored first, then the changes in offset order)
+        return pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
 
     def picked(self, changes: pa.Table, orders: pa.Array, values: dict[str, pa.Array] | None = None) -> pa.Table:
         """The change rows at ``orders`` (a position per key), their value columns replaced by ``values`` (aligned

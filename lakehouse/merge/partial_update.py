@@ -29,7 +29,7 @@ class PartialUpdate(MergeEngine):
             after = pc.or_kleene(pc.is_null(every.column("__reset")), pc.greater(every.column(ORDER), every["__reset"]))
             deleted = resets.join(every.filter(after).select(pk), keys=pk, join_type="left anti")
             every = every.filter(after).drop_columns(["__reset"])
-            every = every.sort_by([*((k, "ascending") for k in pk), (ORDER, "ascending")])
+            every = every.sort_by([(ORDER, "ascending")])  # the join lost the order; a key keeps its own
         else:
             deleted = None
         merged, values = last_values(every, self.primary_key, self.values, [(ORDER, "max")])
