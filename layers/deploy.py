@@ -76,6 +76,10 @@ class Deployer:
             "bucket_key": d.bucket_key,
             "partition_by": list(d.partition_by) or None,
         }
+        if name in self.project.sources and d.primary_key:  # a source's merge engine (a model's rows are its SQL's)
+            settings.update(
+                merge_engine=d.merge_engine, version_column=d.version_column, aggregates=dict(d.aggregates) or None
+            )
         return schema, settings
 
     def _inferred_schema(self, name: str) -> pa.Schema:

@@ -47,4 +47,15 @@ def table_differences(existing: Any, schema: pa.Schema, settings: Mapping[str, A
     bucket_key = settings.get("bucket_key") or (key[0] if len(key) == 1 else None)
     if bucket_key is not None and existing.bucket_key != bucket_key:
         out.append(f"bucket key {existing.bucket_key} in the table, {bucket_key} declared")
+    if "merge_engine" in settings:
+        have_engine = (existing.merge_engine, existing.version_column, dict(existing.aggregates))
+        want_engine = (settings["merge_engine"], settings.get("version_column"), dict(settings.get("aggregates") or {}))
+        if have_engine != want_engine:
+            out.append(f"merge engine {_engine(*have_engine)} in the table, {_engine(*want_engine)} declared")
     return out
+
+
+def _engine(name: str, version_column: str | None, aggregates: dict) -> str:
+    options = [f"version_column {version_column}"] if version_column else []
+    options += [f"{c} {f}" for c, f in aggregates.items()]
+    return f"{name} ({', '.join(options)})" if options else name

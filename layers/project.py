@@ -41,7 +41,9 @@ SOURCES_FILE = "sources.yml"
 MODELS_DIR = "models"
 #: Buckets of a table that does not say (the same as ``lakestream table create``).
 DEFAULT_BUCKETS = 4
-SOURCE_SETTINGS = ("columns", "primary_key", "bucket_key", "buckets", "partition_by", "description")
+#: A source's merge engine settings (`lakehouse.merge`): how producers' rows of a key combine.
+ENGINE_SETTINGS = ("merge_engine", "version_column", "aggregates")
+SOURCE_SETTINGS = ("columns", "primary_key", "bucket_key", "buckets", "partition_by", "description", *ENGINE_SETTINGS)
 MODEL_SETTINGS = ("primary_key", "bucket_key", "buckets", "partition_by", "description")
 
 
@@ -477,7 +479,13 @@ def _definition(name: str, schema: pa.Schema, decl: Mapping, at: str, path: str)
         raise ProjectFormatError(f"{at}: bucket_key must be one column name", path=path, model=name)
     try:
         definition = TableDefinition.build(
-            name, schema, buckets=buckets, primary_key=primary_key, bucket_key=bucket_key, partition_by=partition_by
+            name,
+            schema,
+            buckets=buckets,
+            primary_key=primary_key,
+            bucket_key=bucket_key,
+            partition_by=partition_by,
+            **{k: decl[k] for k in ENGINE_SETTINGS if k in decl},  # sources only (models refuse the settings)
         )
         parse_partition_by(definition, definition.schema)
         check_lake_types(definition)

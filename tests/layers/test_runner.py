@@ -376,3 +376,30 @@ def test_a_round_larger_than_one_append_goes_in_chunks_exactly_once(tmp_path, sp
     assert resumed[0].resumed and resumed[0].upserts > 7
     assert log_records(lh, "dwd.orders_enriched") == log_records(control, "dwd.orders_enriched")
     assert state(lh, "dwd.orders_enriched", ["o_orderkey"]) == state(control, "dwd.orders_enriched", ["o_orderkey"])
+
+
+def test_a_partial_update_source_feeds_models_its_merged_rows(tmp_path, spark):
+    """A source with a merge engine (issue 42): a producer writing only some columns of a customer changes those
+    columns in the model's rows, the others keep their values; a rebuild agrees; deploy refuses another engine."""
+    root = tmp_path / "project"
+    shutil.copytree(EXAMPLE, root)
+    sources = root / "sources.yml"
+    sources.write_text(
+        sources.read_text().replace("    buckets: 4\n", "    buckets: 4\n    merge_engine: partial-update\n", 1)
+    )
+    project = load_project(root)
+    assert project.sources["ods.customer"].definition.merge_engine == "partial-update"
+    lh, layers = fresh(tmp_path, "wh", spark, project)
+    load_base(lh)
+    layers.run_once()
+    lh.log("ods.customer").append(pa.table({"c_custkey": pa.array([3], pa.int64()), "c_mktsegment": ["PARTIAL"]}))
+    report = layers.run_once(["dwd.orders_enriched"])[0]
+    assert report.strategy == "keyed" and report.upserts > 0
+    rows = [r for r in state(lh, "dwd.orders_enriched", ["o_orderkey"]).to_pylist() if r["o_custkey"] == 3]
+    assert rows and {(r["c_name"], r["c_mktsegment"]) for r in rows} == {("Customer#3", "PARTIAL")}
+    assert layers.rebuild("dwd.orders_enriched").upserts == 0  # the incremental state is the rebuild's
+    other = root / "other"
+    shutil.copytree(root, other, ignore=shutil.ignore_patterns("other"))
+    (other / "sources.yml").write_text(sources.read_text().replace("partial-update", "first-row"))
+    with pytest.raises(DeployMismatch, match="merge engine partial-update in the table, first-row declared"):
+        Runner(lh, load_project(other), spark).deploy()
