@@ -178,7 +178,7 @@ def key_hits(
     ctx: Any, location: str, keys: KeySet, columns: Sequence[str] | None = ()
 ) -> tuple[np.ndarray, pa.Table | None]:
     """`key_positions`, and the rows there (None if no row matched): their key columns and ``columns`` (None:
-    every column), the latter decoded only for the row groups where a key matched (one pass over the file)."""
+    every column), read with the key columns (one pass over the file)."""
     pk = list(keys.primary_key)
     found, rows = [], []
     with ctx.open_parquet(location) as parquet:
@@ -190,17 +190,13 @@ def key_hits(
             first, start = first + count, first
             if not may_hold(keys, group_bounds(metadata.row_group(i), names, pk)):
                 continue
-            group = parquet.read_row_group(i, columns=pk)
+            # the other columns in the same read: its columns decode in parallel, and a row group whose key
+            # range holds a changed key mostly holds one (rounds spread over the keys hit every row group)
+            group = parquet.read_row_group(i, columns=None if columns is None else [*pk, *columns])
             hits = keys.hits(group)
             if not pc.any(hits).as_py():
                 continue
             found.append(np.flatnonzero(hits.to_numpy(zero_copy_only=False)) + start)
-            if columns is None:
-                group = parquet.read_row_group(i)
-            elif columns:
-                extra = parquet.read_row_group(i, columns=list(columns))
-                for name, column in zip(columns, extra.columns, strict=True):
-                    group = group.append_column(name, column)
             rows.append(group.filter(hits))
     if not found:
         return np.empty(0, np.int64), None
