@@ -50,6 +50,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from lakehouse.errors import BatchError, InvalidArgument, SchemaError
 from lakehouse.log import append_until_complete
+from lakehouse.tables import PARTIAL_UPDATE
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -141,11 +142,14 @@ def check_schema(definition: TableDefinition, schema: StructType) -> bool:
         )
     missing = [n for n in table_schema.names if n not in names]
     if missing:
-        key_only = has_op and definition.has_primary_key and not set(missing) & set(definition.primary_key)
+        # delete rows may carry just the key; so may every row of a partial-update table (absent = kept)
+        partial = has_op or definition.merge_engine == PARTIAL_UPDATE
+        key_only = partial and definition.has_primary_key and not set(missing) & set(definition.primary_key)
         if not key_only:
             raise SchemaError(
                 f"{name}: the DataFrame lacks columns {missing} (table: {table_schema.names}); add them "
-                "(lit(None).cast(...) for nulls). Only delete rows may carry just the primary key"
+                "(lit(None).cast(...) for nulls). Only delete rows, and rows of a partial-update table, may "
+                "leave out columns other than the primary key"
             )
     arrow = to_arrow_schema(schema, timezone="UTC")
     for f in arrow:

@@ -82,3 +82,22 @@ def test_spark_reads_merged_rows(tmp_path, spark) -> None:
         assert rows(apply_changes(state, changes.select([*COLS, "_op"]), ["k"])) == rows(want)
     finally:
         lh.close()
+
+
+@pytest.mark.slow
+def test_spark_writes_rows_of_some_columns_to_a_partial_update_table(tmp_path, spark) -> None:
+    lh = Lakehouse.open(tmp_path.as_uri())
+    try:
+        lh.create_table("ods.wide", SCHEMA, primary_key=["k"], buckets=2, merge_engine="partial-update")
+        register(spark, lh)
+        first = spark.createDataFrame([(1, 10, 1, "a"), (2, 20, 2, "b")], "k long, total long, n long, tag string")
+        first.write.format("lakestream").option("warehouse", lh.url).mode("append").save("ods.wide")
+        lh.tier("ods.wide")
+        tags = spark.createDataFrame([(1, "new")], "k long, tag string")  # another stream: the tag only
+        tags.write.format("lakestream").option("warehouse", lh.url).mode("append").save("ods.wide")
+        assert rows(lh.union_read("ods.wide")) == [(1, 10, 1, "new"), (2, 20, 2, "b")]
+        lh.create_table("ods.narrow", SCHEMA, primary_key=["k"], buckets=1)  # last-row: whole rows only
+        with pytest.raises(Exception, match="lacks columns"):
+            tags.write.format("lakestream").option("warehouse", lh.url).mode("append").save("ods.narrow")
+    finally:
+        lh.close()
