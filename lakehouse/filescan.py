@@ -3,7 +3,7 @@
 pyiceberg's `ArrowScan.to_record_batches` reads every file of a scan in a thread pool and materializes each
 file's (filtered) batches before yielding the first: a "streaming" read of four 2.5 M-row files held most of
 them in memory at once. Lakestream's data files are plain Parquet whose columns carry the table's names and
-field ids (lakestream tables do not evolve: `lakehouse.lake_layout.check_lake_layout`), so this module reads them
+field ids, so this module reads them
 with pyarrow's dataset scanner directly, file after file, with the scan's filter pushed into the file
 (row-group pruning by statistics, rows filtered while decoding) and a bounded read-ahead: the memory of a
 read is a few batches plus the rows its consumer keeps. Small files (the ones frequent tiering leaves before
@@ -12,7 +12,8 @@ decoding, are the cost (200 files of 500 rows on SeaweedFS: 0.6 s one after anot
 pyiceberg's parallel read 0.4 s). A file with position deletes (merge-on-read) is read the same way, row
 group by row group (those whose statistics can match the filter), its deleted positions dropped before the
 filter; each delete file is read once per scan. A task pyiceberg must read itself (a column the file lacks, a
-format other than Parquet) still goes through `ArrowScan`.
+format other than Parquet, a file written before a schema change whose names or field ids differ from the
+current schema's: `lakehouse.evolution`) still goes through `ArrowScan`, which projects it by field id.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ class _FileReader:
         self.columns = [f.name for f in projected.fields]
         schema = metadata.schema()
         self.names = schema.column_names  # a file of ours holds every column (the filter may name any)
+        self.ids = {f.name: f.field_id for f in schema.fields}
         self.filter = None if isinstance(expr, AlwaysTrue) else expression_to_pyarrow(bind(schema, expr, True))
         #: per delete file read in this scan, the positions it deletes per data file
         self._deletes: dict[str, dict[str, np.ndarray]] = {}
@@ -194,6 +196,15 @@ class _FileReader:
             if batch.num_rows:
                 yield batch.select(self.columns)
 
+    def _same_ids(self, physical: pa.Schema) -> bool:
+        """Whether every column of the current schema is the file's column of that name (same field id): not so
+        in a file written before a column was dropped and another of its name added."""
+        for name, field_id in self.ids.items():
+            meta = physical.field(name).metadata
+            if meta and int(meta.get(b"PARQUET:field_id", field_id)) != field_id:
+                return False
+        return True
+
     def batches(self, task: FileScanTask) -> Iterator[pa.RecordBatch]:
         if task.file.file_format != FileFormat.PARQUET:
             yield from self._pyiceberg(task)
@@ -201,7 +212,8 @@ class _FileReader:
         with self.io.new_input(task.file.file_path).open() as stream:
             fragment = _FORMAT.make_fragment(stream)
             physical = fragment.physical_schema
-            if any(physical.get_field_index(c) < 0 for c in self.names):  # not one of our files: pyiceberg maps it
+            if any(physical.get_field_index(c) < 0 for c in self.names) or not self._same_ids(physical):
+                # not one of our files, or one written before a schema change: pyiceberg maps it by field id
                 yield from self._pyiceberg(task)
                 return
             if task.delete_files:

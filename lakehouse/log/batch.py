@@ -63,7 +63,8 @@ def conform(definition: TableDefinition, data: pa.Table | pa.RecordBatch, op: st
         raise SchemaError(f"{name}: the batch has columns the table does not: {extra} (table: {expected})")
     missing = [c for c in expected if c not in given]
     key_only_delete = op == "delete" and missing and not set(missing) & set(definition.primary_key)
-    if missing and not key_only_delete:
+    # columns an alter added may be missing: rows of a producer that has not seen the alter (they are null)
+    if missing and not key_only_delete and not set(missing) <= definition.added_columns:
         raise SchemaError(f"{name}: the batch lacks columns {missing} (table: {expected})")
     columns = []
     for field in definition.schema:
