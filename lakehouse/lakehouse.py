@@ -367,8 +367,7 @@ class Lakehouse:
 
     def _adopt(self, definition: TableDefinition) -> None:
         """Give this Lakehouse's log of the table a newer definition read or written here."""
-        with self._lock:
-            log = self._logs.get(definition.name)
+        log = self._logs.get(definition.name)  # no lock: `log` holds it while it reads the definition
         if log is not None:
             log.set_definition(definition)
 
