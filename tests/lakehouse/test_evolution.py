@@ -20,6 +20,7 @@ from lakehouse.errors import AlterConflict, InvalidArgument, SchemaEvolutionErro
 from lakehouse.log import Log
 from lakehouse.tables import TableDefinition
 from lakestream.cli import app
+from quality.reconcile import reconcile
 from tests.conftest import duckdb_connection
 
 SCHEMA = pa.schema(
@@ -207,6 +208,8 @@ def test_pyiceberg_and_duckdb_read_an_evolved_table(tmp_path) -> None:
     assert user(table.scan().to_arrow(), names) == want
     assert sorted(duckdb_rows(table, names)) == want
     assert lh.union_read("ods.t").schema.names[:6] == ["k", "day", "v", "d", "label", "c"]
+    result = reconcile(lh, "ods.t", full=True)
+    assert result.ok, result.violations
 
 
 def test_old_producers_and_old_names_are_accepted_and_as_of_reads_return_the_current_schema(lakehouse) -> None:
@@ -237,6 +240,11 @@ def test_old_producers_and_old_names_are_accepted_and_as_of_reads_return_the_cur
     assert user(lh.union_read("ods.t", as_of=before), names) == [(0, 0, "s0", None), (1, 1, "s1", None)]
     changes = lh.changes("ods.t", before, lh.log("ods.t").end_offsets())
     assert sorted(changes.column("k").to_pylist()) == [5, 6, 7] and "label" in changes.column_names
+    sub = lh.subscription("ods.t", "reader", start=before)  # a consumer positioned before the alter
+    assert user(lh.union_read("ods.t", as_of=sub.position), names) == [(0, 0, "s0", None), (1, 1, "s1", None)]
+    seen = lh.changes("ods.t", sub.position, lh.log("ods.t").end_offsets())
+    assert sorted(seen.column("k").to_pylist()) == [5, 6, 7] and "c" in seen.column_names
+    sub.advance(lh.log("ods.t").end_offsets())
 
 
 def test_cli_alter(tmp_path) -> None:
