@@ -344,3 +344,23 @@ def test_random_alters_and_appends_read_as_the_oracle(tmp_path_factory, steps) -
         if old_log is not None:
             old_log.close()
         lh.close()
+
+
+@pytest.mark.slow
+def test_spark_reads_an_evolved_table_as_the_union_read(tmp_path, spark) -> None:
+    from tests.lakehouse.test_spark_source import lakestream
+
+    lh = Lakehouse.open(tmp_path.as_uri())
+    make(lh)
+    lh.log("ods.t").append(rows(3), op="upsert")
+    lh.tier("ods.t")
+    lh.alter_table("ods.t", add_columns="c:int64", widen="v:int64", rename="s:label", drop_columns="f")
+    lh.log("ods.t").append(one(7, 2**40, "z", 5).drop_columns(["f"]), op="upsert")
+    df = lakestream(spark, lh).load("ods.t")
+    names = ["k", "v", "label", "c"]
+    assert df.columns[:5] == ["k", "day", "v", "d", "label"]
+    assert (
+        user(df.toArrow(), names)
+        == user(lh.union_read("ods.t"), names)
+        == [(0, 0, "s0", None), (1, 1, "s1", None), (2, 2, "s2", None), (7, 2**40, "z", 5)]
+    )
