@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +30,7 @@ import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.expressions.visitors import bind
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import ArrowScan, expression_to_pyarrow
+from pyiceberg.io.pyarrow import ArrowScan, expression_to_pyarrow, schema_to_pyarrow
 from pyiceberg.manifest import FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask
@@ -101,6 +102,11 @@ def read_tasks(
     with ThreadPoolExecutor(threads, thread_name_prefix="lakestream-read") as pool:
         for batches in pool.map(lambda task: list(read.batches(task)), list(tasks)):
             yield from batches
+
+
+def _widened(have: pa.DataType, want: pa.DataType) -> bool:
+    """A type an alter widened (the consumer casts strings and the like to its schema itself)."""
+    return pa.types.is_integer(have) or pa.types.is_floating(have) or pa.types.is_decimal(have)
 
 
 def _is_small(task: FileScanTask) -> bool:
@@ -196,6 +202,47 @@ class _FileReader:
             if batch.num_rows:
                 yield batch.select(self.columns)
 
+    def _by_id(self, fragment: ds.ParquetFileFragment) -> Iterator[pa.RecordBatch] | None:
+        """The projected columns of a file written before a schema change, matched by field id (renamed: the
+        file's name; added since: null; widened: cast), or None if the file has no field ids for them."""
+        physical = fragment.physical_schema
+        by_id = {}
+        for f in physical:
+            if f.metadata and b"PARQUET:field_id" in f.metadata:
+                by_id[int(f.metadata[b"PARQUET:field_id"])] = f.name
+        if not by_id or any(c not in self.ids for c in self.columns):
+            return None
+        target = self._target
+        sources = [by_id.get(self.ids[c]) for c in self.columns]
+        scanner = ds.Scanner.from_fragment(
+            fragment,
+            schema=physical,
+            columns=[s for s in sources if s is not None],
+            batch_size=BATCH_ROWS,
+            batch_readahead=READAHEAD_BATCHES,
+            use_threads=True,
+        )
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for batch in scanner.to_batches():
+                if not batch.num_rows:
+                    continue
+                arrays = []
+                for column, source in zip(self.columns, sources, strict=True):
+                    t = target.field(column).type
+                    if source is None:
+                        arrays.append(pa.nulls(batch.num_rows, t))
+                        continue
+                    array = batch.column(source)
+                    arrays.append(array.cast(t) if array.type != t and _widened(array.type, t) else array)
+                yield pa.RecordBatch.from_arrays(arrays, names=self.columns)
+
+        return batches()
+
+    @cached_property
+    def _target(self) -> pa.Schema:
+        return schema_to_pyarrow(self.projected, include_field_ids=False)
+
     def _same_ids(self, physical: pa.Schema) -> bool:
         """Whether every column of the current schema is the file's column of that name (same field id): not so
         in a file written before a column was dropped and another of its name added."""
@@ -213,8 +260,10 @@ class _FileReader:
             fragment = _FORMAT.make_fragment(stream)
             physical = fragment.physical_schema
             if any(physical.get_field_index(c) < 0 for c in self.names) or not self._same_ids(physical):
-                # not one of our files, or one written before a schema change: pyiceberg maps it by field id
-                yield from self._pyiceberg(task)
+                # written before a schema change: projected by field id here if it needs no filter and no
+                # deletes (as fast as a current file), else by pyiceberg; not one of our files: pyiceberg
+                projected = None if self.filter is not None or task.delete_files else self._by_id(fragment)
+                yield from projected if projected is not None else self._pyiceberg(task)
                 return
             if task.delete_files:
                 yield from self._with_deletes(task, fragment)
