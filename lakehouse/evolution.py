@@ -72,20 +72,16 @@ def alter_definition(
     ``drop_columns``: names. ``last_column_id``: the highest field id the lake table has used (new columns get
     the ids after it and after the definition's own). Each column appears in one operation at most."""
     name = definition.name
-    adds = (
-        list(add_columns)
-        if isinstance(add_columns, pa.Schema)
-        else list(parse_schema(",".join(_items(add_columns))))
-        if _items(add_columns)
-        else []
-    )
+    if isinstance(add_columns, pa.Schema):
+        adds = list(add_columns)
+    else:
+        adds = list(parse_schema(",".join(_items(add_columns)))) if _items(add_columns) else []
     widens_ = []
     for item in _items(widen):
         column, sep, type_name = item.partition(":")
         if not sep or not column.strip() or not type_name.strip():
             raise SchemaEvolutionError(f"{name}: bad --widen {item!r}: use column:type, e.g. v:int64")
-        t = type_name if isinstance(type_name, pa.DataType) else _parse_type(column.strip(), type_name.strip().lower())
-        widens_.append((column.strip(), t))
+        widens_.append((column.strip(), _parse_type(column.strip(), type_name.strip().lower())))
     renames = []
     for item in _items(rename):
         old, sep, new = item.partition(":")
