@@ -346,7 +346,7 @@ def _look_up(
             if len(wanted):
                 want = pc.and_(hits, wanted.hits(group_keys)) if wanted is not keys else hits
                 if pc.any(want).as_py():
-                    rows.extend(_rows_where(parquet, i, want))
+                    rows.extend(ctx.project(r) for r in _rows_where(parquet, i, want))
 
 
 #: Rows decoded at a time when whole rows of a row group are read (`_rows_where`).

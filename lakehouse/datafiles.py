@@ -37,6 +37,7 @@ from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 
 from lakehouse.errors import InvalidArgument
+from lakehouse.evolution import project_lake_file
 from object_store import ObjectStore, open_store
 
 log = logging.getLogger(__name__)
@@ -181,8 +182,20 @@ class LakeContext:
         )
 
     def read(self, location: str, columns: list[str] | None = None) -> pa.Table:
-        """Read a data file written by `write` (our own files: same schema, no deletes)."""
-        return pq.read_table(self.key_of(location), filesystem=self.fs, columns=columns)
+        """Read a data file written by `write` (our own files, no deletes) as the current schema: a file written
+        before a schema change is projected by field id (`lakehouse.evolution.project_lake_file`)."""
+        target = self.arrow_schema if columns is None else pa.schema([self.arrow_schema.field(c) for c in columns])
+        try:
+            rows = pq.read_table(self.key_of(location), filesystem=self.fs, columns=columns)
+        except (pa.ArrowInvalid, KeyError):  # a column renamed since the file was written: read it whole
+            if columns is None:
+                raise
+            rows = pq.read_table(self.key_of(location), filesystem=self.fs)
+        return project_lake_file(rows, target)
+
+    def project(self, rows: pa.Table) -> pa.Table:
+        """Rows read from one of the table's data files (`open_parquet`) as the current schema, by field id."""
+        return project_lake_file(rows, self.arrow_schema)
 
     def open_parquet(self, location: str) -> pq.ParquetFile:
         """A data file for reading by row group (a context manager: closes the file)."""
@@ -199,9 +212,10 @@ class LakeContext:
 
 def parquet_writer_options(sample: pa.Table, schema: pa.Schema, properties: dict[str, str]) -> dict[str, Any]:
     """Parquet writer options of our data files: the table's ``write.parquet.*`` properties (zstd by
-    default), decimals stored as integers where they fit, pages of 20,000 values (pyarrow's default of 1,024 costs ~15% of write time), dictionary
-    encoding only for columns whose values repeat (see `dictionary_columns`) and delta encoding for the
-    other integer columns (see `delta_columns`). ``sample`` is the first table written."""
+    default), decimals stored as integers where they fit, pages of 20,000 values (pyarrow's default of 1,024
+    costs ~15% of write time), dictionary encoding only for columns whose values repeat (see
+    `dictionary_columns`) and delta encoding for the other integer columns (see `delta_columns`). ``sample`` is
+    the first table written."""
     codec = properties.get("write.parquet.compression-codec", "zstd")
     level = properties.get("write.parquet.compression-level")
     dictionary = dictionary_columns(sample)

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from lakehouse.log.log import AppendResult
 
 __all__ = [
+    "AlterConflict",
     "AppendIncomplete",
     "AsOfUnavailable",
     "BatchError",
@@ -30,6 +31,7 @@ __all__ = [
     "ProducerError",
     "RefNotFound",
     "SchemaError",
+    "SchemaEvolutionError",
     "SequenceConflict",
     "SnapshotNotFound",
     "SubscriptionBackwards",
@@ -47,6 +49,16 @@ class ConfigError(LakestreamError, ValueError):
 
 class SchemaError(LakestreamError, ValueError):
     """A schema, column or value does not fit the table (missing/extra column, unsafe cast, bad type)."""
+
+
+class SchemaEvolutionError(SchemaError):
+    """An alter the table's schema cannot take (narrowing a type, a non-null new column, changing a key,
+    bucket-key or partition column, a name taken or reserved). Nothing was changed."""
+
+
+class AlterConflict(LakestreamError):
+    """Another alter of the table's definition committed first (the definition's ETag changed between read and
+    write): this one changed nothing. Read the table again and retry it if it still applies."""
 
 
 class InvalidTableName(LakestreamError, ValueError):

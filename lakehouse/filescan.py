@@ -3,7 +3,7 @@
 pyiceberg's `ArrowScan.to_record_batches` reads every file of a scan in a thread pool and materializes each
 file's (filtered) batches before yielding the first: a "streaming" read of four 2.5 M-row files held most of
 them in memory at once. Lakestream's data files are plain Parquet whose columns carry the table's names and
-field ids (lakestream tables do not evolve: `lakehouse.lake_layout.check_lake_layout`), so this module reads them
+field ids, so this module reads them
 with pyarrow's dataset scanner directly, file after file, with the scan's filter pushed into the file
 (row-group pruning by statistics, rows filtered while decoding) and a bounded read-ahead: the memory of a
 read is a few batches plus the rows its consumer keeps. Small files (the ones frequent tiering leaves before
@@ -12,7 +12,8 @@ decoding, are the cost (200 files of 500 rows on SeaweedFS: 0.6 s one after anot
 pyiceberg's parallel read 0.4 s). A file with position deletes (merge-on-read) is read the same way, row
 group by row group (those whose statistics can match the filter), its deleted positions dropped before the
 filter; each delete file is read once per scan. A task pyiceberg must read itself (a column the file lacks, a
-format other than Parquet) still goes through `ArrowScan`.
+format other than Parquet, a file written before a schema change whose names or field ids differ from the
+current schema's: `lakehouse.evolution`) still goes through `ArrowScan`, which projects it by field id.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +30,7 @@ import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.expressions.visitors import bind
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import ArrowScan, expression_to_pyarrow
+from pyiceberg.io.pyarrow import ArrowScan, expression_to_pyarrow, schema_to_pyarrow
 from pyiceberg.manifest import FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask
@@ -102,6 +104,11 @@ def read_tasks(
             yield from batches
 
 
+def _widened(have: pa.DataType, want: pa.DataType) -> bool:
+    """A type an alter widened (the consumer casts strings and the like to its schema itself)."""
+    return pa.types.is_integer(have) or pa.types.is_floating(have) or pa.types.is_decimal(have)
+
+
 def _is_small(task: FileScanTask) -> bool:
     return task.file.file_size_in_bytes <= SMALL_FILE_BYTES
 
@@ -126,6 +133,7 @@ class _FileReader:
         self.columns = [f.name for f in projected.fields]
         schema = metadata.schema()
         self.names = schema.column_names  # a file of ours holds every column (the filter may name any)
+        self.ids = {f.name: f.field_id for f in schema.fields}
         self.filter = None if isinstance(expr, AlwaysTrue) else expression_to_pyarrow(bind(schema, expr, True))
         #: per delete file read in this scan, the positions it deletes per data file
         self._deletes: dict[str, dict[str, np.ndarray]] = {}
@@ -194,6 +202,56 @@ class _FileReader:
             if batch.num_rows:
                 yield batch.select(self.columns)
 
+    def _by_id(self, fragment: ds.ParquetFileFragment) -> Iterator[pa.RecordBatch] | None:
+        """The projected columns of a file written before a schema change, matched by field id (renamed: the
+        file's name; added since: null; widened: cast), or None if the file has no field ids for them."""
+        physical = fragment.physical_schema
+        by_id = {}
+        for f in physical:
+            if f.metadata and b"PARQUET:field_id" in f.metadata:
+                by_id[int(f.metadata[b"PARQUET:field_id"])] = f.name
+        if not by_id or any(c not in self.ids for c in self.columns):
+            return None
+        target = self._target
+        sources = [by_id.get(self.ids[c]) for c in self.columns]
+        scanner = ds.Scanner.from_fragment(
+            fragment,
+            schema=physical,
+            columns=[s for s in sources if s is not None],
+            batch_size=BATCH_ROWS,
+            batch_readahead=READAHEAD_BATCHES,
+            use_threads=True,
+        )
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for batch in scanner.to_batches():
+                if not batch.num_rows:
+                    continue
+                arrays = []
+                for column, source in zip(self.columns, sources, strict=True):
+                    t = target.field(column).type
+                    if source is None:
+                        arrays.append(pa.nulls(batch.num_rows, t))
+                        continue
+                    array = batch.column(source)
+                    arrays.append(array.cast(t) if array.type != t and _widened(array.type, t) else array)
+                yield pa.RecordBatch.from_arrays(arrays, names=self.columns)
+
+        return batches()
+
+    @cached_property
+    def _target(self) -> pa.Schema:
+        return schema_to_pyarrow(self.projected, include_field_ids=False)
+
+    def _same_ids(self, physical: pa.Schema) -> bool:
+        """Whether every column of the current schema is the file's column of that name (same field id): not so
+        in a file written before a column was dropped and another of its name added."""
+        for name, field_id in self.ids.items():
+            meta = physical.field(name).metadata
+            if meta and int(meta.get(b"PARQUET:field_id", field_id)) != field_id:
+                return False
+        return True
+
     def batches(self, task: FileScanTask) -> Iterator[pa.RecordBatch]:
         if task.file.file_format != FileFormat.PARQUET:
             yield from self._pyiceberg(task)
@@ -201,8 +259,11 @@ class _FileReader:
         with self.io.new_input(task.file.file_path).open() as stream:
             fragment = _FORMAT.make_fragment(stream)
             physical = fragment.physical_schema
-            if any(physical.get_field_index(c) < 0 for c in self.names):  # not one of our files: pyiceberg maps it
-                yield from self._pyiceberg(task)
+            if any(physical.get_field_index(c) < 0 for c in self.names) or not self._same_ids(physical):
+                # written before a schema change: projected by field id here if it needs no filter and no
+                # deletes (as fast as a current file), else by pyiceberg; not one of our files: pyiceberg
+                projected = None if self.filter is not None or task.delete_files else self._by_id(fragment)
+                yield from projected if projected is not None else self._pyiceberg(task)
                 return
             if task.delete_files:
                 yield from self._with_deletes(task, fragment)

@@ -184,6 +184,9 @@ def key_hits(
     with ctx.open_parquet(location) as parquet:
         metadata = parquet.metadata
         names = parquet.schema_arrow.names
+        wanted = None if columns is None else [*pk, *columns]
+        # a file written before an alter holds other names for some ids: read it whole, project by field id
+        direct = wanted is not None and _same_ids(parquet.schema_arrow, ctx.arrow_schema, wanted)
         first = 0
         for i in range(metadata.num_row_groups):
             count = metadata.row_group(i).num_rows
@@ -192,7 +195,9 @@ def key_hits(
                 continue
             # the other columns in the same read: its columns decode in parallel, and a row group whose key
             # range holds a changed key mostly holds one (rounds spread over the keys hit every row group)
-            group = parquet.read_row_group(i, columns=None if columns is None else [*pk, *columns])
+            group = parquet.read_row_group(i, columns=wanted) if direct else ctx.project(parquet.read_row_group(i))
+            if wanted is not None and not direct:
+                group = group.select(wanted)
             hits = keys.hits(group)
             if not pc.any(hits).as_py():
                 continue
@@ -203,6 +208,18 @@ def key_hits(
     return np.concatenate(found), pa.concat_tables(rows)
 
 
+def _same_ids(file_schema: pa.Schema, table_schema: pa.Schema, names: Sequence[str]) -> bool:
+    """Whether the file holds each of ``names`` under the field id the table's current schema gives it."""
+    for name in names:
+        if name not in file_schema.names:
+            return False
+        have, want = file_schema.field(name).metadata or {}, table_schema.field(name).metadata or {}
+        if have.get(FIELD_ID) != want.get(FIELD_ID):
+            return False
+    return True
+
+
+FIELD_ID = b"PARQUET:field_id"
 FILE, POSITION = "__file", "__pos"
 
 

@@ -51,6 +51,7 @@ from pyiceberg.transforms import (
     Transform,
     YearTransform,
 )
+from pyiceberg.types import NestedField
 
 from lakehouse.errors import LakeStateError, SchemaError, TieringConflict
 from lakehouse.tables import TableDefinition
@@ -198,15 +199,37 @@ def lake_arrow_schema(definition: TableDefinition) -> pa.Schema:
 
 
 def lake_schema(definition: TableDefinition) -> Schema:
-    """The Iceberg schema of the lake table (field ids 1..n in column order).
+    """The Iceberg schema of the lake table: as created, field ids 1..n in column order (the user columns, then
+    the system columns); after schema evolution (`lakehouse.evolution`) the columns of the definition's current
+    version under their field ids, in field-id order (Iceberg adds a column after the others): a kept column as
+    created (its nested ids too), renamed or widened; an added one optional, under the id the alter gave it.
 
     Raises:
         SchemaError: a column's type has no Iceberg type.
     """
+    if definition.schema_version == 0:
+        return _fresh_lake_schema(definition.name, lake_arrow_schema(definition))
+    original = definition.original
+    created = _fresh_lake_schema(definition.name, pa.schema([*original.schema, *LAKE_SYSTEM_FIELDS]))
+    by_id = {f.field_id: f for f in created.fields}
+    system = [by_id[i] for i in range(len(original.schema) + 1, len(original.schema) + 1 + len(LAKE_SYSTEM_FIELDS))]
+    fields = list(system)
+    for column, field_id in zip(definition.schema, definition.ids, strict=True):
+        iceberg = _fresh_lake_schema(definition.name, pa.schema([column])).fields[0]
+        if field_id in by_id:  # a column of the created table: its nested ids stay; renamed or widened
+            kept = by_id[field_id]
+            field_type = kept.field_type if not iceberg.field_type.is_primitive else iceberg.field_type
+            fields.append(NestedField(field_id, column.name, field_type, required=kept.required))
+        else:
+            fields.append(NestedField(field_id, column.name, iceberg.field_type, required=False))
+    return Schema(*sorted(fields, key=lambda f: f.field_id))
+
+
+def _fresh_lake_schema(name: object, arrow: pa.Schema) -> Schema:
     try:
-        converted = Catalog._convert_schema_if_needed(lake_arrow_schema(definition))  # noqa: SLF001 - pyiceberg's converter
+        converted = Catalog._convert_schema_if_needed(arrow)  # noqa: SLF001 - pyiceberg's converter
     except (UnsupportedPyArrowTypeException, ValueError) as exc:
-        raise SchemaError(f"{definition.name}: the lake (Iceberg) cannot store this schema: {exc}") from None
+        raise SchemaError(f"{name}: the lake (Iceberg) cannot store this schema: {exc}") from None
     return assign_fresh_schema_ids(converted)
 
 
@@ -249,9 +272,9 @@ def check_lake_layout(metadata: TableMetadata, definition: TableDefinition) -> N
     if changes:
         raise LakeStateError(
             f"the lake table {definition.name} was changed outside lakestream: {'; '.join(changes)}. Tiering, "
-            "union reads and compaction write and merge the log's columns into the layout lakestream created "
-            "(lakestream tables do not evolve). Restore it, or create a new lakestream table with the new "
-            "layout and copy the data into it"
+            "union reads and compaction write and merge the log's columns into the layout of the table's "
+            "definition (evolve a lakestream table with `lakestream table alter`, which changes both). Restore it, "
+            "or create a new lakestream table with the new layout and copy the data into it"
         )
 
 

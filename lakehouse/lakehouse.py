@@ -19,6 +19,7 @@ from lakehouse import maintenance
 from lakehouse.boundaries import delete_boundary, tiering_end
 from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog, register_commit_check
 from lakehouse.errors import (
+    AlterConflict,
     CorruptCatalogError,
     InvalidArgument,
     InvalidTableName,
@@ -26,6 +27,7 @@ from lakehouse.errors import (
     TableAlreadyExists,
     TableNotFound,
 )
+from lakehouse.evolution import alter_definition, sync_lake_schema
 from lakehouse.executor import TaskExecutor, task_executor
 from lakehouse.lake_layout import (
     LAKE_TABLE_PROPERTIES,
@@ -315,6 +317,66 @@ class Lakehouse:
                 ) from None
             return table
 
+    def alter_table(
+        self,
+        name: str | TableName,
+        *,
+        add_columns: str | Sequence[str] | pa.Schema | None = None,
+        widen: str | Sequence[str] | dict[str, Any] | None = None,
+        rename: str | Sequence[str] | dict[str, str] | None = None,
+        drop_columns: str | Sequence[str] | None = None,
+    ) -> TableDefinition:
+        """Evolve a table's schema (see `lakehouse.evolution`): ``add_columns`` (``"c:string, d:int64"`` or an
+        Arrow schema; nullable only), ``widen`` (``"v:int64"``: int to a wider int, float32 to float64, a decimal's
+        precision up), ``rename`` (``"old:new"``), ``drop_columns`` (names). One new schema version: the definition
+        is replaced by compare-and-swap, then the lake table's Iceberg schema follows (old files and segments are
+        read through field ids, never rewritten). Readers return the current schema, as-of reads included.
+
+        Raises:
+            SchemaEvolutionError: a change the schema cannot take (narrowing, a NOT NULL column, a key, bucket-key
+                or partition column, a name taken or reserved). Nothing was changed.
+            AlterConflict: another alter committed between this one's read and write. Nothing was changed.
+            TableNotFound: no such table.
+        """
+        table_name = TableName.parse(name)
+        try:
+            obj = self.store.get(table_name.definition_key)
+        except NotFound:
+            raise TableNotFound(
+                f"no table {table_name} in {self.url}; create it first (lakestream table create)"
+            ) from None
+        definition = TableDefinition.from_json(obj.data, source=f"{self.url}/{table_name.definition_key}")
+        # an earlier alter that stopped before its lake step is completed first: new columns get ids after the lake's
+        lake = sync_lake_schema(load_lake_table(self.catalog, definition), definition)
+        altered = alter_definition(
+            definition,
+            add_columns=add_columns,
+            widen=widen,
+            rename=rename,
+            drop_columns=drop_columns,
+            last_column_id=lake.metadata.last_column_id,
+        )
+        try:
+            self.store.put(table_name.definition_key, altered.to_json(), if_match=obj.etag)
+        except (PreconditionFailed, NotFound):
+            raise AlterConflict(
+                f"{table_name} was altered (or dropped) by someone else while this alter ran; nothing was changed. "
+                "Look at its schema again (lakestream table describe) and retry the alter if it still applies"
+            ) from None
+        self._adopt(altered)
+        self._sync_lake(lake, altered)
+        return altered
+
+    def _sync_lake(self, lake: Table, definition: TableDefinition) -> Table:
+        """The lake step of an alter (a hook: the crash test stops here)."""
+        return sync_lake_schema(lake, definition)
+
+    def _adopt(self, definition: TableDefinition) -> None:
+        """Give this Lakehouse's log of the table a newer definition read or written here."""
+        log = self._logs.get(definition.name)  # no lock: `log` holds it while it reads the definition
+        if log is not None:
+            log.set_definition(definition)
+
     def register_table(self, name: str, metadata_location: str, *, overwrite: bool = False) -> Table:
         """Point the Iceberg table ``name`` at an existing metadata file (``overwrite``: replace the pointer of
         an existing table, e.g. one deleted or damaged). The namespace is created if missing.
@@ -350,8 +412,10 @@ class Lakehouse:
             ) from None
 
     def lake_table(self, name: str | TableName) -> Table:
-        """The current Iceberg table of ``name`` (freshly loaded). Raises `TableNotFound`, `LakeStateError`."""
-        return load_lake_table(self.catalog, self.table(name))
+        """The current Iceberg table of ``name`` (freshly loaded; its schema brought up to the definition's first if
+        an alter stopped before its lake step). Raises `TableNotFound`, `LakeStateError`."""
+        definition = self.table(name)
+        return sync_lake_schema(load_lake_table(self.catalog, definition), definition)
 
     def lake_offsets(self, name: str | TableName) -> dict[int, int]:
         """The log offsets the lake holds: {bucket: next offset} for every bucket (0 where nothing is tiered),
@@ -377,6 +441,7 @@ class Lakehouse:
         A table whose writer holds its tiering boundary (`lakehouse.boundaries`: a warehouse-layers round does
         while it appends) is tiered up to the held ends, so every lake snapshot holds whole changes."""
         executor = task_executor(spark=spark, executor=executor, workers=workers)
+        self.table(name)  # the newest definition (an alter elsewhere): tiering brings the lake schema up to it
         log_ = self.log(name)
         return tier(
             self.store,
@@ -525,7 +590,10 @@ class Lakehouse:
             raise TableNotFound(
                 f"no table {table_name} in {self.url}; create it first (lakestream table create)"
             ) from None
-        return TableDefinition.from_json(obj.data, source=f"{self.url}/{table_name.definition_key}")
+        definition = TableDefinition.from_json(obj.data, source=f"{self.url}/{table_name.definition_key}")
+        if definition.schema_version:
+            self._adopt(definition)  # altered elsewhere: this Lakehouse's log reads and appends its schema
+        return definition
 
     def list_tables(self, namespace: str | None = None) -> list[TableName]:
         names = []

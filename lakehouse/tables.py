@@ -87,8 +87,37 @@ class TableName:
 
 
 @dataclass(frozen=True)
+class SchemaVersion:
+    """One version of a table's schema: its user columns and their field ids (the lake table's Iceberg field
+    ids), so a column keeps its identity across renames and a name dropped and added again is another column."""
+
+    version: int
+    schema: pa.Schema
+    field_ids: tuple[int, ...]
+
+    def id_of(self, name: str) -> int | None:
+        return dict(zip(self.schema.names, self.field_ids, strict=True)).get(name)
+
+    def name_of(self, field_id: int) -> str | None:
+        return dict(zip(self.field_ids, self.schema.names, strict=True)).get(field_id)
+
+    def to_doc(self) -> dict[str, object]:
+        return {
+            "version": self.version,
+            "field-ids": list(self.field_ids),
+            "arrow-schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode(),
+        }
+
+    @classmethod
+    def from_doc(cls, doc: dict) -> SchemaVersion:
+        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(doc["arrow-schema"])))
+        return cls(int(doc["version"]), schema, tuple(int(i) for i in doc["field-ids"]))
+
+
+@dataclass(frozen=True)
 class TableDefinition:
-    """What a table is. Immutable once created."""
+    """What a table is. Its name, keys, buckets and partitions are fixed at creation; its schema evolves by
+    versions (`Lakehouse.alter_table`, `lakehouse.evolution`)."""
 
     name: TableName
     schema: pa.Schema
@@ -108,6 +137,68 @@ class TableDefinition:
     version_column: str | None = None
     #: The `AGGREGATE` engine's functions, as (column, function) pairs.
     aggregates: tuple[tuple[str, str], ...] = ()
+    #: Schema evolution (`lakehouse.evolution`): the version of ``schema`` (0: as created), the field ids of its
+    #: columns (empty: 1..n, as the lake table was created), the earlier versions (oldest first) and the highest
+    #: field id any version used (0: none beyond those the lake table was created with).
+    schema_version: int = 0
+    field_ids: tuple[int, ...] = ()
+    history: tuple[SchemaVersion, ...] = ()
+    last_column_id: int = 0
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        """The field id of each column of ``schema``."""
+        return self.field_ids or tuple(range(1, len(self.schema) + 1))
+
+    @property
+    def current(self) -> SchemaVersion:
+        return SchemaVersion(self.schema_version, self.schema, self.ids)
+
+    def schema_at(self, version: int) -> SchemaVersion:
+        """The schema of ``version`` (segments record the version they were written with)."""
+        if version == self.schema_version:
+            return self.current
+        for past in self.history:
+            if past.version == version:
+                return past
+        raise SchemaError(
+            f"{self.name}: schema version {version} is not one of this definition's (it is at version "
+            f"{self.schema_version}): the table was altered since this definition was read; read it again "
+            "(Lakehouse.table, or a new Lakehouse)"
+        )
+
+    @property
+    def original(self) -> SchemaVersion:
+        """The schema the table was created with (the lake table's first schema)."""
+        return self.history[0] if self.history else self.current
+
+    @property
+    def added_columns(self) -> frozenset[str]:
+        """Columns an alter added (an append may omit them: they are null)."""
+        first = set(self.original.field_ids)
+        return frozenset(n for n, i in zip(self.schema.names, self.ids, strict=True) if i not in first)
+
+    def _evolution_json(self) -> dict[str, object]:
+        if not self.schema_version:
+            return {}
+        return {
+            "schema-version": self.schema_version,
+            "field-ids": list(self.ids),
+            "last-column-id": self.last_column_id,
+            "schema-history": [v.to_doc() for v in self.history],
+        }
+
+    @staticmethod
+    def _evolution_fields(doc: dict) -> dict[str, object]:
+        """The schema-evolution fields of a definition document (none: version 0)."""
+        if "schema-version" not in doc:
+            return {}
+        return {
+            "schema_version": int(doc["schema-version"]),
+            "field_ids": tuple(int(i) for i in doc["field-ids"]),
+            "last_column_id": int(doc["last-column-id"]),
+            "history": tuple(SchemaVersion.from_doc(v) for v in doc["schema-history"]),
+        }
 
     @property
     def has_primary_key(self) -> bool:
@@ -226,6 +317,7 @@ class TableDefinition:
             "columns": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in self.schema],
             "arrow-schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode(),
         }
+        doc.update(self._evolution_json())
         return json.dumps(doc, indent=2).encode()
 
     @classmethod
@@ -246,6 +338,7 @@ class TableDefinition:
                 merge_engine=doc.get("merge-engine", LAST_ROW),
                 version_column=doc.get("version-column"),
                 aggregates=tuple((str(c), str(f)) for c, f in (doc.get("aggregates") or {}).items()),
+                **cls._evolution_fields(doc),
             )
         except (ValueError, KeyError, TypeError, pa.ArrowException) as exc:
             raise SchemaError(
@@ -266,6 +359,7 @@ class TableDefinition:
             "columns": ", ".join(f"{f.name} {f.type}{'' if f.nullable else ' not null'}" for f in self.schema),
             "uuid": self.table_uuid,
             "created": self.created_at,
+            "schema version": self.schema_version,
         }
 
     def _describe_engine(self) -> str:

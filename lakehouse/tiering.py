@@ -46,6 +46,7 @@ from pyiceberg.table import Table
 from lakehouse.commits import append_row_changes, rewrite_files
 from lakehouse.datafiles import LakeContext, added_or_raise, locations
 from lakehouse.errors import InvalidArgument, LakeStateError, LakestreamError, TieringConflict
+from lakehouse.evolution import sync_lake_schema
 from lakehouse.executor import LocalExecutor, TaskExecutor
 from lakehouse.keyed_rows import KeySet, mark_bucket, reduce_changes, rewrite_bucket, stored_rows
 from lakehouse.lake_layout import (
@@ -376,7 +377,8 @@ def tier(
     executor = executor or LocalExecutor()
     definition = log_.definition
     name = str(definition.name)
-    table = load_lake_table(catalog, definition)
+    # after an alter that stopped before its lake step, the lake's schema is brought up to the definition first
+    table = sync_lake_schema(load_lake_table(catalog, definition), definition)
     check_lake_layout(table.metadata, definition)
     base = tiering_snapshot(table.metadata)
     lake = lake_offsets(table.metadata, definition.buckets, name=name, io=table.io)

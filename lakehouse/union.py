@@ -60,6 +60,7 @@ from lakehouse.filescan import read_tasks, stream_tasks
 from lakehouse.keyed_rows import KeySet, reduce_changes, stored_rows, upserts_of
 from lakehouse.lake_layout import (
     COMMIT_USER_PROPERTY,
+    LAKE_SYSTEM_FIELDS,
     TIERING_USER,
     _snapshot_offsets,
     check_lake_layout,
@@ -110,10 +111,13 @@ def parse_filter(row_filter: RowFilter, schema: Schema) -> BooleanExpression:
     return expr
 
 
+LAKE_SYSTEM_NAMES = frozenset(f.name for f in LAKE_SYSTEM_FIELDS)
+
+
 def output_columns(table: Table, columns: Sequence[str] | None) -> list[str]:
     names = [f.name for f in table.schema().fields]
-    if columns is None:
-        return names
+    if columns is None:  # the system columns last: an alter adds columns after them in the Iceberg schema
+        return [n for n in names if n not in LAKE_SYSTEM_NAMES] + [n for n in names if n in LAKE_SYSTEM_NAMES]
     unknown = [c for c in columns if c not in names]
     if unknown:
         raise SchemaError(f"unknown column(s) {unknown}; the table has {names}")

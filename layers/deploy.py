@@ -2,7 +2,9 @@
 
 `Deployer.deploy` creates every table the project declares that does not exist (sources, then models in
 dependency order); a table that exists otherwise than declared is a `DeployMismatch` (a model's,
-`ModelSchemaChanged`) saying what differs (`layers.drift`) and what to do. `Deployer.verify` makes the same check
+`ModelSchemaChanged`) saying what differs (`layers.drift`) and what to do, except a model's table whose SQL
+gained columns after its own (``SELECT *`` over an altered source): they are added to it
+(`Lakehouse.alter_table`). `Deployer.verify` makes the same check
 before a model's first round in a runner, without Spark: a round never writes rows of another shape than its
 table's, and a source's declaration that no longer matches its table is never "fixed" by dropping it.
 """
@@ -10,6 +12,7 @@ table's, and a source's declaration that no longer matches its table is never "f
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -91,8 +94,31 @@ class Deployer:
 
     def _check_existing(self, name: str, existing: Any, schema: pa.Schema, settings: Mapping[str, Any]) -> None:
         differences = table_differences(existing, schema, settings)
+        if differences and self._added_columns(name, existing, schema, settings):
+            return
         if differences:
             raise self._mismatch(name, differences)
+
+    def _added_columns(self, name: str, existing: Any, schema: pa.Schema, settings: Mapping[str, Any]) -> bool:
+        """A model's table whose SQL now has more columns after its own (``SELECT *`` over a source that gained
+        one): the columns are added to the table (`Lakehouse.alter_table`, nullable: its rows so far have none;
+        its next rounds write them). Anything else that differs stays a `ModelSchemaChanged`."""
+        have = list(existing.schema.names)
+        if name not in self.project.models or list(schema.names[: len(have)]) != have or len(schema) == len(have):
+            return False
+        added = [schema.field(n).with_nullable(True) for n in schema.names[len(have) :]]
+        if any(pa.types.is_null(f.type) for f in added):
+            return False
+        widened = SimpleNamespace(
+            schema=pa.schema([*existing.schema, *added]),
+            primary_key=existing.primary_key,
+            buckets=existing.buckets,
+            bucket_key=existing.bucket_key,
+        )
+        if table_differences(widened, schema, settings):
+            return False
+        self.lh.alter_table(name, add_columns=pa.schema(added))
+        return True
 
     def _mismatch(self, name: str, differences: Sequence[str]) -> DeployMismatch:
         """The error for table ``name`` differing from the project: a model's table can be built again from its
@@ -112,9 +138,9 @@ class Deployer:
         source = self.project.sources[name]
         return DeployMismatch(
             f"source {name}: sources.yml ({source.path}) declares it otherwise than its table in {self.lh.url}: "
-            f"{what}. The table and the data ingested into it are unchanged: lakestream tables keep the schema "
-            f"they were created with. Make the declaration in sources.yml match the table again (lakestream table "
-            f"describe {name} shows it), or declare a new table under another name for the new shape",
+            f"{what}. The table and the data ingested into it are unchanged: a source's schema changes only with "
+            f"lakestream table alter {name} (add, widen, rename, drop columns). Make the declaration in sources.yml "
+            f"match the table again (lakestream table describe {name} shows it), or alter the table to match it",
             path=source.path,
             model=name,
         )

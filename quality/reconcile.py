@@ -58,6 +58,7 @@ from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
 from lakehouse.datafiles import LakeContext, shared_store
 from lakehouse.errors import CorruptDataFileError, CorruptSegmentError, OffsetOutOfRange
+from lakehouse.evolution import project_lake_file
 from lakehouse.executor import LocalExecutor, TaskExecutor
 from lakehouse.keyed_rows import KeySet, reduce_changes, stored_rows, upserts_of
 from lakehouse.lake_layout import OFFSET_COLUMN, TIMESTAMP_COLUMN, log_to_lake_rows, tiering_snapshots
@@ -236,15 +237,17 @@ class _Checker:
     ) -> pa.Table:
         """The checked columns of ``files``, with the log's types, without the rows their position deletes
         (``deletes``: data file path -> its delete files) delete. Parquet is read directly (lakestream writes
-        its files with the table's column names); a file whose columns do not match goes through pyiceberg's
-        scan (field ids)."""
+        its files with the table's column names and field ids); a file whose columns do not match (written
+        before a schema change) is projected by field id, or goes through pyiceberg's scan."""
         if not files:
             return self._empty()
         parts = []
         for f in files:
             try:
                 part = pq.read_table(self._key(f.file_path), filesystem=self._fs, columns=self.columns)
-                part = part.cast(self.schema)
+                # by field id: in a file written before a column was dropped and another of its name added, that
+                # name is the old column (`lakehouse.evolution`); a renamed one is missing, read by pyiceberg
+                part = project_lake_file(part, self._file_schema).cast(self.schema)
             except (KeyError, ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
                 scan = ArrowScan(self.lake.metadata, self.lake.io, self.lake.schema(), AlwaysTrue())
                 part = scan.to_table([FileScanTask(f)]).select(self.columns).cast(self.schema)
@@ -262,6 +265,11 @@ class _Checker:
     @cached_property
     def _fs(self):  # noqa: ANN202 - pyarrow's FileSystem
         return self.lh.store.arrow_filesystem()
+
+    @cached_property
+    def _file_schema(self) -> pa.Schema:
+        """The checked columns as the current lake schema has them, with their field ids."""
+        return pa.schema([self._ctx.arrow_schema.field(c) for c in self.columns])
 
     @cached_property
     def _ctx(self) -> LakeContext:

@@ -66,7 +66,8 @@ def conform(definition: TableDefinition, data: pa.Table | pa.RecordBatch, op: st
     # a delete may carry only the key; so may any row of a partial-update table (absent columns keep their values)
     partial = op == "delete" or definition.merge_engine == PARTIAL_UPDATE
     key_only_delete = partial and missing and not set(missing) & set(definition.primary_key)
-    if missing and not key_only_delete:
+    # columns an alter added may be missing: rows of a producer that has not seen the alter (they are null)
+    if missing and not key_only_delete and not set(missing) <= definition.added_columns:
         raise SchemaError(f"{name}: the batch lacks columns {missing} (table: {expected})")
     columns = []
     for field in definition.schema:

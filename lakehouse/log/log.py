@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from lakehouse import evolution
 from lakehouse.bucketing import bucket_ids
 from lakehouse.errors import (
     AppendIncomplete,
@@ -213,7 +214,7 @@ class Log:
         else:
             producer_id, sequence = segment.check_producer(producer_id, sequence)
             assert producer_id is not None
-        table = conform(self.definition, data, op, self.limits)
+        table = conform(self.definition, evolution.upgrade_batch(self.definition, data), op, self.limits)
         keyless_bucket = self.keyless_bucket(producer_id, sequence) if explicit_id else next(self._sticky)
         parts = split_by_bucket(self.definition, table, keyless_bucket % self.definition.buckets)
         return self._append_parts(parts, op, producer_id, sequence, explicit_id=explicit_id)
@@ -256,6 +257,7 @@ class Log:
                     checksum=segment.checksum(body),
                     algorithm=segment.WRITE_ALGORITHM,
                     sends=sends.get(b) if sends else None,
+                    schema_version=self._version_of(parts[b].schema),
                 )
                 for b, body in bodies.items()
             }
@@ -300,6 +302,28 @@ class Log:
                 failed=failed,
             ) from first
         return result
+
+    def _version_of(self, schema: pa.Schema) -> int:
+        """The schema version rows of ``schema`` were conformed to: the current one, or an earlier one for rows a
+        `Producer` held when the definition changed (`set_definition`)."""
+        definition = self.definition
+        if schema.names == definition.schema.names:
+            return definition.schema_version
+        for past in reversed(definition.history):
+            if schema.names == past.schema.names:
+                return past.version
+        return definition.schema_version
+
+    def set_definition(self, definition: TableDefinition) -> None:
+        """Adopt a newer version of the table's definition (after an alter): reads project to its schema,
+        appends are conformed to it."""
+        if definition.table_uuid != self.definition.table_uuid or definition.schema_version <= (
+            self.definition.schema_version
+        ):
+            return
+        self.definition = definition
+        for cached in ("records_schema", "read_schema"):
+            self.__dict__.pop(cached, None)
 
     def keyless_bucket(self, producer_id: str, sequence: int) -> int:
         """The bucket of a keyless table that append ``(producer_id, sequence)`` goes to: the same for every
@@ -596,7 +620,17 @@ class Log:
                 f"available offset is {earliest} (older records live in the lake: use union_read)"
             ) from None
         header = SegmentHeader.from_metadata(obj.metadata, key=key)
-        return segment.decode(obj.data, header, key=key, base_offset=base, schema=self.records_schema), header
+        definition = self.definition
+        if header.schema_version == definition.schema_version:
+            return segment.decode(obj.data, header, key=key, base_offset=base, schema=self.records_schema), header
+        # written before an alter (or by a producer that had not seen it): decoded as its version, projected to
+        # the current schema by field id (`lakehouse.evolution`)
+        evolution.check_segment_version(definition, header.schema_version, key)
+        past = definition.schema_at(header.schema_version)
+        old = segment.records_schema(past.schema, definition.primary_key)
+        table = segment.decode(obj.data, header, key=key, base_offset=base, schema=old)
+        source = {field_id: i for i, field_id in enumerate(past.field_ids)}
+        return evolution.project(table, self.records_schema, definition.ids, source), header
 
     @functools.cached_property
     def records_schema(self) -> pa.Schema:

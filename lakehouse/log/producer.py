@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from lakehouse import evolution
 from lakehouse.errors import AppendIncomplete, InvalidArgument, LakestreamError, ProducerError
 from lakehouse.log.batch import conform, split_by_bucket
 from lakehouse.log.segment import check_producer
@@ -204,7 +205,7 @@ class Producer:
     def send(self, data: pa.Table | pa.RecordBatch, op: str = "insert") -> None:
         """Queue rows. Blocks while the buffer is full. Raises `SchemaError`/`BatchError` for bad rows (nothing
         queued) and `ProducerError` if an earlier append failed for good."""
-        table = conform(self.log.definition, data, op, self.log.limits)
+        table = conform(self.log.definition, evolution.upgrade_batch(self.log.definition, data), op, self.log.limits)
         nbytes = table.nbytes
         with self._cond:
             self._raise_if_failed()

@@ -12,6 +12,8 @@ learns it from the same GET (and an index from one HEAD):
     lakestream-seq        the producer's sequence number of the append
     lakestream-sends      ``first-last``: the `Producer` sends whose rows for this bucket the segment holds
                           (all of them, in send order); what a resumed producer skips (only Producer segments)
+    lakestream-schema-version  the table's schema version the segment was written with (`lakehouse.evolution`);
+                          absent: version 0
     lakestream-crc32c     CRC-32C (Castagnoli) of the body, hex; hardware-accelerated, several times faster
                           than zlib's CRC-32. Segments written before carry ``lakestream-crc32`` (zlib's
                           CRC-32) instead, and are still verified with it.
@@ -80,6 +82,8 @@ class SegmentHeader:
     algorithm: str = "crc32c"
     #: The numbers of the first and last `Producer` send whose rows (for this bucket) the segment holds.
     sends: tuple[int, int] | None = None
+    #: The table's schema version the body was written with: a read projects an older one to the current schema.
+    schema_version: int = 0
 
     def to_metadata(self) -> dict[str, str]:
         meta = {
@@ -92,6 +96,8 @@ class SegmentHeader:
         }
         if self.sends is not None:
             meta["lakestream-sends"] = f"{self.sends[0]}-{self.sends[1]}"
+        if self.schema_version:
+            meta["lakestream-schema-version"] = str(self.schema_version)
         return meta
 
     @classmethod
@@ -107,6 +113,7 @@ class SegmentHeader:
                 checksum=meta[f"lakestream-{algorithm}"],
                 algorithm=algorithm,
                 sends=_sends(meta.get("lakestream-sends")),
+                schema_version=int(meta.get("lakestream-schema-version", 0)),
             )
         except (KeyError, ValueError):
             raise CorruptSegmentError(

@@ -123,6 +123,7 @@ def _definition_json(d) -> dict:
         "columns": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in d.schema],
         "uuid": d.table_uuid,
         "created": d.created_at,
+        "schema_version": d.schema_version,
     }
 
 
@@ -309,6 +310,40 @@ def _aggregates(spec: str | None) -> dict[str, str] | None:
             _fail(SchemaError(f"--aggregate takes column:function pairs (e.g. amount:sum,orders:count), got {item!r}"))
         out[column.strip()] = function.strip()
     return out
+
+
+@table_app.command("alter")
+def table_alter(
+    name: Annotated[str, typer.Argument(help="namespace.table")],
+    add_column: Annotated[
+        list[str] | None, typer.Option("--add-column", help="a nullable column to add, 'name:type' (repeatable)")
+    ] = None,
+    widen: Annotated[
+        list[str] | None,
+        typer.Option(help="'name:type': int8/16/32 to a wider int, float32 to float64, decimal precision up"),
+    ] = None,
+    rename: Annotated[list[str] | None, typer.Option(help="'old:new' (repeatable)")] = None,
+    drop_column: Annotated[
+        list[str] | None, typer.Option("--drop-column", help="a column to drop (repeatable)")
+    ] = None,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Evolve a table's schema by Iceberg's rules, as one new schema version of its definition, log and lake
+    (nothing is rewritten: older segments and files are read through field ids). Refused, with nothing
+    changed: narrowing a type, a NOT NULL column, a key, bucket-key or partition column, a taken or reserved
+    name, or another alter committing first."""
+    try:
+        lh = _lakehouse(warehouse, config)
+        definition = lh.alter_table(name, add_columns=add_column, widen=widen, rename=rename, drop_columns=drop_column)
+    except LakestreamError as exc:
+        _fail(exc)
+    if json_output:
+        json_line({**_definition_json(definition), "warehouse": lh.url})
+        return
+    console.print(f"[green]altered[/] {definition.name} to schema version {definition.schema_version}")
+    _print_mapping(definition.describe())
 
 
 @table_app.command("drop")
