@@ -338,14 +338,7 @@ class Lakehouse:
             AlterConflict: another alter committed between this one's read and write. Nothing was changed.
             TableNotFound: no such table.
         """
-        table_name = TableName.parse(name)
-        try:
-            obj = self.store.get(table_name.definition_key)
-        except NotFound:
-            raise TableNotFound(
-                f"no table {table_name} in {self.url}; create it first (lakestream table create)"
-            ) from None
-        definition = TableDefinition.from_json(obj.data, source=f"{self.url}/{table_name.definition_key}")
+        definition, obj = self._stored_definition(name)
         # an earlier alter that stopped before its lake step is completed first: new columns get ids after the lake's
         lake = sync_lake_schema(load_lake_table(self.catalog, definition), definition)
         altered = alter_definition(
@@ -357,11 +350,11 @@ class Lakehouse:
             last_column_id=lake.metadata.last_column_id,
         )
         try:
-            self.store.put(table_name.definition_key, altered.to_json(), if_match=obj.etag)
+            self.store.put(definition.name.definition_key, altered.to_json(), if_match=obj.etag)
         except (PreconditionFailed, NotFound):
             raise AlterConflict(
-                f"{table_name} was altered (or dropped) by someone else while this alter ran; nothing was changed. "
-                "Look at its schema again (lakestream table describe) and retry the alter if it still applies"
+                f"{definition.name} was altered (or dropped) by someone else while this alter ran; nothing was "
+                "changed. Look at its schema again (lakestream table describe) and retry the alter if it still applies"
             ) from None
         self._adopt(altered)
         self._sync_lake(lake, altered)
@@ -581,8 +574,8 @@ class Lakehouse:
         log = None if as_of is None and ref is None else self.log(name)
         return lake_read(self.lake_table(name), columns=columns, row_filter=row_filter, as_of=as_of, log_=log, ref=ref)
 
-    def table(self, name: str | TableName) -> TableDefinition:
-        """The definition of an existing table. Raises `TableNotFound`."""
+    def _stored_definition(self, name: str | TableName) -> tuple[TableDefinition, Any]:
+        """A table's definition and the object it was read from (its ETag: an alter swaps it). `TableNotFound`."""
         table_name = TableName.parse(name)
         try:
             obj = self.store.get(table_name.definition_key)
@@ -590,7 +583,11 @@ class Lakehouse:
             raise TableNotFound(
                 f"no table {table_name} in {self.url}; create it first (lakestream table create)"
             ) from None
-        definition = TableDefinition.from_json(obj.data, source=f"{self.url}/{table_name.definition_key}")
+        return TableDefinition.from_json(obj.data, source=f"{self.url}/{table_name.definition_key}"), obj
+
+    def table(self, name: str | TableName) -> TableDefinition:
+        """The definition of an existing table. Raises `TableNotFound`."""
+        definition, _ = self._stored_definition(name)
         if definition.schema_version:
             self._adopt(definition)  # altered elsewhere: this Lakehouse's log reads and appends its schema
         return definition
