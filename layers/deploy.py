@@ -106,6 +106,8 @@ class Deployer:
         have = list(existing.schema.names)
         if name not in self.project.models or list(schema.names[: len(have)]) != have or len(schema) == len(have):
             return False
+        if not any(p.is_star for p in self.project.models[name].query.selects):
+            return False  # the SQL itself was changed to select more: a new model (ModelSchemaChanged), not an alter
         added = [schema.field(n).with_nullable(True) for n in schema.names[len(have) :]]
         if any(pa.types.is_null(f.type) for f in added):
             return False
@@ -139,8 +141,9 @@ class Deployer:
         return DeployMismatch(
             f"source {name}: sources.yml ({source.path}) declares it otherwise than its table in {self.lh.url}: "
             f"{what}. The table and the data ingested into it are unchanged: a source's schema changes only with "
-            f"lakestream table alter {name} (add, widen, rename, drop columns). Make the declaration in sources.yml "
-            f"match the table again (lakestream table describe {name} shows it), or alter the table to match it",
+            f"lakestream table alter {name} (it adds, widens, renames and removes columns). Make the declaration in "
+            f"sources.yml match the table again (lakestream table describe {name} shows it), or alter the table to "
+            "match it",
             path=source.path,
             model=name,
         )
