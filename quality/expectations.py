@@ -62,9 +62,15 @@ read from metadata alone):
 
 References to other tables follow the run: with Spark (the validated snapshot above the budget), their row count
 or distinct values are computed by Spark over the same positions (``count`` / ``distinct`` on the ``lakestream``
-format; the distinct values, GX's kwarg, come back to the driver); in the driver, the referenced read is
-streamed and stops past the budget, to go on with Spark if a session was given, else to fail the suite naming
-the setting (a value set or a row count of a sample would be wrong, not approximate).
+format); in the driver, the referenced read is streamed and stops past the budget, to go on with Spark if a
+session was given, else to fail the suite naming the setting (a value set or a row count of a sample would be
+wrong, not approximate). A value set never brings more values to the driver than the budget allows (or
+`VALUE_LIST_FLOOR`, for short lists of codes under a small budget): on Spark, ``expect_column_values_to_be_in_set``
+and ``..._not_be_in_set`` with a ``column_values`` reference (kwargs ``column``, ``value_set``, ``mostly``) are
+not given to GX but checked by a join of the column with the referenced values (counts and five unexpected values
+reach the driver; the kept result marks them in its ``meta``; Data Docs do not show them); for a snapshot the
+driver holds, only the referenced values among its column's are listed; any other expectation whose list would
+pass the budget fails the suite naming the setting.
 """
 
 from __future__ import annotations
@@ -91,6 +97,7 @@ from quality.results import GX, CheckResult, Violation
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import DataFrame
 
     from lakehouse.lakehouse import Lakehouse
 
@@ -132,6 +139,9 @@ _COLUMN_LIST_KWARGS = ("column_list",)
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\.[A-Za-z_][A-Za-z0-9_]{0,127}")
 _SUITE_KEYS = {"name", "expectations", "meta", "id", "notes", "suite_parameters", "data_asset_type"}
 _SAMPLE = 5  # unexpected values named in a violation
+#: Distinct values of a reference handed to GX as a list even under a smaller driver budget (a short list of
+#: codes is not the rows the budget bounds).
+VALUE_LIST_FLOOR = 10_000
 _LIST_LIMIT = 20  # longer lists are abbreviated in a violation's expected kwargs
 
 
@@ -430,10 +440,25 @@ def run_suite(
         sample = {"rows": data.num_rows, "of": _live_records(snapshot)}
     spark_tz = spark.conf.get("spark.sql.session.timeZone") if use_spark else None
     upstream = upstream_positions(lh, table, sid) if any("table" in r.spec for r in suite.references) else {}
+    memberships = _memberships(suite)
+    joined = memberships if use_spark else {}  # checked by a Spark join below, not by GX
+    held = memberships if data is not None else {}  # the validated column's values are in the driver
     params = {
-        ref.param: _resolve(lh, ref, spark_tz, upstream, budget=budget, spark=spark, use_spark=use_spark)
+        ref.param: _resolve(
+            lh,
+            ref,
+            spark_tz,
+            upstream,
+            budget=budget,
+            spark=spark,
+            use_spark=use_spark,
+            within=_values_of(data, suite, memberships[ref.param]) if ref.param in held else None,
+        )
         for ref in suite.references
+        if ref.param not in joined
     }
+    gx_doc = dict(suite.gx_doc)
+    gx_doc["expectations"] = [e for i, e in enumerate(suite.gx_doc["expectations"]) if i not in joined.values()]
 
     with tempfile.TemporaryDirectory(prefix="lakestream-gx-") as tmp, quiet() as gx:
         docs = Path(docs_dir) if docs_dir is not None else Path(tmp)
@@ -447,7 +472,7 @@ def run_suite(
         from great_expectations.core.expectation_suite import ExpectationSuite
         from great_expectations.core.run_identifier import RunIdentifier
 
-        gx_suite = context.suites.add(ExpectationSuite(**copy.deepcopy(dict(suite.gx_doc))))
+        gx_suite = context.suites.add(ExpectationSuite(**copy.deepcopy(gx_doc)))
         validation = context.validation_definitions.add(
             gx.ValidationDefinition(name=f"{table}@{sid}", data=batch, suite=gx_suite)
         )
@@ -468,6 +493,11 @@ def run_suite(
                 run_id=run_id,
             )
             rows = frame.count() if use_spark else len(frame)  # Spark counts what GX persisted
+            joins = [
+                _membership_result(lh, spark, frame, table, sid, suite, ref, joined[ref.param], upstream)
+                for ref in suite.references
+                if ref.param in joined
+            ]
             context.build_data_docs(site_names=[DOCS_SITE])
         except Exception as exc:  # GX's own errors and the engine's: the check could not run
             raise QualityError(
@@ -479,6 +509,7 @@ def run_suite(
                 frame.unpersist()  # GX persists the batch for its metrics and leaves it on the executors
         page = _upload_docs(lh, docs, before)
         result_doc = result.to_json_dict()
+        result_doc.setdefault("results", []).extend(j.doc for j in joins)
 
     result_key = f"{RESULTS_PREFIX}{table}/{sid}.json"
     lh.store.put(result_key, json.dumps(result_doc, indent=1, default=str).encode())
@@ -492,7 +523,14 @@ def run_suite(
             violations.append(found)
         else:  # GX's "warning" and "info" severities: reported, never a violation
             warnings.append(found.message)
-    n = len(result.results)
+    for j in joins:
+        if j.violation is None:
+            continue
+        if j.severity == "critical":
+            violations.append(j.violation)
+        else:
+            warnings.append(j.violation.message)
+    n = len(result.results) + len(joins)
     passed = n - len(violations) - len(warnings)
     details: dict[str, Any] = {}
     if sample is not None:
@@ -628,11 +666,14 @@ def _resolve(
     budget: int,
     spark: Any = None,
     use_spark: bool = False,
+    within: pa.Array | None = None,
 ) -> Any:
     """The value of a reference: from the referenced table as of its position in ``upstream``
     (`upstream_positions`) or else its current lake snapshot; or from the clock. A table is read by Spark when
     the run validates on Spark (``use_spark``), else in the driver up to ``budget`` rows, past which it goes on
-    with ``spark`` if given (see the module docstring)."""
+    with ``spark`` if given (see the module docstring). Distinct values read by Spark come to the driver (GX's
+    kwarg) only up to ``budget``; ``within`` (the validated column's values, for a membership expectation of a
+    snapshot the driver holds) keeps only the referenced values among them, so as many as the driver holds."""
     if ref.kind == "now_minus_seconds":
         at = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=float(ref.spec["seconds"]))
         if spark_tz is not None:  # Spark hands GX naive timestamps in the session's time zone
@@ -653,18 +694,137 @@ def _resolve(
                 f"{budget:,} rows ({BUDGET_SETTING}), and no Spark session was given to read it on the executors: "
                 "give one (lakestream check --spark-master, the spark= argument) or raise the budget"
             )
+    frame = _reference_frame(lh, spark, name, column, upstream)
+    if ref.kind == "row_count":
+        return frame.count()
+    distinct = frame.where(frame[column].isNotNull()).select(column).distinct()
+    if within is not None:
+        import pyarrow as pa
+        from pyspark.sql import functions as F
+
+        held = spark.createDataFrame(pa.table({"v": within}))  # at most the rows the driver validates
+        distinct = distinct.join(held, F.col(column) == held["v"], "left_semi")
+    else:
+        count = distinct.count()
+        if count > max(budget, VALUE_LIST_FLOOR):
+            raise QualityError(
+                f"{REFERENCE} reference {ref.kind} to {name}.{column} holds {count:,} distinct values, more than "
+                f"the driver's budget of {max(budget, VALUE_LIST_FLOOR):,} ({BUDGET_SETTING}) that GX would be "
+                "handed as a list; "
+                "expect_column_values_to_be_in_set and expect_column_values_to_not_be_in_set (with column, "
+                "value_set and mostly only) are checked by a Spark join instead when the suite runs on Spark; "
+                "for other expectations raise the budget"
+            )
+    return _distinct(distinct.toArrow().column(column))
+
+
+def _reference_frame(
+    lh: Lakehouse, spark: Any, name: str, column: str, upstream: Mapping[str, dict[int, int]]
+) -> DataFrame:
+    """``column`` of table ``name`` as a Spark DataFrame: as of its position in ``upstream``, else at its current
+    lake snapshot (pinned now)."""
     from lakehouse.spark import read_table
 
     if name in upstream:
-        frame = read_table(spark, lh, name, columns=[column], as_of=upstream[name])
-    else:  # the current lake snapshot, pinned now
-        current = lh.lake_table(name).current_snapshot()
-        snapshot = current.snapshot_id if current is not None else None
-        frame = read_table(spark, lh, name, union=False, columns=[column], snapshot_id=snapshot)
-    if ref.kind == "row_count":
-        return frame.count()
-    distinct = frame.where(frame[column].isNotNull()).distinct().toArrow()  # the values: GX's kwarg
-    return _distinct(distinct.column(column))
+        return read_table(spark, lh, name, columns=[column], as_of=upstream[name])
+    current = lh.lake_table(name).current_snapshot()
+    snapshot = current.snapshot_id if current is not None else None
+    return read_table(spark, lh, name, union=False, columns=[column], snapshot_id=snapshot)
+
+
+#: Expectations a ``column_values`` reference can be checked for by a Spark join (the kwargs they may have):
+#: in the set (True) or not in it (False).
+_MEMBERSHIP = {"expect_column_values_to_be_in_set": True, "expect_column_values_to_not_be_in_set": False}
+_MEMBERSHIP_KWARGS = {"column", "value_set", "mostly", "result_format"}
+
+
+def _memberships(suite: Suite) -> dict[str, int]:
+    """The suite parameters of ``column_values`` references that a membership expectation takes as its value
+    set, and that expectation's index: on Spark these are checked by a join, the values never listed."""
+    found = {}
+    for i, e in enumerate(suite.gx_doc["expectations"]):
+        kwargs = e.get("kwargs") or {}
+        value_set = kwargs.get("value_set")
+        if e["type"] not in _MEMBERSHIP or not isinstance(value_set, dict) or "$PARAMETER" not in value_set:
+            continue
+        [ref] = [r for r in suite.references if r.param == value_set["$PARAMETER"]]
+        if ref.kind == "column_values" and set(kwargs) <= _MEMBERSHIP_KWARGS and isinstance(kwargs.get("column"), str):
+            found[ref.param] = i
+    return found
+
+
+def _values_of(data: pa.Table, suite: Suite, index: int) -> pa.Array:
+    """The distinct non-null values of the column expectation ``index`` checks, in rows the driver holds."""
+    import pyarrow.compute as pc
+
+    return pc.unique(data.column(suite.expectations[index]["kwargs"]["column"]).drop_null())
+
+
+@dataclass(frozen=True)
+class _Joined:
+    """A membership expectation checked by a Spark join: its GX-shaped result document, its violation if it
+    failed, and its severity."""
+
+    doc: dict[str, Any]
+    violation: Violation | None
+    severity: str
+
+
+def _membership_result(
+    lh: Lakehouse,
+    spark: Any,
+    frame: DataFrame,
+    table: str,
+    sid: int,
+    suite: Suite,
+    ref: Reference,
+    index: int,
+    upstream: Mapping[str, dict[int, int]],
+) -> _Joined:
+    """Expectation ``index`` of ``suite`` (a membership whose value set is ``ref``) over the validated ``frame``:
+    its column's non-null values joined with the referenced column's in Spark (an anti join for "in the set", a
+    semi join for "not in it"); counts and at most `_SAMPLE` unexpected values reach the driver. Success as GX's:
+    the share of expected values among the non-null ones at least ``mostly`` (default 1)."""
+    from types import SimpleNamespace
+
+    from pyspark.sql import functions as F
+
+    expectation = suite.expectations[index]
+    kwargs = dict(expectation.get("kwargs") or {})
+    column = kwargs["column"]
+    rows = frame.count()
+    values = frame.select(F.col(column).alias("v")).where(F.col("v").isNotNull())
+    known = _reference_frame(lh, spark, ref.spec["table"], ref.spec["column"], upstream)
+    known = known.select(F.col(ref.spec["column"]).alias("r")).where(F.col("r").isNotNull()).distinct()
+    how = "left_anti" if _MEMBERSHIP[expectation["type"]] else "left_semi"  # the unexpected values
+    bad = values.join(known, values["v"] == known["r"], how)
+    total = values.count()
+    unexpected = bad.count()
+    sample = [r["v"] for r in bad.limit(_SAMPLE).collect()]
+    mostly = kwargs.get("mostly")
+    success = total == 0 or (total - unexpected) / total >= (1.0 if mostly is None else float(mostly))
+    result = {
+        "element_count": rows,
+        "missing_count": rows - total,
+        "unexpected_count": unexpected,
+        "unexpected_percent": 100.0 * unexpected / total if total else None,
+        "partial_unexpected_list": sample,
+    }
+    severity = str(expectation.get("severity") or "critical").lower()
+    config = {"type": expectation["type"], "kwargs": kwargs, "meta": dict(expectation.get("meta") or {})}
+    doc = {
+        "success": success,
+        "expectation_config": config,
+        "result": result,
+        "meta": {
+            "lakestream": f"checked by a Spark join of {column} with {ref.spec['table']}.{ref.spec['column']} "
+            "(the referenced values are not listed)"
+        },
+    }
+    violation = None
+    if not success:
+        violation = _violation(table, sid, SimpleNamespace(type=config["type"], kwargs=kwargs), result, None)
+    return _Joined(doc=doc, violation=violation, severity=severity)
 
 
 def _driver_column(

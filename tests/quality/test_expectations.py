@@ -426,6 +426,80 @@ def test_above_the_budget_spark_validates_what_the_executors_read_with_the_drive
 
 
 @pytest.mark.parametrize("backend", ["local"])
+def test_a_reference_s_values_reach_the_driver_only_within_the_budget(ods, spark, monkeypatch):
+    """A `column_values` reference never lists more values in the driver than the budget allows: on Spark, "in
+    the set" and "not in the set" (with ``mostly``) are checked by a join (no value list at all: `_distinct`
+    raises), with the driver's verdicts; a snapshot the driver holds gets only the referenced values among its
+    own column's, with the same verdicts; any other expectation whose list would pass the budget is an error
+    naming the setting."""
+    lh = ods
+    lh.log("ods.orders").append(bad_order(3, custkey=999_999), "upsert")
+    lh.log("ods.orders").append(bad_order(4, custkey=7), "upsert")
+    lh.tier("ods.orders")
+    values = {"$lakestream": "column_values", "table": "ods.customer", "column": "c_custkey"}
+
+    def e(kind: str, **kwargs) -> dict:
+        return {"type": kind, "kwargs": {"column": "o_custkey", "value_set": values, **kwargs}}
+
+    suite = {
+        "name": "members",
+        "expectations": [
+            e("expect_column_values_to_be_in_set"),
+            e("expect_column_values_to_be_in_set", mostly=0.99),  # 1 of 1,000 outside: passes
+            e("expect_column_values_to_not_be_in_set"),  # every known customer is unexpected
+            {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "o_orderkey"}},
+        ],
+    }
+    in_driver = run_suite(lh, "ods.orders", suite)
+    assert in_driver.details["engine"] == "pandas"
+    assert verdicts(in_driver) == [
+        ("expect_column_values_to_be_in_set", "o_custkey", 1),
+        ("expect_column_values_to_not_be_in_set", "o_custkey", N_ORDERS - 1),
+    ]
+    with monkeypatch.context() as guard:
+        guard.setattr(qx, "_distinct", lambda values: pytest.fail("a reference's values were listed"))
+        with no_rows_in_the_driver():
+            joined = run_suite(lh, "ods.orders", suite, spark=spark, driver_budget_rows=10)
+    assert joined.details["engine"] == "spark" and joined.details["passed"] == 2
+    assert verdicts(joined) == verdicts(in_driver)
+    [outside] = [v for v in joined.violations if v.message.startswith("expect_column_values_to_be_in_set")]
+    assert outside.actual["unexpected_values"] == [999_999] and "999999" in outside.message
+    assert outside.expected["value_set"] == values  # what the suite says, not a list
+    kept = json.loads(lh.store.get(joined.details["result"]).data)
+    assert len(kept["results"]) == 4 and sum(not r["success"] for r in kept["results"]) == 2
+
+    # the customers validated in the driver (100 rows), the orders' keys above the budget read by Spark: only
+    # the customers' own keys among them come back
+    customers_suite = {
+        "name": "ordered",
+        "expectations": [
+            {
+                "type": "expect_column_values_to_be_in_set",
+                "kwargs": {
+                    "column": "c_custkey",
+                    "value_set": {"$lakestream": "column_values", "table": "ods.orders", "column": "o_custkey"},
+                },
+            }
+        ],
+    }
+    everything = run_suite(lh, "ods.customer", customers_suite, driver_budget_rows=10**6)
+    listed = []
+    monkeypatch.setattr(qx, "_distinct", lambda values, real=qx._distinct: listed.append(real(values)) or listed[-1])
+    within = run_suite(lh, "ods.customer", customers_suite, spark=spark, driver_budget_rows=N_CUSTOMERS)
+    assert within.details["engine"] == "pandas" and verdicts(within) == verdicts(everything)
+    assert len(listed[-1]) <= N_CUSTOMERS < N_ORDERS
+
+    # another expectation's list above the budget (and above the floor for short lists): an error, nothing run
+    monkeypatch.setattr(qx, "VALUE_LIST_FLOOR", 50)
+    distinct = {
+        "type": "expect_column_distinct_values_to_be_in_set",
+        "kwargs": {"column": "o_custkey", "value_set": values},
+    }
+    with pytest.raises(QualityError, match=r"holds 100 distinct values, more than the driver's budget of 50 \(LAKE"):
+        run_suite(lh, "ods.orders", {"name": "d", "expectations": [distinct]}, spark=spark, driver_budget_rows=10)
+
+
+@pytest.mark.parametrize("backend", ["local"])
 def test_above_the_budget_without_spark_a_bounded_sample_is_validated(ods, monkeypatch, caplog):
     """Without Spark, a snapshot above the budget (the setting, from the environment) is validated on a sample of
     budget rows streamed from its files, never read whole (pyiceberg's to_arrow raises here); the result and a
