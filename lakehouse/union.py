@@ -632,13 +632,18 @@ class ReadPlan:
         state: dict[int, list[tuple[DataFile, tuple[DataFile, ...]]]] = {b: [] for b in range(buckets)}
         ordered: list[FileScanTask] = []
         for scan_, keep in scans:
-            for task in scan_.plan_files():
+            planned = list(scan_.plan_files())
+            for task in planned:
                 bucket = _bucket_of(task)
                 if keep is None or bucket in keep:
                     by_bucket[bucket].append(task)
                     ordered.append(task)
             if self.engine is not None and self.union:  # every file: the stored rows are read unfiltered
-                for task in table.scan(snapshot_id=scan_.snapshot_id).plan_files():
+                # (a read without filter planned them already: the files do not depend on the columns)
+                unfiltered = (
+                    planned if isinstance(expr, AlwaysTrue) else table.scan(snapshot_id=scan_.snapshot_id).plan_files()
+                )
+                for task in unfiltered:
                     if keep is None or _bucket_of(task) in keep:
                         state[_bucket_of(task)].append((task.file, tuple(task.delete_files)))
         reads = {
