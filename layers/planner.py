@@ -2,10 +2,11 @@
 
 Strategies (docs/layers.md has the rules):
 
-* ``keyed``: a filter/projection of one table, or an inner equi-join chain from a *driving* table through
-  many-to-one joins (each other table joined on its whole primary key), whose output key is the driving table's
-  key. A change in any input recomputes exactly the output keys it can affect: for the driving table its changed
-  keys; for another table the driving rows that join to its changed keys, found by following `Hop`s.
+* ``keyed``: a filter/projection of one table, or an equi-join chain (inner or LEFT joins) from a *driving*
+  table through many-to-one joins (each other table joined on its whole primary key; the driving table never the
+  right side of a LEFT JOIN), whose output key is the driving table's key. A change in any input recomputes
+  exactly the output keys it can affect: for the driving table its changed keys; for another table the driving
+  rows that join to its changed keys, found by following `Hop`s.
 * ``retract``: GROUP BY whose aggregates are only ``count``, ``sum``, ``avg`` of exact (integer, decimal)
   values: before-images subtract, after-images add, a group whose row count reaches 0 is deleted.
 * ``regroup``: GROUP BY with ``min``, ``max``, ``count(DISTINCT)`` (or a sum of floating-point values, a
@@ -335,20 +336,25 @@ def _relations(select: exp.Select) -> list[exp.Expression]:
 class _JoinTree:
     aliases: dict[str, str]  # alias -> table
     edges: dict[tuple[str, str], list[tuple[str, str]]]  # (alias a, alias b) -> [(column of a, column of b)]
+    left: frozenset[str] = frozenset()  # aliases joined by LEFT [OUTER] JOIN (a row without a match: nulls)
 
 
 def _join_tree(select: exp.Select) -> _JoinTree | str:
-    """The aliases and the equality edges of the FROM/JOIN clause, or why it is not an inner equi-join."""
+    """The aliases and the equality edges of the FROM/JOIN clause, or why it is not an equi-join of inner and
+    left joins."""
     from_ = select.args.get("from_") or select.args.get("from")
     aliases = {from_.this.alias_or_name: f"{from_.this.db}.{from_.this.name}"}
     edges: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    left: set[str] = set()
     for join in select.args.get("joins") or []:
         table = join.this
         aliases[table.alias_or_name] = f"{table.db}.{table.name}"
         side, kind = (join.args.get("side") or "").upper(), (join.args.get("kind") or "").upper()
         if kind in ("SEMI", "ANTI"):
             return f"{side} {kind} JOIN {aliases[table.alias_or_name]}".strip()
-        if side:
+        if side == "LEFT":
+            left.add(table.alias_or_name)
+        elif side:
             return f"{side} OUTER JOIN {aliases[table.alias_or_name]} (rows without a match)"
         on = join.args.get("on")
         if kind == "CROSS" or on is None:
@@ -357,13 +363,13 @@ def _join_tree(select: exp.Select) -> _JoinTree | str:
             tables = {c.table for c in conjunct.find_all(exp.Column)}
             if len(tables) <= 1:
                 continue  # a filter on one table
-            left = conjunct.this if isinstance(conjunct, exp.EQ) else None
+            left_ = conjunct.this if isinstance(conjunct, exp.EQ) else None
             right = conjunct.expression if isinstance(conjunct, exp.EQ) else None
-            if not (isinstance(left, exp.Column) and isinstance(right, exp.Column) and left.table != right.table):
+            if not (isinstance(left_, exp.Column) and isinstance(right, exp.Column) and left_.table != right.table):
                 return f"a join condition that is not an equality of two tables' columns ({_sql(conjunct)})"
-            edges.setdefault((left.table, right.table), []).append((left.name, right.name))
-            edges.setdefault((right.table, left.table), []).append((right.name, left.name))
-    return _JoinTree(aliases, edges)
+            edges.setdefault((left_.table, right.table), []).append((left_.name, right.name))
+            edges.setdefault((right.table, left_.table), []).append((right.name, left_.name))
+    return _JoinTree(aliases, edges, frozenset(left))
 
 
 def _mappings(project: Project, tree: _JoinTree, driving: str) -> tuple[InputMapping, ...] | str:
@@ -446,14 +452,24 @@ def _plan_keyed(project: Project, model: Model, select: exp.Select, base: dict) 
             "recomputed in full",
             **base,
         )
+    if driving in tree.left:
+        return ModelPlan(
+            strategy=RECOMPUTE,
+            reason=f"{tree.aliases[driving]}, whose key is the output key, is the right side of a LEFT JOIN (rows "
+            "of the left side without a match would have no key): recomputed in full",
+            **base,
+        )
     mappings = _mappings(project, tree, driving)
     if isinstance(mappings, str):
         return ModelPlan(strategy=RECOMPUTE, reason=f"{mappings}: recomputed in full", **base)
     table = tree.aliases[driving]
     others = [m.table for m in mappings if m.role == "dimension"]
     if others:
+        # a dimension LEFT JOINed on its whole key is many-to-one like an inner join: a driving row without a
+        # match keeps its row with nulls instead of losing it, and still depends on that row and key alone
+        joins = "inner and left equi-joins" if tree.left else "inner equi-joins"
         reason = (
-            f"inner equi-joins from {table}, whose key is the output key, to {', '.join(others)} on their primary "
+            f"{joins} from {table}, whose key is the output key, to {', '.join(others)} on their primary "
             "keys: each change recomputes only the output keys it reaches"
         )
     else:
@@ -478,6 +494,9 @@ def _plan_group(project: Project, model: Model, select: exp.Select, base: dict) 
     tree = _join_tree(select)
     if isinstance(tree, str):
         return ModelPlan(strategy=RECOMPUTE, reason=f"GROUP BY over {tree}: recomputed in full", **base)
+    if tree.left:  # the groups of unmatched rows (null dimension columns) are not followed incrementally
+        outer = ", ".join(sorted(tree.aliases[a] for a in tree.left))
+        return ModelPlan(strategy=RECOMPUTE, reason=f"GROUP BY over a LEFT JOIN of {outer}: recomputed in full", **base)
     mappings: tuple[InputMapping, ...] | str = "no table"
     driving = None
     for candidate in _driving_candidates(tree):

@@ -35,6 +35,9 @@ MODELS = {
     # keyed: the driving table's key, a dimension joined on its key (a hop from d's changes to f's rows)
     "dwd.f_named": "-- primary_key: [f_id]\n-- buckets: 2\n"
     "SELECT f.f_id, f.f_amount, d.d_name, d.d_region FROM ods.f AS f JOIN ods.d AS d ON f.f_dim = d.d_id",
+    # keyed over a LEFT JOIN: a fact whose dimension is missing (deleted, or late) keeps its row with nulls
+    "dwd.f_left": "-- primary_key: [f_id]\n-- buckets: 2\n"
+    "SELECT f.f_id, f.f_dim, d.d_name FROM ods.f AS f LEFT JOIN ods.d AS d ON f.f_dim = d.d_id",
     # retract, one input: before-images subtract, after-images add
     "ads.by_dim": "-- primary_key: [f_dim]\n-- buckets: 2\n"
     "SELECT f_dim, count(*) AS n, sum(f_amount) AS s FROM ods.f GROUP BY f_dim",
@@ -117,7 +120,13 @@ def test_every_strategy_on_the_executors_equals_the_driver_and_a_rebuild(tmp_pat
         base(lh)
         assert {r.strategy for r in runner.run_once()} == {"recompute"}
     plans = {name: executors.plans[name].strategy for name in MODELS}
-    assert plans == {"dwd.f_named": "keyed", "ads.by_dim": "retract", "ads.by_region": "retract", "ads.qty": "regroup"}
+    assert plans == {
+        "dwd.f_named": "keyed",
+        "dwd.f_left": "keyed",
+        "ads.by_dim": "retract",
+        "ads.by_region": "retract",
+        "ads.qty": "regroup",
+    }
 
     def driver_read(*args, **kwargs):
         raise AssertionError("the driver read table data or held a round's rows")
@@ -144,6 +153,8 @@ def test_every_strategy_on_the_executors_equals_the_driver_and_a_rebuild(tmp_pat
             assert got[name].input_changes == expected[name].input_changes, name
             assert (got[name].upserts, got[name].deletes) == (expected[name].upserts, expected[name].deletes), name
     assert state(on_executors, "dwd.f_named", project)  # the test holds rows at all
+    unmatched = [r for r in state(on_executors, "dwd.f_left", project) if r["d_name"] is None]
+    assert {r["f_dim"] for r in unmatched} == {5}  # dimension 5 was deleted; 7 came late and is matched now
     for name in MODELS:  # a rebuild of a state that is right changes nothing
         report = executors.rebuild(name)
         assert (report.upserts, report.deletes) == (0, 0), (name, report)
