@@ -20,7 +20,7 @@ The planner only reads the project; the runner (`layers.runner`) acts on the `Mo
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 from sqlglot import exp
@@ -285,7 +285,10 @@ def plan_model(project: Project, name: str) -> ModelPlan:
     if blocker:
         return ModelPlan(strategy=RECOMPUTE, reason=f"{blocker}: recomputed in full", **base)
     if select.args.get("group") or any(select.find_all(exp.AggFunc)):
-        return _plan_group(project, model, select, base)
+        plan = _plan_group(project, model, select, base)
+        if isinstance(model.query, exp.Select) and model.query.args.get("distinct"):  # `layers.sql.distinct_as_group`
+            plan = replace(plan, reason=f"SELECT DISTINCT, planned as a GROUP BY of its columns: {plan.reason}")
+        return plan
     return _plan_keyed(project, model, select, base)
 
 

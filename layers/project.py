@@ -28,6 +28,7 @@ from layers.errors import DependencyCycleError, ModelKeyError, ModelSqlError, Pr
 from layers.sql import (
     OutputColumn,
     check_output_names,
+    distinct_as_group,
     output_columns,
     parse_query,
     qualify_query,
@@ -378,6 +379,7 @@ def _analyse_model(parsed: _Parsed, schemas: Mapping[str, pa.Schema]) -> Model:
     where = f"{parsed.path} (model {parsed.name})"
     inputs = {name: schemas[name] for name in parsed.inputs}
     qualified = qualify_query(parsed.query, inputs, where=where, model=parsed.name, path=parsed.path)
+    qualified = distinct_as_group(qualified)  # SELECT DISTINCT: a GROUP BY of its columns, kept incrementally
     columns = output_columns(qualified, inputs)
     names = [c.name for c in columns]
     twice = sorted({n for n in names if names.count(n) > 1})

@@ -32,6 +32,7 @@ __all__ = [
     "DIALECT",
     "OutputColumn",
     "arrow_type",
+    "distinct_as_group",
     "output_columns",
     "parse_query",
     "qualify_query",
@@ -152,6 +153,22 @@ def qualify_query(
             path=path,
             model=model,
         ) from None
+
+
+def distinct_as_group(query: exp.Query) -> exp.Query:
+    """``SELECT DISTINCT e1 AS a, ...`` (no GROUP BY, aggregate, window or LIMIT) as ``SELECT e1 AS a, ... GROUP BY
+    e1, ...``: the same rows, in the shape the planner maintains incrementally (the groups the changed rows
+    belong to are recomputed). Any other query is returned as it is."""
+    if not isinstance(query, exp.Select) or not isinstance(query.args.get("distinct"), exp.Distinct):
+        return query
+    if query.args["distinct"].args.get("on") or any(query.args.get(k) for k in ("group", "limit", "offset")):
+        return query
+    if query.find(exp.AggFunc, exp.Window) or any(isinstance(e, exp.Star) for e in query.expressions):
+        return query
+    out = query.copy()
+    out.set("distinct", None)
+    out.set("group", exp.Group(expressions=[p.unalias().copy() for p in out.expressions]))
+    return out
 
 
 def output_columns(qualified: exp.Query, schemas: Mapping[str, pa.Schema]) -> list[OutputColumn]:

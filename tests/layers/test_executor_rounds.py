@@ -1,7 +1,8 @@
 """Incremental rounds on Spark's executors (`layers.executors`): above the driver's budget a round's changed keys,
-hops, old rows, diff and appends run in Spark tasks. Every strategy (keyed over a join, retract of one input,
-GROUP BY over a join, regroup) gives what the driver's round gives and what a rebuild gives; the driver reads no
-table data and holds no round rows; a retried write appends nothing twice; a bad model writes nothing."""
+hops, old rows, diff and appends run in Spark tasks. Every strategy (keyed over an inner and a left join, retract
+of one input, GROUP BY over a join, regroup, SELECT DISTINCT) gives what the driver's round gives and what a
+rebuild gives; the driver reads no table data and holds no round rows; a retried write appends nothing twice; a
+bad model writes nothing."""
 
 from __future__ import annotations
 
@@ -48,6 +49,9 @@ MODELS = {
     # regroup: an aggregate that needs the group's rows
     "ads.qty": "-- primary_key: [f_dim]\n-- buckets: 1\n"
     "SELECT f_dim, count(DISTINCT f_qty) AS kinds, max(f_amount) AS top FROM ods.f GROUP BY f_dim",
+    # SELECT DISTINCT: a GROUP BY of its columns (regroup); a pair whose last fact moved away is deleted
+    "ads.pairs": "-- primary_key: [f_dim, f_qty]\n-- bucket_key: f_dim\n-- buckets: 1\n"
+    "SELECT DISTINCT f_dim, f_qty FROM ods.f",
 }
 
 
@@ -126,6 +130,7 @@ def test_every_strategy_on_the_executors_equals_the_driver_and_a_rebuild(tmp_pat
         "ads.by_dim": "retract",
         "ads.by_region": "retract",
         "ads.qty": "regroup",
+        "ads.pairs": "regroup",
     }
 
     def driver_read(*args, **kwargs):

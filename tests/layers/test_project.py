@@ -443,6 +443,14 @@ STRATEGY_CASES = [
         ["GROUP BY over a LEFT JOIN of ods.d"],
     ),
     ("SELECT f.f_id, d.d_name FROM ods.f f JOIN ods.d d ON f.f_dim < d.d_id", "[f_id]", RECOMPUTE, ["equality"]),
+    (
+        "SELECT DISTINCT f.f_dim, d.d_name AS name FROM ods.f f JOIN ods.d d ON f.f_dim = d.d_id",
+        "[f_dim, name]",
+        REGROUP,
+        ["SELECT DISTINCT, planned as a GROUP BY of its columns: GROUP BY f_dim, name"],
+    ),
+    ("SELECT DISTINCT f_dim FROM ods.f LIMIT 3", "[f_dim]", RECOMPUTE, ["SELECT DISTINCT"]),
+    ("SELECT DISTINCT f_dim, count(*) AS n FROM ods.f GROUP BY f_dim", "[f_dim]", RECOMPUTE, ["SELECT DISTINCT"]),
     ("SELECT f.f_id FROM ods.f f LEFT SEMI JOIN ods.d d ON f.f_dim = d.d_id", "[f_id]", RECOMPUTE, ["LEFT SEMI JOIN"]),
     ("SELECT f_id, explode(array(1, 2)) AS x FROM ods.f", "[f_id]", RECOMPUTE, ["generator"]),
     (
@@ -493,7 +501,7 @@ STRATEGY_CASES = [
         ["not the primary key of one input"],
     ),
     ("SELECT f_id, row_number() OVER (ORDER BY f_qty) AS rn FROM ods.f", "[f_id]", RECOMPUTE, ["window"]),
-    ("SELECT DISTINCT f_id, f_qty FROM ods.f", "[f_id]", RECOMPUTE, ["DISTINCT"]),
+    ("SELECT DISTINCT f_id, f_qty FROM ods.f", "[f_id]", REGROUP, ["SELECT DISTINCT, planned as a GROUP BY"]),
     ("SELECT f_id FROM ods.f LIMIT 10", "[f_id]", RECOMPUTE, ["LIMIT"]),
     ("SELECT f_id FROM ods.f UNION ALL SELECT d_id FROM ods.d", "[f_id]", RECOMPUTE, ["UNION"]),
     ("SELECT f_id, rand() AS x FROM ods.f", "[f_id]", RECOMPUTE, ["non-deterministic", "RAND"]),
