@@ -10,7 +10,8 @@ and then a warm-up of the measured call, before the clock. During the measured c
   ``CoarseGrainedExecutorBackend`` processes and their Python workers), sampled every 50 ms;
 * the driver's peak RSS (Python and JVM), against before the call.
 
-Two scenarios, each at N (``--orders``) and 5N orders; ``--only reconcile`` or ``--only round`` runs one:
+Three scenarios, each at N (``--orders``) and 5N orders; ``--only reconcile``, ``--only round`` or ``--only check``
+runs one:
 
 ``reconcile``: a primary-key table of N orders (TPC-H-shaped, 8 buckets, merge-on-read, one round of 1 % changes
 not compacted) is checked in full (`quality.reconcile(full=True)`: every row of the lake against the log; the
@@ -28,6 +29,22 @@ round whose changed input rows exceed the budget runs its work in executor tasks
 as built, put back at their path (the lake's metadata holds absolute paths). Afterwards the child hashes each
 model's union read sorted by its key; the two modes must give the same tables, else the benchmark fails.
 
+``check``: a full quality check of the ``round`` warehouse as built (the ODS at N orders, 1 % changed and tiered;
+the models after their first round, tiered): `quality.check.run_checks(full=True, project=examples/tpch,
+publish=False)` as ``jobs/check.py --full`` runs it: the reconciliation of the five tables, the GX suites of
+``examples/tpch/expectations`` and the layer checks of both models (every row). The warm-up is the same check of
+the small warehouse. Two modes, each on its own copy of the warehouses as built:
+``spark``, with ``LAKESTREAM_QUALITY_DRIVER_BUDGET_ROWS=0`` and the cluster's session: the reconciliation's
+buckets, every suite (GX's Spark datasource) and the layer checks on the executors; ``driver``, the path before
+the settings, with the budget at ``1000000000``: the reconciliation in the driver's threads (``executor=None``)
+and every suite and its references read by pyiceberg into the driver and validated by GX's pandas engine. Layer
+checks have no driver path (they run the models' SQL): in both modes they run on the same cluster session, so
+the ``driver`` mode passes the session to `run_checks` with the reconciliation's `SparkExecutor` replaced by
+none. (The models need no round after the ODS changed: a layer check compares a model's table after its newest
+round with its SQL over that round's inputs, and a suite's references read the inputs at the same positions.)
+Reported per mode: the figures above, the check's wall time and each check's verdict, rows and seconds. Every
+check must pass at both sizes (a failing check measures nothing), else the benchmark fails.
+
 ``limited`` (only with ``--only limited``: its build takes minutes): the ``round`` warehouse at
 ``--limited-orders`` (10,000,000; ``--quick``: 1,000,000) orders, one incremental round of both models on the
 executors with the driver's JVM heap at 512 MiB; goal: the driver (JVM and Python) within 1 GiB.
@@ -35,9 +52,10 @@ executors with the driver's JVM heap at 512 MiB; goal: the driver (JVM and Pytho
 Goals (issue 40), for the work on the executors: from N to 5N, driver CPU grows <= 1.5x and the driver's peak RSS
 by <= 25 MiB; executors do >= 60 % of the CPU at 5N.
 
-    .venv/bin/python bench/executors.py                    # N = 400,000 orders (about 16 minutes on 2 cores)
-    .venv/bin/python bench/executors.py --quick            # N = 100,000 (about 6 minutes)
+    .venv/bin/python bench/executors.py                    # N = 400,000 orders (about 35 minutes on 2 cores)
+    .venv/bin/python bench/executors.py --quick            # N = 100,000 (about 15 minutes)
     .venv/bin/python bench/executors.py --only round [--orders N]
+    .venv/bin/python bench/executors.py --only check [--orders N]
     .venv/bin/python bench/executors.py --only limited [--limited-orders N]
 """
 
@@ -79,6 +97,12 @@ BUDGET_ENV = "LAKESTREAM_LAYERS_DRIVER_BUDGET_ROWS"
 ROUND_MODES = {
     "spark": ("0", "Spark's executors (budget 0)"),
     "driver": ("1000000000", "the driver (budget 10^9)"),
+}
+QUALITY_BUDGET_ENV = "LAKESTREAM_QUALITY_DRIVER_BUDGET_ROWS"
+#: The check's modes: the quality budget each runs with, and its label in the table.
+CHECK_MODES = {
+    "spark": ("0", "Spark's executors (budget 0; goal)"),
+    "driver": ("1000000000", "the driver (budget 10^9; layer checks on Spark: before)"),
 }
 
 
@@ -156,10 +180,12 @@ class Sampler:
         spent = {"driver": 0.0, "executors": 0.0}
         for pid, (role, now) in self.cpu.items():  # a process started meanwhile counts from 0
             spent[role] += now - self.start.get(pid, (role, 0.0))[1]
+        python_cpu = self.cpu[self.me.pid][1] - self.start[self.me.pid][1]
         self.figures = {
             "seconds": seconds,
             "driver_cpu": spent["driver"],
             "executor_cpu": spent["executors"],
+            "python_cpu": python_cpu,  # the driver's Python process alone (the rest of driver_cpu is its JVM)
             "rss_before": self.rss_before,
             "rss_peak": self.peak,
             # the JVM's part of the driver's RSS follows its heap's growth, which a single run makes noisy
@@ -219,6 +245,37 @@ def round_child(url: str, mode: str, warm_url: str) -> dict:
     digests = {m: digest(lh.union_read(m), list(project.models[m].primary_key)) for m in tpch.MODELS}
     spark.stop()
     return {**s.figures, "rounds": rounds, "digests": digests}
+
+
+def check_child(url: str, mode: str, warm_url: str) -> dict:
+    """A full quality check of the warehouse at ``url`` (the budget is in the environment, set by the parent),
+    after the same check of the small warehouse at ``warm_url``, untimed. In ``driver`` mode the reconciliation
+    runs in the driver's threads: `run_checks` still gets the session, for the layer checks alone."""
+    from quality import check
+
+    assert os.environ.get(QUALITY_BUDGET_ENV) == CHECK_MODES[mode][0], (mode, os.environ.get(QUALITY_BUDGET_ENV))
+    if mode == "driver":
+        check.SparkExecutor = lambda spark: None  # type: ignore[assignment,misc]  # reconcile(executor=None)
+    tpch = bench_layers()
+    spark = cluster()
+
+    def run(lh: Lakehouse) -> Any:
+        return check.run_checks(lh, full=True, project=tpch.EXAMPLE, spark=spark, publish=False)
+
+    warm = Lakehouse.open(warm_url)
+    ran = run(warm)
+    assert ran.ok, [(r.check, r.table, r.status, r.error, [str(v) for v in r.violations]) for r in ran.results]
+    warm.close()
+    lh = Lakehouse.open(url)
+    with Sampler() as s:
+        ran = run(lh)
+    results = [
+        [r.check, r.table, r.status, r.rows, round(r.seconds, 2), r.details.get("engine"), r.error]
+        + [[str(v) for v in r.violations[:3]]]
+        for r in ran.results
+    ]
+    spark.stop()
+    return {**s.figures, "ok": ran.ok, "results": results}
 
 
 def limited_round_child(url: str) -> dict:
@@ -296,6 +353,7 @@ def bench_layers() -> ModuleType:
 CHILDREN = {
     "reconcile": reconcile_child,
     "round": round_child,
+    "check": check_child,
     "limited": limited_round_child,
     "build-round": build_round_child,
 }
@@ -417,6 +475,65 @@ def scenario_round(tmp: Path, n: int) -> None:
     )
 
 
+def scenario_check(tmp: Path, n: int) -> None:
+    results: dict[tuple[str, int], dict] = {}
+    warm = tmp / "check-warm"
+    built = build_round(warm, WARM_ORDERS)
+    failed = []
+    for size in (n, 5 * n):
+        path = tmp / f"check-{size}"
+        pristine = build_round(path, size)
+        for mode, (budget, _) in CHECK_MODES.items():
+            restore(warm, built)
+            restore(path, pristine)
+            r = results[(mode, size)] = child(
+                "check", path.as_uri(), mode, warm.as_uri(), env={QUALITY_BUDGET_ENV: budget}
+            )
+            say(
+                f"  {mode:>7}: {r['seconds']:.2f} s, {'ok' if r['ok'] else 'NOT OK'}; CPU driver "
+                f"{r['driver_cpu']:.2f} s (Python {r['python_cpu']:.2f} s), executors {r['executor_cpu']:.2f} s; "
+                f"driver RSS {r['rss_before'] / 2**20:.0f} -> {r['rss_peak'] / 2**20:.0f} MiB (Python "
+                f"{r['python_before'] / 2**20:.0f} -> {r['python_peak'] / 2**20:.0f})"
+            )
+            for check, table, status, rows, seconds, engine, error, violations in r["results"]:
+                say(
+                    f"           {check:<34} {table:<28} {status:<13} {rows:>10,} rows {seconds:>7.2f} s"
+                    + (f"  {engine}" if engine else "")
+                    + (f"  {error}" if error else "")
+                    + (f"  {violations}" if violations else "")
+                )
+            if not r["ok"]:
+                failed.append(f"{mode} at {size:,} orders")
+        shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(pristine, ignore_errors=True)
+    shutil.rmtree(warm, ignore_errors=True)
+    shutil.rmtree(built, ignore_errors=True)
+    if failed:
+        raise SystemExit(f"check: not every check passed ({', '.join(failed)}): a failing check measures nothing")
+    say("")
+    say(
+        f"Full quality check (reconciliation, GX suites, layer checks) of the round's warehouse, {MASTER}, "
+        f"N = {n:,} orders, {time.strftime('%Y-%m-%d %H:%M')}:"
+    )
+    say("")
+    say(
+        "| where the check runs | check, N / 5N | driver CPU, 5N / N | driver peak RSS, 5N - N "
+        "| executors' CPU share at 5N | driver RSS added by the check, N / 5N (Python's) | verdicts, N / 5N |"
+    )
+    say("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+    for mode, (_, label) in CHECK_MODES.items():
+        a, b = results[(mode, n)], results[(mode, 5 * n)]
+        added = " / ".join(
+            f"{(r['rss_peak'] - r['rss_before']) / 2**20:+.0f} ({(r['python_peak'] - r['python_before']) / 2**20:+.0f})"
+            for r in (a, b)
+        )
+        verdicts = " / ".join(
+            f"{sum(x[2] == 'passed' for x in r['results'])} of {len(r['results'])} passed" for r in (a, b)
+        )
+        say(f"| {label} | {a['seconds']:.1f} s / {b['seconds']:.1f} s | {_growth(a, b)} | {added} MiB | {verdicts} |")
+    say(GOALS)
+
+
 def scenario_limited(tmp: Path, n: int) -> None:
     """Issue 40: a round over ``n`` (10 M) orders succeeds with the driver limited to 1 GiB, JVM and Python."""
     path = tmp / f"limited-{n}"
@@ -475,8 +592,8 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="N = 100,000 orders")
     p.add_argument(
         "--only",
-        choices=["reconcile", "round", "limited", "local", "s3"],
-        help="one scenario (local: reconcile and round; s3: none, this benchmark runs on file:// only; limited, "
+        choices=["reconcile", "round", "check", "limited", "local", "s3"],
+        help="one scenario (local: reconcile, round and check; s3: none, this benchmark runs on file:// only; limited, "
         "only when asked: a round over --limited-orders with a 1 GiB driver)",
     )
     p.add_argument("--limited-orders", type=int, default=10_000_000)
@@ -498,6 +615,10 @@ def main() -> None:
             if args.only in (None, "local"):
                 say("")
             scenario_round(tmp, n)
+        if args.only in (None, "local", "check"):
+            if args.only in (None, "local"):
+                say("")
+            scenario_check(tmp, n)
         if args.only == "limited":
             scenario_limited(tmp, 1_000_000 if args.quick else args.limited_orders)
     finally:
