@@ -55,10 +55,15 @@ class MergeEngine(ABC):
 
     # ---- shared by the engines ----
 
-    def combined(self, stored: pa.Table, changes: pa.Table) -> pa.Table:
-        """``stored`` (order -1) and ``changes`` (order = their position) as one table of the user columns, with
-        ``__order`` and ``__delete``, in that order: within a key, its stored row first, then its changes."""
-        user = changes.select([f.name for f in self.definition.schema])
+    def combined(self, stored: pa.Table, changes: pa.Table, columns: list[str] | None = None) -> pa.Table:
+        """``stored`` (order -1) and ``changes`` (order = their position) as one table of the user columns (or of
+        the key columns and ``columns``), with ``__order`` and ``__delete``, in that order: within a key, its
+        stored row first, then its changes."""
+        names = [f.name for f in self.definition.schema]
+        if columns is not None:
+            wanted = {*self.primary_key, *columns}
+            names = [n for n in names if n in wanted]
+        user = changes.select(names)
         order = pa.array(np.arange(changes.num_rows, dtype=np.int64))
         parts = [user.append_column(ORDER, order).append_column(DELETE, is_delete(changes))]
         if stored.num_rows:
