@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakehouse.errors import BatchError
-from lakehouse.keyed_rows import is_delete
+from lakehouse.keyed_rows import is_delete, upserts_of
 from lakehouse.tables import TableDefinition
 
 ORDER = "__order"
@@ -108,7 +108,7 @@ class MergeEngine(ABC):
 def with_nulls(changes: pa.Table, columns: list[str]) -> list[str]:
     """Those of ``columns`` where some change that is not a delete has a null (a merge falls back on the stored
     value only there)."""
-    upserts = changes.filter(pc.invert(is_delete(changes)))
+    upserts = upserts_of(changes)  # no copy of the changes when none is a delete
     return [c for c in columns if upserts.column(c).null_count]
 
 
