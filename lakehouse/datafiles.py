@@ -250,17 +250,26 @@ def dictionary_columns(sample: pa.Table, rows: int = 10_000) -> list[str]:
 
 
 def delta_columns(schema: pa.Schema, dictionary: list[str]) -> list[str]:
-    """Integer-like columns not dictionary-encoded (keys, offsets, ids, instants): Parquet's
-    DELTA_BINARY_PACKED stores them as bit-packed differences. Measured on the TPC-H orders lake layout:
-    writes ~20% faster and reads faster than PLAIN + zstd, files ~7% smaller (offsets and ordered keys
-    shrink to a few bits). Every Parquet reader of the last years reads it (parquet-mr, DuckDB, arrow)."""
-    integer_like = (pa.types.is_integer, pa.types.is_date32, pa.types.is_timestamp, pa.types.is_time)
+    """Integer-like columns not dictionary-encoded (keys, offsets, ids, instants, decimals stored as integers):
+    Parquet's DELTA_BINARY_PACKED stores them as bit-packed differences. Measured on the TPC-H orders lake
+    layout: writes ~20% faster and reads faster than PLAIN + zstd, files ~7% smaller (offsets and ordered keys
+    shrink to a few bits). Every Parquet reader of the last years reads it (parquet-mr, DuckDB, arrow).
+    Decimals of precision <= 18 are INT32/INT64 in the file (``store_decimal_as_integer``), so the encoding
+    applies to them too: mostly-distinct amounts (prices) decode several times faster than PLAIN + zstd (a merge
+    engine folding them decodes them for every row group holding a changed key), in smaller chunks. Wider
+    decimals are fixed-length byte arrays, which the encoding does not take."""
+    integer_like = (pa.types.is_integer, pa.types.is_date32, pa.types.is_timestamp, pa.types.is_time, _int_decimal)
     skip = set(dictionary)
     return [
         f.name
         for f in schema
         if f.name not in skip and any(test(f.type) for test in integer_like) and not pa.types.is_uint64(f.type)
     ]
+
+
+def _int_decimal(t: pa.DataType) -> bool:
+    """A decimal the writer stores as an integer (`parquet_writer_options`: precision <= 18)."""
+    return pa.types.is_decimal(t) and t.precision <= 18
 
 
 def added_or_raise(ctx: LakeContext, outcomes: list[Any], error: Callable[[int, str], Exception]) -> list[DataFile]:

@@ -28,7 +28,12 @@ class Aggregate(MergeEngine):
         if changes.num_rows == 0:
             return changes
         functions = dict(self.definition.aggregates)
-        every = self.combined(stored, changes)
+        folded = [c for c in self.values if functions.get(c, "last_non_null") != "last_non_null"]
+        # a last_non_null column no change leaves null takes the key's last change's value, which `picked` copies
+        # with the row: only the columns some change leaves null are looked up by position, and only the key,
+        # folded and those columns are grouped (not the whole rows)
+        last = with_nulls(changes, [c for c in self.values if c not in folded])
+        every = self.combined(stored, changes, [*folded, *last])
         from_stored = pc.less(every.column(ORDER), 0)
         for column, function in functions.items():
             if function == "count":  # a change counts 1 if it has a value; a stored row brings its count
@@ -36,8 +41,6 @@ class Aggregate(MergeEngine):
                 ones = pc.cast(pc.is_valid(values), pa.int64())
                 counted = pc.if_else(from_stored, pc.fill_null(pc.cast(values, pa.int64()), 0), ones)
                 every = every.set_column(every.schema.get_field_index(column), column, counted)
-        folded = [c for c in self.values if functions.get(c, "last_non_null") != "last_non_null"]
-        last = [c for c in self.values if c not in folded]
         merged, values = last_values(
             every,
             self.primary_key,

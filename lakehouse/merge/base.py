@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakehouse.errors import BatchError
-from lakehouse.keyed_rows import is_delete
+from lakehouse.keyed_rows import is_delete, upserts_of
 from lakehouse.tables import TableDefinition
 
 ORDER = "__order"
@@ -55,10 +55,15 @@ class MergeEngine(ABC):
 
     # ---- shared by the engines ----
 
-    def combined(self, stored: pa.Table, changes: pa.Table) -> pa.Table:
-        """``stored`` (order -1) and ``changes`` (order = their position) as one table of the user columns, with
-        ``__order`` and ``__delete``, in that order: within a key, its stored row first, then its changes."""
-        user = changes.select([f.name for f in self.definition.schema])
+    def combined(self, stored: pa.Table, changes: pa.Table, columns: list[str] | None = None) -> pa.Table:
+        """``stored`` (order -1) and ``changes`` (order = their position) as one table of the user columns (or of
+        the key columns and ``columns``), with ``__order`` and ``__delete``, in that order: within a key, its
+        stored row first, then its changes."""
+        names = [f.name for f in self.definition.schema]
+        if columns is not None:
+            wanted = {*self.primary_key, *columns}
+            names = [n for n in names if n in wanted]
+        user = changes.select(names)
         order = pa.array(np.arange(changes.num_rows, dtype=np.int64))
         parts = [user.append_column(ORDER, order).append_column(DELETE, is_delete(changes))]
         if stored.num_rows:
@@ -103,7 +108,7 @@ class MergeEngine(ABC):
 def with_nulls(changes: pa.Table, columns: list[str]) -> list[str]:
     """Those of ``columns`` where some change that is not a delete has a null (a merge falls back on the stored
     value only there)."""
-    upserts = changes.filter(pc.invert(is_delete(changes)))
+    upserts = upserts_of(changes)  # no copy of the changes when none is a delete
     return [c for c in columns if upserts.column(c).null_count]
 
 

@@ -848,6 +848,36 @@ def test_data_files_encodings_and_the_codec_property(tmp_path) -> None:
     assert got.fetchone() == (sum(range(5000)), 5000)  # another engine reads the delta-encoded columns
 
 
+def test_decimals_stored_as_integers_are_delta_encoded_and_read_back(tmp_path) -> None:
+    lh = Lakehouse.open(tmp_path.as_uri())
+    schema = pa.schema(
+        [("k", pa.int64()), ("p9", pa.decimal128(9, 2)), ("p18", pa.decimal128(18, 4)), ("p38", pa.decimal128(38, 2))]
+    )
+    lh.create_table("ods.d", schema, primary_key=["k"], buckets=1)
+    cents = [(k * 7919) % 1_000_003 - 500_000 for k in range(3000)]  # distinct, negative too: not a dictionary
+    rows = pa.table(
+        {
+            "k": pa.array(range(3000), pa.int64()),
+            **{
+                name: pa.array([None if k % 10 == 0 else decimal.Decimal(c).scaleb(-2) for k, c in enumerate(cents)], t)
+                for name, t in (("p9", schema.field("p9").type), ("p18", schema.field("p18").type))
+            },
+            "p38": pa.array([decimal.Decimal(c).scaleb(-2) for c in cents], pa.decimal128(38, 2)),
+        }
+    )
+    lh.log("ods.d").append(rows, op="upsert")
+    lh.tier("ods.d")
+    chunks = _column_chunks(lh, "ods.d")
+    # precision <= 18: an integer in the file, delta-encoded; wider: fixed-length bytes, which delta cannot take
+    assert all("DELTA_BINARY_PACKED" in encodings for c in ("p9", "p18") for _, encodings in chunks[c])
+    assert not any("DELTA_BINARY_PACKED" in encodings for _, encodings in chunks["p38"])
+    assert lh.lake_read("ods.d").select(schema.names).sort_by("k").to_pylist() == rows.to_pylist()
+    location = lh.catalog.table_location("ods.d").removeprefix("file://")
+    got = duckdb_connection().execute(f"SELECT sum(p9), sum(p18), min(p18), count(p9) FROM iceberg_scan('{location}')")
+    expected = (pc.sum(rows["p9"]).as_py(), pc.sum(rows["p18"]).as_py(), pc.min(rows["p18"]).as_py(), 2700)
+    assert got.fetchone() == expected  # another engine reads the delta-encoded decimals
+
+
 def _worker_origin(_: int) -> str | None:
     """The module the Spark Python worker's process started as (its daemon's, which it forked from)."""
     return getattr(getattr(sys.modules["__main__"], "__spec__", None), "name", None)
