@@ -124,15 +124,18 @@ class Sampler:
         self.figures: dict[str, float] = {}
         self._done = threading.Event()
 
-    @staticmethod
-    def executors() -> list[psutil.Process]:
+    def executors(self) -> list[psutil.Process]:
+        """This cluster's executors and their Python workers: in local-cluster mode the executors' JVMs descend
+        from this process' JVM, so another process' cluster on the machine (a test, another benchmark) is not
+        counted."""
         out = []
-        for p in psutil.process_iter(["name", "cmdline"]):
-            if p.info["name"] == "java" and "org.apache.spark.executor.CoarseGrainedExecutorBackend" in (
-                p.info["cmdline"] or []
-            ):
-                out.append(p)
-                out.extend(p.children(recursive=True))
+        for p in self.me.children(recursive=True):
+            try:
+                if "org.apache.spark.executor.CoarseGrainedExecutorBackend" in p.cmdline():
+                    out.append(p)
+                    out.extend(p.children(recursive=True))
+            except psutil.Error:
+                pass
         return out
 
     def driver(self) -> list[psutil.Process]:

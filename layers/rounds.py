@@ -38,6 +38,8 @@ __all__ = [
     "RoundReport",
     "boundary_round",
     "consumer_of",
+    "is_self_consumer",
+    "self_consumer_of",
     "producer_of",
     "sql_digest",
     "create_round",
@@ -65,6 +67,17 @@ def sql_digest(sql: str) -> str:
 def consumer_of(model: str) -> str:
     """The subscription name (in each input table) of ``model``'s rounds."""
     return f"layers.{model}"
+
+
+def self_consumer_of(model: str) -> str:
+    """The subscription name in ``model``'s own table that holds its log for the model's rounds (retention keeps
+    what a resumed round or a rebuild reads back): internal, not a reader of the table."""
+    return f"{consumer_of(model)}.self"
+
+
+def is_self_consumer(name: str) -> bool:
+    """Whether subscription ``name`` is a model's own (`self_consumer_of`)."""
+    return name.startswith("layers.") and name.endswith(".self")
 
 
 def producer_of(model: str) -> str:

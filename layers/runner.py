@@ -56,6 +56,7 @@ from layers.rounds import (
     prune,
     report_exists,
     round_boundary,
+    self_consumer_of,
     sql_digest,
     write_report,
 )
@@ -213,7 +214,7 @@ class Runner:
         if latest.table_uuid:
             return latest.table_uuid != table_uuid
         try:  # a round recorded without the uuid: its table's own pin went with the table
-            self.lh.subscription(name, f"{consumer_of(name)}.self", create=False)
+            self.lh.subscription(name, self_consumer_of(name), create=False)
         except SubscriptionNotFound:
             return True
         return False
@@ -371,7 +372,7 @@ class Runner:
     def _pin_own_table(self, name: str, output: dict[int, int]) -> None:
         """Keep M's own table readable as of ``output`` (the old rows of the round about to start) until the
         next round: a subscription ``layers.<M>.self`` of M's table, which retention and expiry respect."""
-        own = self.lh.subscription(name, f"{consumer_of(name)}.self", start=output)
+        own = self.lh.subscription(name, self_consumer_of(name), start=output)
         if own.position != output:
             try:
                 own.advance(output)

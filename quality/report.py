@@ -520,9 +520,19 @@ def _buckets_table(stats: dict[str, Any]) -> str:
 
 
 def _subscriptions_table(stats: dict[str, Any]) -> str:
-    subs = stats.get("subscriptions") or []
+    from layers.rounds import is_self_consumer
+
+    every = stats.get("subscriptions") or []
+    subs = [s for s in every if not is_self_consumer(str(s.get("consumer") or ""))]
+    hidden = len(every) - len(subs)
+    note = (
+        f'<p class="muted">{hidden:,} internal subscription{"s" if hidden > 1 else ""} not shown (a model\'s '
+        "own log, kept for its rounds).</p>"
+        if hidden
+        else ""
+    )
     if not subs:
-        return '<p class="muted">No subscriptions.</p>'
+        return '<p class="muted">No subscriptions.</p>' + note
     rows = []
     for s in subs:
         stale = ' <span class="chip stale">STALE</span>' if s.get("stale") else ""
@@ -534,7 +544,7 @@ def _subscriptions_table(stats: dict[str, Any]) -> str:
     return (
         '<table class="grid"><thead><tr><th>Consumer</th><th class="num">Lag (records)</th>'
         '<th class="num">Lag (time)</th><th class="num">Idle for</th>'
-        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>{note}"
     )
 
 
@@ -627,7 +637,9 @@ def render_run(
     """The HTML page of ``run``; ``history`` (any order, may include ``run``) feeds the trend charts and the
     last reconciliation of tables this run did not reconcile. ``docs_base`` is prefixed to Data Docs paths
     (relative to the warehouse root): by default the way from ``_lakestream/quality/reports/`` to the root."""
-    tables = sorted(set(run.tables) | {r.table for r in run.results})
+    failing = {r.table for r in run.results if not r.ok}
+    # failing tables first (each group by name): the first detailed section is where to look
+    tables = sorted(set(run.tables) | {r.table for r in run.results}, key=lambda t: (t not in failing, t))
     violations = run.violations
     errors = [r for r in run.results if r.error is not None]
     skipped = [r for r in run.results if r.status == NOT_EVALUATED]

@@ -306,6 +306,35 @@ def test_render_run_shows_figures_escaped_and_self_contained() -> None:
     assert page.count("<rect") == 6  # check time per run
 
 
+def test_failing_tables_come_first_and_a_model_s_own_subscription_is_hidden() -> None:
+    """The first detailed section is a failing table's whatever the names (each group in name order), and a
+    model's own subscription (`layers.<model>.self`, its log kept for its rounds) is not listed as a reader."""
+    stats = stats_for("ods.b", [0, 0], files=1, snapshot=1)
+    stats["subscriptions"] = [
+        {"consumer": "layers.dwd.x", "lag_records": 3, "lag_seconds": 1.0, "idle_seconds": 2.0, "stale": False},
+        {"consumer": "layers.dwd.x.self", "lag_records": 0, "lag_seconds": 0.0, "idle_seconds": 2.0, "stale": False},
+    ]
+    bad = Violation("records-count", "ods.z", "added-records 1 != 2 records", expected=2, actual=1)
+    run = QualityRun(
+        run_id="r1",
+        started=T0.isoformat(),
+        finished=T0.isoformat(),
+        results=[
+            CheckResult(
+                RECONCILE, name, snapshot_id=1, seconds=0.1, rows=1, violations=[bad] if name == "ods.z" else []
+            )
+            for name in ("ods.a", "ods.b", "ods.y", "ods.z")
+        ],
+        tables={"ods.b": stats},
+    )
+    run.results[2] = CheckResult(RECONCILE, "ods.y", snapshot_id=1, seconds=0.1, rows=1, error="unreadable")
+    page = render_run(run, [])
+    order = [page.index(f"<span>ods.{t}</span></h2>") for t in ("y", "z", "a", "b")]
+    assert order == sorted(order)  # failing (y: an error, z: a violation) first, then passing, each by name
+    assert "layers.dwd.x</code>" in page and "layers.dwd.x.self" not in page
+    assert "1 internal subscription not shown" in page
+
+
 def test_render_marks_passing_runs_and_links_the_index() -> None:
     history = history_runs()
     page = render_run(history[-1], history)
