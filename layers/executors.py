@@ -7,17 +7,18 @@ the offsets and per-bucket counts only.
 
 * **Changed keys**: the keys of each input's log records in the round's range, read by tasks of at most
   `CHANGED_KEYS_RECORDS` records each (a bucket's range split by offsets, so parallelism follows the records, not
-  the bucket count); a GROUP BY over one input reads its net changelog with before-images instead
+  the bucket count); a GROUP BY or a window model over one input reads its net changelog with before-images instead
   (``spark.read.format("lakestream")`` with ``changes``: a task per bucket with changes).
 * **Hops** (a dimension's changed keys to the driving rows that join to them) and the **restricted inputs** (the
   driving rows of the affected keys and what they join to, as of the round's end; as of its start too for a
   GROUP BY over a join): left semi joins of the inputs read as of those offsets, with the range of the joined
   values (one aggregation: two values reach the driver) pushed into the read for file and row-group pruning.
-* ``keyed``: the model's SQL over the restricted inputs. ``retract``/``regroup``: the groups the changed rows
-  left (before-images, or the restricted inputs as of the start) and joined (as of the end), then the model's
-  SQL restricted to those groups over the inputs as of the end: every affected group recomputed from its rows
-  (retraction's shortcut, combining old rows and changed rows' aggregates one group at a time, stays with the
-  driver's rounds).
+* ``keyed``: the model's SQL over the restricted inputs. ``window``: the model's SQL restricted to the window
+  partitions of the changed rows (before-images and after), over its input as of the end.
+  ``retract``/``regroup``: the groups the changed rows left (before-images, or the restricted inputs as of the
+  start) and joined (as of the end), then the model's SQL restricted to those groups over the inputs as of the
+  end: every affected group recomputed from its rows (retraction's shortcut, combining old rows and changed rows'
+  aggregates one group at a time, stays with the driver's rounds).
 * **Diff and appends** (`layers.writer.write_keys`): the new rows and the covered keys, partitioned by the
   model's bucket; each task looks its keys' old rows up (pruned by key statistics), diffs, and appends under the
   round's producer id and sequences, so a retried task or a resumed round writes nothing twice.
@@ -38,7 +39,7 @@ import pyarrow as pa
 from pyiceberg.expressions import And, GreaterThanOrEqual, LessThanOrEqual
 from sqlglot import exp
 
-from layers.planner import KEYED, ModelPlan
+from layers.planner import KEYED, WINDOW, ModelPlan
 from layers.rewrite import groups_query, merged, restrict_to_groups
 from layers.rounds import RoundRecord, producer_of
 from layers.spark_sql import Filtered, SparkSql, referenced_columns
@@ -177,6 +178,14 @@ class ExecutorRound:
                 return new, wanted, changes, where
             before = self._restricted(plan, driving_keys, record.start, select)
             after = self._restricted(plan, driving_keys, record.end, select)
+        if plan.strategy == WINDOW:
+            new, wanted = self._window(record, plan, select, changed, views)
+            return (
+                new,
+                wanted,
+                changes,
+                f"{where}: the window partitions of the changed rows recomputed from their rows",
+            )
         distinct_groups = groups_query(select)
         groups = views.enter_context(self.sql.dataframe(distinct_groups, before)).unionByName(
             views.enter_context(self.sql.dataframe(distinct_groups, after))
@@ -189,6 +198,28 @@ class ExecutorRound:
         index = {g.output: i for i, g in enumerate(plan.group_by) if g.output}
         wanted = groups.select(*(groups[f"__g{index[k]}"].alias(k) for k in key))
         return new, wanted, changes, f"{where}: the groups of the changed rows recomputed from their rows"
+
+    def _window(
+        self, record: RoundRecord, plan: ModelPlan, select: exp.Select, changed: DataFrame, views: ExitStack
+    ) -> tuple[DataFrame, DataFrame]:
+        """A window model's new rows, those of the partitions the ``changed`` rows (its driving table's net
+        changelog with before-images) belong to, from all their rows as of the round's end; and the keys they
+        cover: the changed rows' (one that left the model is deleted) and the recomputed rows'."""
+        (mapping,) = plan.mappings
+        columns = list(plan.partition_by)
+        partitions = self._persist(
+            changed.select(*(changed[c].alias(f"__g{i}") for i, c in enumerate(columns))).distinct()
+        )
+        expressions = [exp.column(c, table=mapping.alias) for c in columns]
+        query = restrict_to_groups(select, "__groups", expressions)
+        new = self._persist(
+            views.enter_context(
+                self.sql.dataframe(query, {mapping.table: record.end[mapping.table], "__groups": partitions})
+            )
+        )
+        key = list(self.project.models[record.model].primary_key)
+        changed_keys = changed.select(*(changed[d].alias(o) for o, d in plan.output_key)).select(*key)
+        return new, changed_keys.unionByName(new.select(*key)).distinct()
 
     def _persist(self, frame: DataFrame) -> DataFrame:
         """``frame`` kept on the executors until the round ends (read once, used by several steps)."""

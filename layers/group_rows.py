@@ -18,7 +18,7 @@ from layers.spark_sql import referenced_columns
 if TYPE_CHECKING:
     from lakehouse.lakehouse import Lakehouse
 
-__all__ = ["GROUPS_FILTER_LIMIT", "MONTHS_AS_DAYS_LIMIT", "group_rows", "groups_filter"]
+__all__ = ["GROUPS_FILTER_LIMIT", "MONTHS_AS_DAYS_LIMIT", "group_rows", "groups_filter", "partition_terms"]
 
 
 #: Regroups of at most this many groups push a filter of their rows into the input's read.
@@ -28,17 +28,23 @@ GROUPS_FILTER_LIMIT = 256
 MONTHS_AS_DAYS_LIMIT = 60
 
 
-def groups_filter(select: exp.Select, groups: pa.Table) -> Any:
+def partition_terms(columns: tuple[str, ...]) -> list[tuple[int, str, str]]:
+    """`groups_filter`'s terms for a window model's partitions (``__g<i>`` holds column ``columns[i]``)."""
+    return [(i, column, "eq") for i, column in enumerate(columns)]
+
+
+def groups_filter(select: exp.Select, groups: pa.Table, terms: list[tuple[int, str, str]] | None = None) -> Any:
     """A pyiceberg filter keeping (at least) the input rows of ``groups`` (``__g0``, ...) of a one-input GROUP
-    BY, from the group expressions it can invert (`group_terms`): a column (``col = value``) and a month of a
-    date (``value <= col < next month``). None when none can be, or the groups are too many."""
+    BY, from the group expressions it can invert (`group_terms`, or the given ``terms``): a column
+    (``col = value``) and a month of a date (``value <= col < next month``). None when none can be, or the
+    groups are too many."""
     import datetime
 
     from pyiceberg.expressions import AlwaysTrue, EqualTo, IsNull, LessThan, Or
 
     if groups.num_rows == 0 or groups.num_rows > GROUPS_FILTER_LIMIT:
         return None
-    terms = group_terms(select)
+    terms = group_terms(select) if terms is None else terms
     if not terms:
         return None
     disjuncts = []

@@ -5,6 +5,8 @@ rows (the model's table as of the round's start), and the difference to append.
 * ``keyed``: the changed keys of the driving table, plus, for each dimension, the driving rows that join to its
   changed keys (hop by hop, as of the round's end: a row whose join column changed is itself a changed row).
   Every input is read restricted to those rows and what they join to, so a round reads its changes, not the table.
+* ``window``: the window partitions of the driving table's changed rows (before and after), recomputed from all
+  their rows as of the round's end; the keys covered are the changed rows' and the recomputed rows'.
 * ``retract``/``regroup``: the groups of those driving rows' joined rows, both as of the round's start (where
   they were) and as of its end (where they are); retraction settles what it can from the old row and the changed
   rows' aggregates, the model's SQL recomputes the rest (a ``LEFT SEMI JOIN`` on the group expressions).
@@ -25,8 +27,8 @@ from sqlglot import exp
 
 from lakehouse.keyed_rows import distinct_rows, semi_join
 from lakehouse.union import IN_LIST_LIMIT
-from layers.group_rows import group_rows, groups_filter
-from layers.planner import KEYED, RECOMPUTE_GROUP, ModelPlan, Retraction
+from layers.group_rows import group_rows, groups_filter, partition_terms
+from layers.planner import KEYED, RECOMPUTE_GROUP, WINDOW, ModelPlan, Retraction
 from layers.rewrite import SIDE, groups_query, merged, restrict_to_groups, sided
 from layers.rounds import RoundRecord
 from layers.spark_sql import Filtered, SparkSql, referenced_columns
@@ -74,6 +76,14 @@ class RoundRows:
             wanted = driving_keys.rename_columns(
                 [next(o for o, d in plan.output_key if d == c) for c in driving_keys.column_names]
             ).select(list(key))
+        elif plan.strategy == WINDOW:
+            new, partitions = self._partitions(record, select, plan)
+            driving = driving_keys.rename_columns(
+                [next(o for o, d in plan.output_key if d == c) for c in driving_keys.column_names]
+            ).select(list(key))
+            # the changed rows' keys (one that left the model is deleted) and every row of their partitions
+            wanted = distinct_rows(pa.concat_tables([driving, new.select(list(key)).cast(driving.schema)]))
+            note = f"this round: {partitions} window partition(s) recomputed from their rows"
         else:
             if len(plan.mappings) == 1:
                 # one input: its before-images are the rows that left, its new rows those that came
@@ -127,6 +137,23 @@ class RoundRows:
         op = changes["_op"]
         left = pc.is_in(op, pa.array(["update_before", "delete"]))
         return {table: changes.filter(left).select(names)}, {table: changes.filter(pc.invert(left)).select(names)}
+
+    def _partitions(self, record: RoundRecord, select: exp.Select, plan: ModelPlan) -> tuple[pa.Table, int]:
+        """A window model's rows of the partitions the round's changed rows belong to, before and after (their
+        values of ``plan.partition_by``), from all their rows as of the round's end (Spark reads the input with
+        a filter of the partitions pushed into the read where one can be built); and the number of partitions."""
+        (mapping,) = plan.mappings
+        table, columns = mapping.table, list(plan.partition_by)
+        before, after = self._images(table, record.start[table], record.end[table], columns)
+        partitions = distinct_rows(
+            pa.concat_tables([before[table].select(columns), after[table].select(columns)])
+        ).rename_columns([f"__g{i}" for i in range(len(columns))])
+        views: dict[str, Any] = {table: record.end[table], "__groups": partitions}
+        pushed = groups_filter(select, partitions, partition_terms(plan.partition_by))
+        if pushed is not None:
+            views[table] = Filtered(record.end[table], pushed)
+        expressions = [exp.column(c, table=mapping.alias) for c in columns]
+        return self.sql.run(restrict_to_groups(select, "__groups", expressions), views), partitions.num_rows
 
     def _regroup(self, record: RoundRecord, select: exp.Select, groups: pa.Table) -> pa.Table:
         """The model's rows of ``groups`` (``__g0``, ... in GROUP BY order), from all their rows as of the

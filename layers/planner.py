@@ -11,6 +11,9 @@ Strategies (docs/layers.md has the rules):
   values: before-images subtract, after-images add, a group whose row count reaches 0 is deleted.
 * ``regroup``: GROUP BY with ``min``, ``max``, ``count(DISTINCT)`` (or a sum of floating-point values, a
   HAVING): the groups the changed rows belong to (before and after) are recomputed from their rows.
+* ``window``: window functions over one table, every window partitioned by (at least) the same columns of it,
+  keyed by the table's key: the window partitions the changed rows belong to (before and after) are recomputed
+  from their rows; the output keys they cover are those rows' keys and the recomputed rows' keys.
 * ``recompute``: anything else: the whole model is recomputed and diffed against its table (``reason`` says
   what forced it).
 
@@ -35,6 +38,7 @@ __all__ = [
     "REGROUP",
     "RETRACT",
     "STRATEGIES",
+    "WINDOW",
     "Aggregate",
     "GroupKey",
     "Hop",
@@ -44,8 +48,8 @@ __all__ = [
     "plan_model",
 ]
 
-KEYED, RETRACT, REGROUP, RECOMPUTE = "keyed", "retract", "regroup", "recompute"
-STRATEGIES = (KEYED, RETRACT, REGROUP, RECOMPUTE)
+KEYED, RETRACT, REGROUP, WINDOW, RECOMPUTE = "keyed", "retract", "regroup", "window", "recompute"
+STRATEGIES = (KEYED, RETRACT, REGROUP, WINDOW, RECOMPUTE)
 #: Aggregates maintained by retraction (of exact values), and those that need the group's rows.
 RETRACTABLE = ("count", "sum", "avg")
 REGROUPABLE = ("min", "max", "count_distinct")
@@ -170,6 +174,9 @@ class ModelPlan:
     #: retract and regroup: how output columns follow from the old row and the changed rows (None: every
     #: affected group is recomputed from its rows).
     retraction: Retraction | None = None
+    #: window: the driving table's columns every window is partitioned by (a partition of the model is a set of
+    #: rows with equal values of them)
+    partition_by: tuple[str, ...] = ()
 
     def mapping(self, table: str) -> InputMapping:
         """The mapping of input ``table`` (the first, if the model reads it twice)."""
@@ -284,6 +291,8 @@ def plan_model(project: Project, name: str) -> ModelPlan:
     blocker = _blocker(select)
     if blocker:
         return ModelPlan(strategy=RECOMPUTE, reason=f"{blocker}: recomputed in full", **base)
+    if select.find(exp.Window):
+        return _plan_window(project, model, select, base)
     if select.args.get("group") or any(select.find_all(exp.AggFunc)):
         plan = _plan_group(project, model, select, base)
         if isinstance(model.query, exp.Select) and model.query.args.get("distinct"):  # `layers.sql.distinct_as_group`
@@ -297,8 +306,6 @@ def plan_model(project: Project, name: str) -> ModelPlan:
 
 def _blocker(select: exp.Select) -> str | None:
     for node in select.walk():
-        if isinstance(node, exp.Window):
-            return f"window function {_sql(node.this)}"
         name = type(node).__name__
         if name in _NONDETERMINISTIC_CLASSES or (
             isinstance(node, exp.Anonymous) and str(node.this).lower() in _NONDETERMINISTIC_NAMES
@@ -484,6 +491,47 @@ def _plan_keyed(project: Project, model: Model, select: exp.Select, base: dict) 
         driving=table,
         mappings=mappings,
         **base,
+    )
+
+
+# -- window functions ----------------------------------------------------------------------------------------
+
+
+def _plan_window(project: Project, model: Model, select: exp.Select, base: dict) -> ModelPlan:
+    """Window functions over one table whose every window is partitioned by the same columns (at least): a
+    partition holds all the rows any of its windows sees, so recomputing the partitions of the changed rows
+    recomputes every row they affect. The output is keyed like a filter of the table (its key)."""
+    windows = list(select.find_all(exp.Window))
+    first = _sql(windows[0].this)
+
+    def recompute(why: str, function: str = first) -> ModelPlan:
+        return ModelPlan(strategy=RECOMPUTE, reason=f"window function {function}: {why}: recomputed in full", **base)
+
+    if select.args.get("group") or any(a.find_ancestor(exp.Window) is None for a in select.find_all(exp.AggFunc)):
+        return recompute("over a GROUP BY (the groups' rows, then the windows)")
+    tree = _join_tree(select)
+    if isinstance(tree, str) or len(tree.aliases) > 1:
+        return recompute("over a join (only windows over one table are followed by partition)")
+    (table,) = tree.aliases.values()
+    shared: set[str] | None = None
+    for window in windows:
+        partition = window.args.get("partition_by") or []
+        if not partition:
+            return recompute("no PARTITION BY (each of its rows depends on every row)", _sql(window.this))
+        columns = {c.name for c in partition if isinstance(c, exp.Column)}
+        shared = columns if shared is None else shared & columns
+    if not shared:
+        return recompute("its windows share no PARTITION BY column of the table (a partition is then every row)")
+    keyed = _plan_keyed(project, model, select, base)
+    if keyed.strategy != KEYED:
+        return replace(keyed, reason=f"window function {first}: {keyed.reason}")
+    partition_by = tuple(sorted(shared))
+    return replace(
+        keyed,
+        strategy=WINDOW,
+        partition_by=partition_by,
+        reason=f"window functions partitioned by {', '.join(partition_by)} over {table}, keyed by its key: the "
+        "partitions the changed rows belong to (before and after) are recomputed from their rows",
     )
 
 

@@ -1,6 +1,6 @@
 """SQL rewrites of a model's query for its incremental rounds (sqlglot, Spark dialect): subqueries merged, the
-distinct groups of a GROUP BY, the query restricted to given groups, the query over two sides at once, and the
-group expressions that invert to a condition on an input column."""
+distinct groups of a GROUP BY, the query restricted to given groups (or window partitions), the query over two
+sides at once, and the group expressions that invert to a condition on an input column."""
 
 from __future__ import annotations
 
@@ -49,11 +49,12 @@ def groups_query(select: exp.Select) -> exp.Select:
     return out
 
 
-def restrict_to_groups(select: exp.Select, view: str) -> exp.Select:
+def restrict_to_groups(select: exp.Select, view: str, expressions: list[exp.Expression] | None = None) -> exp.Select:
     """The model's query restricted to the groups in ``view`` (``__g0``, ...): a LEFT SEMI JOIN on the group
-    expressions, null-safe."""
+    expressions (or on ``expressions``: a window model's partition columns), null-safe. The join restricts the
+    rows FROM gives, before any WHERE, GROUP BY or window sees them."""
     out = select.copy()
-    groups = out.args["group"].expressions
+    groups = expressions if expressions is not None else out.args["group"].expressions
     condition = exp.and_(
         *(
             exp.NullSafeEQ(this=exp.column(f"__g{i}", table="__groups"), expression=g.copy())

@@ -1,6 +1,6 @@
 """Incremental rounds on Spark's executors (`layers.executors`): above the driver's budget a round's changed keys,
 hops, old rows, diff and appends run in Spark tasks. Every strategy (keyed over an inner and a left join, retract
-of one input, GROUP BY over a join, regroup, SELECT DISTINCT) gives what the driver's round gives and what a
+of one input, GROUP BY over a join, regroup, SELECT DISTINCT, window functions) gives what the driver's round gives and what a
 rebuild gives; the driver reads no table data and holds no round rows; a retried write appends nothing twice; a
 bad model writes nothing."""
 
@@ -52,6 +52,11 @@ MODELS = {
     # SELECT DISTINCT: a GROUP BY of its columns (regroup); a pair whose last fact moved away is deleted
     "ads.pairs": "-- primary_key: [f_dim, f_qty]\n-- bucket_key: f_dim\n-- buckets: 1\n"
     "SELECT DISTINCT f_dim, f_qty FROM ods.f",
+    # window: the partitions (f_dim, f_qty: the columns both windows partition by) of the changed facts, before
+    # and after, recomputed; a fact moving to another partition renumbers the rows of both
+    "dwd.f_rank": "-- primary_key: [f_id]\n-- buckets: 2\n"
+    "SELECT f_id, f_dim, row_number() OVER (PARTITION BY f_qty, f_dim ORDER BY f_amount DESC, f_id) AS rn, "
+    "sum(f_amount) OVER (PARTITION BY f_dim, f_qty, f_id % 2) AS half_total FROM ods.f WHERE f_qty > 0",
 }
 
 
@@ -131,6 +136,7 @@ def test_every_strategy_on_the_executors_equals_the_driver_and_a_rebuild(tmp_pat
         "ads.by_region": "retract",
         "ads.qty": "regroup",
         "ads.pairs": "regroup",
+        "dwd.f_rank": "window",
     }
 
     def driver_read(*args, **kwargs):
@@ -151,6 +157,8 @@ def test_every_strategy_on_the_executors_equals_the_driver_and_a_rebuild(tmp_pat
 
             guard.setattr(DataFrame, "toArrow", driver_read)
             got = {r.model: r for r in executors.run_once()}
+        for report in (expected["dwd.f_rank"], got["dwd.f_rank"]):  # incremental: by partition, not in full
+            assert report.strategy == "window" and "window partition" in report.reason, report.reason
         for name in MODELS:
             assert "on Spark's executors" in got[name].reason, got[name].reason
             assert "on Spark's executors" not in expected[name].reason

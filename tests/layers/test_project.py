@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from lakehouse.errors import LakestreamError
 from lakestream.cli.layers import layers_app
-from layers import KEYED, RECOMPUTE, REGROUP, RETRACT, Hop, explain, load_project, plan_model
+from layers import KEYED, RECOMPUTE, REGROUP, RETRACT, WINDOW, Hop, explain, load_project, plan_model
 from layers.errors import (
     DependencyCycleError,
     ModelKeyError,
@@ -500,7 +500,46 @@ STRATEGY_CASES = [
         RECOMPUTE,
         ["not the primary key of one input"],
     ),
-    ("SELECT f_id, row_number() OVER (ORDER BY f_qty) AS rn FROM ods.f", "[f_id]", RECOMPUTE, ["window"]),
+    (
+        "SELECT f_id, row_number() OVER (ORDER BY f_qty) AS rn FROM ods.f",
+        "[f_id]",
+        RECOMPUTE,
+        ["window function ROW_NUMBER(): no PARTITION BY"],
+    ),
+    (
+        "SELECT f_id, row_number() OVER (PARTITION BY f_dim ORDER BY f_qty) AS rn, "
+        "lag(f_qty) OVER (PARTITION BY f_qty, f_dim ORDER BY f_id) AS prev FROM ods.f WHERE f_qty > 0",
+        "[f_id]",
+        WINDOW,
+        ["window functions partitioned by f_dim over ods.f", "partitions the changed rows belong to"],
+    ),
+    (
+        "SELECT f_id, rank() OVER (PARTITION BY f_dim ORDER BY f_id) AS a, rank() OVER (PARTITION BY f_qty "
+        "ORDER BY f_id) AS b FROM ods.f",
+        "[f_id]",
+        RECOMPUTE,
+        ["share no PARTITION BY column"],
+    ),
+    (
+        "SELECT f.f_id, row_number() OVER (PARTITION BY d.d_region ORDER BY f.f_id) AS rn FROM ods.f f "
+        "JOIN ods.d d ON f.f_dim = d.d_id",
+        "[f_id]",
+        RECOMPUTE,
+        ["over a join"],
+    ),
+    (
+        "SELECT f_dim, rank() OVER (PARTITION BY f_dim ORDER BY f_id) AS r FROM ods.f",
+        "[f_dim]",
+        RECOMPUTE,
+        ["window function RANK(): the output key", "not the primary key of one input"],
+    ),
+    (
+        "SELECT f_dim, count(*) AS n, rank() OVER (PARTITION BY f_dim ORDER BY count(*)) AS r FROM ods.f "
+        "GROUP BY f_dim",
+        "[f_dim]",
+        RECOMPUTE,
+        ["over a GROUP BY"],
+    ),
     ("SELECT DISTINCT f_id, f_qty FROM ods.f", "[f_id]", REGROUP, ["SELECT DISTINCT, planned as a GROUP BY"]),
     ("SELECT f_id FROM ods.f LIMIT 10", "[f_id]", RECOMPUTE, ["LIMIT"]),
     ("SELECT f_id FROM ods.f UNION ALL SELECT d_id FROM ods.d", "[f_id]", RECOMPUTE, ["UNION"]),
