@@ -1,8 +1,8 @@
 """Incremental rounds on Spark's executors (`layers.executors`): above the driver's budget a round's changed keys,
 hops, old rows, diff and appends run in Spark tasks. Every strategy (keyed over an inner and a left join, retract
-of one input, GROUP BY over a join, regroup, SELECT DISTINCT, window functions) gives what the driver's round gives and what a
-rebuild gives; the driver reads no table data and holds no round rows; a retried write appends nothing twice; a
-bad model writes nothing."""
+of one input, GROUP BY over a join, regroup, SELECT DISTINCT, window functions) gives what the driver's round
+gives and what a rebuild gives; the driver reads no table data and holds no round rows; a retried write appends
+nothing twice; a bad model writes nothing."""
 
 from __future__ import annotations
 
