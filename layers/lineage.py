@@ -276,6 +276,13 @@ def _column_sources(scope: Scope, column: exp.Column) -> set[SourceColumn]:
     source = scope.sources.get(column.table)
     if isinstance(source, exp.Table):
         return {SourceColumn(f"{source.db}.{source.name}", column.name, IDENTITY)}
+    if isinstance(source, Scope) and source.is_udtf:  # LATERAL VIEW explode(...): a function of its arguments
+        arguments = source.expression.this.find_all(exp.Column)
+        return {
+            SourceColumn(s.table, s.column, _compose(TRANSFORMATION, s.kind))
+            for c in arguments
+            for s in _column_sources(scope, c)
+        }
     if isinstance(source, Scope):
         names = source.expression.named_selects
         if column.name in names:
@@ -310,10 +317,15 @@ def _indirect(scope: Scope) -> set[SourceColumn]:
         clauses += [(e, "window") for e in window.args.get("partition_by") or []]
         if window.args.get("order"):
             clauses.append((window.args["order"], "window"))
+    subqueries = {id(s.expression): s for s in scope.subquery_scopes}
     out: set[SourceColumn] = set()
     for clause, kind in clauses:
         for column in find_all_in_scope(clause, exp.Column):
             out |= {SourceColumn(s.table, s.column, kind) for s in _column_sources(scope, column)}
+        for subquery in find_all_in_scope(clause, *exp.UNWRAPPED_QUERIES):  # x IN (SELECT y ...): y decides too
+            inner = subqueries.get(id(subquery))
+            for i in range(len(subquery.selects) if inner is not None else 0):
+                out |= {SourceColumn(s.table, s.column, kind) for s in _resolve(inner, i)}
     return out
 
 

@@ -301,6 +301,33 @@ def test_a_column_that_joins_and_filters_is_one_openlineage_input_field(tmp_path
     assert len(f_dim) == 1 and [t["subtype"] for t in f_dim[0]["transformations"]] == ["FILTER", "JOIN"]
 
 
+def test_a_generator_an_in_subquery_qualify_and_order_by(tmp_path: Path) -> None:
+    models = {
+        "dwd.exploded": """
+            -- primary_key: [f_id]
+            SELECT f_id, x FROM ods.f LATERAL VIEW explode(array(f_qty, f_dim)) t AS x
+        """,
+        "dwd.chosen": """
+            -- primary_key: [f_id]
+            SELECT f_id FROM ods.f WHERE f_dim IN (SELECT d_id FROM ods.d WHERE d_region = 1)
+            QUALIFY row_number() OVER (PARTITION BY f_dim ORDER BY f_day) = 1 ORDER BY f_amount
+        """,
+    }
+    lineage = column_lineage(load_project(make_project(tmp_path, models, SOURCES)))
+    # a generator's output: a function of its arguments
+    x_sources = cols("ods.f.f_qty transformation", "ods.f.f_dim transformation")
+    check(lineage.column("dwd.exploded", "x"), "transformation", x_sources, x_sources)
+    assert as_set(lineage.model("dwd.chosen").indirect) == cols(
+        "ods.f.f_dim filter",  # WHERE, and the QUALIFY's window
+        "ods.d.d_id filter",  # the IN subquery's output
+        "ods.d.d_region filter",  # the IN subquery's own WHERE
+        "ods.f.f_day filter",
+        "ods.f.f_dim window",
+        "ods.f.f_day window",
+        "ods.f.f_amount sort",
+    )
+
+
 # -- CLI -----------------------------------------------------------------------------------------------------------
 
 
