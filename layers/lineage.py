@@ -230,8 +230,8 @@ def openlineage_facet(lineage: Lineage, model: str, namespace: str = "lakestream
 # -- one model's query ---------------------------------------------------------------------------------------------
 
 
-def _model_sources(model: Model) -> tuple[dict[str, tuple[set[SourceColumn], bool]], set[SourceColumn]]:
-    """Per output column: its direct sources and whether it aggregates; and the model's indirect sources."""
+def _model_sources(model: Model) -> tuple[dict[str, tuple[set[SourceColumn], str]], set[SourceColumn]]:
+    """Per output column: its direct sources and its kind should it have none; and the model's indirect sources."""
     root = build_scope(model.qualified.copy())
     direct = {}
     for index, name in enumerate(model.column_names):
