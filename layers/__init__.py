@@ -25,6 +25,8 @@ _EXPORTS = {
     "InputMapping": "planner",
     "ModelPlan": "planner",
     "explain": "planner",
+    "Lineage": "lineage",
+    "column_lineage": "lineage",
     "plan_model": "planner",
     "Model": "project",
     "Project": "project",
@@ -41,16 +43,19 @@ __all__ = [  # the names of _EXPORTS
     "GroupKey",
     "Hop",
     "InputMapping",
+    "Lineage",
     "Model",
     "ModelPlan",
     "Project",
     "Source",
+    "column_lineage",
     "explain",
     "load_project",
     "plan_model",
 ]
 
 if TYPE_CHECKING:
+    from layers.lineage import Lineage, column_lineage
     from layers.planner import (
         KEYED,
         RECOMPUTE,

@@ -1,4 +1,4 @@
-"""``lakestream layers``: the warehouse-layers commands (explain, validate, deploy, run, rebuild, status).
+"""``lakestream layers``: the warehouse-layers commands (explain, validate, lineage, deploy, run, rebuild, status).
 
 A typer sub-app that `lakestream.cli` adds as ``layers``. Errors end the command with one line, as everywhere in
 ``lakestream`` (`lakestream.cli.core._fail`).
@@ -92,6 +92,49 @@ def validate_command(project: ProjectOpt, json_output: JsonOpt = False) -> None:
     )
     for name, columns in untyped.items():
         console.print(Text(f"{name}: types of {', '.join(columns)} are checked at deploy"), soft_wrap=True)
+
+
+@layers_app.command("lineage")
+def lineage_command(
+    project: ProjectOpt,
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="namespace.table of a model (default: every model)")
+    ] = None,
+    column: Annotated[
+        str | None, typer.Option("--column", "-c", help="one output column (of --model, else of every model)")
+    ] = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Column lineage: the input columns each model's output column derives from, and the sources' columns it
+    derives from through every model; exit 1 on an unknown model or column."""
+    from layers.lineage import column_lineage
+    from layers.project import load_project
+
+    try:
+        lineage = column_lineage(load_project(project))
+        columns = lineage.columns(model, column)
+    except LakestreamError as exc:
+        _fail(exc)
+    if json_output:
+        for c in columns:
+            json_line(c.to_json())
+        return
+    table = new_table("model", "column", "kind", "direct sources", "ultimate sources", show_lines=True)
+    for c in columns:
+        cells = (
+            c.model,
+            c.column,
+            c.kind,
+            "\n".join(map(str, c.direct)) or "-",
+            "\n".join(map(str, c.ultimate)) or "-",
+        )
+        table.add_row(*(Text(cell) for cell in cells))
+    console.print(table)
+    if column is None:  # what decides the rows, per model shown
+        for name in dict.fromkeys(c.model for c in columns):
+            indirect = lineage.models[name].indirect
+            if indirect:
+                console.print(Text(f"{name} rows decided by: {', '.join(map(str, indirect))}"), soft_wrap=True)
 
 
 # -- running the layers (layers.runner) ------------------------------------------------------------
