@@ -234,15 +234,18 @@ class _Planner:
             parts = []
             if diff.added:
                 columns = f"column{'s' if len(diff.added) > 1 else ''} {', '.join(diff.added)}"
+                them = "them" if len(diff.added) > 1 else "it"
                 if sql_changed:
                     parts.append(
-                        f"its SQL adds {columns} at the end: the table keeps its rows; the columns are added "
-                        "(nullable) and its next round, a full one (its SQL changed), backfills them"
+                        f"its SQL adds {columns} at the end: not breaking, its rows so far stay right and a full round "
+                        f"in place (its next: its SQL changed) backfills {them}. Deploy alters only a SELECT * "
+                        "model's table, though: for this one it stops with ModelSchemaChanged; until it carries "
+                        "such a model on, drop its table and deploy (its first round builds it in full)"
                     )
                 else:
                     parts.append(
-                        f"SELECT * over its inputs gives {columns} at the end: deploy adds them to its table "
-                        "(nullable); rows so far get them when their keys next change, or all at once by "
+                        f"SELECT * over its inputs gives {columns} at the end: deploy adds {them} to its table "
+                        f"(nullable); rows so far get {them} when their keys next change, or all at once by "
                         "lakestream layers rebuild"
                     )
             if sql_kind == "form":
@@ -289,6 +292,8 @@ class _Planner:
         why = f"reads {', '.join(upstream)} (directly or through other models), rebuilt or changed in a breaking way"
         if plan.action == REBUILD:
             why = f"{plan.why}. Also {why}"
+        elif plan.action == CARRY_ON:  # its own change is done by the rebuild too
+            why = f"{why}. Its own change: {plan.why}"
         changes = plan.changes if plan.action == REBUILD else (*plan.changes, "upstream rebuilt")
         return replace(plan, action=REBUILD, why=why, changes=changes, upstream=tuple(upstream))
 

@@ -149,6 +149,24 @@ def test_a_column_added_at_the_end_carries_on_and_select_star_readers_get_it(dep
     s = plan["dwd.s"]  # SELECT *: the column reaches it, its SQL is the same
     assert (s.action, s.columns_added, s.sql_changed) == (CARRY_ON, ("g",), False)
     assert plan["ads.a"].action == UNCHANGED
+    assert "ModelSchemaChanged" in m.why  # deploy still refuses a model whose own SQL selects more: said
+
+
+def test_a_source_that_gains_a_column_carries_its_select_star_reader_on_and_deploy_agrees(deployed) -> None:
+    lh, root = deployed
+    models = {**MODELS, "dwd.t": model("SELECT * FROM ods.o", "[id]", "-- buckets: 2\n")}
+    deploy(lh, write_project(root, models))
+    wider = write_project(root, models, SOURCES.replace("v: int64}", "v: int64, w: string}"))
+    plan = plan_of(lh, wider)
+    o = plan["ods.o"]  # declared before the table was altered: said, and not breaking for its readers
+    assert (o.action, o.columns_added) == (SOURCE_CHANGED, ("w",))
+    assert set(plan.actions().values()) == {SOURCE_CHANGED, UNCHANGED, CARRY_ON}
+    assert plan["dwd.t"].action == CARRY_ON and plan["dwd.t"].columns_added == ("w",)
+    lh.alter_table("ods.o", add_columns="w:string")
+    assert plan_of(lh, wider).actions()["ods.o"] == UNCHANGED
+    deploy(lh, wider)  # carried on: the column is added to dwd.t's table, nothing else changes
+    assert lh.table("dwd.t").schema.names == ["id", "grp", "v", "w"]
+    assert set(plan_of(lh, wider).actions().values()) == {UNCHANGED}
 
 
 def test_a_column_added_in_the_middle_is_breaking(deployed) -> None:
@@ -264,3 +282,13 @@ def test_cli_plan_json_lines_and_table(deployed) -> None:
 
     result = CliRunner().invoke(layers_app, ["plan", "--project", str(root / "missing"), "--warehouse", url])
     assert result.exit_code == 1 and "does not exist" in result.output
+
+
+def test_an_unreadable_record_is_one_clear_error_and_the_next_deploy_replaces_it(deployed) -> None:
+    lh, root = deployed
+    lh.store.put(DEPLOYED_KEY, b"{not json")
+    result = CliRunner().invoke(layers_app, ["plan", "--project", str(root), "--warehouse", lh.url])
+    assert result.exit_code == 1 and "cannot be read" in result.output and "layers deploy" in result.output
+    assert lh.store.get(DEPLOYED_KEY).data == b"{not json"  # the plan wrote nothing
+    deploy(lh, root)
+    assert read_deployment(lh.store).generation == 1 and plan_of(lh, root).recorded
