@@ -13,7 +13,9 @@ Each table gets an action:
   than by columns added at the end of its SELECT), or it reads, directly or not, a table with one: its rows so far
   are no longer what its SQL makes of its inputs, so it is recomputed in full.
 * ``carry on``: only columns added at the end (its own SQL's, or a ``SELECT *`` over an input that gained
-  them); the table keeps its rows and the new columns are backfilled by its next round.
+  them), or SQL changed only in form; the table keeps its rows and the new columns are backfilled (deploy
+  adds them to a ``SELECT *`` model's table; it still refuses a model whose own SQL selects more, as its
+  ``why`` says).
 * ``unchanged``; ``alter source``: a source declared otherwise than its table (deploy stops with
   `DeployMismatch` until they match); ``removed``: deployed, no longer in the project (deploy leaves it).
 
