@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from lakehouse.errors import TableAlreadyExists, TableNotFound
+from layers.deployed import deployment_of, write_deployment
 from layers.drift import table_differences
 from layers.errors import DeployMismatch, ModelSchemaChanged
 from layers.spark_sql import SparkSql
@@ -44,9 +45,13 @@ class Deployer:
     def deploy(self) -> list[str]:
         """Create every table the project declares that does not exist yet (sources, then models in dependency
         order); returns the names created. Idempotent; a concurrent deploy that created a table first is fine.
+        Then records the project as deployed (`layers.deployed`: each model's SQL, the tables' columns and keys),
+        which ``lakestream layers plan`` compares a changed project with.
 
         Raises:
-            DeployMismatch: a table exists with other columns, types or key than the project declares.
+            DeployMismatch: a table exists with other columns, types or key than the project declares (nothing
+                is recorded).
+            DeploymentRecordError: other deploys kept replacing the record (the tables are deployed).
         """
         created = []
         for name in self.project.tables:
@@ -63,6 +68,9 @@ class Deployer:
                 except TableAlreadyExists:
                     existing = self.lh.table(name)
             self._check_existing(name, existing, schema, settings)
+        # recorded only once every table matches: `layers plan` compares the next project with this one
+        definitions = {name: self.lh.table(name) for name in self.project.tables}
+        write_deployment(self.lh.store, deployment_of(self.project, definitions))
         return created
 
     def _declared(self, name: str, *, schema: pa.Schema | None = None) -> tuple[pa.Schema, dict[str, Any]]:

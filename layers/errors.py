@@ -7,6 +7,7 @@ from object_store.errors import LakestreamError
 __all__ = [
     "DependencyCycleError",
     "DeployMismatch",
+    "DeploymentRecordError",
     "LayerConflict",
     "LayersError",
     "ModelChanged",
@@ -86,6 +87,11 @@ class LayerConflict(LayersError):
 
 class RoundUnknown(LayersError):
     """Log offsets of a model's table match no round boundary (`layers.rounds.boundary_round`)."""
+
+
+class DeploymentRecordError(LayersError):
+    """The record of the deployed project (``_lakestream/layers/deployed.json``, `layers.deployed`) could not be
+    read, or other deploys kept replacing it while a deploy tried to write it."""
 
 
 class ModelChanged(ProjectError):

@@ -1,4 +1,5 @@
-"""``lakestream layers``: the warehouse-layers commands (explain, validate, lineage, deploy, run, rebuild, status).
+"""``lakestream layers``: the warehouse-layers commands (explain, validate, lineage, plan, deploy, run, rebuild,
+status).
 
 A typer sub-app that `lakestream.cli` adds as ``layers``. Errors end the command with one line, as everywhere in
 ``lakestream`` (`lakestream.cli.core._fail`).
@@ -212,6 +213,44 @@ def deploy_command(
         table.add_row(Text(name), kind, "[green]created[/]" if name in created else "already there")
     console.print(table)
     console.print(f"{len(created)} created, {len(loaded.tables) - len(created)} already there")
+
+
+_ACTION_STYLE = {"rebuild": "red", "alter source": "red", "carry on": "yellow", "create": "green", "removed": "dim"}
+
+
+@layers_app.command("plan")
+def plan_command(
+    project: ProjectOpt, warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output: JsonOpt = False
+) -> None:
+    """What deploying the project would change since the deployed version, per table: the change, the action
+    (create, rebuild, carry on, unchanged, ...), why, and the rows a rebuild reads. Writes nothing."""
+    from layers.plan import UNCHANGED, plan_deploy
+    from layers.project import load_project
+
+    try:
+        loaded = load_project(project)
+        with _lakehouse(warehouse, config) as lh:
+            plan = plan_deploy(lh, loaded)
+    except LakestreamError as exc:
+        _fail(exc)
+    if json_output:
+        for t in plan.tables:
+            json_line({**t.to_json(), "compared_with": "record" if plan.recorded else "tables"})
+        return
+    table = new_table("table", "change", "action", "why", "rows to read", show_lines=True)
+    for t in plan.tables:
+        action = Text(t.action, style=_ACTION_STYLE.get(t.action, ""))
+        why = t.why if not t.sql_diff else f"{t.why}\n{t.sql_diff}"
+        rows = "-" if t.rows_to_read is None else _count(t.rows_to_read)
+        table.add_row(Text(t.table), Text(", ".join(t.changes) or "-"), action, Text(why), Text(rows))
+    console.print(table)
+    changed = [t for t in plan.tables if t.action != UNCHANGED]
+    against = (
+        f"the deployment record (deploy {plan.generation})"
+        if plan.recorded
+        else "the tables and their rounds (no deployment record: deployed by an earlier version)"
+    )
+    console.print(Text(f"{len(changed)} of {len(plan.tables)} tables change; compared with {against}"))
 
 
 @layers_app.command("run")
