@@ -3,8 +3,8 @@
 `Deployer.deploy` creates every table the project declares that does not exist (sources, then models in
 dependency order); a table that exists otherwise than declared is a `DeployMismatch` (a model's,
 `ModelSchemaChanged`) saying what differs (`layers.drift`) and what to do, except a model's table whose SQL
-gained columns after its own (``SELECT *`` over an altered source): they are added to it
-(`Lakehouse.alter_table`). `Deployer.verify` makes the same check
+gained columns after its own (its SQL edited to select more, or ``SELECT *`` over an altered source): they are
+added to it (`Lakehouse.alter_table`) and the model's next rounds fill them. `Deployer.verify` makes the same check
 before a model's first round in a runner, without Spark: a round never writes rows of another shape than its
 table's, and a source's declaration that no longer matches its table is never "fixed" by dropping it.
 """
@@ -108,14 +108,15 @@ class Deployer:
             raise self._mismatch(name, differences)
 
     def _added_columns(self, name: str, existing: Any, schema: pa.Schema, settings: Mapping[str, Any]) -> bool:
-        """A model's table whose SQL now has more columns after its own (``SELECT *`` over a source that gained
-        one): the columns are added to the table (`Lakehouse.alter_table`, nullable: its rows so far have none;
-        its next rounds write them). Anything else that differs stays a `ModelSchemaChanged`."""
+        """A model's table whose SQL now has more columns after its own: the columns are added to the table
+        (`Lakehouse.alter_table`, nullable) and its rows so far keep theirs. They get the new columns from the
+        model's next rounds: its SQL edited to select more changed its digest, so its next round is a full one
+        that recomputes and diffs every row (a backfill in place); a ``SELECT *`` over a source that gained a
+        column has the same SQL, and the source's rows so far have none either (nulls). Anything else that
+        differs stays a `ModelSchemaChanged`."""
         have = list(existing.schema.names)
         if name not in self.project.models or list(schema.names[: len(have)]) != have or len(schema) == len(have):
             return False
-        if not any(p.is_star for p in self.project.models[name].query.selects):
-            return False  # the SQL itself was changed to select more: a new model (ModelSchemaChanged), not an alter
         added = [schema.field(n).with_nullable(True) for n in schema.names[len(have) :]]
         if any(pa.types.is_null(f.type) for f in added):
             return False
@@ -130,10 +131,28 @@ class Deployer:
         self.lh.alter_table(name, add_columns=pa.schema(added))
         return True
 
-    def _mismatch(self, name: str, differences: Sequence[str]) -> DeployMismatch:
+    def _appended(self, name: str, existing: Any, schema: pa.Schema) -> list[str]:
+        """The columns a model's SQL now has after all of its table's, the rest the same by name ([] if other
+        differences exist or ``name`` is a source): what `deploy` adds."""
+        have = list(existing.schema.names)
+        if name not in self.project.models or list(schema.names[: len(have)]) != have:
+            return []
+        return list(schema.names[len(have) :])
+
+    def _mismatch(self, name: str, differences: Sequence[str], *, appended: Sequence[str] = ()) -> DeployMismatch:
         """The error for table ``name`` differing from the project: a model's table can be built again from its
         inputs, a source's holds ingested data and is never to be dropped."""
         what = "; ".join(differences)
+        if name in self.project.models and appended:
+            model = self.project.models[name]
+            return ModelSchemaChanged(
+                f"model {name}: its SQL ({model.path}) now selects {', '.join(appended)} after its table's columns "
+                f"in {self.lh.url}. Run lakestream layers deploy: it adds them to the table (nullable), and the "
+                "model's next round fills them for every row (lakestream layers plan shows it as carry on). Nothing "
+                "was written",
+                path=model.path,
+                model=name,
+            )
         if name in self.project.models:
             model = self.project.models[name]
             return ModelSchemaChanged(
@@ -176,9 +195,10 @@ class Deployer:
             else:  # a type only Spark knows is null here: it is checked as the round's rows are cast
                 schema = pa.schema([pa.field(c.name, c.type or pa.null()) for c in self.project.models[table].columns])
             _, settings = self._declared(table, schema=schema)
-            differences = table_differences(self.lh.table(table), schema, settings)
+            existing = self.lh.table(table)
+            differences = table_differences(existing, schema, settings)
             if differences:
-                raise self._mismatch(table, differences)
+                raise self._mismatch(table, differences, appended=self._appended(table, existing, schema))
             self._verified_tables.add(table)
         self._verified.add(name)
 

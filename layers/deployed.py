@@ -9,7 +9,8 @@ source its declared columns and key. `layers.plan` compares a changed project wi
 One object holds the whole project: a deploy writes the project it deployed, complete, so two concurrent
 deploys can only mean "the last one wins". Each write is a compare-and-swap on the version it read (``If-Match``
 its ETag, or ``If-None-Match: *`` for the first) with a ``generation`` one higher, retried when another deploy
-wrote in between, so every record is whole and the generations count the deploys that landed.
+wrote in between, so every record is whole and the generations count the deployed versions that landed. A deploy
+of the version already recorded writes nothing (each layers job deploys before its round).
 """
 
 from __future__ import annotations
@@ -165,7 +166,8 @@ def _parse(data: bytes) -> Deployment:
 
 def write_deployment(store: ObjectStore, deployment: Deployment) -> Deployment:
     """Record ``deployment`` as the deployed version (compare-and-swap on the record read, retried while other
-    deploys write in between); returns it with its generation and time.
+    deploys write in between); returns it with its generation and time. The version already recorded is not
+    written again (the record read is returned).
 
     Raises:
         DeploymentRecordError: other deploys won every attempt (the tables are deployed; run deploy again).
@@ -178,9 +180,13 @@ def write_deployment(store: ObjectStore, deployment: Deployment) -> Deployment:
         generation = 1
         if current is not None:
             try:
-                generation = _parse(current.data).generation + 1
+                recorded = _parse(current.data)
             except DeploymentRecordError:  # unreadable (an older format): replaced, the count starts again
-                generation = 1
+                recorded = None
+            if recorded is not None and recorded.tables == deployment.tables:
+                # the same project deployed again (every job run deploys first): nothing to write
+                return recorded
+            generation = 1 if recorded is None else recorded.generation + 1
         record = Deployment(tables=deployment.tables, generation=generation, deployed_at=time.time())
         try:
             if current is None:

@@ -13,9 +13,8 @@ Each table gets an action:
   than by columns added at the end of its SELECT), or it reads, directly or not, a table with one: its rows so far
   are no longer what its SQL makes of its inputs, so it is recomputed in full.
 * ``carry on``: only columns added at the end (its own SQL's, or a ``SELECT *`` over an input that gained
-  them), or SQL changed only in form; the table keeps its rows and the new columns are backfilled (deploy
-  adds them to a ``SELECT *`` model's table; it still refuses a model whose own SQL selects more, as its
-  ``why`` says).
+  them), or SQL changed only in form; the table keeps its rows, deploy adds the new columns (nullable) and the
+  model's next rounds fill them (a full round in place when its SQL changed).
 * ``unchanged``; ``alter source``: a source declared otherwise than its table (deploy stops with
   `DeployMismatch` until they match); ``removed``: deployed, no longer in the project (deploy leaves it).
 
@@ -239,10 +238,9 @@ class _Planner:
                 them = "them" if len(diff.added) > 1 else "it"
                 if sql_changed:
                     parts.append(
-                        f"its SQL adds {columns} at the end: not breaking, its rows so far stay right and a full round "
-                        f"in place (its next: its SQL changed) backfills {them}. Deploy alters only a SELECT * "
-                        "model's table, though: for this one it stops with ModelSchemaChanged; until it carries "
-                        "such a model on, drop its table and deploy (its first round builds it in full)"
+                        f"its SQL adds {columns} at the end: not breaking, its rows so far stay right; deploy adds "
+                        f"{them} to its table (nullable) and its next round, a full one in place (its SQL changed), "
+                        f"backfills {them}"
                     )
                 else:
                     parts.append(

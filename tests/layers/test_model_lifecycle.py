@@ -83,9 +83,36 @@ def setup(tmp_path, spark):
     return lh, root
 
 
-def test_sql_that_gains_a_column_is_refused_naming_it_and_writes_nothing(setup, spark):
+def test_sql_that_gains_a_column_at_the_end_is_carried_on_by_deploy_and_backfilled(setup, spark):
+    """A model's SQL edited to select one more column: its rounds stop (naming the column, advising deploy) until
+    a deploy adds the column; the next round, a full one (the SQL changed), fills it for every row in place."""
     lh, root = setup
     (root / "models" / "dwd.m.sql").write_text(M_SQL.replace("v FROM", "v, upper(grp) AS grp_uc FROM"))
+    lh.log("ods.o").append(rows(1, 10), "upsert")
+    before = lh.log("dwd.m").end_offsets()
+    uuid = lh.table("dwd.m").table_uuid
+    layers = Runner(lh, load_project(root), spark)
+    with pytest.raises(ModelSchemaChanged, match=r"dwd\.m.*grp_uc") as caught:
+        layers.run_once()
+    assert "lakestream layers deploy" in str(caught.value) and "table drop" not in str(caught.value)
+    assert lh.log("dwd.m").end_offsets() == before
+    problems = {s.model: s.problem for s in layers.status()}  # status says it, for the model whose SQL changed
+    assert "grp_uc" in problems["dwd.m"] and problems["ads.a"] is None
+    layers = Runner(lh, load_project(root), spark)
+    assert layers.deploy() == []  # nothing created: the column added to the table
+    assert lh.table("dwd.m").schema.names == ["id", "grp", "v", "grp_uc"] and lh.table("dwd.m").table_uuid == uuid
+    reports = {r.model: r for r in layers.run_once()}
+    assert "SQL changed" in reports["dwd.m"].reason
+    got = table_rows(lh, "dwd.m")
+    assert [r["id"] for r in got] == list(range(11))
+    assert all(r["grp_uc"] == r["grp"].upper() for r in got)  # the rows from before the change too
+    assert table_rows(lh, "ads.a") == expected_a(lh)
+
+
+def test_sql_that_changes_its_columns_otherwise_is_refused_naming_it_and_writes_nothing(setup, spark):
+    """A column inserted before the table's last ones (so are removed, retyped, reordered ones): not a carry-on."""
+    lh, root = setup
+    (root / "models" / "dwd.m.sql").write_text(M_SQL.replace("grp, v FROM", "upper(grp) AS grp_uc, grp, v FROM"))
     lh.log("ods.o").append(rows(1, 10), "upsert")
     before = lh.log("dwd.m").end_offsets()
     layers = Runner(lh, load_project(root), spark)
@@ -93,10 +120,10 @@ def test_sql_that_gains_a_column_is_refused_naming_it_and_writes_nothing(setup, 
         layers.run_once()
     assert "lakestream table drop dwd.m" in str(caught.value)
     assert lh.log("dwd.m").end_offsets() == before
-    with pytest.raises(DeployMismatch, match="added column grp_uc"):  # deploy says the same
+    with pytest.raises(DeployMismatch, match="grp_uc"):  # deploy says the same
         layers.deploy()
-    problems = {s.model: s.problem for s in layers.status()}  # and status, for the model whose SQL changed
-    assert "added column grp_uc" in problems["dwd.m"] and problems["ads.a"] is None
+    problems = {s.model: s.problem for s in layers.status()}
+    assert "grp_uc" in problems["dwd.m"] and problems["ads.a"] is None
 
 
 def test_a_model_table_created_again_is_built_in_full_and_its_downstream_follows(setup, spark):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,7 +16,7 @@ from lakehouse import Lakehouse
 from lakestream.cli.layers import layers_app
 from layers import load_project
 from layers.deploy import Deployer
-from layers.deployed import DEPLOYED_KEY, read_deployment, write_deployment
+from layers.deployed import DEPLOYED_KEY, Deployment, read_deployment, write_deployment
 from layers.errors import ModelSchemaChanged
 from layers.plan import CARRY_ON, CREATE, REBUILD, REMOVED, SOURCE_CHANGED, UNCHANGED, plan_deploy
 from layers.rounds import RoundRecord, sql_digest
@@ -93,7 +94,10 @@ def test_deploy_records_the_project_and_an_unchanged_project_plans_nothing(deplo
     assert plan.recorded and plan.generation == 1
     assert plan.actions() == {t: UNCHANGED for t in ("ods.o", "dwd.m", "ads.a", "dwd.s")}
     assert all(t.rows_to_read is None and t.sql_changed is False for t in plan.tables)
-    deploy(lh, root)
+    etag = lh.store.head(DEPLOYED_KEY).etag
+    deploy(lh, root)  # the same version again (every layers job deploys first): the record is not rewritten
+    assert read_deployment(lh.store).generation == 1 and lh.store.head(DEPLOYED_KEY).etag == etag
+    deploy(lh, with_model(root, "dwd.m", model(M_SQL.replace("SELECT id", "SELECT  id"), "[id]", "-- buckets: 2\n")))
     assert read_deployment(lh.store).generation == 2
 
 
@@ -141,7 +145,7 @@ def test_sql_changed_only_in_form_carries_on(deployed) -> None:
 
 def test_a_column_added_at_the_end_carries_on_and_select_star_readers_get_it(deployed) -> None:
     lh, root = deployed
-    added = model("SELECT id, grp, v, upper(grp) AS g FROM ods.o", "[id]", "-- buckets: 2\n")
+    added = model("SELECT id, grp, v, CAST(upper(grp) AS STRING) AS g FROM ods.o", "[id]", "-- buckets: 2\n")
     plan = plan_of(lh, with_model(root, "dwd.m", added))
     m = plan["dwd.m"]
     assert (m.action, m.columns_added, m.changes) == (CARRY_ON, ("g",), ("sql changed", "columns added"))
@@ -149,7 +153,11 @@ def test_a_column_added_at_the_end_carries_on_and_select_star_readers_get_it(dep
     s = plan["dwd.s"]  # SELECT *: the column reaches it, its SQL is the same
     assert (s.action, s.columns_added, s.sql_changed) == (CARRY_ON, ("g",), False)
     assert plan["ads.a"].action == UNCHANGED
-    assert "ModelSchemaChanged" in m.why  # deploy still refuses a model whose own SQL selects more: said
+    assert "deploy adds it" in m.why and "backfills it" in m.why
+    changed = with_model(root, "dwd.m", added)
+    deploy(lh, changed)  # carried on: the columns added, no table created again, the record follows
+    assert lh.table("dwd.m").schema.names[-1] == "g" and lh.table("dwd.s").schema.names[-1] == "g"
+    assert plan_of(lh, changed).actions() == {t: UNCHANGED for t in ("ods.o", "dwd.m", "ads.a", "dwd.s")}
 
 
 def test_a_source_that_gains_a_column_carries_its_select_star_reader_on_and_deploy_agrees(deployed) -> None:
@@ -242,21 +250,29 @@ def test_concurrent_record_writes_lose_none_and_leave_a_whole_record(deployed) -
     record = read_deployment(lh.store)
     errors: list[BaseException] = []
 
-    def writer() -> None:
+    def version(thread: int, i: int) -> Deployment:  # a distinct project version per write
+        tables = dict(record.tables)
+        tables["dwd.m"] = replace(tables["dwd.m"], sql=f"{tables['dwd.m'].sql} -- {thread}.{i}")
+        return Deployment(tables=tables)
+
+    def writer(thread: int) -> None:
         try:
-            for _ in range(4):
-                write_deployment(lh.store, record)
+            for i in range(4):
+                write_deployment(lh.store, version(thread, i))
         except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer) for _ in range(3)]
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert errors == []
     after = read_deployment(lh.store)
-    assert after.generation == 1 + 3 * 4 and after.tables == record.tables
+    assert after.generation == 1 + 3 * 4
+    assert after.tables["ods.o"] == record.tables["ods.o"] and after.tables["dwd.m"].sql.startswith(
+        record.tables["dwd.m"].sql
+    )
 
 
 def test_cli_plan_json_lines_and_table(deployed) -> None:
