@@ -212,10 +212,18 @@ class ExecutorRound:
         )
         expressions = [exp.column(c, table=mapping.alias) for c in columns]
         query = restrict_to_groups(select, "__groups", expressions)
+        from pyspark.sql import functions as F
+
+        # the range of the first partition column pushed into the read (one aggregation: three values reach the
+        # driver); a null partition value reads everything (a range would skip its rows)
+        low, high, nulls = partitions.agg(
+            F.min("__g0"), F.max("__g0"), F.count(F.when(F.col("__g0").isNull(), 1))
+        ).first()
+        view: Filtered | dict[int, int] = dict(record.end[mapping.table])
+        if not nulls and all(isinstance(v, int | str) and not isinstance(v, bool) for v in (low, high)):
+            view = Filtered(dict(view), And(GreaterThanOrEqual(columns[0], low), LessThanOrEqual(columns[0], high)))
         new = self._persist(
-            views.enter_context(
-                self.sql.dataframe(query, {mapping.table: record.end[mapping.table], "__groups": partitions})
-            )
+            views.enter_context(self.sql.dataframe(query, {mapping.table: view, "__groups": partitions}))
         )
         key = list(self.project.models[record.model].primary_key)
         changed_keys = changed.select(*(changed[d].alias(o) for o, d in plan.output_key)).select(*key)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.expressions import And, GreaterThanOrEqual, In
+from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThanOrEqual
 from sqlglot import exp
 
 from lakehouse.keyed_rows import semi_join
@@ -18,7 +18,7 @@ from layers.spark_sql import referenced_columns
 if TYPE_CHECKING:
     from lakehouse.lakehouse import Lakehouse
 
-__all__ = ["GROUPS_FILTER_LIMIT", "MONTHS_AS_DAYS_LIMIT", "group_rows", "groups_filter", "partition_terms"]
+__all__ = ["GROUPS_FILTER_LIMIT", "MONTHS_AS_DAYS_LIMIT", "group_rows", "groups_filter", "partitions_filter"]
 
 
 #: Regroups of at most this many groups push a filter of their rows into the input's read.
@@ -28,23 +28,36 @@ GROUPS_FILTER_LIMIT = 256
 MONTHS_AS_DAYS_LIMIT = 60
 
 
-def partition_terms(columns: tuple[str, ...]) -> list[tuple[int, str, str]]:
-    """`groups_filter`'s terms for a window model's partitions (``__g<i>`` holds column ``columns[i]``)."""
-    return [(i, column, "eq") for i, column in enumerate(columns)]
+def partitions_filter(column: str, values: pa.ChunkedArray | pa.Array) -> Any:
+    """A pyiceberg filter keeping (at least) the rows whose ``column`` holds one of ``values`` (a window model's
+    first partition column, over the partitions a round recomputes): an IN list of up to `GROUPS_FILTER_LIMIT`
+    values, else their range; ``OR column IS NULL`` when a value is null. None when there are no values."""
+    from pyiceberg.expressions import IsNull, Or
+
+    values = pc.unique(values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values)
+    present = values.drop_null()
+    out: Any = None
+    if len(present) and len(present) <= GROUPS_FILTER_LIMIT:
+        out = In(column, present.to_pylist())
+    elif len(present):
+        low, high = pc.min_max(present).values()
+        out = And(GreaterThanOrEqual(column, low.as_py()), LessThanOrEqual(column, high.as_py()))
+    if values.null_count:
+        out = IsNull(column) if out is None else Or(out, IsNull(column))
+    return out
 
 
-def groups_filter(select: exp.Select, groups: pa.Table, terms: list[tuple[int, str, str]] | None = None) -> Any:
+def groups_filter(select: exp.Select, groups: pa.Table) -> Any:
     """A pyiceberg filter keeping (at least) the input rows of ``groups`` (``__g0``, ...) of a one-input GROUP
-    BY, from the group expressions it can invert (`group_terms`, or the given ``terms``): a column
-    (``col = value``) and a month of a date (``value <= col < next month``). None when none can be, or the
-    groups are too many."""
+    BY, from the group expressions it can invert (`group_terms`): a column (``col = value``) and a month of a
+    date (``value <= col < next month``). None when none can be, or the groups are too many."""
     import datetime
 
     from pyiceberg.expressions import AlwaysTrue, EqualTo, IsNull, LessThan, Or
 
     if groups.num_rows == 0 or groups.num_rows > GROUPS_FILTER_LIMIT:
         return None
-    terms = group_terms(select) if terms is None else terms
+    terms = group_terms(select)
     if not terms:
         return None
     disjuncts = []

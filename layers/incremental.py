@@ -27,7 +27,7 @@ from sqlglot import exp
 
 from lakehouse.keyed_rows import distinct_rows, semi_join
 from lakehouse.union import IN_LIST_LIMIT
-from layers.group_rows import group_rows, groups_filter, partition_terms
+from layers.group_rows import group_rows, groups_filter, partitions_filter
 from layers.planner import KEYED, RECOMPUTE_GROUP, WINDOW, ModelPlan, Retraction
 from layers.rewrite import SIDE, groups_query, merged, restrict_to_groups, sided
 from layers.rounds import RoundRecord
@@ -140,8 +140,9 @@ class RoundRows:
 
     def _partitions(self, record: RoundRecord, select: exp.Select, plan: ModelPlan) -> tuple[pa.Table, int]:
         """A window model's rows of the partitions the round's changed rows belong to, before and after (their
-        values of ``plan.partition_by``), from all their rows as of the round's end (Spark reads the input with
-        a filter of the partitions pushed into the read where one can be built); and the number of partitions."""
+        values of ``plan.partition_by``), from all their rows as of the round's end (read here by the values of
+        the first partition column, or by Spark with them pushed into its read when one is null); and the number
+        of partitions."""
         (mapping,) = plan.mappings
         table, columns = mapping.table, list(plan.partition_by)
         before, after = self._images(table, record.start[table], record.end[table], columns)
@@ -149,11 +150,24 @@ class RoundRows:
             pa.concat_tables([before[table].select(columns), after[table].select(columns)])
         ).rename_columns([f"__g{i}" for i in range(len(columns))])
         views: dict[str, Any] = {table: record.end[table], "__groups": partitions}
-        pushed = groups_filter(select, partitions, partition_terms(plan.partition_by))
-        if pushed is not None:
-            views[table] = Filtered(record.end[table], pushed)
+        if partitions["__g0"].null_count == 0:
+            # the partitions' rows read here (the first partition column matched as each batch is read: an IN
+            # list or a range pushed into the read, then a hash lookup), so Spark gets only them; the rows the
+            # round writes are theirs anyway. The semi join still decides (the other partition columns)
+            values = partitions.select(["__g0"]).rename_columns([columns[0]])
+            views[table] = self._read_in(table, record.end[table], values, self._columns(select, table))
+        else:  # a null partition value: Spark reads, with a filter of the values (and IS NULL) pushed
+            views[table] = Filtered(record.end[table], partitions_filter(columns[0], partitions["__g0"]))
         expressions = [exp.column(c, table=mapping.alias) for c in columns]
         return self.sql.run(restrict_to_groups(select, "__groups", expressions), views), partitions.num_rows
+
+    def _columns(self, select: exp.Select, table: str) -> list[str] | None:
+        """The columns of ``table`` the model's query uses and its primary key, in the table's order (None: all)."""
+        used = referenced_columns(select, table)
+        if used is None:
+            return None
+        key = self.project.primary_key_of(table)
+        return [n for n in self.lh.table(table).schema.names if n in used or n in key]
 
     def _regroup(self, record: RoundRecord, select: exp.Select, groups: pa.Table) -> pa.Table:
         """The model's rows of ``groups`` (``__g0``, ... in GROUP BY order), from all their rows as of the

@@ -70,6 +70,47 @@ def test_a_regroup_pushes_the_groups_rows_filter_into_the_read():
     assert groups_filter(select, groups.slice(0, 0)) is None
 
 
+def test_a_window_round_pushes_its_partitions_values_into_the_read():
+    """An IN list of the first partition column's values (a null one adds IS NULL), their range past the limit:
+    every row of the partitions passes the filter."""
+    import pyarrow as pa
+    from pyiceberg.expressions import visitors
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from layers.group_rows import GROUPS_FILTER_LIMIT, partitions_filter
+
+    schema = Schema(NestedField(1, "f_dim", LongType(), required=False))
+
+    def keeps(row_filter, value) -> bool:
+        return visitors.expression_evaluator(schema, row_filter, case_sensitive=True)(_Row(value))
+
+    small = partitions_filter("f_dim", pa.chunked_array([[3, 5, None, 3]]))
+    assert [keeps(small, v) for v in (3, 5, None, 4)] == [True, True, True, False]
+    assert "In" in repr(small)
+    many = partitions_filter("f_dim", pa.array(range(0, 2 * GROUPS_FILTER_LIMIT + 2, 2)))
+    assert [keeps(many, v) for v in (0, 2 * GROUPS_FILTER_LIMIT, -1, 2 * GROUPS_FILTER_LIMIT + 1)] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert partitions_filter("f_dim", pa.array([], pa.int64())) is None
+
+
+class _Row:
+    """A one-column record for pyiceberg's expression evaluator."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def __getitem__(self, pos: int):
+        return self.value
+
+    def __len__(self) -> int:
+        return 1
+
+
 @pytest.mark.parametrize("months_as_days", [60, 0], ids=["days", "range"])
 def test_group_rows_reads_exactly_the_groups_rows(tmp_path, monkeypatch, months_as_days):
     """A one-input regroup's rows, read by the driver: a coarse filter (the groups' months as their days, a
