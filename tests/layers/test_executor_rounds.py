@@ -294,3 +294,34 @@ def test_a_round_resumes_where_it_began_whatever_the_budget_is_now(tmp_path, spa
     lh.log("ods.f").append(facts([1]), "upsert")
     (report,) = Runner(lh, project, spark, driver_budget_rows=10**9).run_once(["ads.by_dim"])
     assert not latest_round(lh.store, "ads.by_dim").on_executors and "on Spark's executors" not in report.reason
+
+
+def test_a_window_model_with_null_partition_values_equals_a_rebuild_on_the_driver_and_the_executors(tmp_path, spark):
+    """Facts moving into, within and out of the null partition (which no IN list or range holds): a round on the
+    driver (Spark reads with IS NULL pushed) and one on the executors (no range pushed) both equal a rebuild."""
+    root = tmp_path / "project"
+    (root / "models").mkdir(parents=True)
+    (root / "sources.yml").write_text(SOURCES)
+    (root / "models" / "dwd.f_rank.sql").write_text(MODELS["dwd.f_rank"] + "\n")
+    project = load_project(root)
+    dims_of = {i: (None if i % 3 == 0 else i % 4) for i in range(40)}
+    runners = []
+    for where, budget in (("driver", 10**9), ("executors", 0)):
+        lh = Lakehouse.open((tmp_path / where).as_uri())
+        runner = Runner(lh, project, spark, driver_budget_rows=budget)
+        runner.deploy()
+        lh.log("ods.f").append(facts(range(40), dim=lambda i: dims_of[i]), "upsert")
+        runner.run_once()
+        runners.append((lh, runner))
+    for lh, runner in runners:
+        f = lh.log("ods.f")
+        f.append(facts(range(1, 40, 5), dim=lambda i: None if i % 2 else dims_of[i]), "upsert")  # in and out
+        f.append(facts([3]).select(["f_id"]), "delete")  # a fact of the null partition leaves
+        (report,) = runner.run_once()
+        assert report.strategy == "window" and "window partition" in report.reason, report.reason
+    (driver_lh, driver), (executors_lh, executors) = runners
+    rows = state(driver_lh, "dwd.f_rank", project)
+    assert any(r["f_dim"] is None for r in rows) and rows == state(executors_lh, "dwd.f_rank", project)
+    for runner in (driver, executors):
+        report = runner.rebuild("dwd.f_rank")
+        assert (report.upserts, report.deletes) == (0, 0), report
