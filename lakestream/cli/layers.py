@@ -1,4 +1,5 @@
-"""``lakestream layers``: the warehouse-layers commands (explain, validate, deploy, run, rebuild, status).
+"""``lakestream layers``: the warehouse-layers commands (explain, validate, deploy, run, rebuild, status,
+test).
 
 A typer sub-app that `lakestream.cli` adds as ``layers``. Errors end the command with one line, as everywhere in
 ``lakestream`` (`lakestream.cli.core._fail`).
