@@ -49,6 +49,7 @@ __all__ = [
     "RowDiff",
     "Step",
     "load_model_tests",
+    "run_model_test",
     "run_model_tests",
     "select_tests",
 ]
@@ -248,18 +249,17 @@ def _rows(value: object, where: str) -> list[dict]:
 
 
 def _resolve(name: object, known: Mapping[str, Any], where: str, kind: str, project: Project) -> str:
+    """The project's spelling of table ``name`` among ``known`` (the sources or the models; case ignored)."""
+    lower = str(name).lower()
     by_lower = {n.lower(): n for n in known}
-    if str(name).lower() in by_lower:
-        return by_lower[str(name).lower()]
-    other = (
-        "a model"
-        if str(name).lower() in {m.lower() for m in project.models}
-        else ("a source" if str(name).lower() in {s.lower() for s in project.sources} else "no table of the project")
-    )
-    hint = " (a step's `input:` feeds sources; `expect:` checks models)" if other != "no table of the project" else ""
-    raise _StepProblem(
-        f"`{where}:` {name}: {other}, not a {kind}{hint}; the project's {kind}s are {', '.join(known) or 'none'}"
-    )
+    if lower in by_lower:
+        return by_lower[lower]
+    listed = f"the project's {kind}s are {', '.join(known) or 'none'}"
+    if lower in {t.lower() for t in project.tables}:
+        other = "model" if kind == "source" else "source"
+        hint = "a step's `input:` feeds sources, its `expect:` checks models"
+        raise _StepProblem(f"`{where}:` {name}: a {other}, not a {kind} ({hint}); {listed}")
+    raise _StepProblem(f"`{where}:` {name}: no table of the project; {listed}")
 
 
 def _row(row: dict, schema: pa.Schema, key: Sequence[str], where: str) -> dict:
