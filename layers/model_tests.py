@@ -447,6 +447,10 @@ def run_model_tests(
 
 
 def run_model_test(project: Project, test: ModelTest, spark: SparkSession) -> ModelTestResult:
+    """One test (see `run_model_tests`)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
     from lakehouse.lakehouse import Lakehouse
     from layers.runner import Runner
 
@@ -465,12 +469,20 @@ def run_model_test(project: Project, test: ModelTest, spark: SparkSession) -> Mo
                     failures = _check_step(lh, project, runner, test, step)
                     if failures:
                         break
-            except LakestreamError as exc:
-                # a round that fails (a key held twice, a type that does not fit) fails this test, not the run
-                failures = [ModelTestFailure(test.name, step, None, "error", error=f"{type(exc).__name__}: {exc}")]
+            except (LakestreamError, PySparkException, Py4JJavaError) as exc:
+                # a round that fails (a key held twice, a type that does not fit, SQL Spark refuses) fails this
+                # test, not the run
+                message = str(exc) if isinstance(exc, LakestreamError) else _first_line(exc)
+                failures = [ModelTestFailure(test.name, step, None, "error", error=f"{type(exc).__name__}: {message}")]
             finally:
                 runner.close()
     return ModelTestResult(test, tuple(failures), time.monotonic() - started)
+
+
+def _first_line(exc: BaseException) -> str:
+    """A Spark error's message without the JVM stack trace it carries."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""
 
 
 def _append(lh: Lakehouse, project: Project, rows: InputRows) -> None:

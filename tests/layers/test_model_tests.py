@@ -198,3 +198,18 @@ def test_the_command_without_tests_or_with_an_unknown_test_exits_1(tmp_path) -> 
     result = invoke("test", "--project", str(TPCH), "--test", "nope")
     assert result.exit_code == 1
     assert "--test nope: no such test; the project's tests are deletes, dimension_move" in result.output
+
+
+def test_a_round_that_fails_fails_its_test_with_the_error(tmp_path, spark) -> None:
+    """Nations joined on ``<=``: Alice (nation 0) matches nations 0 and 1, so each of her orders is its key twice,
+    which the first round refuses."""
+    root = copy_example(tmp_path)
+    replace_in(
+        root / "models" / "dwd.orders_enriched.sql", "c.c_nationkey = n.n_nationkey", "c.c_nationkey <= n.n_nationkey"
+    )
+    project = load_project(root)
+    (result,) = run_model_tests(project, select_tests(load_model_tests(project), "dimension_move"), spark)
+    (failure,) = result.failures
+    assert (failure.check, failure.model, failure.step.number) == ("error", None, 1)
+    assert failure.headline().startswith("dimension_move, step 1 (Alice (France) has two January orders")
+    assert "ModelKeyError" in failure.error and "o_orderkey" in failure.error, failure.error
