@@ -14,6 +14,7 @@ __all__ = [
     "ModelKeyError",
     "ModelSchemaChanged",
     "ModelSqlError",
+    "ModelTestFormatError",
     "ProjectError",
     "ProjectFormatError",
     "RoundUnknown",
@@ -107,3 +108,15 @@ class DeployMismatch(ProjectError):
 class ModelSchemaChanged(DeployMismatch):
     """A model's SQL (or header) no longer matches its table: a round would write rows of another shape. The
     message says what differs; the table is built again from its inputs once dropped and deployed."""
+
+
+class ModelTestFormatError(ProjectFormatError):
+    """A model test (``tests/<name>.yml`` of a project, `layers.model_tests`) is not in the documented format:
+    YAML that does not parse, an unknown setting, table or column, a row without its table's key, an update of
+    a row the test never inserted. ``path`` is the file, ``test`` its name, ``step`` the step's number (1-based)
+    if the problem is in a step."""
+
+    def __init__(self, message: str, *, path: str | None = None, test: str | None = None, step: int | None = None):
+        super().__init__(message, path=path)
+        self.test = test
+        self.step = step

@@ -1,5 +1,5 @@
 """``lakestream layers``: the warehouse-layers commands (explain, validate, lineage, plan, deploy, run, rebuild,
-status).
+status, test).
 
 A typer sub-app that `lakestream.cli` adds as ``layers``. Errors end the command with one line, as everywhere in
 ``lakestream`` (`lakestream.cli.core._fail`).
@@ -428,3 +428,63 @@ def status_command(
     for s in statuses:
         if getattr(s, "problem", None):
             console.print(Text(f"{s.model}: {s.problem}", style="yellow"), soft_wrap=True)
+
+
+# -- model tests (layers.model_tests) --------------------------------------------------------------
+
+
+@layers_app.command("test")
+def test_command(
+    project: ProjectOpt,
+    test: Annotated[
+        str | None, typer.Option("--test", "-t", help="run only this test (the name of tests/<name>.yml)")
+    ] = None,
+    spark_master: SparkMasterOpt = "local[2]",
+) -> None:
+    """Run the project's model tests (tests/*.yml), each on a throwaway warehouse: the expected rows after each
+    step, and every model's incremental state against a rebuild; exit 1 on any failure."""
+    import time
+
+    from lakehouse.errors import InvalidArgument
+    from layers.model_tests import load_model_tests, run_model_tests, select_tests
+    from layers.project import load_project
+
+    try:
+        loaded = load_project(project)
+        tests = select_tests(load_model_tests(loaded), test)
+        if not tests:  # an empty tests/ folder is a mistake more often than a choice: say so, and fail
+            raise InvalidArgument(
+                f"no model tests in {Path(project) / 'tests'} (*.yml): add one (docs/layers.md, 'Model tests')"
+            )
+        started = time.monotonic()
+        spark = _test_session(spark_master)
+        spark_seconds = time.monotonic() - started
+        results = run_model_tests(loaded, tests, spark, on_result=_print_test_result)
+    except LakestreamError as exc:
+        _fail(exc)
+    failed = [r for r in results if not r.passed]
+    seconds = sum(r.seconds for r in results)
+    summary = (
+        f"{len(results) - len(failed)} passed, {len(failed)} failed in {seconds:.1f} s "
+        f"(Spark started in {spark_seconds:.1f} s)"
+    )
+    console.print(Text(summary, style="red" if failed else "green"), soft_wrap=True)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _test_session(spark_master: str):
+    """The tests' one Spark session (an active one in this process is reused, and then not stopped)."""
+    from lakehouse.spark import spark_session
+
+    return spark_session(master=spark_master, app_name="lakestream-layers-test")
+
+
+def _print_test_result(result) -> None:
+    status = Text("PASS", style="bold green") if result.passed else Text("FAIL", style="bold red")
+    console.print(Text.assemble(status, f" {result.test.name} ({result.seconds:.1f} s)"), soft_wrap=True)
+    for failure in result.failures:
+        console.print(Text(f"  {failure.headline()}", style="red"), soft_wrap=True)
+        for line in failure.diff.lines():
+            style = {"-": "yellow", "+": "magenta", "~": "cyan"}[line[0]]
+            console.print(Text(f"    {line}", style=style), soft_wrap=True)
