@@ -34,6 +34,8 @@ def _seconds(delta) -> float | None:
 
 
 def dagbag(dags_folder: str, *connections: str) -> dict:
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
     bag = load(dags_folder)
     dags = {}
     for dag_id, dag in bag.dags.items():
@@ -41,6 +43,7 @@ def dagbag(dags_folder: str, *connections: str) -> dict:
         for task in dag.tasks:
             info = {
                 "operator": type(task).__name__,
+                "spark_submit_task": isinstance(task, SparkSubmitOperator),  # or a subclass
                 "conn_id": getattr(task, "_conn_id", None),
                 "application": getattr(task, "application", None),
                 "application_args": getattr(task, "application_args", None),

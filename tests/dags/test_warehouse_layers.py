@@ -28,7 +28,7 @@ def test_one_spark_submit_per_model_wired_from_the_dependency_graph(run_probe) -
     application = str(REPO / "jobs" / "run_layers.py")
     for model, task in zip(["dwd.orders_enriched", "ads.revenue_by_nation_month"], dag["tasks"].values(), strict=True):
         tid = f"run__{model.replace('.', '__')}"
-        assert task["operator"] == "ModelSubmitOperator"  # a SparkSubmitOperator that reports lineage
+        assert task["operator"] == "ModelSubmitOperator" and task["spark_submit_task"]  # reports its lineage
         assert task["conn_id"] == "lakestream_spark"
         assert task["outlets"] == [f"lakestream://{model}/"]  # Airflow normalizes the URI with a trailing /
         args = ["--project", str(EXAMPLE), "--model", model]
