@@ -118,11 +118,19 @@ def spark_conf() -> dict[str, str]:
     return conf
 
 
-def spark_submit(task_id: str, application: str, application_args: Sequence[str], **kwargs: Any) -> SparkSubmitOperator:
+def spark_submit(
+    task_id: str,
+    application: str,
+    application_args: Sequence[str],
+    *,
+    operator: type[SparkSubmitOperator] = SparkSubmitOperator,
+    **kwargs: Any,
+) -> SparkSubmitOperator:
     """A ``spark-submit <application> <application_args>`` task with what every lakestream task has: the
     connection ``lakestream_spark``, the app name ``lakestream-<task_id>``, `spark_env_vars`, `spark_conf`,
     `task_defaults` and run-time forwarding of LAKESTREAM_* / AWS_* (`forward_environment`). ``kwargs`` (e.g.
-    ``outlets``, ``name``) go to the operator and win over the defaults."""
+    ``outlets``, ``name``) go to the operator and win over the defaults; ``operator`` is the class, a
+    SparkSubmitOperator or a subclass (the layers' `_layers_lineage.ModelSubmitOperator`)."""
     options: dict[str, Any] = {
         "conn_id": SPARK_CONN_ID,
         "name": f"lakestream-{task_id}",
@@ -131,7 +139,7 @@ def spark_submit(task_id: str, application: str, application_args: Sequence[str]
         "pre_execute": forward_environment,
         **task_defaults(),
     }
-    return SparkSubmitOperator(
+    return operator(
         task_id=task_id, application=application, application_args=list(application_args), **{**options, **kwargs}
     )
 

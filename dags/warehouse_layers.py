@@ -1,5 +1,7 @@
 """Run the warehouse layers every minute: one `spark-submit jobs/run_layers.py --model M` per model of the project,
-each after the models it reads, each producing the asset `lakestream://<namespace.table>` of its table.
+each after the models it reads, each producing the asset `lakestream://<namespace.table>` of its table, and
+reporting its model's inputs, table and column lineage to OpenLineage when Airflow's OpenLineage provider has a
+transport configured.
 
 Configuration (environment; see dags/README.md):
     LAKESTREAM_LAYERS_PROJECT      the project folder (default: <repo>/examples/tpch)
@@ -13,6 +15,7 @@ import os
 
 from _lakestream_common import asset, jobs_dir, spark_submit, task_id
 from _layers_graph import layers_graph, model_order, project_folder
+from _layers_lineage import ModelSubmitOperator
 from airflow.sdk import dag
 
 
@@ -24,7 +27,13 @@ def warehouse_layers():
     tasks = {}
     for model in model_order(graph):
         tasks[model] = spark_submit(
-            task_id("run", model), application, ["--project", project, "--model", model], outlets=[asset(model)]
+            task_id("run", model),
+            application,
+            ["--project", project, "--model", model],
+            operator=ModelSubmitOperator,
+            project=project,
+            model=model,
+            outlets=[asset(model)],
         )
         for upstream in graph[model]:
             if upstream in tasks:  # a model it reads (sources have no task: producers feed them)

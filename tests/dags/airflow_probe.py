@@ -3,6 +3,8 @@
     python airflow_probe.py dagbag DAGS_FOLDER [CONN...]  parse the folder, print what the tests assert on,
                                   with the spark-submit command line (built, not run) for each connection value
     python airflow_probe.py test DAGS_FOLDER DAG_ID       run `dag.test()` (needs `airflow db migrate`)
+    python airflow_probe.py lineage DAGS_FOLDER PROJECT MODEL...  the OpenLineage datasets a warehouse_layers
+                                  task of each model reports (as the provider serializes them), or the error
 
 The folder is parsed the way Airflow's DAG processor and task runner parse it: with a `BundleDagBag`, which
 first puts the folder on sys.path (the DAGs import `_lakestream_common` from it; a plain `DagBag` does not).
@@ -32,6 +34,8 @@ def _seconds(delta) -> float | None:
 
 
 def dagbag(dags_folder: str, *connections: str) -> dict:
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
     bag = load(dags_folder)
     dags = {}
     for dag_id, dag in bag.dags.items():
@@ -39,6 +43,7 @@ def dagbag(dags_folder: str, *connections: str) -> dict:
         for task in dag.tasks:
             info = {
                 "operator": type(task).__name__,
+                "spark_submit_task": isinstance(task, SparkSubmitOperator),  # or a subclass
                 "conn_id": getattr(task, "_conn_id", None),
                 "application": getattr(task, "application", None),
                 "application_args": getattr(task, "application_args", None),
@@ -85,9 +90,28 @@ def dag_test(dags_folder: str, dag_id: str) -> dict:
     }
 
 
+def lineage(dags_folder: str, project: str, *models: str) -> dict:
+    sys.path.insert(0, dags_folder)  # as the DAG files import it
+    from _layers_lineage import model_lineage
+    from openlineage.client.serde import Serde
+
+    out = {}
+    for model in models:
+        try:
+            found = model_lineage(project, model)
+        except Exception as e:  # what the provider would log (and send the event without datasets)
+            out[model] = {"error": type(e).__name__, "message": str(e)}
+            continue
+        out[model] = {
+            "inputs": [json.loads(Serde.to_json(d)) for d in found.inputs],
+            "outputs": [json.loads(Serde.to_json(d)) for d in found.outputs],
+        }
+    return out
+
+
 def main(argv: list[str]) -> int:
     command, *args = argv
-    result = {"dagbag": dagbag, "test": dag_test}[command](*args)
+    result = {"dagbag": dagbag, "test": dag_test, "lineage": lineage}[command](*args)
     print(RESULT_PREFIX + json.dumps(result, default=str), flush=True)
     return 0
 

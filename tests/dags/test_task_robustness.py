@@ -11,12 +11,13 @@ DAG_FILES = ["lake_maintenance.py", "lake_quality.py", "lake_tiering.py", "wareh
 
 
 def spark_tasks(result: dict) -> dict[str, dict]:
-    """Every SparkSubmitOperator of every DAG, as ``dag_id.task_id``."""
+    """Every SparkSubmitOperator (or subclass: the layers' ModelSubmitOperator) of every DAG, as
+    ``dag_id.task_id``."""
     return {
         f"{dag_id}.{tid}": task
         for dag_id, dag in result["dags"].items()
         for tid, task in dag["tasks"].items()
-        if task["operator"] == "SparkSubmitOperator"
+        if task["spark_submit_task"]
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -27,7 +28,7 @@ def test_one_spark_submit_per_model_wired_from_the_dependency_graph(run_probe) -
     application = str(REPO / "jobs" / "run_layers.py")
     for model, task in zip(["dwd.orders_enriched", "ads.revenue_by_nation_month"], dag["tasks"].values(), strict=True):
         tid = f"run__{model.replace('.', '__')}"
-        assert task["operator"] == "SparkSubmitOperator"
+        assert task["operator"] == "ModelSubmitOperator" and task["spark_submit_task"]  # reports its lineage
         assert task["conn_id"] == "lakestream_spark"
         assert task["outlets"] == [f"lakestream://{model}/"]  # Airflow normalizes the URI with a trailing /
         args = ["--project", str(EXAMPLE), "--model", model]
@@ -55,18 +56,24 @@ def test_one_spark_submit_per_model_wired_from_the_dependency_graph(run_probe) -
         assert task["env_vars_at_run_time"].items() >= {**task["env_vars"], **forwarded}.items()
 
 
-def test_the_project_comes_from_the_environment(run_probe, tmp_path: Path) -> None:
-    """A diamond: dwd.a and dwd.b read the source, ads.c reads both; the jobs folder moves too."""
-    (tmp_path / "models").mkdir()
-    (tmp_path / "sources.yml").write_text(
+def _diamond(folder: Path) -> Path:
+    """A project in ``folder``: dwd.a and dwd.b read the source ods.f, ads.c joins both."""
+    (folder / "models").mkdir(parents=True)
+    (folder / "sources.yml").write_text(
         "sources:\n  ods.f:\n    columns: {f_id: int64, f_v: int64}\n    primary_key: [f_id]\n"
     )
     for name, sql in {
         "dwd.a": "SELECT f_id, f_v FROM ods.f",
         "dwd.b": "SELECT f_id, f_v FROM ods.f WHERE f_v > 0",
-        "ads.c": "SELECT a.f_id, b.f_v FROM dwd.a AS a JOIN dwd.b AS b ON a.f_id = b.f_id",
+        "ads.c": "SELECT a.f_id, b.f_v * 2 AS f_v2 FROM dwd.a AS a JOIN dwd.b AS b ON a.f_id = b.f_id",
     }.items():
-        (tmp_path / "models" / f"{name}.sql").write_text(f"-- primary_key: [f_id]\n{sql}\n")
+        (folder / "models" / f"{name}.sql").write_text(f"-- primary_key: [f_id]\n{sql}\n")
+    return folder
+
+
+def test_the_project_comes_from_the_environment(run_probe, tmp_path: Path) -> None:
+    """A diamond: dwd.a and dwd.b read the source, ads.c reads both; the jobs folder moves too."""
+    _diamond(tmp_path)
     jobs = tmp_path / "jobs"
     result = run_probe(
         "dagbag", LOCAL_2, env={"LAKESTREAM_LAYERS_PROJECT": str(tmp_path), "LAKESTREAM_JOBS_DIR": str(jobs)}
@@ -82,6 +89,48 @@ def test_the_project_comes_from_the_environment(run_probe, tmp_path: Path) -> No
     assert tasks["run__ads__c"]["application_args"] == ["--project", str(tmp_path), "--model", "ads.c"]
 
 
+def test_a_task_reports_its_model_s_tables_and_column_lineage_to_openlineage(run_probe, tmp_path: Path) -> None:
+    """What a task of each model hands the OpenLineage provider, in the namespace of the worker's warehouse; a
+    model the project does not have is an error naming the models (the provider logs it; the task runs on)."""
+    project = _diamond(tmp_path / "project")
+    result = run_probe(
+        "lineage", str(project), "ads.c", "ODS.F", "dwd.nope", env={"LAKESTREAM_WAREHOUSE": "s3://lake/wh/"}
+    )
+    ns = "s3://lake/wh"  # normalized as the job normalizes it
+    ads = result["ads.c"]
+    assert [(d["namespace"], d["name"]) for d in ads["inputs"]] == [(ns, "dwd.a"), (ns, "dwd.b")]
+    # The inputs' columns, typed (the source's types, through the models that copy them)
+    assert [(f["name"], f["type"]) for f in ads["inputs"][0]["facets"]["schema"]["fields"]] == [
+        ("f_id", "int64"),
+        ("f_v", "int64"),
+    ]
+    [output] = ads["outputs"]
+    assert (output["namespace"], output["name"]) == (ns, "ads.c")
+    assert [f["name"] for f in output["facets"]["schema"]["fields"]] == ["f_id", "f_v2"]
+    facet = output["facets"]["columnLineage"]
+    assert facet["_schemaURL"].endswith("ColumnLineageDatasetFacet.json#/$defs/ColumnLineageDatasetFacet")
+
+    def field(table: str, column: str, kind: str, subtype: str) -> dict:
+        return {
+            "namespace": ns,
+            "name": table,
+            "field": column,
+            "transformations": [{"type": kind, "subtype": subtype, "masking": False}],
+        }
+
+    assert facet["fields"] == {
+        "f_id": {"inputFields": [field("dwd.a", "f_id", "DIRECT", "IDENTITY")]},
+        "f_v2": {"inputFields": [field("dwd.b", "f_v", "DIRECT", "TRANSFORMATION")]},
+    }
+    assert facet["dataset"] == [field("dwd.a", "f_id", "INDIRECT", "JOIN"), field("dwd.b", "f_id", "INDIRECT", "JOIN")]
+
+    # A source has no task: no lineage to report; nor has a name of no table.
+    assert result["ODS.F"]["error"] == "InvalidArgument"
+    assert "a source" in result["ODS.F"]["message"]
+    assert result["dwd.nope"]["error"] == "InvalidArgument"
+    assert "the models are dwd.a, dwd.b, ads.c" in result["dwd.nope"]["message"]
+
+
 def test_a_missing_project_is_an_import_error_that_says_what_to_set(run_probe, tmp_path: Path) -> None:
     result = run_probe("dagbag", env={"LAKESTREAM_LAYERS_PROJECT": str(tmp_path / "nowhere")})
     errors = result["import_errors"]
@@ -92,14 +141,20 @@ def test_a_missing_project_is_an_import_error_that_says_what_to_set(run_probe, t
 
 
 @pytest.mark.slow
-def test_dag_test_runs_every_model_in_order(run_probe, airflow_db: Path, tmp_path: Path, spark) -> None:
+def test_dag_test_runs_every_model_in_order_and_reports_its_lineage(
+    run_probe, airflow_db: Path, tmp_path: Path, spark
+) -> None:
+    """One real run (each model a spark-submit), with Airflow's OpenLineage provider writing its events to a file:
+    the models' tables hold what their SQL gives, and each task reported its model's lineage."""
     from lakehouse import Lakehouse
     from layers import load_project
+    from layers.lineage import column_lineage
     from layers.runner import Runner
     from tests.layers._tpch_sql import produce, sql_rows, table_rows
 
     project = load_project(EXAMPLE)
     warehouse = tmp_path / "warehouse"
+    events = tmp_path / "openlineage.jsonl"
     warehouse.mkdir()
     with Lakehouse.open(warehouse.as_uri()) as lh:
         layers = Runner(lh, project, spark)
@@ -119,6 +174,12 @@ def test_dag_test_runs_every_model_in_order(run_probe, airflow_db: Path, tmp_pat
             # spark-submit runs jobs/run_layers.py with jobs/ first on sys.path: this checkout's lakehouse and jobs
             # packages, not an editable install's of another one
             "PYTHONPATH": str(REPO),
+            # The provider's file transport (the documented AIRFLOW__OPENLINEAGE__TRANSPORT), one event per line
+            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+                {"type": "file", "log_file_path": str(events), "append": True}
+            ),
+            # The listener gives each event's extraction 10 s by default, then drops it: generous on a loaded machine
+            "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "300",
         },
         timeout=540,
     )
@@ -131,3 +192,36 @@ def test_dag_test_runs_every_model_in_order(run_probe, airflow_db: Path, tmp_pat
             got = table_rows(lh, project, model)
             assert got, model
             assert got == sql_rows(spark, lh, project, model), model
+
+    # Each task's COMPLETE event: the model's input tables, its table, and on it the lineage of every column, in
+    # the warehouse's namespace, as `column_lineage` has it.
+    sent = [json.loads(line) for line in events.read_text().splitlines()]
+    complete = {e["job"]["name"]: e for e in sent if e["eventType"] == "COMPLETE" and "run" in e}
+    lineage = column_lineage(project)
+    namespace = warehouse.as_uri()
+    for model, tid in zip(["dwd.orders_enriched", "ads.revenue_by_nation_month"], [DWD, ADS], strict=True):
+        event = complete[f"warehouse_layers.{tid}"]
+        assert [(d["namespace"], d["name"]) for d in event["inputs"]] == [
+            (namespace, t) for t in project.models[model].inputs
+        ]
+        [output] = event["outputs"]
+        assert (output["namespace"], output["name"]) == (namespace, model)
+        assert [f["name"] for f in output["facets"]["schema"]["fields"]] == list(project.models[model].column_names)
+        fields = output["facets"]["columnLineage"]["fields"]
+        assert sorted(fields) == sorted(project.models[model].column_names)  # the transport sorts keys
+        for column, reported in fields.items():
+            expected = [
+                (namespace, s.table, s.column, [{"type": "DIRECT", "subtype": s.kind.upper(), "masking": False}])
+                for s in lineage.column(model, column).direct
+            ]
+            got = [(f["namespace"], f["name"], f["field"], f["transformations"]) for f in reported["inputFields"]]
+            assert got == expected, (model, column)
+    # By hand: revenue sums the price, which the DWD model copies from the orders.
+    dwd, ads = (complete[f"warehouse_layers.{t}"]["outputs"][0]["facets"]["columnLineage"] for t in (DWD, ADS))
+    assert [
+        (f["name"], f["field"], f["transformations"][0]["subtype"]) for f in ads["fields"]["revenue"]["inputFields"]
+    ] == [("dwd.orders_enriched", "o_totalprice", "AGGREGATION")]
+    assert [
+        (f["name"], f["field"], f["transformations"][0]["subtype"])
+        for f in dwd["fields"]["o_totalprice"]["inputFields"]
+    ] == [("ods.orders", "o_totalprice", "IDENTITY")]
