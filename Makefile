@@ -66,6 +66,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/spark_read.py $(BENCH_ARGS)
 	$(BIN)/python bench/streams.py $(BENCH_ARGS)
 	$(BIN)/python bench/layers.py $(BENCH_ARGS)
+	$(BIN)/python bench/layers_sql.py $(BENCH_ARGS)
 	$(BIN)/python bench/quality.py $(BENCH_ARGS)
 	$(BIN)/python bench/executors.py $(BENCH_ARGS)
 	$(BIN)/python bench/stack.py

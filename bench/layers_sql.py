@@ -20,7 +20,7 @@ budget) against ``rebuild(model)`` at the same state (the whole SQL recomputed a
 model planned ``recompute``). Every rebuild must change nothing (the incremental state equals the recompute).
 Runs at N and at 5N (``--sizes``).
 
-    .venv/bin/python bench/layers_sql.py [--quick] [--sizes 20000,100000] [--out FILE]
+    .venv/bin/python bench/layers_sql.py [--quick] [--sizes 20000,100000] [--only local|s3] [--out FILE]
 
 File:// warehouse in a temporary directory; Spark local[2], one session. Prints Markdown.
 """
@@ -139,8 +139,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="one small size (5,000 orders): a smoke run")
     p.add_argument("--sizes", default="20000,100000", help="orders, comma-separated (default N = 20,000 and 5N)")
+    p.add_argument("--only", choices=["local", "s3"], help="local: the run; s3: nothing (file:// only)")
     p.add_argument("--out", type=Path, help="also write the Markdown here")
     args = p.parse_args()
+    if args.only == "s3":
+        print("bench/layers_sql.py: no S3 run (the figures are compute, not storage); nothing to do for --only s3")
+        return
     sizes = [5_000] if args.quick else [int(s) for s in args.sizes.split(",")]
 
     from lakehouse.spark import spark_session
