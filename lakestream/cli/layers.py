@@ -49,6 +49,7 @@ def explain_command(project: ProjectOpt, json_output: JsonOpt = False) -> None:
                     "reason": plan.reason,
                     "driving": plan.driving,
                     "group_by": [g.output or g.expression for g in plan.group_by],
+                    "partition_by": list(plan.partition_by),
                     "key_mapping": [m.describe() for m in plan.mappings],
                 }
             )
@@ -58,6 +59,8 @@ def explain_command(project: ProjectOpt, json_output: JsonOpt = False) -> None:
         lines = [m.describe() for m in plan.mappings]
         if plan.group_by:
             lines.insert(0, f"groups: {', '.join(g.output or g.expression for g in plan.group_by)}")
+        if plan.partition_by:
+            lines.insert(0, f"window partitions: {', '.join(plan.partition_by)}")
         mapping = "\n".join(lines) or "-"
         cells = (plan.order, plan.model, "\n".join(plan.inputs), plan.strategy, plan.reason, mapping)
         table.add_row(*(Text(str(c)) for c in cells))

@@ -646,6 +646,7 @@ def test_cli_explain_and_validate_json() -> None:
     ]
     assert "ods.nation(n_nationkey) -> ods.customer(c_nationkey)" in " ".join(plans[0]["key_mapping"])
     assert plans[1]["inputs"] == ["dwd.orders_enriched"] and plans[1]["group_by"]
+    assert plans[0]["partition_by"] == [] == plans[1]["partition_by"]
     result = runner.invoke(layers_app, ["validate", "--project", str(EXAMPLE), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == {
