@@ -227,7 +227,7 @@ def plan_command(
 ) -> None:
     """What deploying the project would change since the deployed version, per table: the change, the action
     (create, rebuild, carry on, unchanged, ...), why, and the rows a rebuild reads. Writes nothing."""
-    from layers.plan import UNCHANGED, plan_deploy
+    from layers.plan import CREATE, UNCHANGED, plan_deploy
     from layers.project import load_project
 
     try:
@@ -248,11 +248,12 @@ def plan_command(
         table.add_row(Text(t.table), Text(", ".join(t.changes) or "-"), action, Text(why), Text(rows))
     console.print(table)
     changed = [t for t in plan.tables if t.action != UNCHANGED]
-    against = (
-        f"the deployment record (deploy {plan.generation})"
-        if plan.recorded
-        else "the tables and their rounds (no deployment record: deployed by an earlier version)"
-    )
+    if plan.recorded:
+        against = f"the deployment record (deploy {plan.generation})"
+    elif all(t.action == CREATE for t in plan.tables):
+        against = "an empty warehouse (nothing deployed yet)"
+    else:
+        against = "the tables and their rounds (no deployment record: deployed by an earlier version)"
     console.print(Text(f"{len(changed)} of {len(plan.tables)} tables change; compared with {against}"))
 
 
