@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 
 import pyarrow as pa
 from sqlglot import exp
-from sqlglot.optimizer.merge_subqueries import merge_subqueries
 
 from layers.project import Model, Project
+from layers.rewrite import merged
 from layers.sql import DIALECT
 
 __all__ = [
@@ -287,7 +287,7 @@ def plan_model(project: Project, name: str) -> ModelPlan:
     if isinstance(query, exp.SetOperation):
         kind = type(query).__name__.upper()
         return ModelPlan(strategy=RECOMPUTE, reason=f"{kind} of SELECTs: recomputed in full", **base)
-    select = merge_subqueries(query.copy())
+    select = merged(query)
     blocker = _blocker(select)
     if blocker:
         return ModelPlan(strategy=RECOMPUTE, reason=f"{blocker}: recomputed in full", **base)

@@ -7,14 +7,70 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 
-__all__ = ["SIDE", "group_terms", "groups_query", "merged", "restrict_to_groups", "sided"]
+__all__ = ["SIDE", "group_terms", "groups_query", "merged", "restrict_to_groups", "sided", "windows_inlined"]
 
 #: The column tagging the two sides (0: as of the start, 1: as of the end) of a retraction's one query.
 SIDE = "__side"
 
 
 def merged(query: exp.Query) -> exp.Query:
-    return merge_subqueries(query.copy()) if isinstance(query, exp.Select) else query
+    """``query`` with its subqueries in FROM merged where sqlglot can, and a filter over windowed rows written as
+    the windows' QUALIFY (`windows_inlined`)."""
+    return windows_inlined(merge_subqueries(query.copy())) if isinstance(query, exp.Select) else query
+
+
+def windows_inlined(select: exp.Select) -> exp.Select:
+    """``SELECT <columns of s> FROM (SELECT ..., <window> AS w FROM t ...) AS s WHERE <condition on s>`` (the
+    usual "latest row per key" shape, which sqlglot does not merge: its WHERE must see the windows' values) as
+    the one SELECT it means: the inner query with the outer projections and the outer condition as a ``QUALIFY``
+    (a filter after the windows, as the outer WHERE is). Any other shape is returned as it is."""
+    from_ = select.args.get("from_") or select.args.get("from")
+    if from_ is None:
+        return select
+    with_ = select.args.get("with_") or select.args.get("with")
+    relation = from_.this
+    if isinstance(relation, exp.Subquery) and isinstance(relation.this, exp.Select) and with_ is None:
+        inner, alias = relation.this, relation.alias_or_name
+    elif (  # WITH w AS (SELECT ... windows ...) SELECT ... FROM w WHERE ...: the same shape
+        with_ is not None
+        and len(with_.expressions) == 1
+        and isinstance(relation, exp.Table)
+        and not relation.db
+        and relation.name == with_.expressions[0].alias_or_name
+        and isinstance(with_.expressions[0].this, exp.Select)
+    ):
+        inner, alias = with_.expressions[0].this, relation.alias_or_name
+    else:
+        return select
+    outer_parts = ("joins", "group", "having", "qualify", "distinct", "limit", "offset", "order")
+    inner_parts = ("group", "having", "distinct", "limit", "offset", "order", "with_", "with")
+    where = select.args.get("where")
+    outer = [*select.expressions, *([where] if where is not None else [])]
+    if (
+        not inner.find(exp.Window)
+        or any(select.args.get(p) for p in outer_parts)
+        or any(inner.args.get(p) for p in inner_parts)
+        or any(e.find(exp.Window, exp.AggFunc, exp.Subquery, exp.Select) for e in outer)
+        or any(isinstance(p, exp.Star) for p in (*select.expressions, *inner.expressions))
+    ):
+        return select
+    outputs = {p.alias_or_name: p.unalias() for p in inner.expressions}
+    if any(c.table != alias or c.name not in outputs for e in outer for c in e.find_all(exp.Column)):
+        return select
+
+    def inline(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column):
+            value = outputs[node.name].copy()
+            return value if isinstance(value, exp.Column | exp.Literal) else exp.Paren(this=value)
+        return node
+
+    out = inner.copy()
+    out.set("expressions", [exp.alias_(p.unalias().transform(inline), p.alias_or_name) for p in select.expressions])
+    if where is not None:
+        condition = where.this.transform(inline)
+        existing = out.args.get("qualify")
+        out.set("qualify", exp.Qualify(this=exp.and_(existing.this, condition) if existing else condition))
+    return out
 
 
 def group_terms(select: exp.Select) -> list[tuple[int, str, str]]:

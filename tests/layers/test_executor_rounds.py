@@ -296,13 +296,18 @@ def test_a_round_resumes_where_it_began_whatever_the_budget_is_now(tmp_path, spa
     assert not latest_round(lh.store, "ads.by_dim").on_executors and "on Spark's executors" not in report.reason
 
 
-def test_a_window_model_with_null_partition_values_equals_a_rebuild_on_the_driver_and_the_executors(tmp_path, spark):
+def test_window_models_with_null_partition_values_equal_a_rebuild_on_the_driver_and_the_executors(tmp_path, spark):
     """Facts moving into, within and out of the null partition (which no IN list or range holds): a round on the
-    driver (Spark reads with IS NULL pushed) and one on the executors (no range pushed) both equal a rebuild."""
+    driver (Spark reads with IS NULL pushed) and one on the executors (no range pushed) both equal a rebuild; so
+    does the "top rows per partition" shape (a filter on a window's value over a subquery, kept as a QUALIFY)."""
     root = tmp_path / "project"
     (root / "models").mkdir(parents=True)
     (root / "sources.yml").write_text(SOURCES)
     (root / "models" / "dwd.f_rank.sql").write_text(MODELS["dwd.f_rank"] + "\n")
+    (root / "models" / "dwd.f_top.sql").write_text(
+        "-- primary_key: [f_id]\n-- buckets: 1\nSELECT f_id, f_dim, f_amount FROM (SELECT f_id, f_dim, f_amount, "
+        "row_number() OVER (PARTITION BY f_dim ORDER BY f_amount DESC, f_id) AS rn FROM ods.f) AS t WHERE rn <= 2\n"
+    )
     project = load_project(root)
     dims_of = {i: (None if i % 3 == 0 else i % 4) for i in range(40)}
     runners = []
@@ -316,12 +321,13 @@ def test_a_window_model_with_null_partition_values_equals_a_rebuild_on_the_drive
     for lh, runner in runners:
         f = lh.log("ods.f")
         f.append(facts(range(1, 40, 5), dim=lambda i: None if i % 2 else dims_of[i]), "upsert")  # in and out
-        f.append(facts([3]).select(["f_id"]), "delete")  # a fact of the null partition leaves
-        (report,) = runner.run_once()
-        assert report.strategy == "window" and "window partition" in report.reason, report.reason
+        f.append(facts([3, 39]).select(["f_id"]), "delete")  # facts of the null partition (39: one of its top 2)
+        for report in runner.run_once():
+            assert report.strategy == "window" and "window partition" in report.reason, report.reason
     (driver_lh, driver), (executors_lh, executors) = runners
-    rows = state(driver_lh, "dwd.f_rank", project)
-    assert any(r["f_dim"] is None for r in rows) and rows == state(executors_lh, "dwd.f_rank", project)
-    for runner in (driver, executors):
-        report = runner.rebuild("dwd.f_rank")
-        assert (report.upserts, report.deletes) == (0, 0), report
+    for name in ("dwd.f_rank", "dwd.f_top"):
+        rows = state(driver_lh, name, project)
+        assert any(r["f_dim"] is None for r in rows) and rows == state(executors_lh, name, project), name
+        for runner in (driver, executors):
+            report = runner.rebuild(name)
+            assert (report.upserts, report.deletes) == (0, 0), report

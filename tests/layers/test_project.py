@@ -513,6 +513,27 @@ STRATEGY_CASES = [
         WINDOW,
         ["window functions partitioned by f_dim over ods.f", "partitions the changed rows belong to"],
     ),
+    (  # the "top rows per partition" shape: a filter on a window's value over a subquery, kept as a QUALIFY
+        "SELECT f_id, f_qty * 2 AS q2 FROM (SELECT f_id, f_qty, row_number() OVER (PARTITION BY f_dim ORDER BY "
+        "f_qty DESC) AS rn FROM ods.f WHERE f_qty > 0) AS t WHERE rn = 1",
+        "[f_id]",
+        WINDOW,
+        ["window functions partitioned by f_dim over ods.f"],
+    ),
+    (
+        "WITH ranked AS (SELECT f_id, f_dim, rank() OVER (PARTITION BY f_dim ORDER BY f_qty) AS r FROM ods.f) "
+        "SELECT f_id, r FROM ranked WHERE r <= 3",
+        "[f_id]",
+        WINDOW,
+        ["partitioned by f_dim"],
+    ),
+    (
+        "SELECT f_dim, max(rn) AS m FROM (SELECT f_id, f_dim, row_number() OVER (PARTITION BY f_dim ORDER BY "
+        "f_id) AS rn FROM ods.f) AS t GROUP BY f_dim",
+        "[f_dim]",
+        RECOMPUTE,
+        ["a subquery in FROM that could not be merged"],
+    ),
     (
         "SELECT f_id, rank() OVER (PARTITION BY f_dim ORDER BY f_id) AS a, rank() OVER (PARTITION BY f_qty "
         "ORDER BY f_id) AS b FROM ods.f",
