@@ -1,7 +1,10 @@
 """Quality reports people look at: one self-contained HTML page per run and an index of runs.
 
-Pages are plain HTML with inline CSS and charts drawn here as inline SVG: no JavaScript, no CDN, no external
-resource (a Content-Security-Policy forbids them), so a page opens offline from a local folder or a download.
+Pages are plain HTML with inline CSS and charts drawn here as inline SVG: no CDN, no external resource (a
+Content-Security-Policy forbids them), so a page opens offline from a local folder or a download. A run's page
+carries one small inline script (allowed by its hash in the policy, `FILTER_JS`) that only enhances: it shows a
+filter box (by table name, failures only; also from the URL, ``#filter=failures&q=orders``) and opens a collapsed
+section a link jumps to. Without it every section is still there: failing tables open, passing ones collapsed.
 Everything that comes from data (table names, keys, values, messages) is escaped.
 
 A run's page shows its overall status, then per table: its checks (status, time, rows), violations (check code,
@@ -17,6 +20,8 @@ folder.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 import math
@@ -100,7 +105,60 @@ ul.toc { list-style:none; padding:0; margin:0; display:flex; flex-wrap:wrap; gap
 a { color:var(--accent); text-decoration:none; }
 a:hover { text-decoration:underline; }
 details.more summary { cursor:pointer; color:var(--accent); }
+section.tsec > details > summary { cursor:pointer; list-style-position:outside; }
+section.tsec > details > summary > h2 { display:inline-flex; align-items:center; gap:10px; margin:0; font-size:19px;
+  flex-wrap:wrap; }
+section.tsec > details[open] > summary { margin-bottom:10px; }
+.filter { display:flex; flex-wrap:wrap; align-items:center; gap:8px 18px; margin-bottom:18px; }
+.filter input[type=search] { font:inherit; padding:5px 10px; border:1px solid var(--line); border-radius:6px;
+  min-width:280px; }
+.filter[hidden], section.tsec[hidden], ul.toc li[hidden] { display:none; }
 """
+
+#: The run page's only script. It enhances what the HTML already shows: the filter box (hidden without it) hides
+#: table sections (and their table-of-contents entries) whose name does not contain the text, or that passed when
+#: "failures only" is ticked; the URL's hash can set both (``#filter=failures&q=orders``, so a link or a headless
+#: screenshot shows the filtered page); a link to a collapsed section opens it. No data goes into it (the
+#: Content-Security-Policy allows exactly this text by its hash).
+FILTER_JS = """(function () {
+  var box = document.getElementById("filter");
+  if (!box) return;
+  var q = document.getElementById("filter-q"), fails = document.getElementById("filter-fails");
+  var count = document.getElementById("filter-count");
+  var sections = document.querySelectorAll("section.tsec"), items = document.querySelectorAll("ul.toc li");
+  function apply() {
+    var text = q.value.trim().toLowerCase(), only = fails.checked, shown = 0;
+    sections.forEach(function (s) {
+      var hit = s.dataset.table.toLowerCase().indexOf(text) >= 0 && (!only || s.dataset.status === "fail");
+      s.hidden = !hit;
+      if (hit) { shown += 1; if (text) s.querySelector("details").open = true; }
+    });
+    items.forEach(function (li) {
+      li.hidden = !(li.dataset.table.toLowerCase().indexOf(text) >= 0 && (!only || li.dataset.status === "fail"));
+    });
+    count.textContent = shown + " of " + sections.length + " tables shown";
+    document.body.dataset.filtered = (text || only) ? "yes" : "no";
+  }
+  function fromHash() {
+    var hash = location.hash.slice(1);
+    if (hash.indexOf("=") >= 0) {
+      var params = new URLSearchParams(hash);
+      if (params.has("q")) q.value = params.get("q");
+      fails.checked = params.get("filter") === "failures";
+    } else if (hash) {
+      var target = document.getElementById(hash);
+      var inner = target && target.querySelector("details");
+      if (inner) inner.open = true;
+    }
+    apply();
+  }
+  q.addEventListener("input", apply);
+  fails.addEventListener("change", apply);
+  window.addEventListener("hashchange", fromHash);
+  box.hidden = false;
+  fromHash();
+})();"""
+_FILTER_JS_HASH = base64.b64encode(hashlib.sha256(FILTER_JS.encode()).digest()).decode()
 
 
 # ---- formatting -------------------------------------------------------------------------------------------
@@ -371,15 +429,29 @@ def bar_chart(title: str, labels: list[str], values: list[float], colors: list[s
 # ---- pages ---------------------------------------------------------------------------------------------------
 
 
-def _page(title: str, header: str, body: str) -> str:
+def _page(title: str, header: str, body: str, *, script: bool = False) -> str:
+    """A page; with ``script``, `FILTER_JS` at the end of the body, allowed by its hash (no other script runs)."""
+    scripts = f"; script-src 'sha256-{_FILTER_JS_HASH}'" if script else ""
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
-        'img-src data:">'
+        f'img-src data:{scripts}">'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
-        f'<header class="top">{header}</header><main>{body}</main></body></html>\n'
+        f'<header class="top">{header}</header><main>{body}</main>'
+        + (f"<script>{FILTER_JS}</script>" if script else "")
+        + "</body></html>\n"
+    )
+
+
+def _filter_box(tables: int) -> str:
+    """The filter box: hidden until `FILTER_JS` runs (without it, it would do nothing)."""
+    return (
+        '<div class="filter box" id="filter" hidden><label>Filter tables '
+        '<input type="search" id="filter-q" placeholder="name contains…" autocomplete="off"></label>'
+        '<label><input type="checkbox" id="filter-fails"> failures only</label>'
+        f'<span class="muted" id="filter-count">{tables:,} tables</span></div>'
     )
 
 
@@ -603,13 +675,16 @@ def _table_section(
     files = stats.get("files") or {}
     published = run.published.get(table) if table in run.published else "—"
     violations = [v for r in results for v in r.violations]
+    # data-* carry what the filter reads; failing tables open, passing ones collapsed (the page opens on problems)
+    data = f'data-table="{_e(table)}" data-status="{"pass" if ok else "fail"}"'
     toc = (
-        f'<li>{_status(ok)} <a href="#t{index}">{_e(table)}</a>'
+        f'<li {data}>{_status(ok)} <a href="#t{index}">{_e(table)}</a>'
         + (f' <span class="muted">({len(violations):,} violations)</span>' if violations else "")
         + "</li>"
     )
     body = (
-        f'<section class="box" id="t{index}"><h2>{_status(ok)} <span>{_e(table)}</span></h2>'
+        f'<section class="box tsec" id="t{index}" {data}><details{"" if ok else " open"}>'
+        f"<summary><h2>{_status(ok)} <span>{_e(table)}</span></h2></summary>"
         f'<div class="kv"><span>lake snapshot <b class="mono">{_ident(stats.get("snapshot_id"))}</b></span>'
         f'<span>published <b class="mono">{_ident(published)}</b></span>'
         f"<span>data files <b>{_num(files.get('count'))}</b></span>"
@@ -622,7 +697,7 @@ def _table_section(
         '<div class="cols"><div><h3>Buckets: log vs lake</h3>'
         f"{_buckets_table(stats)}</div><div><h3>Subscriptions</h3>{_subscriptions_table(stats)}</div></div>"
         f"<h3>Last reconciliation</h3>{_last_reconcile(table, run, history, docs_base)}"
-        f"{_gx_table(results, docs_base)}</section>"
+        f"{_gx_table(results, docs_base)}</details></section>"
     )
     return toc, body
 
@@ -682,6 +757,7 @@ def render_run(
             for label, value, bad in cards
         )
         + "</div>"
+        + (_filter_box(len(tables)) if tables else "")
         + (
             f'<section class="box"><h2>Tables</h2><ul class="toc">{"".join(t for t, _ in sections)}</ul></section>'
             if tables
@@ -690,7 +766,7 @@ def render_run(
         + _trends(run, history)
         + "".join(b for _, b in sections)
     )
-    return _page(f"{status} · quality run {run.run_id}", header, body)
+    return _page(f"{status} · quality run {run.run_id}", header, body, script=bool(tables))
 
 
 def render_index(runs: list[QualityRun], *, reports_href: str = "reports/") -> str:

@@ -4,6 +4,8 @@ as headless Chromium renders it (a screenshot that is not blank, the DOM showing
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import posixpath
 import re
@@ -19,7 +21,7 @@ import pyarrow as pa
 import pytest
 
 from quality.errors import InvalidArgument, QualityError
-from quality.report import INDEX_KEY, REPORTS_PREFIX, render_index, render_run, write_report
+from quality.report import FILTER_JS, INDEX_KEY, REPORTS_PREFIX, render_index, render_run, write_report
 from quality.results import GX, RECONCILE, CheckResult, QualityRun, Violation
 from quality.runs import RUNS_PREFIX, RunAlreadySaved, load_run, load_runs, new_run_id, save_run
 from quality.stats import table_stats
@@ -260,7 +262,18 @@ EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNOR
 def assert_self_contained(page: str) -> None:
     assert page.startswith("<!DOCTYPE html>")
     assert not EXTERNAL.search(page), EXTERNAL.search(page)
-    assert "<script" not in page.lower()
+    # the only script is the filter's, inline, and the policy allows exactly it (by its hash), nothing else
+    scripts = re.findall(r"<script([^>]*)>(.*?)</script>", page, re.DOTALL)
+    assert page.lower().count("<script") == len(scripts) <= 1
+    policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page).group(1)
+    assert "default-src 'none'" in policy and "unsafe-inline" not in policy.partition("script-src")[2]
+    if scripts:
+        [(attributes, code)] = scripts
+        assert attributes == "" and code == FILTER_JS
+        digest = base64.b64encode(hashlib.sha256(code.encode()).digest()).decode()
+        assert f"script-src 'sha256-{digest}'" in policy
+    else:
+        assert "script-src" not in policy
     assert "<link" not in page.lower() and "@import" not in page
     assert "<svg" in page  # charts drawn inline
 
@@ -333,6 +346,39 @@ def test_failing_tables_come_first_and_a_model_s_own_subscription_is_hidden() ->
     assert order == sorted(order)  # failing (y: an error, z: a violation) first, then passing, each by name
     assert "layers.dwd.x</code>" in page and "layers.dwd.x.self" not in page
     assert "1 internal subscription not shown" in page
+
+
+def sections(page: str) -> dict[str, tuple[str, bool]]:
+    """Per table section: (data-status, whether its <details> is open)."""
+    found = re.findall(
+        r'<section class="box tsec" id="t\d+" data-table="([^"]*)" data-status="(pass|fail)"><details( open)?>'
+        r"<summary><h2>",
+        page,
+    )
+    return {table: (status, bool(opened)) for table, status, opened in found}
+
+
+def test_sections_collapse_and_the_filter_only_enhances() -> None:
+    """Failing tables' sections are open, passing ones collapsed; every section is in the HTML (the filter box
+    is hidden until the script shows it, and the script only reads the page and sets hidden/open)."""
+    run = the_run()
+    page = render_run(run, history_runs())
+    evil = "ods.&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;"
+    assert sections(page) == {evil: ("fail", True), "ods.orders": ("pass", False)}
+    # every table's figures are in the page whether or not its section is open (nothing waits for the script)
+    assert "5,550,001" in page or "5550001" in page
+    assert '<div class="filter box" id="filter" hidden>' in page
+    assert 'id="filter-q"' in page and 'id="filter-fails"' in page
+    assert page.count('<li data-table="') == 2
+    assert page.index('id="filter"') < page.index('<ul class="toc">') < page.index('class="box tsec"')
+    # the script touches the page only through hidden / open / text, and reads the hash's filter and q
+    for needle in ('params.get("filter") === "failures"', 'params.get("q")', ".hidden =", ".open = true"):
+        assert needle in FILTER_JS, needle
+    assert "innerHTML" not in FILTER_JS and "fetch(" not in FILTER_JS and "eval(" not in FILTER_JS
+    # a page with no table has neither box nor script
+    empty = render_run(QualityRun("r0", "", ""), [])
+    assert 'id="filter"' not in empty and "<script" not in empty
+    assert_self_contained(empty)
 
 
 def test_render_marks_passing_runs_and_links_the_index() -> None:
@@ -470,3 +516,27 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert "order-4711" in text  # a violation's sample key
     assert '<td class="num"><span class="bar" style="width:80px"></span>1,234</td>' in text  # bucket 0's lag
     assert "&lt;script&gt;" in text and "<script>alert" not in text  # the evil name stayed text
+    # the filter script ran (the policy allowed it by its hash): the box is shown, nothing filtered
+    assert '<div class="filter box" id="filter">' in text
+    assert '<span class="muted" id="filter-count">2 of 2 tables shown</span>' in text
+    assert 'data-filtered="no"' in text
+
+    # the hash filters: failures only hides the passing table's section and its entry in the list of tables
+    filtered_uri = page.as_uri() + "#filter=failures"
+    dom = chromium("--dump-dom", filtered_uri, profile=tmp_path / "dom-filtered")
+    text = dom.stdout.decode()
+    assert 'data-filtered="yes"' in text, dom.stderr.decode(errors="replace")[-2000:]
+    assert '<span class="muted" id="filter-count">1 of 2 tables shown</span>' in text
+    assert re.search(r'<section class="box tsec" id="t\d+" data-table="ods.orders" data-status="pass" hidden="">', text)
+    assert re.search(r'<section class="box tsec" id="t\d+" data-table="ods.&lt;script[^"]*" data-status="fail">', text)
+    assert '<li data-table="ods.orders" data-status="pass" hidden="">' in text
+    # and by name: the passing table, opened
+    dom = chromium("--dump-dom", page.as_uri() + "#q=orders", profile=tmp_path / "dom-q")
+    text = dom.stdout.decode()
+    assert '<span class="muted" id="filter-count">1 of 2 tables shown</span>' in text
+    assert re.search(r'data-table="ods.orders" data-status="pass"><details open="">', text)
+    # the filtered page looks different from the unfiltered one
+    png = tmp_path / "filtered.png"
+    chromium(f"--screenshot={png}", "--window-size=1280,2000", filtered_uri, profile=tmp_path / "filtered")
+    assert png_rows(png.read_bytes())[:2] == (1280, 2000)
+    assert png_rows(png.read_bytes())[2] != rows
