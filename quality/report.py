@@ -109,6 +109,10 @@ section.tsec > details > summary { cursor:pointer; list-style-position:outside; 
 section.tsec > details > summary > h2 { display:inline-flex; align-items:center; gap:10px; margin:0; font-size:19px;
   flex-wrap:wrap; }
 section.tsec > details[open] > summary { margin-bottom:10px; }
+table.mini { border-collapse:collapse; font-size:12.5px; font-variant-numeric:tabular-nums; }
+table.mini th, table.mini td { padding:1px 10px 1px 0; text-align:left; vertical-align:top; border:0; }
+table.mini th { color:var(--muted); font-weight:500; white-space:nowrap; background:none; font-size:12.5px; }
+table.mini table.mini { margin:0; }
 .filter { display:flex; flex-wrap:wrap; align-items:center; gap:8px 18px; margin-bottom:18px; }
 .filter input[type=search] { font:inherit; padding:5px 10px; border:1px solid var(--line); border-radius:6px;
   min-width:280px; }
@@ -279,18 +283,34 @@ def _docs_href(path: Any, base: str) -> str | None:
     return base + quote(path, safe="/#.-_~")
 
 
+def _detail_value(value: Any, depth: int = 0) -> str:
+    """One detail's value: a mapping as a nested table (one level; deeper values as text), a list of scalars
+    comma separated, anything else as a value cut to 160 characters."""
+    if isinstance(value, dict) and value and depth == 0:
+        rows = "".join(
+            f"<tr><th>{_e(k)}</th><td>{_detail_value(v, depth + 1)}</td></tr>" for k, v in list(value.items())[:20]
+        )
+        more = f'<tr><td colspan="2" class="muted">+{len(value) - 20} more</td></tr>' if len(value) > 20 else ""
+        return f'<table class="mini">{rows}{more}</table>'
+    if isinstance(value, list | tuple) and value and all(not isinstance(v, dict | list | tuple) for v in value):
+        shown = ", ".join(_value(v, 80) for v in value[:10])
+        return shown + (f' <span class="muted">+{len(value) - 10} more</span>' if len(value) > 10 else "")
+    return _value(value, 160)  # numbers as they are: ids and offsets get no thousands separators
+
+
 def _details(details: dict[str, Any], docs_base: str) -> str:
-    parts = []
+    """A check's details as a small table of key and value (a Data Docs path as a link)."""
+    if not details:
+        return '<span class="muted">—</span>'
+    rows = []
     for key, value in details.items():
         if key == "data_docs":
             href = _docs_href(value, docs_base)
-            if href is not None:
-                parts.append(f'<a href="{_e(href)}">Data Docs</a>')
-            else:
-                parts.append(f"data docs: {_value(value)}")
+            cell = f'<a href="{_e(href)}">Data Docs</a>' if href is not None else _value(value)
+            rows.append(f"<tr><th>data docs</th><td>{cell}</td></tr>")
             continue
-        parts.append(f'<span class="muted">{_e(key)}:</span> {_value(value, 160)}')
-    return "<br>".join(parts) if parts else '<span class="muted">—</span>'
+        rows.append(f"<tr><th>{_e(key)}</th><td>{_detail_value(value)}</td></tr>")
+    return f'<table class="mini details">{"".join(rows)}</table>'
 
 
 # ---- charts (inline SVG) ------------------------------------------------------------------------------------

@@ -381,6 +381,34 @@ def test_sections_collapse_and_the_filter_only_enhances() -> None:
     assert_self_contained(empty)
 
 
+def test_details_are_small_tables_with_long_values_cut() -> None:
+    """A check's details render as a table of key and value (a mapping as a nested table, a list of scalars
+    comma separated), escaped, long values cut; not as ``key: value`` text."""
+    long = "x" * 500
+    details = {
+        "commits_checked": 7,
+        "buckets": {"0": 12, "1": EVIL},
+        "files": ["a.parquet", "b.parquet"],
+        "long": long,
+        "data_docs": DOCS,
+    }
+    run = QualityRun(
+        "r1", T0.isoformat(), T0.isoformat(), results=[CheckResult(RECONCILE, "ods.a", rows=1, details=details)]
+    )
+    page = render_run(run, [])
+    assert_self_contained(page)
+    assert "<tr><th>commits_checked</th><td><code>7</code></td></tr>" in page
+    assert (
+        '<tr><th>buckets</th><td><table class="mini"><tr><th>0</th><td><code>12</code></td></tr>'
+        "<tr><th>1</th><td><code>&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;</code></td></tr></table></td></tr>"
+    ) in page
+    assert "<tr><th>files</th><td><code>a.parquet</code>, <code>b.parquet</code></td></tr>" in page
+    assert f"<tr><th>long</th><td><code>{'x' * 160}…</code></td></tr>" in page and "x" * 161 not in page
+    assert f'<tr><th>data docs</th><td><a href="../../../{DOCS}">Data Docs</a></td></tr>' in page
+    assert "commits_checked:" not in page  # no key: value text any more
+    assert page.count('<table class="mini details">') == 2  # in the checks and in the last reconciliation
+
+
 def test_render_marks_passing_runs_and_links_the_index() -> None:
     history = history_runs()
     page = render_run(history[-1], history)
