@@ -7,7 +7,8 @@ filter box (by table name, failures only; also from the URL, ``#filter=failures&
 section a link jumps to. Without it every section is still there: failing tables open, passing ones collapsed.
 Everything that comes from data (table names, keys, values, messages) is escaped.
 
-A run's page shows its overall status, then per table: its checks (status, time, rows), violations (check code,
+A run's page shows its overall status, a lineage view (which tables feed which models, from their subscriptions),
+then per table: its checks (status, time, rows), violations (check code,
 bucket, offsets, snapshot, sample keys, expected vs actual), per bucket the log end, lake offset and lag, each
 subscription's lag, the last reconciliation and its cost, Great Expectations results with links to their Data
 Docs, data files; and trends over the last runs (lag, files, check time) as charts.
@@ -113,6 +114,14 @@ table.mini { border-collapse:collapse; font-size:12.5px; font-variant-numeric:ta
 table.mini th, table.mini td { padding:1px 10px 1px 0; text-align:left; vertical-align:top; border:0; }
 table.mini th { color:var(--muted); font-weight:500; white-space:nowrap; background:none; font-size:12.5px; }
 table.mini table.mini { margin:0; }
+.lineage { display:flex; align-items:flex-start; gap:8px; overflow-x:auto; }
+.lineage .level { min-width:180px; }
+.lineage .level h3 { margin-top:0; }
+.lineage ul { list-style:none; padding:0; margin:0; }
+.lineage li { margin-bottom:8px; }
+.lineage .arrow { color:var(--muted); font-size:22px; padding-top:18px; }
+.lineage .node.bad code { color:var(--bad); }
+.lineage .from { font-size:12px; }
 .filter { display:flex; flex-wrap:wrap; align-items:center; gap:8px 18px; margin-bottom:18px; }
 .filter input[type=search] { font:inherit; padding:5px 10px; border:1px solid var(--line); border-radius:6px;
   min-width:280px; }
@@ -686,6 +695,71 @@ def _gx_table(results: list[CheckResult], docs_base: str) -> str:
     )
 
 
+def lineage(run: QualityRun) -> dict[str, list[str]]:
+    """Which tables feed which, from what the run's figures already hold: a subscription ``layers.<model>`` in a
+    table (`layers.rounds.consumer_of`) means the table feeds ``<model>``; a model's own (``.self``) is not an
+    input. Returns each model's inputs, models and inputs in name order."""
+    from layers.rounds import model_of_consumer
+
+    inputs: dict[str, set[str]] = {}
+    for table, stats in (run.tables or {}).items():
+        for sub in (stats or {}).get("subscriptions") or []:
+            model = model_of_consumer(str(sub.get("consumer") or ""))
+            if model is not None:
+                inputs.setdefault(model, set()).add(table)
+    return {model: sorted(tables) for model, tables in sorted(inputs.items())}
+
+
+def _levels(edges: dict[str, list[str]]) -> dict[str, int]:
+    """Each table's level: 0 for a table no model builds (a source), else one more than its highest input (a
+    cycle, which layers refuses, is cut where it closes)."""
+    level: dict[str, int] = {}
+
+    def visit(name: str, path: frozenset[str]) -> int:
+        if name in level:
+            return level[name]
+        ups = [u for u in edges.get(name, []) if u not in path]
+        level[name] = 1 + max((visit(u, path | {name}) for u in ups), default=-1) if name in edges else 0
+        return level[name]
+
+    for name in sorted({*edges, *(u for ups in edges.values() for u in ups)}):
+        visit(name, frozenset())
+    return level
+
+
+def _lineage_section(edges: dict[str, list[str]], anchors: dict[str, str], failing: set[str]) -> str:
+    """Levels of tables left to right (sources, then what they build, ...), each model with its inputs; names link
+    to their sections, failing tables are marked."""
+    if not edges:
+        return ""
+    level = _levels(edges)
+
+    def name(table: str) -> str:
+        mark = ' <span class="chip fail">FAIL</span>' if table in failing else ""
+        label = f"<code>{_e(table)}</code>"
+        linked = f'<a href="#{anchors[table]}">{label}</a>' if table in anchors else label
+        return f'<span class="node{" bad" if table in failing else ""}" data-node="{_e(table)}">{linked}{mark}</span>'
+
+    columns = []
+    for depth in range(max(level.values()) + 1):
+        items = []
+        for table in sorted(t for t, d in level.items() if d == depth):
+            ups = edges.get(table)
+            fed = (
+                '<div class="from muted">from ' + ", ".join(name(u) for u in ups) + "</div>" if ups is not None else ""
+            )
+            items.append(f"<li>{name(table)}{fed}</li>")
+        title = "sources" if depth == 0 else f"level {depth}"
+        columns.append(f'<div class="level"><h3>{title}</h3><ul>{"".join(items)}</ul></div>')
+    edge_count = sum(len(ups) for ups in edges.values())
+    arrow = '<span class="arrow">→</span>'
+    return (
+        f'<section class="box" id="lineage"><h2>Lineage</h2><p class="muted">Which tables feed which ({edge_count:,} '
+        "inputs of models, from their subscriptions <code>layers.&lt;model&gt;</code>).</p>"
+        f'<div class="lineage">{arrow.join(columns)}</div></section>'
+    )
+
+
 def _table_section(
     index: int, table: str, run: QualityRun, history: list[QualityRun], docs_base: str
 ) -> tuple[str, str]:
@@ -761,6 +835,7 @@ def render_run(
         ("Run took", _secs(_duration(run)), False),
     ]
     sections = [_table_section(i, t, run, history, docs_base) for i, t in enumerate(tables)]
+    anchors = {t: f"t{i}" for i, t in enumerate(tables)}
     status = "PASS" if run.ok else "FAIL"
     header = (
         f'<h1>lakestream data quality</h1><span class="meta">run <code>{_e(run.run_id)}</code> · started '
@@ -783,6 +858,7 @@ def render_run(
             if tables
             else ""
         )
+        + _lineage_section(lineage(run), anchors, {t for t in tables if t in failing})
         + _trends(run, history)
         + "".join(b for _, b in sections)
     )
@@ -886,6 +962,7 @@ __all__ = [
     "REPORTS_PREFIX",
     "bar_chart",
     "line_chart",
+    "lineage",
     "render_index",
     "render_run",
     "write_report",

@@ -20,8 +20,9 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 import pytest
 
+from layers.rounds import consumer_of, model_of_consumer, self_consumer_of
 from quality.errors import InvalidArgument, QualityError
-from quality.report import FILTER_JS, INDEX_KEY, REPORTS_PREFIX, render_index, render_run, write_report
+from quality.report import FILTER_JS, INDEX_KEY, REPORTS_PREFIX, lineage, render_index, render_run, write_report
 from quality.results import GX, RECONCILE, CheckResult, QualityRun, Violation
 from quality.runs import RUNS_PREFIX, RunAlreadySaved, load_run, load_runs, new_run_id, save_run
 from quality.stats import table_stats
@@ -407,6 +408,58 @@ def test_details_are_small_tables_with_long_values_cut() -> None:
     assert f'<tr><th>data docs</th><td><a href="../../../{DOCS}">Data Docs</a></td></tr>' in page
     assert "commits_checked:" not in page  # no key: value text any more
     assert page.count('<table class="mini details">') == 2  # in the checks and in the last reconciliation
+
+
+def sub(consumer: str) -> dict:
+    return {"consumer": consumer, "lag_records": 0, "lag_seconds": 0.0, "idle_seconds": 1.0, "stale": False}
+
+
+def test_lineage_lists_the_edges_from_subscriptions_and_ignores_a_model_s_own() -> None:
+    """``layers.<model>`` in a table's subscriptions means the table feeds <model>; ``layers.<model>.self`` and
+    other consumers are not edges. Levels go sources, then what they build; names link to their sections and a
+    failing table is marked."""
+    stats = {
+        "ods.orders": [sub("layers.dwd.orders"), sub("layers.ads.revenue"), sub("spark.export")],
+        "ods.customers": [sub("layers.dwd.orders")],
+        "dwd.orders": [sub("layers.ads.revenue"), sub("layers.dwd.orders.self")],
+        "ads.revenue": [sub("layers.ads.revenue.self")],
+    }
+    bad = Violation("records-count", "dwd.orders", "added-records 1 != 2 records", expected=2, actual=1)
+    run = QualityRun(
+        "r1",
+        T0.isoformat(),
+        T0.isoformat(),
+        results=[
+            CheckResult(RECONCILE, t, rows=1, violations=[bad] if t == "dwd.orders" else []) for t in sorted(stats)
+        ],
+        tables={t: {"subscriptions": subs} for t, subs in stats.items()},
+    )
+    assert lineage(run) == {"ads.revenue": ["dwd.orders", "ods.orders"], "dwd.orders": ["ods.customers", "ods.orders"]}
+    page = render_run(run, [])
+    assert_self_contained(page)
+    section = page[page.index('<section class="box" id="lineage">') :]
+    section = section[: section.index("</section>")]
+    # near the top: before the trends and the table sections
+    assert page.index('id="lineage"') < page.index("Trends over") < page.index('class="box tsec"')
+    levels = re.findall(r'<div class="level"><h3>([^<]+)</h3>(.*?)</ul></div>', section)
+    assert [title for title, _ in levels] == ["sources", "level 1", "level 2"]
+    nodes = [re.findall(r'<li><span class="node(?: bad)?" data-node="([^"]+)"', body) for _, body in levels]
+    assert nodes == [["ods.customers", "ods.orders"], ["dwd.orders"], ["ads.revenue"]]
+    by_table = {t: i for i, t in re.findall(r'<section class="box tsec" id="(t\d+)" data-table="([^"]+)"', page)}
+    assert set(by_table) == set(sections(page)) == set(stats)
+    for table in stats:  # every name links to its table's section
+        assert f'<a href="#{by_table[table]}"><code>{table}</code></a>' in section, table
+    assert section.count('<span class="node bad" data-node="dwd.orders">') == 2  # its node, and as an input
+    assert section.count('class="chip fail"') == 2
+    assert "self" not in section and "spark.export" not in section
+    # no model subscriptions: no lineage section
+    assert 'id="lineage"' not in render_run(the_run(), [])
+
+
+def test_model_of_consumer_inverts_consumer_of() -> None:
+    assert model_of_consumer(consumer_of("dwd.orders")) == "dwd.orders"
+    assert model_of_consumer(self_consumer_of("dwd.orders")) is None
+    assert model_of_consumer("dwd.orders_enriched") is None and model_of_consumer("layers.") is None
 
 
 def test_render_marks_passing_runs_and_links_the_index() -> None:
