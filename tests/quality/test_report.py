@@ -616,6 +616,10 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     text = dom.stdout.decode()
     assert '<span class="muted" id="filter-count">1 of 2 tables shown</span>' in text
     assert re.search(r'data-table="ods.orders" data-status="pass"><details open="">', text)
+    # a link to a collapsed section opens it
+    [anchor] = re.findall(r'id="(t\d+)" data-table="ods.orders"', text)
+    dom = chromium("--dump-dom", f"{page.as_uri()}#{anchor}", profile=tmp_path / "dom-anchor")
+    assert re.search(r'data-table="ods.orders" data-status="pass"><details open="">', dom.stdout.decode())
     # the filtered page looks different from the unfiltered one
     png = tmp_path / "filtered.png"
     chromium(f"--screenshot={png}", "--window-size=1280,2000", filtered_uri, profile=tmp_path / "filtered")
