@@ -14,6 +14,7 @@ import subprocess
 import time
 import zlib
 from datetime import UTC, datetime, timedelta
+from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -260,8 +261,37 @@ def history_runs() -> list[QualityRun]:
 EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
 
 
+VOID = {"meta", "br", "input", "img", "hr", "link", "col", "wbr"}
+
+
+class Balance(HTMLParser):
+    """Every element closed, in order (void elements aside), and each id once: the page parses as written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open: list[str] = []
+        self.ids: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.ids += [v or "" for k, v in attrs if k == "id"]
+        if tag not in VOID:
+            self.open.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.open and self.open[-1] == tag, (tag, self.open[-5:])
+        self.open.pop()
+
+
+def assert_well_formed(page: str) -> None:
+    parser = Balance()
+    parser.feed(page)
+    parser.close()
+    assert parser.open == [] and len(parser.ids) == len(set(parser.ids)), (parser.open, parser.ids)
+
+
 def assert_self_contained(page: str) -> None:
     assert page.startswith("<!DOCTYPE html>")
+    assert_well_formed(page)
     assert not EXTERNAL.search(page), EXTERNAL.search(page)
     # the only script is the filter's, inline, and the policy allows exactly it (by its hash), nothing else
     scripts = re.findall(r"<script([^>]*)>(.*?)</script>", page, re.DOTALL)
