@@ -39,6 +39,7 @@ __all__ = [
     "boundary_round",
     "consumer_of",
     "is_self_consumer",
+    "model_of_consumer",
     "self_consumer_of",
     "producer_of",
     "sql_digest",
@@ -78,6 +79,15 @@ def self_consumer_of(model: str) -> str:
 def is_self_consumer(name: str) -> bool:
     """Whether subscription ``name`` is a model's own (`self_consumer_of`)."""
     return name.startswith("layers.") and name.endswith(".self")
+
+
+def model_of_consumer(name: str) -> str | None:
+    """The model whose rounds read through subscription ``name`` (the inverse of `consumer_of`), or None if
+    ``name`` is no model's reader: another consumer's, or a model's own (`is_self_consumer`)."""
+    prefix = consumer_of("")
+    if not name.startswith(prefix) or is_self_consumer(name) or len(name) == len(prefix):
+        return None
+    return name[len(prefix) :]
 
 
 def producer_of(model: str) -> str:

@@ -1,10 +1,14 @@
 """Quality reports people look at: one self-contained HTML page per run and an index of runs.
 
-Pages are plain HTML with inline CSS and charts drawn here as inline SVG: no JavaScript, no CDN, no external
-resource (a Content-Security-Policy forbids them), so a page opens offline from a local folder or a download.
+Pages are plain HTML with inline CSS and charts drawn here as inline SVG: no CDN, no external resource (a
+Content-Security-Policy forbids them), so a page opens offline from a local folder or a download. A run's page
+carries one small inline script (allowed by its hash in the policy, `FILTER_JS`) that only enhances: it shows a
+filter box (by table name, failures only; also from the URL, ``#filter=failures&q=orders``) and opens a collapsed
+section a link jumps to. Without it every section is still there: failing tables open, passing ones collapsed.
 Everything that comes from data (table names, keys, values, messages) is escaped.
 
-A run's page shows its overall status, then per table: its checks (status, time, rows), violations (check code,
+A run's page shows its overall status, a lineage view (which tables feed which models, from their subscriptions),
+then per table: its checks (status, time, rows), violations (check code,
 bucket, offsets, snapshot, sample keys, expected vs actual), per bucket the log end, lake offset and lag, each
 subscription's lag, the last reconciliation and its cost, Great Expectations results with links to their Data
 Docs, data files; and trends over the last runs (lag, files, check time) as charts.
@@ -17,6 +21,8 @@ folder.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 import math
@@ -100,7 +106,72 @@ ul.toc { list-style:none; padding:0; margin:0; display:flex; flex-wrap:wrap; gap
 a { color:var(--accent); text-decoration:none; }
 a:hover { text-decoration:underline; }
 details.more summary { cursor:pointer; color:var(--accent); }
+section.tsec > details > summary { cursor:pointer; list-style-position:outside; }
+section.tsec > details > summary > h2 { display:inline-flex; align-items:center; gap:10px; margin:0; font-size:19px;
+  flex-wrap:wrap; }
+section.tsec > details[open] > summary { margin-bottom:10px; }
+table.mini { border-collapse:collapse; font-size:12.5px; font-variant-numeric:tabular-nums; }
+table.mini th, table.mini td { padding:1px 10px 1px 0; text-align:left; vertical-align:top; border:0; }
+table.mini th { color:var(--muted); font-weight:500; white-space:nowrap; background:none; font-size:12.5px; }
+table.mini table.mini { margin:0; }
+.lineage { display:flex; align-items:flex-start; gap:8px; overflow-x:auto; }
+.lineage .level { min-width:180px; }
+.lineage .level h3 { margin-top:0; }
+.lineage ul { list-style:none; padding:0; margin:0; }
+.lineage li { margin-bottom:8px; }
+.lineage .arrow { color:var(--muted); font-size:22px; padding-top:18px; }
+.lineage .node.bad code { color:var(--bad); }
+.lineage .from { font-size:12px; }
+.filter { display:flex; flex-wrap:wrap; align-items:center; gap:8px 18px; margin-bottom:18px; }
+.filter input[type=search] { font:inherit; padding:5px 10px; border:1px solid var(--line); border-radius:6px;
+  min-width:280px; }
+.filter[hidden], section.tsec[hidden], ul.toc li[hidden] { display:none; }
 """
+
+#: The run page's only script. It enhances what the HTML already shows: the filter box (hidden without it) hides
+#: table sections (and their table-of-contents entries) whose name does not contain the text, or that passed when
+#: "failures only" is ticked; the URL's hash can set both (``#filter=failures&q=orders``, so a link or a headless
+#: screenshot shows the filtered page); a link to a collapsed section opens it. No data goes into it (the
+#: Content-Security-Policy allows exactly this text by its hash).
+FILTER_JS = """(function () {
+  var box = document.getElementById("filter");
+  if (!box) return;
+  var q = document.getElementById("filter-q"), fails = document.getElementById("filter-fails");
+  var count = document.getElementById("filter-count");
+  var sections = document.querySelectorAll("section.tsec"), items = document.querySelectorAll("ul.toc li");
+  function apply() {
+    var text = q.value.trim().toLowerCase(), only = fails.checked, shown = 0;
+    sections.forEach(function (s) {
+      var hit = s.dataset.table.toLowerCase().indexOf(text) >= 0 && (!only || s.dataset.status === "fail");
+      s.hidden = !hit;
+      if (hit) { shown += 1; if (text) s.querySelector("details").open = true; }
+    });
+    items.forEach(function (li) {
+      li.hidden = !(li.dataset.table.toLowerCase().indexOf(text) >= 0 && (!only || li.dataset.status === "fail"));
+    });
+    count.textContent = shown + " of " + sections.length + " tables shown";
+    document.body.dataset.filtered = (text || only) ? "yes" : "no";
+  }
+  function fromHash() {
+    var hash = location.hash.slice(1);
+    if (hash.indexOf("=") >= 0) {
+      var params = new URLSearchParams(hash);
+      if (params.has("q")) q.value = params.get("q");
+      fails.checked = params.get("filter") === "failures";
+    } else if (hash) {
+      var target = document.getElementById(hash);
+      var inner = target && target.querySelector("details");
+      if (inner) inner.open = true;
+    }
+    apply();
+  }
+  q.addEventListener("input", apply);
+  fails.addEventListener("change", apply);
+  window.addEventListener("hashchange", fromHash);
+  box.hidden = false;
+  fromHash();
+})();"""
+_FILTER_JS_HASH = base64.b64encode(hashlib.sha256(FILTER_JS.encode()).digest()).decode()
 
 
 # ---- formatting -------------------------------------------------------------------------------------------
@@ -221,18 +292,34 @@ def _docs_href(path: Any, base: str) -> str | None:
     return base + quote(path, safe="/#.-_~")
 
 
+def _detail_value(value: Any, depth: int = 0) -> str:
+    """One detail's value: a mapping as a nested table (one level; deeper values as text), a list of scalars
+    comma separated, anything else as a value cut to 160 characters."""
+    if isinstance(value, dict) and value and depth == 0:
+        rows = "".join(
+            f"<tr><th>{_e(k)}</th><td>{_detail_value(v, depth + 1)}</td></tr>" for k, v in list(value.items())[:20]
+        )
+        more = f'<tr><td colspan="2" class="muted">+{len(value) - 20} more</td></tr>' if len(value) > 20 else ""
+        return f'<table class="mini">{rows}{more}</table>'
+    if isinstance(value, list | tuple) and value and all(not isinstance(v, dict | list | tuple) for v in value):
+        shown = ", ".join(_value(v, 80) for v in value[:10])
+        return shown + (f' <span class="muted">+{len(value) - 10} more</span>' if len(value) > 10 else "")
+    return _value(value, 160)  # numbers as they are: ids and offsets get no thousands separators
+
+
 def _details(details: dict[str, Any], docs_base: str) -> str:
-    parts = []
+    """A check's details as a small table of key and value (a Data Docs path as a link)."""
+    if not details:
+        return '<span class="muted">—</span>'
+    rows = []
     for key, value in details.items():
         if key == "data_docs":
             href = _docs_href(value, docs_base)
-            if href is not None:
-                parts.append(f'<a href="{_e(href)}">Data Docs</a>')
-            else:
-                parts.append(f"data docs: {_value(value)}")
+            cell = f'<a href="{_e(href)}">Data Docs</a>' if href is not None else _value(value)
+            rows.append(f"<tr><th>data docs</th><td>{cell}</td></tr>")
             continue
-        parts.append(f'<span class="muted">{_e(key)}:</span> {_value(value, 160)}')
-    return "<br>".join(parts) if parts else '<span class="muted">—</span>'
+        rows.append(f"<tr><th>{_e(key)}</th><td>{_detail_value(value)}</td></tr>")
+    return f'<table class="mini details">{"".join(rows)}</table>'
 
 
 # ---- charts (inline SVG) ------------------------------------------------------------------------------------
@@ -371,15 +458,29 @@ def bar_chart(title: str, labels: list[str], values: list[float], colors: list[s
 # ---- pages ---------------------------------------------------------------------------------------------------
 
 
-def _page(title: str, header: str, body: str) -> str:
+def _page(title: str, header: str, body: str, *, script: bool = False) -> str:
+    """A page; with ``script``, `FILTER_JS` at the end of the body, allowed by its hash (no other script runs)."""
+    scripts = f"; script-src 'sha256-{_FILTER_JS_HASH}'" if script else ""
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
-        'img-src data:">'
+        f'img-src data:{scripts}">'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
-        f'<header class="top">{header}</header><main>{body}</main></body></html>\n'
+        f'<header class="top">{header}</header><main>{body}</main>'
+        + (f"<script>{FILTER_JS}</script>" if script else "")
+        + "</body></html>\n"
+    )
+
+
+def _filter_box(tables: int) -> str:
+    """The filter box: hidden until `FILTER_JS` runs (without it, it would do nothing)."""
+    return (
+        '<div class="filter box" id="filter" hidden><label>Filter tables '
+        '<input type="search" id="filter-q" placeholder="name contains…" autocomplete="off"></label>'
+        '<label><input type="checkbox" id="filter-fails"> failures only</label>'
+        f'<span class="muted" id="filter-count">{tables:,} tables</span></div>'
     )
 
 
@@ -594,6 +695,71 @@ def _gx_table(results: list[CheckResult], docs_base: str) -> str:
     )
 
 
+def lineage(run: QualityRun) -> dict[str, list[str]]:
+    """Which tables feed which, from what the run's figures already hold: a subscription ``layers.<model>`` in a
+    table (`layers.rounds.consumer_of`) means the table feeds ``<model>``; a model's own (``.self``) is not an
+    input. Returns each model's inputs, models and inputs in name order."""
+    from layers.rounds import model_of_consumer
+
+    inputs: dict[str, set[str]] = {}
+    for table, stats in (run.tables or {}).items():
+        for sub in (stats or {}).get("subscriptions") or []:
+            model = model_of_consumer(str(sub.get("consumer") or ""))
+            if model is not None:
+                inputs.setdefault(model, set()).add(table)
+    return {model: sorted(tables) for model, tables in sorted(inputs.items())}
+
+
+def _levels(edges: dict[str, list[str]]) -> dict[str, int]:
+    """Each table's level: 0 for a table no model builds (a source), else one more than its highest input (a
+    cycle, which layers refuses, is cut where it closes)."""
+    level: dict[str, int] = {}
+
+    def visit(name: str, path: frozenset[str]) -> int:
+        if name in level:
+            return level[name]
+        ups = [u for u in edges.get(name, []) if u not in path]
+        level[name] = 1 + max((visit(u, path | {name}) for u in ups), default=-1) if name in edges else 0
+        return level[name]
+
+    for name in sorted({*edges, *(u for ups in edges.values() for u in ups)}):
+        visit(name, frozenset())
+    return level
+
+
+def _lineage_section(edges: dict[str, list[str]], anchors: dict[str, str], failing: set[str]) -> str:
+    """Levels of tables left to right (sources, then what they build, ...), each model with its inputs; names link
+    to their sections, failing tables are marked."""
+    if not edges:
+        return ""
+    level = _levels(edges)
+
+    def name(table: str) -> str:
+        mark = ' <span class="chip fail">FAIL</span>' if table in failing else ""
+        label = f"<code>{_e(table)}</code>"
+        linked = f'<a href="#{anchors[table]}">{label}</a>' if table in anchors else label
+        return f'<span class="node{" bad" if table in failing else ""}" data-node="{_e(table)}">{linked}{mark}</span>'
+
+    columns = []
+    for depth in range(max(level.values()) + 1):
+        items = []
+        for table in sorted(t for t, d in level.items() if d == depth):
+            ups = edges.get(table)
+            fed = (
+                '<div class="from muted">from ' + ", ".join(name(u) for u in ups) + "</div>" if ups is not None else ""
+            )
+            items.append(f"<li>{name(table)}{fed}</li>")
+        title = "sources" if depth == 0 else f"level {depth}"
+        columns.append(f'<div class="level"><h3>{title}</h3><ul>{"".join(items)}</ul></div>')
+    edge_count = sum(len(ups) for ups in edges.values())
+    arrow = '<span class="arrow">→</span>'
+    return (
+        f'<section class="box" id="lineage"><h2>Lineage</h2><p class="muted">Which tables feed which ({edge_count:,} '
+        "inputs of models, from their subscriptions <code>layers.&lt;model&gt;</code>).</p>"
+        f'<div class="lineage">{arrow.join(columns)}</div></section>'
+    )
+
+
 def _table_section(
     index: int, table: str, run: QualityRun, history: list[QualityRun], docs_base: str
 ) -> tuple[str, str]:
@@ -603,13 +769,16 @@ def _table_section(
     files = stats.get("files") or {}
     published = run.published.get(table) if table in run.published else "—"
     violations = [v for r in results for v in r.violations]
+    # data-* carry what the filter reads; failing tables open, passing ones collapsed (the page opens on problems)
+    data = f'data-table="{_e(table)}" data-status="{"pass" if ok else "fail"}"'
     toc = (
-        f'<li>{_status(ok)} <a href="#t{index}">{_e(table)}</a>'
+        f'<li {data}>{_status(ok)} <a href="#t{index}">{_e(table)}</a>'
         + (f' <span class="muted">({len(violations):,} violations)</span>' if violations else "")
         + "</li>"
     )
     body = (
-        f'<section class="box" id="t{index}"><h2>{_status(ok)} <span>{_e(table)}</span></h2>'
+        f'<section class="box tsec" id="t{index}" {data}><details{"" if ok else " open"}>'
+        f"<summary><h2>{_status(ok)} <span>{_e(table)}</span></h2></summary>"
         f'<div class="kv"><span>lake snapshot <b class="mono">{_ident(stats.get("snapshot_id"))}</b></span>'
         f'<span>published <b class="mono">{_ident(published)}</b></span>'
         f"<span>data files <b>{_num(files.get('count'))}</b></span>"
@@ -622,7 +791,7 @@ def _table_section(
         '<div class="cols"><div><h3>Buckets: log vs lake</h3>'
         f"{_buckets_table(stats)}</div><div><h3>Subscriptions</h3>{_subscriptions_table(stats)}</div></div>"
         f"<h3>Last reconciliation</h3>{_last_reconcile(table, run, history, docs_base)}"
-        f"{_gx_table(results, docs_base)}</section>"
+        f"{_gx_table(results, docs_base)}</details></section>"
     )
     return toc, body
 
@@ -666,6 +835,7 @@ def render_run(
         ("Run took", _secs(_duration(run)), False),
     ]
     sections = [_table_section(i, t, run, history, docs_base) for i, t in enumerate(tables)]
+    anchors = {t: f"t{i}" for i, t in enumerate(tables)}
     status = "PASS" if run.ok else "FAIL"
     header = (
         f'<h1>lakestream data quality</h1><span class="meta">run <code>{_e(run.run_id)}</code> · started '
@@ -682,15 +852,17 @@ def render_run(
             for label, value, bad in cards
         )
         + "</div>"
+        + (_filter_box(len(tables)) if tables else "")
         + (
             f'<section class="box"><h2>Tables</h2><ul class="toc">{"".join(t for t, _ in sections)}</ul></section>'
             if tables
             else ""
         )
+        + _lineage_section(lineage(run), anchors, {t for t in tables if t in failing})
         + _trends(run, history)
         + "".join(b for _, b in sections)
     )
-    return _page(f"{status} · quality run {run.run_id}", header, body)
+    return _page(f"{status} · quality run {run.run_id}", header, body, script=bool(tables))
 
 
 def render_index(runs: list[QualityRun], *, reports_href: str = "reports/") -> str:
@@ -790,6 +962,7 @@ __all__ = [
     "REPORTS_PREFIX",
     "bar_chart",
     "line_chart",
+    "lineage",
     "render_index",
     "render_run",
     "write_report",

@@ -4,6 +4,8 @@ as headless Chromium renders it (a screenshot that is not blank, the DOM showing
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import posixpath
 import re
@@ -12,14 +14,16 @@ import subprocess
 import time
 import zlib
 from datetime import UTC, datetime, timedelta
+from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pytest
 
+from layers.rounds import consumer_of, model_of_consumer, self_consumer_of
 from quality.errors import InvalidArgument, QualityError
-from quality.report import INDEX_KEY, REPORTS_PREFIX, render_index, render_run, write_report
+from quality.report import FILTER_JS, INDEX_KEY, REPORTS_PREFIX, lineage, render_index, render_run, write_report
 from quality.results import GX, RECONCILE, CheckResult, QualityRun, Violation
 from quality.runs import RUNS_PREFIX, RunAlreadySaved, load_run, load_runs, new_run_id, save_run
 from quality.stats import table_stats
@@ -257,10 +261,50 @@ def history_runs() -> list[QualityRun]:
 EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
 
 
+VOID = {"meta", "br", "input", "img", "hr", "link", "col", "wbr"}
+
+
+class Balance(HTMLParser):
+    """Every element closed, in order (void elements aside), and each id once: the page parses as written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open: list[str] = []
+        self.ids: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.ids += [v or "" for k, v in attrs if k == "id"]
+        if tag not in VOID:
+            self.open.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.open and self.open[-1] == tag, (tag, self.open[-5:])
+        self.open.pop()
+
+
+def assert_well_formed(page: str) -> None:
+    parser = Balance()
+    parser.feed(page)
+    parser.close()
+    assert parser.open == [] and len(parser.ids) == len(set(parser.ids)), (parser.open, parser.ids)
+
+
 def assert_self_contained(page: str) -> None:
     assert page.startswith("<!DOCTYPE html>")
+    assert_well_formed(page)
     assert not EXTERNAL.search(page), EXTERNAL.search(page)
-    assert "<script" not in page.lower()
+    # the only script is the filter's, inline, and the policy allows exactly it (by its hash), nothing else
+    scripts = re.findall(r"<script([^>]*)>(.*?)</script>", page, re.DOTALL)
+    assert page.lower().count("<script") == len(scripts) <= 1
+    policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page).group(1)
+    assert "default-src 'none'" in policy and "unsafe-inline" not in policy.partition("script-src")[2]
+    if scripts:
+        [(attributes, code)] = scripts
+        assert attributes == "" and code == FILTER_JS
+        digest = base64.b64encode(hashlib.sha256(code.encode()).digest()).decode()
+        assert f"script-src 'sha256-{digest}'" in policy
+    else:
+        assert "script-src" not in policy
     assert "<link" not in page.lower() and "@import" not in page
     assert "<svg" in page  # charts drawn inline
 
@@ -333,6 +377,119 @@ def test_failing_tables_come_first_and_a_model_s_own_subscription_is_hidden() ->
     assert order == sorted(order)  # failing (y: an error, z: a violation) first, then passing, each by name
     assert "layers.dwd.x</code>" in page and "layers.dwd.x.self" not in page
     assert "1 internal subscription not shown" in page
+
+
+def sections(page: str) -> dict[str, tuple[str, bool]]:
+    """Per table section: (data-status, whether its <details> is open)."""
+    found = re.findall(
+        r'<section class="box tsec" id="t\d+" data-table="([^"]*)" data-status="(pass|fail)"><details( open)?>'
+        r"<summary><h2>",
+        page,
+    )
+    return {table: (status, bool(opened)) for table, status, opened in found}
+
+
+def test_sections_collapse_and_the_filter_only_enhances() -> None:
+    """Failing tables' sections are open, passing ones collapsed; every section is in the HTML (the filter box
+    is hidden until the script shows it, and the script only reads the page and sets hidden/open)."""
+    run = the_run()
+    page = render_run(run, history_runs())
+    evil = "ods.&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;"
+    assert sections(page) == {evil: ("fail", True), "ods.orders": ("pass", False)}
+    # every table's figures are in the page whether or not its section is open (nothing waits for the script)
+    assert "5,550,001" in page or "5550001" in page
+    assert '<div class="filter box" id="filter" hidden>' in page
+    assert 'id="filter-q"' in page and 'id="filter-fails"' in page
+    assert page.count('<li data-table="') == 2
+    assert page.index('id="filter"') < page.index('<ul class="toc">') < page.index('class="box tsec"')
+    # the script touches the page only through hidden / open / text, and reads the hash's filter and q
+    for needle in ('params.get("filter") === "failures"', 'params.get("q")', ".hidden =", ".open = true"):
+        assert needle in FILTER_JS, needle
+    assert "innerHTML" not in FILTER_JS and "fetch(" not in FILTER_JS and "eval(" not in FILTER_JS
+    # a page with no table has neither box nor script
+    empty = render_run(QualityRun("r0", "", ""), [])
+    assert 'id="filter"' not in empty and "<script" not in empty
+    assert_self_contained(empty)
+
+
+def test_details_are_small_tables_with_long_values_cut() -> None:
+    """A check's details render as a table of key and value (a mapping as a nested table, a list of scalars
+    comma separated), escaped, long values cut; not as ``key: value`` text."""
+    long = "x" * 500
+    details = {
+        "commits_checked": 7,
+        "buckets": {"0": 12, "1": EVIL},
+        "files": ["a.parquet", "b.parquet"],
+        "long": long,
+        "data_docs": DOCS,
+    }
+    run = QualityRun(
+        "r1", T0.isoformat(), T0.isoformat(), results=[CheckResult(RECONCILE, "ods.a", rows=1, details=details)]
+    )
+    page = render_run(run, [])
+    assert_self_contained(page)
+    assert "<tr><th>commits_checked</th><td><code>7</code></td></tr>" in page
+    assert (
+        '<tr><th>buckets</th><td><table class="mini"><tr><th>0</th><td><code>12</code></td></tr>'
+        "<tr><th>1</th><td><code>&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;</code></td></tr></table></td></tr>"
+    ) in page
+    assert "<tr><th>files</th><td><code>a.parquet</code>, <code>b.parquet</code></td></tr>" in page
+    assert f"<tr><th>long</th><td><code>{'x' * 160}…</code></td></tr>" in page and "x" * 161 not in page
+    assert f'<tr><th>data docs</th><td><a href="../../../{DOCS}">Data Docs</a></td></tr>' in page
+    assert "commits_checked:" not in page  # no key: value text any more
+    assert page.count('<table class="mini details">') == 2  # in the checks and in the last reconciliation
+
+
+def sub(consumer: str) -> dict:
+    return {"consumer": consumer, "lag_records": 0, "lag_seconds": 0.0, "idle_seconds": 1.0, "stale": False}
+
+
+def test_lineage_lists_the_edges_from_subscriptions_and_ignores_a_model_s_own() -> None:
+    """``layers.<model>`` in a table's subscriptions means the table feeds <model>; ``layers.<model>.self`` and
+    other consumers are not edges. Levels go sources, then what they build; names link to their sections and a
+    failing table is marked."""
+    stats = {
+        "ods.orders": [sub("layers.dwd.orders"), sub("layers.ads.revenue"), sub("spark.export")],
+        "ods.customers": [sub("layers.dwd.orders")],
+        "dwd.orders": [sub("layers.ads.revenue"), sub("layers.dwd.orders.self")],
+        "ads.revenue": [sub("layers.ads.revenue.self")],
+    }
+    bad = Violation("records-count", "dwd.orders", "added-records 1 != 2 records", expected=2, actual=1)
+    run = QualityRun(
+        "r1",
+        T0.isoformat(),
+        T0.isoformat(),
+        results=[
+            CheckResult(RECONCILE, t, rows=1, violations=[bad] if t == "dwd.orders" else []) for t in sorted(stats)
+        ],
+        tables={t: {"subscriptions": subs} for t, subs in stats.items()},
+    )
+    assert lineage(run) == {"ads.revenue": ["dwd.orders", "ods.orders"], "dwd.orders": ["ods.customers", "ods.orders"]}
+    page = render_run(run, [])
+    assert_self_contained(page)
+    section = page[page.index('<section class="box" id="lineage">') :]
+    section = section[: section.index("</section>")]
+    # near the top: before the trends and the table sections
+    assert page.index('id="lineage"') < page.index("Trends over") < page.index('class="box tsec"')
+    levels = re.findall(r'<div class="level"><h3>([^<]+)</h3>(.*?)</ul></div>', section)
+    assert [title for title, _ in levels] == ["sources", "level 1", "level 2"]
+    nodes = [re.findall(r'<li><span class="node(?: bad)?" data-node="([^"]+)"', body) for _, body in levels]
+    assert nodes == [["ods.customers", "ods.orders"], ["dwd.orders"], ["ads.revenue"]]
+    by_table = {t: i for i, t in re.findall(r'<section class="box tsec" id="(t\d+)" data-table="([^"]+)"', page)}
+    assert set(by_table) == set(sections(page)) == set(stats)
+    for table in stats:  # every name links to its table's section
+        assert f'<a href="#{by_table[table]}"><code>{table}</code></a>' in section, table
+    assert section.count('<span class="node bad" data-node="dwd.orders">') == 2  # its node, and as an input
+    assert section.count('class="chip fail"') == 2
+    assert "self" not in section and "spark.export" not in section
+    # no model subscriptions: no lineage section
+    assert 'id="lineage"' not in render_run(the_run(), [])
+
+
+def test_model_of_consumer_inverts_consumer_of() -> None:
+    assert model_of_consumer(consumer_of("dwd.orders")) == "dwd.orders"
+    assert model_of_consumer(self_consumer_of("dwd.orders")) is None
+    assert model_of_consumer("dwd.orders_enriched") is None and model_of_consumer("layers.") is None
 
 
 def test_render_marks_passing_runs_and_links_the_index() -> None:
@@ -470,3 +627,31 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert "order-4711" in text  # a violation's sample key
     assert '<td class="num"><span class="bar" style="width:80px"></span>1,234</td>' in text  # bucket 0's lag
     assert "&lt;script&gt;" in text and "<script>alert" not in text  # the evil name stayed text
+    # the filter script ran (the policy allowed it by its hash): the box is shown, nothing filtered
+    assert '<div class="filter box" id="filter">' in text
+    assert '<span class="muted" id="filter-count">2 of 2 tables shown</span>' in text
+    assert 'data-filtered="no"' in text
+
+    # the hash filters: failures only hides the passing table's section and its entry in the list of tables
+    filtered_uri = page.as_uri() + "#filter=failures"
+    dom = chromium("--dump-dom", filtered_uri, profile=tmp_path / "dom-filtered")
+    text = dom.stdout.decode()
+    assert 'data-filtered="yes"' in text, dom.stderr.decode(errors="replace")[-2000:]
+    assert '<span class="muted" id="filter-count">1 of 2 tables shown</span>' in text
+    assert re.search(r'<section class="box tsec" id="t\d+" data-table="ods.orders" data-status="pass" hidden="">', text)
+    assert re.search(r'<section class="box tsec" id="t\d+" data-table="ods.&lt;script[^"]*" data-status="fail">', text)
+    assert '<li data-table="ods.orders" data-status="pass" hidden="">' in text
+    # and by name: the passing table, opened
+    dom = chromium("--dump-dom", page.as_uri() + "#q=orders", profile=tmp_path / "dom-q")
+    text = dom.stdout.decode()
+    assert '<span class="muted" id="filter-count">1 of 2 tables shown</span>' in text
+    assert re.search(r'data-table="ods.orders" data-status="pass"><details open="">', text)
+    # a link to a collapsed section opens it
+    [anchor] = re.findall(r'id="(t\d+)" data-table="ods.orders"', text)
+    dom = chromium("--dump-dom", f"{page.as_uri()}#{anchor}", profile=tmp_path / "dom-anchor")
+    assert re.search(r'data-table="ods.orders" data-status="pass"><details open="">', dom.stdout.decode())
+    # the filtered page looks different from the unfiltered one
+    png = tmp_path / "filtered.png"
+    chromium(f"--screenshot={png}", "--window-size=1280,2000", filtered_uri, profile=tmp_path / "filtered")
+    assert png_rows(png.read_bytes())[:2] == (1280, 2000)
+    assert png_rows(png.read_bytes())[2] != rows
