@@ -42,7 +42,7 @@ from sqlglot import exp
 from layers.planner import KEYED, WINDOW, ModelPlan
 from layers.rewrite import groups_query, merged, restrict_to_groups
 from layers.rounds import RoundRecord, producer_of
-from layers.spark_sql import Filtered, SparkSql, referenced_columns
+from layers.spark_sql import Filtered, SparkSql, read_columns, referenced_columns
 from layers.writer import write_keys
 
 if TYPE_CHECKING:
@@ -321,13 +321,8 @@ class ExecutorRound:
         return {t: _union(parts).distinct() if len(parts) > 1 else parts[0] for t, parts in by_table.items()}
 
     def _columns(self, select: exp.Select, table: str) -> list[str] | None:
-        """The columns of ``table`` the round reads: those the model's query uses (the join columns among them),
-        its primary key, or all (None)."""
-        used = referenced_columns(select, table)
-        if used is None:
-            return None
-        key = self.project.primary_key_of(table)
-        return [n for n in self.lh.table(table).schema.names if n in used or n in key]
+        """`read_columns` of ``table`` for the model's query."""
+        return read_columns(select, table, self.project.primary_key_of(table), self.lh.table(table).schema.names)
 
     def _rows_in(
         self, table: str, offsets: Mapping[int, int], values: DataFrame, columns: Sequence[str] | None = None

@@ -31,7 +31,7 @@ from layers.group_rows import group_rows, groups_filter, partitions_filter
 from layers.planner import KEYED, RECOMPUTE_GROUP, WINDOW, ModelPlan, Retraction
 from layers.rewrite import SIDE, groups_query, merged, restrict_to_groups, sided
 from layers.rounds import RoundRecord
-from layers.spark_sql import Filtered, SparkSql, referenced_columns
+from layers.spark_sql import Filtered, SparkSql, read_columns, referenced_columns
 from layers.writer import check_keys, diff_rows
 
 if TYPE_CHECKING:
@@ -162,12 +162,8 @@ class RoundRows:
         return self.sql.run(restrict_to_groups(select, "__groups", expressions), views), partitions.num_rows
 
     def _columns(self, select: exp.Select, table: str) -> list[str] | None:
-        """The columns of ``table`` the model's query uses and its primary key, in the table's order (None: all)."""
-        used = referenced_columns(select, table)
-        if used is None:
-            return None
-        key = self.project.primary_key_of(table)
-        return [n for n in self.lh.table(table).schema.names if n in used or n in key]
+        """`read_columns` of ``table`` for the model's query."""
+        return read_columns(select, table, self.project.primary_key_of(table), self.lh.table(table).schema.names)
 
     def _regroup(self, record: RoundRecord, select: exp.Select, groups: pa.Table) -> pa.Table:
         """The model's rows of ``groups`` (``__g0``, ... in GROUP BY order), from all their rows as of the

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -141,6 +141,15 @@ def referenced_columns(query: exp.Query, name: str) -> list[str] | None:
         if any(isinstance(e, exp.Star) for e in select.expressions):
             return None
     return sorted(used)
+
+
+def read_columns(query: exp.Query, name: str, key: Sequence[str], names: Sequence[str]) -> list[str] | None:
+    """The columns of table ``name`` a round reads, in the table's order ``names``: those the model's ``query``
+    uses (the join columns among them) and the primary ``key``, or None for all of them."""
+    used = referenced_columns(query, name)
+    if used is None:
+        return None
+    return [n for n in names if n in used or n in key]
 
 
 def rewrite_tables(query: exp.Query, names: Mapping[str, str]) -> exp.Query:
