@@ -236,7 +236,11 @@ def test_kill_9_while_publishing_leaves_a_whole_publication_that_maintenance_kee
                 assert lh.lake_read(name, columns=["k", "v"], ref=PUBLICATION).equals(rows[name])
         else:  # the new one is recorded whole; its tags lag; the previous one is in the history
             assert record.snapshots != first.snapshots and read_history(lh, 1) == first
-        # maintenance keeps both the recorded snapshots and the ones a dead publisher tagged pending
+        # commits go on, then maintenance: it keeps the recorded snapshots (tagged `publication`, or pending by
+        # the dead publisher) and their pinned metadata files
+        ods_write(lh, 10 + step)
+        tier(lh, ODS)
+        tier(lh, DWD)
         for name in (ODS, DWD):
             lh.expire_snapshots(name, older_than=timedelta(0), retain_last=1)
             lh.remove_orphans(name, older_than=timedelta(0), unsafe_orphan_age=True)
@@ -247,7 +251,7 @@ def test_kill_9_while_publishing_leaves_a_whole_publication_that_maintenance_kee
         for name in (ODS, DWD):
             assert lh.lake_read(name, columns=["k", "v"], ref=PUBLICATION).num_rows > 0
     healed = publish_warehouse(lh, passed(lh, ODS, DWD))  # the next publish moves the lagging tags
-    assert healed.generation == 2 and read_history(lh, 2) == healed
+    assert healed.generation == 3 and read_history(lh, 3) == healed and read_history(lh, 2) == record
     assert_consistent(lh, healed)
     assert not [t for n in (ODS, DWD) for t in lh.lake_table(n).metadata.refs if t.startswith(pub.PENDING_PREFIX)]
 
