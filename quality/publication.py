@@ -429,10 +429,12 @@ def _protect(lh: Any, entries: Mapping[str, Entry], tag: str) -> list[str]:
     tagged = []
     for name, entry in entries.items():
 
-        def change(metadata: Any, manage: Any, entry: Entry = entry) -> bool:
+        def change(metadata: Any, manage: Any, entry: Entry = entry, name: str = name) -> bool:
             ref = metadata.refs.get(PUBLICATION)
             if ref is not None and ref.snapshot_id == entry.snapshot_id:
                 return False
+            if metadata.snapshot_by_id(entry.snapshot_id) is None:
+                raise SnapshotNotFound(f"{name}: snapshot {entry.snapshot_id} was expired after it was planned")
             manage.create_tag(entry.snapshot_id, tag)
             return True
 
@@ -527,7 +529,8 @@ def publish_warehouse(
         if current is not None:
             if read_history(lh, current.generation) is None:
                 _write_history(lh.store, current)  # its writer died before writing it
-            if {t: e.snapshot_id for t, e in entries.items()} == current.snapshots and left_out == current.left_out:
+            same = {t: e.snapshot_id for t, e in entries.items()} == current.snapshots
+            if same and set(left_out) == set(current.left_out):  # a reason's wording alone is no new generation
                 _sync_tags(lh, current)
                 return current
         elif not entries:
@@ -537,7 +540,8 @@ def publish_warehouse(
         try:
             tagged = _protect(lh, entries, pending)
         except SnapshotNotFound:
-            continue  # expired since it was planned (it had no tag yet): plan again
+            continue  # expired since it was planned (it had no tag yet): plan again (a later publish drops the
+            # pending tags made so far, as those of an older generation)
         record = Publication(generation, time.time(), entries, left_out, run_id)
         try:
             _write_record(lh.store, record, etag)
