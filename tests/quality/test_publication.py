@@ -23,6 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lakehouse import Lakehouse
+from lakestream.cli import app
 from layers.lease import Owner
 from layers.rounds import RoundRecord, RoundReport, create_round, latest_round, write_report
 from quality import publication as pub
@@ -141,10 +142,10 @@ def test_the_publication_never_mixes_a_dwd_round_with_ods_it_had_not_read(lakeho
         and f"past the offsets {dict(sorted(third.entries[ODS].offsets.items()))}" in (left_out[DWD])
     )
 
-    out = CliRunner().invoke(__import__("lakestream.cli", fromlist=["app"]).app, ["published", "-w", lh.url, "--json"])
+    out = CliRunner().invoke(app, ["published", "-w", lh.url, "--json"])
     assert out.exit_code == 0, out.output
     assert '"generation": 3' in out.output and str(ods3) in out.output and "metadata_location" in out.output
-    table = CliRunner().invoke(__import__("lakestream.cli", fromlist=["app"]).app, ["published", "-w", lh.url])
+    table = CliRunner().invoke(app, ["published", "-w", lh.url])
     assert table.exit_code == 0 and "generation 3" in table.output and DWD in table.output, table.output
 
 
