@@ -147,6 +147,8 @@ def test_the_publication_never_mixes_a_dwd_round_with_ods_it_had_not_read(lakeho
     assert '"generation": 3' in out.output and str(ods3) in out.output and "metadata_location" in out.output
     table = CliRunner().invoke(app, ["published", "-w", lh.url])
     assert table.exit_code == 0 and "generation 3" in table.output and DWD in table.output, table.output
+    old = CliRunner().invoke(app, ["published", "-w", lh.url, "--generation", "1", "--json"])
+    assert old.exit_code == 0 and '"generation": 1' in old.output and str(ods1) in old.output, old.output
 
 
 def test_a_failing_check_keeps_the_previous_consistent_set(lakehouse) -> None:
