@@ -4,8 +4,8 @@ tiering or layer task wrote a table; publish what passed.
 Scheduled by the assets the `lake_tiering` and `warehouse_layers` tasks produce (`lakestream://<table>`, any of
 them). Two tasks: `check` (`spark-submit jobs/check.py`: reconcile, suites, layer checks; records the run
 and its report under `_lakestream/quality/`; fails on a violation) and then `publish` (`jobs/check.py
---publish`: moves each table's tag `published` to the snapshot the run passed on), which runs only after
-`check` succeeded.
+--publish`: moves each table's tag `published` to the snapshot the run passed on, then records the warehouse
+publication, `quality.publication`), which runs only after `check` succeeded.
 
 Configuration (environment; see dags/README.md):
     LAKESTREAM_TIERED_TABLES       the tiered tables whose assets schedule it (unset: the all-tables asset)

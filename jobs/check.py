@@ -4,7 +4,8 @@ spark-submit puts this folder first on sys.path, where a quality.py would hide t
     spark-submit jobs/check.py                                   # reconcile every table; no publishing
     spark-submit jobs/check.py --project examples/tpch           # + the project's suites and layer checks
     spark-submit jobs/check.py --table ods.orders --full         # re-check everything of one table
-    spark-submit jobs/check.py --publish                         # move `published` as the latest run allows
+    spark-submit jobs/check.py --publish                         # move `published` as the latest run allows,
+                                                                 # then record the warehouse publication
 
 A check run records itself and its report in the warehouse (_lakestream/quality/) and exits 1 on any
 violation. ``--publish`` moves each table's tag ``published`` to the snapshot the latest recorded run passed
@@ -68,8 +69,11 @@ def publish_latest(lh, tables: list[str]) -> int:
         emit({"error": "no quality run recorded yet: run the checks first", "type": "QualityError"})
         return 1
     run = latest[0]
+    from quality.publication import read_publication
+
     moved = publish_run(lh, run, tables=tables or None)
-    emit({"run_id": run.run_id, "ok": run.ok, "published": moved})
+    record = read_publication(lh)
+    emit({"run_id": run.run_id, "ok": run.ok, "published": moved, "publication": record and record.generation})
     return 0 if run.ok else 1
 
 

@@ -138,7 +138,8 @@ def ref_snapshot(table: Table, ref: str) -> int:
         have = ", ".join(sorted(table.metadata.refs)) or "none (nothing was committed yet)"
         raise RefNotFound(
             f"lake table {'.'.join(table.name())} has no tag or branch {ref!r}; its refs: {have}. The tag "
-            "'published' appears after the first passing `lakestream check` (quality.publish)"
+            "'published' appears after the first passing `lakestream check` (quality.publish), and 'publication' "
+            "once the table is in the warehouse publication (quality.publication, `lakestream published`)"
         )
     return found.snapshot_id
 

@@ -14,7 +14,9 @@
    dependency order every check of a model's inputs has run before the model's, so this goes on downstream;
    a suite's reference to a table checked later counts by that table's reconciliation;
 3. unless ``publish=False``: the tag ``published`` of each table whose checks all passed on one snapshot moves
-   there (`quality.publish`); a table with a failing check keeps its tag, and the run says why;
+   there (`quality.publish`); a table with a failing check keeps its tag, and the run says why; then the
+   warehouse publication (`quality.publication`): one consistent set of checked snapshots across the layers,
+   recorded as its next generation;
 4. the figures of each table (`quality.stats`), the run record (`quality.runs`, in the warehouse) and its HTML
    page and index (`quality.report`).
 
@@ -88,9 +90,14 @@ def run_checks(
         add(_guarded(RECONCILE, name, lambda name=name: reconcile(lh, name, full=full, executor=executor)))
     if project is not None:
         _project_checks(lh, Path(project), names, results, add, spark, full=full, sample=sample)
-    published = _publish(lh, names, results) if publish else _published(lh, names)
+    run_id = runs.new_run_id()
+    if publish:
+        published = _publish(lh, names, results)
+        _publish_warehouse(lh, names, results, run_id)
+    else:
+        published = _published(lh, names)
     run = QualityRun(
-        run_id=runs.new_run_id(),
+        run_id=run_id,
         started=started,
         finished=_now(),
         results=results,
@@ -184,7 +191,26 @@ def publish_run(lh: Any, run: QualityRun, *, tables: Sequence[str] | None = None
     table (of ``tables``, default all of the run's) whose checks in ``run`` all passed on one snapshot gets
     ``published`` there. Returns where ``published`` points per table afterwards."""
     names = [str(t) for t in tables] if tables else list(run.tables) or sorted({r.table for r in run.results})
-    return _publish(lh, names, run.results)
+    moved = _publish(lh, names, run.results)
+    _publish_warehouse(lh, names, run.results, run.run_id)
+    return moved
+
+
+def _publish_warehouse(lh: Any, names: list[str], results: list[CheckResult], run_id: str) -> Any:
+    """After the tags ``published``: the warehouse publication (`quality.publication`) of the consistent set
+    these results (and earlier passes) allow. A publication that cannot be written is logged, not raised: the
+    run is recorded either way, and the previous publication stands."""
+    from quality.publication import publish_warehouse
+
+    try:
+        publication = publish_warehouse(lh, results, tables=names, run_id=run_id)
+    except (LakestreamError, OSError) as exc:
+        log.warning("warehouse publication not written: %s", exc)
+        return None
+    if publication is not None:
+        for table, why in publication.left_out.items():
+            log.warning("%s is not in publication %d: %s", table, publication.generation, why)
+    return publication
 
 
 def _published(lh: Any, names: list[str]) -> dict[str, int | None]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from object_store.errors import InvalidArgument, LakestreamError
 
-__all__ = ["InvalidArgument", "LakestreamError", "PublishRefused", "QualityError", "SuiteError"]
+__all__ = ["InvalidArgument", "LakestreamError", "PublicationError", "PublishRefused", "QualityError", "SuiteError"]
 
 
 class QualityError(LakestreamError):
@@ -20,3 +20,8 @@ class SuiteError(QualityError, ValueError):
 class PublishRefused(QualityError):
     """`published` was not moved: a check on the snapshot failed (the message names it), or the snapshot is not
     newer than the one already published."""
+
+
+class PublicationError(QualityError):
+    """The warehouse publication (`quality.publication`) was not written: other publishers won every
+    compare-and-swap, or its record cannot be read. The previous publication stays as it was."""

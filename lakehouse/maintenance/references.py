@@ -1,5 +1,6 @@
 """Which files a lake table still needs: every snapshot's manifest list, manifests, data/delete files and
-offsets file, and the metadata files of its metadata log."""
+offsets file, the metadata files of its metadata log, and the metadata files pinned to its tagged snapshots
+(`lakehouse.pinned`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pyiceberg.table import Table
 
 from lakehouse.lake_layout import offsets_files
+from lakehouse.pinned import pinned_locations
 
 
 def referenced_sizes(table: Table, *, include_metadata: bool = True, live_only: bool = True) -> dict[str, int | None]:
@@ -37,6 +39,7 @@ def referenced_sizes(table: Table, *, include_metadata: bool = True, live_only: 
         if table.metadata_location:
             out[table.metadata_location] = None
         out.update(dict.fromkeys(entry.metadata_file for entry in table.metadata.metadata_log))
+        out.update(dict.fromkeys(pinned_locations(table)))  # a published state's file for other engines
         out.update({s.statistics_path: s.file_size_in_bytes for s in table.metadata.statistics})
     return out
 

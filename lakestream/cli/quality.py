@@ -1,4 +1,5 @@
-"""`lakestream check` and `lakestream report`: the quality commands (`register` adds them to the command)."""
+"""`lakestream check`, `lakestream report` and `lakestream published`: the quality commands (`register` adds them to
+the command)."""
 
 from __future__ import annotations
 
@@ -62,7 +63,10 @@ def check(
         ),
     ] = None,
     publish: Annotated[
-        bool, typer.Option("--publish/--no-publish", help="move each passing table's tag 'published'")
+        bool,
+        typer.Option(
+            "--publish/--no-publish", help="move each passing table's tag 'published' and the warehouse publication"
+        ),
     ] = True,
     out: Annotated[Path | None, typer.Option(help="also write the run's HTML report into this folder")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the run as JSON")] = False,
@@ -94,6 +98,8 @@ def check(
         console.print(result)
         moved = ", ".join(f"{t}: {s}" for t, s in run.published.items() if s is not None) or "none"
         console.print(f"run {run.run_id}: {'[green]passed[/]' if run.ok else '[bold red]failed[/]'}; published {moved}")
+        if publish:
+            _print_publication(lh)
     if not run.ok:
         page = f"_lakestream/quality/reports/{run.run_id}.html"
         failed = [r for r in run.results if not r.ok]
@@ -104,6 +110,22 @@ def check(
             f"{skipped} not evaluated because an upstream table failed); report: {page} in the warehouse"
         )
         raise typer.Exit(1)
+
+
+def _print_publication(lh) -> None:
+    from quality.publication import read_publication
+
+    try:
+        record = read_publication(lh)
+    except LakestreamError as exc:
+        err.print(f"publication: {escape(str(exc))}")
+        return
+    if record is not None:
+        console.print(
+            f"publication generation {record.generation}: {len(record.entries)} table(s)"
+            + (f", {len(record.left_out)} left out" if record.left_out else "")
+            + " (lakestream published)"
+        )
 
 
 def report(
@@ -136,7 +158,46 @@ def report(
             console.print(f"{name.split('_')[0]}: {written[name]}", soft_wrap=True)
 
 
+def published(
+    generation: Annotated[
+        int | None, typer.Option(help="show this generation from the publication's history, not the current one")
+    ] = None,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """The warehouse publication: the consistent set of checked snapshots (generation, time, per table its
+    snapshot, metadata file and, for a model, its round), and the tables left out with why."""
+    from datetime import UTC, datetime
+
+    from quality.publication import read_history, read_publication
+
+    try:
+        lh = _lakehouse(warehouse, config)
+        record = read_publication(lh) if generation is None else read_history(lh, generation)
+    except LakestreamError as exc:
+        _fail(exc)
+    if record is None:
+        what = "no publication yet" if generation is None else f"no generation {generation} in the history"
+        _fail(LakestreamError(f"{what} in {lh.url}: `lakestream check --publish` publishes what passed"))
+    if json_output:
+        json_line(record.to_dict())
+        return
+    at = datetime.fromtimestamp(record.published_at, UTC).isoformat(timespec="seconds")
+    run = f", run {record.run_id}" if record.run_id else ""
+    console.print(f"publication generation {record.generation}, recorded {at}{run}")
+    out = new_table("table", "snapshot", "round", "metadata file")
+    for name, entry in record.entries.items():
+        out.add_row(
+            name, str(entry.snapshot_id), "-" if entry.round is None else str(entry.round), entry.metadata_location
+        )
+    console.print(out)
+    for name, why in record.left_out.items():
+        console.print(f"[yellow]left out[/] {name}: {escape(why)}", soft_wrap=True)
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``check`` and ``report`` to the command ``app``."""
+    """Add ``check``, ``report`` and ``published`` to the command ``app``."""
     app.command("check")(check)
     app.command("report")(report)
+    app.command("published")(published)
