@@ -47,11 +47,12 @@ does not make its successor look odd too), and Deequ's levels as ``severity`` ``
         {"metric": "null_fraction", "column": "o_custkey", "k": 5, "min_deviation": 0.01, "max_relative_change": 1.0}
     ]}}
 
-Fields: ``metric`` (required), ``column``, ``k`` (MADs, default 5: a false alarm in about 20,000 points of normal noise; null: the relative bound only),
-``min_history`` (default 10), ``window`` (default 48), ``season`` (points per period; none by default),
-``seasons`` (periods looked back, default 4), ``min_deviation`` (default 0), ``max_relative_change``,
-``severity`` (``warn``, the default, or ``fail``), ``judge_last`` (the newest points judged, default 1: a run
-after several commits judges each). `parse_anomalies` checks them; a bad one is a `SuiteError` naming the file
+Fields: ``metric`` (required), ``column``, ``k`` (MADs, default 5: with the default window, about one false
+alarm in 20,000 points of normal noise; null: the relative bound only), ``min_history`` (default 10), ``window``
+(default 48), ``season`` (points per period; none by default), ``seasons`` (periods looked back, default 4),
+``min_deviation`` (default 0), ``max_relative_change``, ``severity`` (``warn``, the default, or ``fail``),
+``judge_last`` (the newest points judged, default 1: a run after several commits judges each).
+`parse_anomalies` checks them; a bad one is a `SuiteError` naming the file
 and the field (``load_suites`` refuses the project, before anything runs).
 
 **Results.** `anomaly_results` returns one `CheckResult` per configured series (``check`` ``anomaly:<metric>``
