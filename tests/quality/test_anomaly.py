@@ -59,6 +59,11 @@ def test_a_volume_drop_is_a_violation_and_the_seasonal_band_catches_a_drop_the_w
     # without the season the same point is inside the day's range: not flagged
     [plain] = anomaly_results(specs([{"metric": "rows_added", "severity": "fail"}]), series_from(series), now=NOW)
     assert plain.ok and plain.details["judged"][-1]["method"] == "window"
+    # a drop of 300 rows at the peak (~10 sigma of the noise) is flagged too; 60 (~2 sigma) is not
+    for drop, flagged in ((300, True), (60, False)):
+        series[("ods.orders", "rows_added", None)][-1] = (NOW, 1, 1400.0 - drop)
+        [r] = anomaly_results(seasonal, series_from(series), now=NOW)
+        assert r.ok is not flagged, (drop, r.details["judged"])
 
 
 def test_a_null_fraction_spike_is_a_warning_that_passes() -> None:
@@ -74,6 +79,12 @@ def test_a_null_fraction_spike_is_a_warning_that_passes() -> None:
     assert result.details["warnings"] == [anomaly["message"]] and "o_custkey" in anomaly["message"]
     assert result.details["column"] == "o_custkey" and result.details["severity"] == "warn"
     series[("ods.orders", "null_fraction", "o_custkey")] = hourly([*fractions[:-1], 0.011])  # an ordinary value
+    [quiet] = anomaly_results(conf, series_from(series), now=NOW)
+    assert quiet.ok and quiet.details["anomalies"] == []
+    series[("ods.orders", "null_fraction", "o_custkey")] = hourly([*fractions[:-1], 0.04])  # ~15 sigma
+    [smaller] = anomaly_results(conf, series_from(series), now=NOW)
+    assert smaller.details["anomalies"]
+    series[("ods.orders", "null_fraction", "o_custkey")] = hourly([*fractions[:-1], 0.015])  # ~2.5 sigma
     [quiet] = anomaly_results(conf, series_from(series), now=NOW)
     assert quiet.ok and quiet.details["anomalies"] == []
 
