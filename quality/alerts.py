@@ -74,6 +74,7 @@ __all__ = [
     "Routing",
     "findings_of",
     "load_routing",
+    "load_routing_file",
     "parse_routing",
     "post_json",
     "send_alerts",
@@ -144,7 +145,14 @@ def load_routing(project_dir: str | os.PathLike[str]) -> Routing:
     path = Path(project_dir) / ALERTS_FILE
     if not path.is_file():
         return Routing()
+    return load_routing_file(path)
+
+
+def load_routing_file(path: str | os.PathLike[str]) -> Routing:
+    """The routing in the YAML file ``path`` (the format of ``alerts.yml``). Raises `AlertConfigError`."""
     import yaml
+
+    path = Path(path)
 
     try:
         doc = yaml.safe_load(path.read_text())
