@@ -360,10 +360,16 @@ def anomaly_results(
     *,
     now: datetime,
     tables: Iterable[str] | None = None,
+    snapshots: Mapping[str, int | None] | None = None,
 ) -> list[CheckResult]:
     """One `CheckResult` per configured series (of ``tables`` if given): its newest ``judge_last`` points up to
     ``now`` (later ones are not the run's), each against the points before it. See the module docstring for
-    what a result holds. A series that cannot be read is a result with ``error`` (the others still run)."""
+    what a result holds. A series that cannot be read is a result with ``error`` (the others still run).
+
+    ``snapshots`` (table -> the snapshot the run checked, its reconciliation's) ends each table's series at
+    that snapshot's point, and the result is made on that snapshot, so that ``published`` can move there
+    (`quality.publish` wants every result of a table on one snapshot). A table whose series has no point for
+    it (its metrics not recorded yet) is not judged (``details["skipped"]``), which does not hold it back."""
     wanted = set(tables) if tables is not None else None
     out = []
     for spec in anomaly_specs(expectations):
@@ -373,8 +379,19 @@ def anomaly_results(
         try:
             series = [p for p in series_of(spec.table, spec.metric, spec.column) if _aware(p[0]) <= _aware(now)]
         except (LakestreamError, OSError) as exc:
-            out.append(CheckResult(spec.check, spec.table, error=f"{type(exc).__name__}: {exc}"))
+            sid = (snapshots or {}).get(spec.table)
+            out.append(CheckResult(spec.check, spec.table, snapshot_id=sid, error=f"{type(exc).__name__}: {exc}"))
             continue
+        if snapshots is not None and spec.table in snapshots:
+            sid = snapshots[spec.table]
+            ends = [i for i, p in enumerate(series) if int(p[1]) == sid]
+            if not ends:
+                result = _result(spec, [], started)
+                result.snapshot_id = sid
+                result.details["skipped"] = f"no metric point for snapshot {sid} yet"
+                out.append(result)
+                continue
+            series = series[: ends[-1] + 1]
         out.append(_result(spec, series, started))
     return out
 

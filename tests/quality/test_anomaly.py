@@ -127,6 +127,15 @@ def test_short_history_is_not_judged_and_points_after_now_are_not_the_run_s() ->
     assert not at.ok and at.snapshot_id == 1020
     [empty] = anomaly_results(conf, series_from({("ods.orders", "rows_added", None): []}), now=NOW)
     assert empty.ok and empty.details["skipped"] == "no metric points yet"
+    # a run judges the snapshot it reconciled (publish wants every result on it), not a later one
+    [pinned] = anomaly_results(conf, series_from(series), now=NOW, snapshots={"ods.orders": 1019})
+    assert pinned.ok and pinned.snapshot_id == 1019 and pinned.details["judged"][-1]["snapshot_id"] == 1019
+    [planted] = anomaly_results(conf, series_from(series), now=NOW, snapshots={"ods.orders": 1020})
+    assert not planted.ok and planted.snapshot_id == 1020
+    [unknown] = anomaly_results(conf, series_from(series), now=NOW, snapshots={"ods.orders": 5})
+    assert (
+        unknown.ok and unknown.snapshot_id == 5 and unknown.details["skipped"] == "no metric point for snapshot 5 yet"
+    )
 
 
 def test_relative_change_bound_and_a_series_that_cannot_be_read() -> None:
