@@ -65,7 +65,7 @@ def hooks():
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> LocalStore:
+def local(tmp_path: Path) -> LocalStore:
     return LocalStore(tmp_path / "wh")
 
 
@@ -101,11 +101,11 @@ def passed(table="ods.orders", check="reconcile") -> CheckResult:
     return CheckResult(check, table, snapshot_id=78)
 
 
-def test_one_alert_per_incident_a_recovery_message_and_again_only_after_recovery(hooks, store) -> None:
+def test_one_alert_per_incident_a_recovery_message_and_again_only_after_recovery(hooks, local) -> None:
     routing = routing_for(hooks)
 
     def run(n: int, results):
-        return send_alerts(store, results, routing, run_id=f"run-{n}", now=T0 + timedelta(minutes=n))
+        return send_alerts(local, results, routing, run_id=f"run-{n}", now=T0 + timedelta(minutes=n))
 
     [alert] = run(1, [lost_rows()])
     assert alert.event == "open" and alert.owner == "orders-team" and not alert.failed
@@ -124,13 +124,13 @@ def test_one_alert_per_incident_a_recovery_message_and_again_only_after_recovery
     [recovered] = hooks.take("/orders")
     assert recovered["event"] == "recovered" and recovered["incident"] == opened["incident"]
     assert recovered["opened_at"] == opened["opened_at"] and recovered["run_id"] == "run-3"
-    assert open_incidents(store) == []  # closed: removed from the record
+    assert open_incidents(local) == []  # closed: removed from the record
     assert run(4, [passed()]) == [] and hooks.take() == []
     assert [a.event for a in run(5, [lost_rows()])] == ["open"]  # a new incident
     assert [b["event"] for b in hooks.take("/orders")] == ["open"]
 
 
-def test_what_opens_an_incident_and_who_hears_of_it(hooks, store) -> None:
+def test_what_opens_an_incident_and_who_hears_of_it(hooks, local) -> None:
     gx = CheckResult(
         "gx:dwd.orders_enriched",
         "dwd.orders_enriched",
@@ -150,7 +150,7 @@ def test_what_opens_an_incident_and_who_hears_of_it(hooks, store) -> None:
     skipped = CheckResult("layer", "ads.revenue", not_evaluated="upstream dwd.orders_enriched failed (gx)")
     failed_task = task_result("lake_quality", "check", "SparkSubmit exited 1")
     alerts = send_alerts(
-        store, [gx, warn, error, skipped, failed_task, passed("ods.nation")], routing_for(hooks), run_id="r1", now=T0
+        local, [gx, warn, error, skipped, failed_task, passed("ods.nation")], routing_for(hooks), run_id="r1", now=T0
     )
     assert len(alerts) == 6
     orders = sorted(hooks.take("/orders"), key=lambda b: (b["table"], b["column"] or ""))
@@ -169,17 +169,17 @@ def test_what_opens_an_incident_and_who_hears_of_it(hooks, store) -> None:
     assert "StoreUnavailable: no answer" in platform[2]["message"]
     # the suite runs again and only c_name still fails: price recovers, c_name stays open (no message)
     gx.violations = gx.violations[:1]
-    [again] = send_alerts(store, [gx], routing_for(hooks), run_id="r2", now=T0 + timedelta(minutes=1))
+    [again] = send_alerts(local, [gx], routing_for(hooks), run_id="r2", now=T0 + timedelta(minutes=1))
     assert (again.event, again.incident["column"]) == ("recovered", "price")
     # a check that could not run recovers nothing: the error is one more incident of its own
     send_alerts(
-        store,
+        local,
         [CheckResult("gx:dwd.orders_enriched", "dwd.orders_enriched", error="boom")],
         routing_for(hooks),
         run_id="r3",
         now=T0,
     )
-    keys = {(i["table"], i["check"], i["column"]) for i in open_incidents(store)}
+    keys = {(i["table"], i["check"], i["column"]) for i in open_incidents(local)}
     assert ("dwd.orders_enriched", "gx:dwd.orders_enriched", "c_name") in keys
     assert ("dwd.orders_enriched", "gx:dwd.orders_enriched", None) in keys
 
@@ -189,7 +189,7 @@ class RacingStore:
     it waits for the other's, so both read the same record; and "b" writes only after "a" has written and read
     the record back (so a lost write by "b" cannot hide behind "a" reading "b"'s claim)."""
 
-    def __init__(self, store: LocalStore) -> None:
+    def __init__(self, store) -> None:
         self.store, self.url = store, store.url
         self.barrier = threading.Barrier(2, timeout=30)
         self.a_read_back = threading.Event()
@@ -221,7 +221,7 @@ def test_two_runs_racing_on_the_record_send_once(hooks, store, first) -> None:
         send_alerts(store, results, routing, run_id="r0", now=T0)
         hooks.take()
         results = [passed()]
-    racing = RacingStore(store)
+    racing = RacingStore(store)  # local files and a real S3 server (SeaweedFS): both enforce the conditions
     sent: dict[str, list] = {}
 
     def run(name: str) -> None:
@@ -238,42 +238,42 @@ def test_two_runs_racing_on_the_record_send_once(hooks, store, first) -> None:
     assert len(hooks.take("/slack")) == 1 and hooks.take() == []
 
 
-def test_a_channel_that_failed_is_retried_alone_and_a_dead_claim_is_taken_over(hooks, store) -> None:
+def test_a_channel_that_failed_is_retried_alone_and_a_dead_claim_is_taken_over(hooks, local) -> None:
     routing = parse_routing(
         {"owners": {"o": {"webhook": [f"{hooks.url}/ok", f"{hooks.url}/down/x"]}}, "default_owner": "o"}
     )
-    [alert] = send_alerts(store, [lost_rows()], routing, run_id="r1", now=T0)
+    [alert] = send_alerts(local, [lost_rows()], routing, run_id="r1", now=T0)
     assert alert.delivered == [f"webhook:{hooks.url}/ok"] and list(alert.failed) == [f"webhook:{hooks.url}/down/x"]
     assert "HTTP 500" in alert.failed[f"webhook:{hooks.url}/down/x"]
     assert len(hooks.take("/ok")) == 1
     # the next run sends to the failed channel only (it is still down; /ok is not sent again)
-    [retry] = send_alerts(store, [lost_rows()], routing, run_id="r2", now=T0 + timedelta(minutes=1))
+    [retry] = send_alerts(local, [lost_rows()], routing, run_id="r2", now=T0 + timedelta(minutes=1))
     assert retry.failed and hooks.take() == []
     # the channel is fixed: the next run delivers, and the incident counts as told
     fixed = parse_routing({"owners": {"o": {"webhook": [f"{hooks.url}/ok", f"{hooks.url}/x"]}}, "default_owner": "o"})
-    send_alerts(store, [lost_rows()], fixed, run_id="r3", now=T0 + timedelta(minutes=2))
+    send_alerts(local, [lost_rows()], fixed, run_id="r3", now=T0 + timedelta(minutes=2))
     assert [p for p, _ in hooks.received] == ["/x"] and hooks.take()
-    assert send_alerts(store, [lost_rows()], fixed, run_id="r4", now=T0 + timedelta(minutes=3)) == []
+    assert send_alerts(local, [lost_rows()], fixed, run_id="r4", now=T0 + timedelta(minutes=3)) == []
     # a run that claimed the recovery and died before recording it: within claim_seconds nobody sends it
-    record = json.loads(store.get(INCIDENTS_KEY).data)
+    record = json.loads(local.get(INCIDENTS_KEY).data)
     [inc] = record["incidents"].values()
     inc.update(
         status="recovered",
         recovered_at="x",
         claim={"run": "dead", "at": "2026-11-27T12:04:00+00:00", "status": "recovered"},
     )
-    store.put(INCIDENTS_KEY, json.dumps(record).encode())
-    assert send_alerts(store, [passed()], fixed, run_id="r5", now=T0 + timedelta(minutes=5)) == []
-    [late] = send_alerts(store, [passed()], fixed, run_id="r6", now=T0 + timedelta(minutes=30))
-    assert late.event == "recovered" and len(hooks.take("/x")) == 1 and open_incidents(store) == []
+    local.put(INCIDENTS_KEY, json.dumps(record).encode())
+    assert send_alerts(local, [passed()], fixed, run_id="r5", now=T0 + timedelta(minutes=5)) == []
+    [late] = send_alerts(local, [passed()], fixed, run_id="r6", now=T0 + timedelta(minutes=30))
+    assert late.event == "recovered" and len(hooks.take("/x")) == 1 and open_incidents(local) == []
 
 
-def test_an_incident_that_recovers_before_anyone_was_told_is_dropped(hooks, store) -> None:
+def test_an_incident_that_recovers_before_anyone_was_told_is_dropped(hooks, local) -> None:
     routing = parse_routing({"owners": {"o": {"webhook": f"{hooks.url}/down/y"}}, "default_owner": "o"})
-    [alert] = send_alerts(store, [lost_rows()], routing, run_id="r1", now=T0)
+    [alert] = send_alerts(local, [lost_rows()], routing, run_id="r1", now=T0)
     assert alert.failed
-    assert send_alerts(store, [passed()], routing, run_id="r2", now=T0 + timedelta(minutes=1)) == []
-    assert open_incidents(store) == [] and hooks.received == []
+    assert send_alerts(local, [passed()], routing, run_id="r2", now=T0 + timedelta(minutes=1)) == []
+    assert open_incidents(local) == [] and hooks.received == []
 
 
 @pytest.mark.parametrize(
