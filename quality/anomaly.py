@@ -42,10 +42,10 @@ does not make its successor look odd too), and Deequ's levels as ``severity`` ``
 
 **Configuration** is part of the project's expectations: a suite file's ``meta`` (GX keeps it, and ignores it)::
 
-    "meta": {"lakestream": {"anomalies": [
+    "meta": {"anomalies": [
         {"metric": "rows_added", "season": 24, "k": 5, "severity": "fail"},
         {"metric": "null_fraction", "column": "o_custkey", "k": 5, "min_deviation": 0.01, "max_relative_change": 1.0}
-    ]}}
+    ]}
 
 Fields: ``metric`` (required), ``column``, ``k`` (MADs, default 5: with the default window, about one false
 alarm in 20,000 points of normal noise; null: the relative bound only), ``min_history`` (default 10), ``window``
@@ -158,29 +158,21 @@ class Judgement:
 
 
 def parse_anomalies(meta: Any, *, table: str, path: str) -> tuple[AnomalySpec, ...]:
-    """The anomaly specs of a suite's ``meta`` (``meta.lakestream.anomalies``; none if absent). Raises
+    """The anomaly specs of a suite's ``meta`` (``meta.anomalies``; none if absent). Raises
     `SuiteError` naming ``path`` and the field."""
     if meta is None:
         return ()
     if not isinstance(meta, Mapping):
         raise SuiteError(f"{path}: meta must be an object")
-    ours = meta.get("lakestream")
-    if ours is None:
-        return ()
-    if not isinstance(ours, Mapping):
-        raise SuiteError(f'{path}: meta.lakestream must be an object, e.g. {{"anomalies": [...]}}')
-    unknown = sorted(set(ours) - {"anomalies"})
-    if unknown:
-        raise SuiteError(f"{path}: meta.lakestream has unknown keys {unknown}; it takes anomalies")
-    items = ours.get("anomalies", [])
+    items = meta.get("anomalies", [])
     if not isinstance(items, list):
-        raise SuiteError(f'{path}: meta.lakestream.anomalies must be a list of {{"metric": ...}} objects')
-    specs = [_spec(item, table=table, path=path, at=f"meta.lakestream.anomalies[{i}]") for i, item in enumerate(items)]
+        raise SuiteError(f'{path}: meta.anomalies must be a list of {{"metric": ...}} objects')
+    specs = [_spec(item, table=table, path=path, at=f"meta.anomalies[{i}]") for i, item in enumerate(items)]
     seen: set[str] = set()
     for i, s in enumerate(specs):
         if s.check in seen:
             raise SuiteError(
-                f"{path}: meta.lakestream.anomalies[{i}]: metric {s.metric!r}"
+                f"{path}: meta.anomalies[{i}]: metric {s.metric!r}"
                 + (f" of column {s.column!r}" if s.column else "")
                 + " is configured twice; keep one entry"
             )

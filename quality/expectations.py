@@ -170,7 +170,7 @@ class Suite:
     doc: Mapping[str, Any] = field(repr=False)
     gx_doc: Mapping[str, Any] = field(repr=False)
     references: tuple[Reference, ...] = ()
-    #: The series of the table's metrics watched for anomalies (``meta.lakestream.anomalies``, `quality.anomaly`).
+    #: The series of the table's metrics watched for anomalies (``meta.anomalies``, `quality.anomaly`).
     anomalies: tuple[AnomalySpec, ...] = ()
 
     @property
@@ -332,7 +332,7 @@ def check_suite(lh: Lakehouse, suite: Suite) -> None:
     for i, spec in enumerate(suite.anomalies):
         if spec.column is not None and spec.column not in own:
             raise SuiteError(
-                f"{suite.path}: meta.lakestream.anomalies[{i}].column names column {spec.column!r}, which "
+                f"{suite.path}: meta.anomalies[{i}].column names column {spec.column!r}, which "
                 f"{suite.table} lacks; its columns are {', '.join(sorted(own))}"
             )
     for ref in suite.references:

@@ -29,7 +29,7 @@ def seasonal_rows(rng: random.Random, n: int, *, level=1000.0, amplitude=400.0, 
 
 
 def specs(meta_entries: list[dict], table="ods.orders"):
-    return parse_anomalies({"lakestream": {"anomalies": meta_entries}}, table=table, path=PATH)
+    return parse_anomalies({"lakestream": "a note", "anomalies": meta_entries}, table=table, path=PATH)
 
 
 def series_from(mapping):
@@ -173,22 +173,23 @@ def test_relative_change_bound_and_a_series_that_cannot_be_read() -> None:
 def test_bad_configuration_names_the_file_and_the_field(entry, field) -> None:
     with pytest.raises(SuiteError) as info:
         specs([entry])
-    assert str(info.value).startswith(f"{PATH}: meta.lakestream.") and field in str(info.value)
+    assert str(info.value).startswith(f"{PATH}: meta.anomalies") and field in str(info.value)
 
 
 def test_a_suite_file_carries_its_anomalies_and_a_bad_one_is_refused(tmp_path: Path) -> None:
     from quality.expectations import load_suite
 
     path = tmp_path / "ods.orders.json"
-    meta = {"lakestream": {"anomalies": [{"metric": "rows_added", "season": 24, "severity": "fail"}]}}
+    meta = {
+        "lakestream": "see docs/quality.md",
+        "anomalies": [{"metric": "rows_added", "season": 24, "severity": "fail"}],
+    }
     path.write_text(json.dumps({"name": "ods.orders", "expectations": [], "meta": meta}))
     suite = load_suite(path)
     assert suite.anomalies == (
         AnomalySpec(table="ods.orders", metric="rows_added", season=24, severity="fail", path=str(path)),
     )
-    meta["lakestream"]["anomalies"].append({"metric": "rows_added", "k": 2})
+    meta["anomalies"].append({"metric": "rows_added", "k": 2})
     path.write_text(json.dumps({"name": "ods.orders", "expectations": [], "meta": meta}))
-    with pytest.raises(
-        SuiteError, match=r"ods\.orders\.json: meta\.lakestream\.anomalies\[1\]: metric 'rows_added' is"
-    ):
+    with pytest.raises(SuiteError, match=r"ods\.orders\.json: meta\.anomalies\[1\]: metric 'rows_added' is"):
         load_suite(path)
