@@ -306,3 +306,22 @@ def test_routing_file_of_a_project(tmp_path: Path) -> None:
     (tmp_path / "alerts.yml").write_text("owners: [a\n")
     with pytest.raises(AlertConfigError, match=r"alerts\.yml: not valid YAML"):
         load_routing(tmp_path)
+
+
+def test_e_mail_goes_through_the_sender_given_and_is_retried_where_there_is_none(local) -> None:
+    routing = parse_routing({"owners": {"o": {"email": ["a@example.com", "b@example.com"]}}, "default_owner": "o"})
+    [alert] = send_alerts(local, [lost_rows()], routing, run_id="r1", now=T0)  # no sender (outside Airflow)
+    assert list(alert.failed) == ["email:a@example.com,b@example.com"] and "no e-mail sender" in str(alert.failed)
+    mails = []
+    [alert] = send_alerts(
+        local,
+        [lost_rows()],
+        routing,
+        run_id="r2",
+        now=T0,
+        send_email=lambda to, subject, body: mails.append((to, subject, body)),
+    )
+    [(to, subject, body)] = mails
+    assert to == ["a@example.com", "b@example.com"] and subject == "[lakestream] FAILED reconcile on ods.orders"
+    assert "- content: bucket 2, offsets [100, 140), keys [17, 18]: 2 rows of the log are not in the lake" in body
+    assert alert.delivered and not alert.failed
