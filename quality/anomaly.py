@@ -420,7 +420,10 @@ def _result(spec: AnomalySpec, series: Sequence[tuple[datetime, int, float]], st
             entry["skipped"] = j.reason
             details["skipped"] = j.reason
         else:
-            entry.update(centre=j.centre, scale=j.scale, low=j.low, high=j.high, relative_change=j.relative_change)
+            change = j.relative_change
+            if change is not None and not math.isfinite(change):
+                change = str(change)  # from a centre of 0; JSON has no infinity
+            entry.update(centre=j.centre, scale=j.scale, low=j.low, high=j.high, relative_change=change)
         details["judged"].append(entry)
         if not j.anomaly:
             continue
