@@ -2,10 +2,13 @@
 tiering or layer task wrote a table; publish what passed.
 
 Scheduled by the assets the `lake_tiering` and `warehouse_layers` tasks produce (`lakestream://<table>`, any of
-them). Two tasks: `check` (`spark-submit jobs/check.py`: reconcile, suites, layer checks; records the run
+them). Three tasks: `check` (`spark-submit jobs/check.py`: reconcile, suites, layer checks; records the run
 and its report under `_lakestream/quality/`; fails on a violation) and then `publish` (`jobs/check.py
 --publish`: moves each table's tag `published` to the snapshot the run passed on, then records the warehouse
-publication, `quality.publication`), which runs only after `check` succeeded.
+publication, `quality.publication`), which runs only after `check` succeeded; and `alerts`, after `check`
+whatever its outcome: the latest run's alerts to the tables' owners (`quality.alerts`: once per incident,
+routed by the project's alerts.yml; e-mail through Airflow's SMTP notifier). A `check` or `publish` that fails
+is alerted too (`_notifiers.LakestreamNotifier`), once; its next success closes the incident.
 
 Configuration (environment; see dags/README.md):
     LAKESTREAM_TIERED_TABLES       the tiered tables whose assets schedule it (unset: the all-tables asset)
@@ -21,7 +24,8 @@ import os
 
 from _lakestream_common import asset, jobs_dir, spark_submit, tables
 from _layers_graph import layers_graph, model_order, project_folder
-from airflow.sdk import AssetAny, dag
+from _notifiers import LakestreamNotifier, send_run_alerts
+from airflow.sdk import AssetAny, dag, task
 
 
 def _project() -> str | None:
@@ -47,14 +51,29 @@ def lake_quality():
     selection = [arg for t in tables() for arg in ("--table", t)]
     if selection:
         selection += [arg for m in _models(project) for arg in ("--table", m)]
+    # a task that fails (after its retries) is alerted once; its next success closes the incident
+    notify = {
+        "on_failure_callback": LakestreamNotifier(project),
+        "on_success_callback": LakestreamNotifier(project, failed=False),
+    }
     check = spark_submit(
         "check",
         application,
         [*selection, *(["--project", project] if project else [])],
         name="lakestream-quality-check",
+        **notify,
     )
-    publish = spark_submit("publish", application, [*selection, "--publish"], name="lakestream-quality-publish")
+    publish = spark_submit(
+        "publish", application, [*selection, "--publish"], name="lakestream-quality-publish", **notify
+    )
+
+    @task(trigger_rule="all_done", retries=0)
+    def alerts(**context) -> dict:
+        """The latest run's alerts (violations, anomalies, checks that could not run; recoveries)."""
+        return send_run_alerts(project, context)
+
     check >> publish
+    check >> alerts()
 
 
 lake_quality()

@@ -92,6 +92,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse.settings import QUALITY_DRIVER_BUDGET_ENV as BUDGET_SETTING
 from quality._gx import DOCS_SITE, ephemeral_context, quiet
+from quality.anomaly import AnomalySpec, parse_anomalies
 from quality.errors import QualityError, SuiteError
 from quality.results import GX, CheckResult, Violation
 
@@ -169,6 +170,8 @@ class Suite:
     doc: Mapping[str, Any] = field(repr=False)
     gx_doc: Mapping[str, Any] = field(repr=False)
     references: tuple[Reference, ...] = ()
+    #: The series of the table's metrics watched for anomalies (``meta.anomalies``, `quality.anomaly`).
+    anomalies: tuple[AnomalySpec, ...] = ()
 
     @property
     def expectations(self) -> list[Mapping[str, Any]]:
@@ -269,7 +272,16 @@ def parse_suite(doc: Any, *, table: str, path: str = "<suite>") -> Suite:
                 ExpectationSuite(name=name, expectations=[gx_doc["expectations"][i]])
             except Exception as exc:  # noqa: BLE001 - GX raises pydantic and its own errors; all mean "fix the file"
                 raise SuiteError(f"{at}: GX refuses its kwargs: {_one_line(exc)}") from None
-    return Suite(table=table, name=name, path=where, doc=doc, gx_doc=gx_doc, references=tuple(references))
+    anomalies = parse_anomalies(doc.get("meta"), table=table, path=where)
+    return Suite(
+        table=table,
+        name=name,
+        path=where,
+        doc=doc,
+        gx_doc=gx_doc,
+        references=tuple(references),
+        anomalies=anomalies,
+    )
 
 
 def _reference(value: dict[str, Any], param: str, at: str) -> Reference:
@@ -316,6 +328,12 @@ def check_suite(lh: Lakehouse, suite: Suite) -> None:
             raise SuiteError(
                 f"{suite.path}: expectation {i + 1} ({kind}) names column {column!r}, which {suite.table} lacks; "
                 f"its columns are {', '.join(sorted(own))}"
+            )
+    for i, spec in enumerate(suite.anomalies):
+        if spec.column is not None and spec.column not in own:
+            raise SuiteError(
+                f"{suite.path}: meta.anomalies[{i}].column names column {spec.column!r}, which "
+                f"{suite.table} lacks; its columns are {', '.join(sorted(own))}"
             )
     for ref in suite.references:
         if ref.table is None:

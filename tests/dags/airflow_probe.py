@@ -33,6 +33,12 @@ def _seconds(delta) -> float | None:
     return None if delta is None else delta.total_seconds()
 
 
+def _callbacks(value) -> list[str]:
+    """A task's callbacks (one, a list, or None) by class name."""
+    items = value if isinstance(value, list | tuple) else [value] if value is not None else []
+    return [type(c).__name__ for c in items]
+
+
 def dagbag(dags_folder: str, *connections: str) -> dict:
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
@@ -54,6 +60,9 @@ def dagbag(dags_folder: str, *connections: str) -> dict:
                 "retry_delay": _seconds(task.retry_delay),
                 "execution_timeout": _seconds(task.execution_timeout),
                 "conf": getattr(task, "conf", None),
+                "trigger_rule": str(getattr(task.trigger_rule, "value", task.trigger_rule)),
+                "on_failure_callback": _callbacks(getattr(task, "on_failure_callback", None)),
+                "on_success_callback": _callbacks(getattr(task, "on_success_callback", None)),
             }
             if task._pre_execute_hook is not None:  # what the task runner calls just before execute()
                 task._pre_execute_hook({"task": task})

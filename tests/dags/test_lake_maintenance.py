@@ -39,6 +39,7 @@ def test_both_dags_load_with_the_shared_module(run_probe) -> None:
         "_lakestream_common.py": 0,
         "_layers_graph.py": 0,
         "_layers_lineage.py": 0,
+        "_notifiers.py": 0,
         "lake_maintenance.py": 1,
         "lake_quality.py": 1,
         "lake_streams.py": 0,  # no LAKESTREAM_STREAM_AGGREGATES: no DAG

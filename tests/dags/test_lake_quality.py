@@ -28,6 +28,11 @@ def test_scheduled_by_the_tables_assets_check_then_publish(run_probe) -> None:
     assert set(dag["schedule_assets"]) <= produced
     check, publish = dag["tasks"]["check"], dag["tasks"]["publish"]
     assert publish["upstream"] == ["check"] and check["upstream"] == []
+    # the run's alerts after the check whatever its outcome; a failing check or publish is alerted, once
+    alerts = dag["tasks"]["alerts"]
+    assert alerts["upstream"] == ["check"] and alerts["trigger_rule"] == "all_done"
+    for task in (check, publish):
+        assert task["on_failure_callback"] == task["on_success_callback"] == ["LakestreamNotifier"]
     selection = [arg for t in tables for arg in ("--table", t)]
     application = str(REPO / "jobs" / "check.py")
     assert check["application"] == publish["application"] == application
@@ -55,7 +60,13 @@ def test_without_lists_it_follows_every_table(run_probe, tmp_path: Path) -> None
 @pytest.mark.slow
 def test_dag_test_checks_then_publishes_and_a_violation_stops_publishing(run_probe, airflow_db, tmp_path) -> None:
     """dag.test() with real spark-submits of jobs/check.py: a clean table is checked, then published; after a
-    rogue commit drops a row, `check` fails and `publish` does not run (`published` stays)."""
+    rogue commit drops a row, `check` fails and `publish` does not run (`published` stays). Alerts go to a
+    loopback HTTP server: none while all is well; then the violation (the run's, to the table's owner) and the
+    failed `check` task (the notifier's, to the default owner, in Slack's format)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
     import pyarrow as pa
 
     from lakehouse import Lakehouse
@@ -70,7 +81,27 @@ def test_dag_test_checks_then_publishes_and_a_violation_stops_publishing(run_pro
         lh.log("ods.t").append(pa.table({"k": list(range(100)), "v": [f"v{i}" for i in range(100)]}, schema=schema))
         lh.tier("ods.t")
         clean = lh.lake_table("ods.t").current_snapshot().snapshot_id
+    received: list[tuple[str, dict]] = []
+
+    class Hooks(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            received.append((self.path, json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hooks)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    routing = tmp_path / "alerts.yml"
+    routing.write_text(
+        f"owners:\n  data: {{webhook: {url}/data}}\n  ops: {{slack: {url}/ops}}\ntables:\n  ods.t: data\n"
+        "default_owner: ops\n"
+    )
     env = {
+        "LAKESTREAM_ALERTS_FILE": str(routing),
         "LAKESTREAM_WAREHOUSE": warehouse.as_uri(),
         "LAKESTREAM_TIERED_TABLES": "ods.t",
         "LAKESTREAM_LAYERS_PROJECT": str(tmp_path / "no-project"),
@@ -81,7 +112,8 @@ def test_dag_test_checks_then_publishes_and_a_violation_stops_publishing(run_pro
         "LAKESTREAM_TASK_RETRIES": "0",  # the failing check must fail now, not be retried
     }
     result = run_probe("test", "lake_quality", env=env, timeout=540)
-    assert result["tasks"] == {"check": "success", "publish": "success"}, result["output"]
+    assert result["tasks"] == {"check": "success", "publish": "success", "alerts": "success"}, result["output"]
+    assert received == []
     with Lakehouse.open(warehouse.as_uri()) as lh:
         assert published_snapshot(lh, "ods.t") == clean
         # a rogue commit drops the rows of one data file
@@ -91,5 +123,19 @@ def test_dag_test_checks_then_publishes_and_a_violation_stops_publishing(run_pro
     assert result["tasks"]["check"] == "failed", result["output"]
     assert result["tasks"]["publish"] == "upstream_failed", result["output"]
     assert "content" in result["output"]
+    assert result["tasks"]["alerts"] == "success", result["output"]
+    server.shutdown()
+    server.server_close()
+    [opened] = [body for path, body in received if path == "/data"]  # the run's violation, to the table's owner
+    assert (opened["event"], opened["table"], opened["check"], opened["kind"]) == (
+        "open",
+        "ods.t",
+        "reconcile",
+        "violation",
+    )
+    assert opened["violations"] and opened["violations"][0]["check"] in opened["message"]
+    [failed] = [body for path, body in received if path == "/ops"]  # the failed task, to the default owner
+    assert failed["text"] == "[lakestream] FAILED task:check on dag:lake_quality"
+    assert len(received) == 2
     with Lakehouse.open(warehouse.as_uri()) as lh:
         assert published_snapshot(lh, "ods.t") == clean
