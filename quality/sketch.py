@@ -1,0 +1,88 @@
+"""A mergeable distinct-count sketch: HyperLogLog registers over the 64-bit value hashes of `quality.digest`.
+
+Why not the ``datasketches`` package: it installs from PyPI, but its Python ``hll_sketch.update`` takes one
+value per call (no array update in 5.2), so a column of a million changes is a million Python calls, the
+dominant cost of a commit's metrics. Here the values are hashed vectorized (`quality.digest.column_hashes`, the
+same hashes reconciliation uses: by meaning, so an int32 and an int64 of one value count once), and the
+registers are updated with one numpy ``maximum.at``.
+
+Precision ``P`` = 12: 4,096 one-byte registers per column (zlib-compressed when shipped from a task; mostly
+zeros for small commits), relative standard error 1.04 / sqrt(4096) = 1.6 %. Below 2.5 x 4,096 distinct values
+the estimate is linear counting over the empty registers, close to exact for small counts. Sketches of
+disjoint or overlapping row sets merge by the register-wise maximum (the union's distinct count).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import numpy as np
+import pyarrow as pa
+
+from quality.digest import column_hashes
+
+P = 12
+M = 1 << P
+#: The relative standard error of an estimate (1.04 / sqrt(M)).
+RELATIVE_ERROR = 1.04 / math.sqrt(M)
+_REST_BITS = 64 - P
+_REST_MASK = np.uint64((1 << _REST_BITS) - 1)
+
+
+def empty() -> np.ndarray:
+    return np.zeros(M, dtype=np.uint8)
+
+
+def add_hashes(registers: np.ndarray, hashes: np.ndarray) -> None:
+    """Add uint64 ``hashes`` to ``registers`` (in place)."""
+    if not len(hashes):
+        return
+    index = (hashes >> np.uint64(_REST_BITS)).astype(np.intp)
+    rest = hashes & _REST_MASK
+    # the rank: 1 + the leading zeros of the rest's REST_BITS bits (REST_BITS + 1 when the rest is 0); float64's
+    # exponent is exact for the bit length unless rounding carries into the next power of two (the top 53 bits
+    # all ones: negligible for a sketch)
+    nonzero = rest != 0
+    bits = np.zeros(len(rest), dtype=np.int64)
+    bits[nonzero] = np.frexp(rest[nonzero].astype(np.float64))[1]
+    rank = np.minimum(_REST_BITS - bits + 1, 255).astype(np.uint8)
+    np.maximum.at(registers, index, rank)
+
+
+def add_column(registers: np.ndarray, column: pa.Array | pa.ChunkedArray) -> None:
+    """Add the non-null values of ``column`` to ``registers``."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if column.null_count:
+        column = column.drop_null()
+    if len(column):
+        add_hashes(registers, column_hashes(column))
+
+
+def merge(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.maximum(a, b)
+
+
+def estimate(registers: np.ndarray) -> float:
+    """The distinct values added (HyperLogLog with linear counting for small counts)."""
+    zeros = int(np.count_nonzero(registers == 0))
+    if zeros == M:
+        return 0.0
+    alpha = 0.7213 / (1 + 1.079 / M)
+    raw = alpha * M * M / float(np.sum(np.ldexp(1.0, -registers.astype(np.int64))))
+    if raw <= 2.5 * M and zeros:
+        return M * math.log(M / zeros)
+    return raw
+
+
+def pack(registers: np.ndarray) -> bytes:
+    """The registers as shipped from a task (compressed: a small commit's are mostly zeros)."""
+    return zlib.compress(registers.tobytes(), 1)
+
+
+def unpack(data: bytes) -> np.ndarray:
+    return np.frombuffer(zlib.decompress(data), dtype=np.uint8).copy()
+
+
+__all__ = ["M", "P", "RELATIVE_ERROR", "add_column", "add_hashes", "empty", "estimate", "merge", "pack", "unpack"]
