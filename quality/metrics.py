@@ -43,12 +43,20 @@ from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
 from lakehouse.changes import BucketChanges, ChangesPlan, plan_changes, read_bucket_changes
 from lakehouse.datafiles import LakeContext, shared_store
-from lakehouse.errors import AsOfUnavailable
+from lakehouse.errors import AsOfUnavailable, LakestreamError
 from lakehouse.executor import LocalExecutor, SparkExecutor
 from lakehouse.lake_layout import COMMIT_USER_PROPERTY, TIERING_USER, tiering_snapshots
 from quality.commit_metrics import BucketPartial, bucket_partial, merge_partials, metric_rows, numeric
 from quality.errors import QualityError
-from quality.metrics_store import Recorded, append_metrics, load_series, metrics_dataframe, metrics_table, recorded
+from quality.metrics_store import (
+    Recorded,
+    append_metrics,
+    load_commits,
+    load_series,
+    metrics_dataframe,
+    metrics_table,
+    recorded,
+)
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +95,9 @@ def collect_metrics(
     """Record the metrics of each table's commits not recorded yet (see the module); returns the rows written.
 
     Raises:
-        MetricsError: a commit above the driver's budget and no Spark session (raised after the commits of the
-            other tables, and this table's before it, were recorded).
+        MetricsError: a commit above the driver's budget and no Spark session, or a table that could not be
+            read (missing, its store failing): raised after the other tables' commits (and this table's before
+            the refused one) were recorded.
     """
     from lakehouse.settings import budget_rows
 
@@ -98,26 +107,34 @@ def collect_metrics(
     rows: list[dict[str, Any]] = []
     progress: Recorded = {}
     refused: list[str] = []
+    failed: list[str] = []
     for name in names:
-        commits, last = _new_commits(lh, name, done.get(name), max_commits)
-        if not commits and last is None:
+        try:
+            commits, last = _new_commits(lh, name, done.get(name), max_commits)
+            if not commits and last is None:
+                continue
+            kept, over = _read_changes(lh, name, commits, spark, budget)
+            numeric_columns = {f.name for f in lh.table(name).schema if numeric(f.type)}
+        except (LakestreamError, OSError) as exc:  # the other tables are still collected
+            log.warning("metrics of %s not collected: %s", name, exc)
+            failed.append(f"{name}: {type(exc).__name__}: {exc}")
             continue
-        kept, over = _read_changes(lh, name, commits, spark, budget)
         if over is not None:
             refused.append(over)
             last = (kept[-1].snapshot.snapshot_id, kept[-1].snapshot.timestamp_ms) if kept else None
-        numeric_columns = {f.name for f in lh.table(name).schema if numeric(f.type)}
         for c in kept:
             rows.extend(_rows(c, numeric_columns))
         if last is not None:
             progress[name] = last
     written = append_metrics(lh, rows, progress, _is_new_for(lh)) if progress else 0
     if refused:
-        raise MetricsError(
+        failed.append(
             "; ".join(refused) + ": give a Spark session (lakestream metrics collect --spark-master ...) or raise the "
             "setting quality_driver_budget_rows (LAKESTREAM_QUALITY_DRIVER_BUDGET_ROWS); the commits before were "
             "recorded"
         )
+    if failed:
+        raise MetricsError(f"metrics not collected ({written} rows were written for the rest): " + "; ".join(failed))
     return written
 
 
@@ -324,4 +341,4 @@ class _BucketTask:
         return bucket_partial(changes, list(plan.columns), appended)
 
 
-__all__ = ["MAX_COMMITS", "MetricsError", "collect_metrics", "load_series", "metrics_dataframe"]
+__all__ = ["MAX_COMMITS", "MetricsError", "collect_metrics", "load_commits", "load_series", "metrics_dataframe"]

@@ -172,6 +172,25 @@ def load_series(lh: Any, table: str, metric: str, column: str | None = None) -> 
     ]
 
 
+def load_commits(lh: Any, table: str, *, column: str | None = None, last: int = 20) -> list[dict[str, Any]]:
+    """The newest ``last`` recorded commits of lake table ``table``, oldest first, each as
+    ``{"committed_at", "snapshot_id", "kind", <metric>: value, ...}``: its table-level metrics, or those of
+    ``column``."""
+    metrics = metrics_table(lh)
+    if metrics is None or metrics.current_snapshot() is None:
+        return []
+    where = And(EqualTo("table", str(table)), IsNull("column") if column is None else EqualTo("column", column))
+    rows = metrics.scan(row_filter=where).to_arrow().to_pylist()
+    commits: dict[int, dict[str, Any]] = {}
+    for r in rows:
+        commit = commits.setdefault(
+            r["snapshot_id"], {"committed_at": r["committed_at"], "snapshot_id": r["snapshot_id"], "kind": r["kind"]}
+        )
+        commit[r["metric"]] = r["value"]
+    ordered = sorted(commits.values(), key=lambda c: (c["committed_at"], c["snapshot_id"]))
+    return ordered[-last:] if last > 0 else ordered
+
+
 def metrics_dataframe(spark: Any, lh: Any) -> Any:
     """The metrics table as a Spark DataFrame (lakestream's Spark has no Iceberg jars): the driver plans the
     current snapshot's data files with pyiceberg, one task per file reads it with pyarrow
@@ -198,6 +217,7 @@ __all__ = [
     "RECORDED_PROPERTY",
     "SCHEMA",
     "append_metrics",
+    "load_commits",
     "load_series",
     "metrics_dataframe",
     "metrics_table",

@@ -3,8 +3,9 @@
 Why not the ``datasketches`` package: it installs from PyPI, but its Python ``hll_sketch.update`` takes one
 value per call (no array update in 5.2), so a column of a million changes is a million Python calls, the
 dominant cost of a commit's metrics. Here the values are hashed vectorized (`quality.digest.column_hashes`, the
-same hashes reconciliation uses: by meaning, so an int32 and an int64 of one value count once), and the
-registers are updated with one numpy ``maximum.at``.
+same hashes reconciliation uses: by meaning, so an int32 and an int64 of one value count once; strings and
+binaries: their distinct values, found by Arrow, each by mmh3's 64-bit hash), and the registers are updated
+with one numpy ``maximum.at``.
 
 Precision ``P`` = 12: 4,096 one-byte registers per column (zlib-compressed when shipped from a task; mostly
 zeros for small commits), relative standard error 1.04 / sqrt(4096) = 1.6 %. Below 2.5 x 4,096 distinct values
@@ -17,8 +18,10 @@ from __future__ import annotations
 import math
 import zlib
 
+import mmh3
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from quality.digest import column_hashes
 
@@ -56,7 +59,16 @@ def add_column(registers: np.ndarray, column: pa.Array | pa.ChunkedArray) -> Non
         column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     if column.null_count:
         column = column.drop_null()
-    if len(column):
+    if not len(column):
+        return
+    t = column.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        # strings: Arrow's C++ hash table finds the distinct ones first (a column of statuses or codes hashes a
+        # few values), then mmh3's C hash of each is ten times faster than numpy's vectorized murmur3 over
+        # padded bytes (`lakehouse.bucketing`) for strings of tens of bytes
+        values = pc.unique(column).to_pylist()
+        add_hashes(registers, np.fromiter((mmh3.hash64(v, signed=False)[0] for v in values), np.uint64, len(values)))
+    else:
         add_hashes(registers, column_hashes(column))
 
 

@@ -246,3 +246,29 @@ def test_executors_compute_what_the_driver_does(lh: Lakehouse, spark, monkeypatc
     assert sorted((r["snapshot_id"], r["metric"], r["column"] or "", r["value"]) for r in rows) == sorted(
         (sid, m, c or "", v) for (sid, m, c), (_, v, _) in executors.items()
     )
+
+
+def test_cli_collects_and_shows(tmp_path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from lakestream.cli import app
+
+    wh = (tmp_path / "wh").as_uri()
+    lake = Lakehouse(open_store(wh))
+    history(lake, "pk", 8, rounds=2)
+    runner = CliRunner()
+    collected = runner.invoke(app, ["metrics", "collect", "-w", wh, "--json"])
+    assert collected.exit_code == 0, collected.output
+    written = json.loads(collected.output)["rows_written"]
+    assert written == len(recorded_metrics(lake))
+    again = runner.invoke(app, ["metrics", "collect", "-w", wh])
+    assert again.exit_code == 0 and "0 metric rows written" in again.output
+    shown = runner.invoke(app, ["metrics", "show", NAME, "-w", wh], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0 and "inserts" in shown.output and "tiering" in shown.output, shown.output
+    series = runner.invoke(app, ["metrics", "show", NAME, "-w", wh, "--metric", "max", "--column", "n", "--json"])
+    lines = [json.loads(line) for line in series.output.splitlines()]
+    assert [line["max"] for line in lines] == [v for _, _, v in load_series(lake, NAME, "max", "n")] and lines
+    missing = runner.invoke(app, ["metrics", "show", "ods.nope", "-w", wh])
+    assert missing.exit_code != 0
