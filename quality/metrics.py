@@ -110,10 +110,11 @@ def collect_metrics(
     failed: list[str] = []
     for name in names:
         try:
-            commits, last = _new_commits(lh, name, done.get(name), max_commits)
+            lake = lh.lake_table(name)
+            commits, last = _new_commits(lh, name, lake, done.get(name), max_commits)
             if not commits and last is None:
                 continue
-            kept, over = _read_changes(lh, name, commits, spark, budget)
+            kept, over = _read_changes(lh, name, lake, commits, spark, budget)
             numeric_columns = {f.name for f in lh.table(name).schema if numeric(f.type)}
         except (LakestreamError, OSError) as exc:  # the other tables are still collected
             log.warning("metrics of %s not collected: %s", name, exc)
@@ -164,15 +165,14 @@ def _is_new_for(lh: Any) -> Any:
 
 
 def _new_commits(
-    lh: Any, name: str, last: tuple[int, int] | None, limit: int
+    lh: Any, name: str, lake: Table, last: tuple[int, int] | None, limit: int
 ) -> tuple[list[_Commit], tuple[int, int] | None]:
-    """The commits of ``name`` after ``last`` (oldest first, at most ``limit``), and the snapshot they reach
-    (None: nothing new)."""
-    definition = lh.table(name)
-    lake = lh.lake_table(name)
+    """The commits of ``name`` (its lake table ``lake``) after ``last`` (oldest first, at most ``limit``), and
+    the snapshot they reach (None: nothing new)."""
     current = lake.current_snapshot()
     if current is None or (last is not None and last[0] == current.snapshot_id):
         return [], None
+    definition = lh.table(name)
     ancestry = list(ancestors_of(current, lake.metadata))[::-1]  # oldest first
     ids = [s.snapshot_id for s in ancestry]
     if last is None:
@@ -242,13 +242,12 @@ def _rows(c: _Commit, numeric_columns: set[str]) -> list[dict[str, Any]]:
 
 
 def _read_changes(
-    lh: Any, name: str, commits: list[_Commit], spark: Any, budget: int
+    lh: Any, name: str, lake: Table, commits: list[_Commit], spark: Any, budget: int
 ) -> tuple[list[_Commit], str | None]:
     """Read the changes of ``commits`` into their partials: those up to ``budget`` changed records in this
     process, larger ones on Spark's executors. Returns the commits kept (all, or those before the first one
     above the budget without Spark) and, then, why the rest was not."""
     log_ = lh.log(name)
-    lake = lh.lake_table(name)
     ctx = LakeContext.of(lh.store, lake)
     local: list[tuple[int, ChangesPlan, BucketChanges]] = []
     remote: list[tuple[int, ChangesPlan, BucketChanges]] = []
