@@ -271,3 +271,12 @@ def test_cli_collects_and_shows(tmp_path) -> None:
     assert [line["max"] for line in lines] == [v for _, _, v in load_series(lake, NAME, "max", "n")] and lines
     missing = runner.invoke(app, ["metrics", "show", "ods.nope", "-w", wh])
     assert missing.exit_code != 0
+
+
+def test_the_commits_of_a_layers_models_table_are_rounds(lh: Lakehouse) -> None:
+    from layers.rounds import LAYERS_PREFIX
+
+    history(lh, "log", 9, rounds=2)
+    lh.store.put(f"{LAYERS_PREFIX}{NAME}/round-0000000000.json", b"{}")  # a model writes the table
+    assert collect_metrics(lh)
+    assert {kind for kind, _, _ in recorded_metrics(lh).values()} == {"round"}
