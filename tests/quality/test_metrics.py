@@ -280,3 +280,19 @@ def test_the_commits_of_a_layers_models_table_are_rounds(lh: Lakehouse) -> None:
     lh.store.put(f"{LAYERS_PREFIX}{NAME}/round-0000000000.json", b"{}")  # a model writes the table
     assert collect_metrics(lh)
     assert {kind for kind, _, _ in recorded_metrics(lh).values()} == {"round"}
+
+
+def test_string_hashes_tell_values_apart_whatever_their_length() -> None:
+    from quality.sketch import PADDED_BYTES, string_hashes
+
+    # padding never makes two values equal (a trailing space, the empty string), multi-byte characters count
+    # by bytes, and values longer than the padded width (hashed one by one) too
+    short = ["", " ", "ab", "ab ", "ab  ", "é", "e", "xyz€", "€", "a" * 7, "a" * 8, "a" * 9]
+    long = ["x" * (PADDED_BYTES + 1), "x" * (PADDED_BYTES + 2)]
+    for values in (short, short + long):
+        hashes = string_hashes(pa.array(values))
+        assert len(set(hashes.tolist())) == len(values)
+        again = string_hashes(pa.array(list(reversed(values)), pa.large_string()).slice(0))
+        assert sorted(again.tolist()) == sorted(hashes.tolist())  # by value, not position or type
+    sliced = pa.array(["skip", *short]).slice(1)
+    assert string_hashes(sliced).tolist() == string_hashes(pa.array(short)).tolist()
