@@ -68,6 +68,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/layers.py $(BENCH_ARGS)
 	$(BIN)/python bench/layers_sql.py $(BENCH_ARGS)
 	$(BIN)/python bench/quality.py $(BENCH_ARGS)
+	$(BIN)/python bench/metrics.py $(BENCH_ARGS)
 	$(BIN)/python bench/executors.py $(BENCH_ARGS)
 	$(BIN)/python bench/stack.py
 

@@ -2,6 +2,8 @@
 
 ``run_checks(lh, ...)`` is what `lakestream check`, ``jobs/check.py`` and the ``lake_quality`` DAG call:
 
+0. the metrics of each table's new commits (`quality.metrics`, recorded in the warehouse's
+   ``_lakestream.metrics``; one that cannot be collected is logged, not a failed check);
 1. `quality.reconcile.reconcile` of each table (lake == log at every committed offset; its buckets' reads on
    Spark's executors when a Spark session is given);
 2. with a project, table by table in dependency order (the project's sources, then its models, then any other
@@ -67,12 +69,15 @@ def run_checks(
     report_dir: str | Path | None = None,
     sample: int = 100,
     on_result: Callable[[CheckResult], None] | None = None,
+    metrics: bool = True,
 ) -> QualityRun:
     """Check ``tables`` (default: every table of the warehouse), record the run and write its report.
 
     ``project`` (a layers project folder) adds its expectation suites and, given ``spark``, its layer checks
     (``sample`` random keys plus the newest round's; all with ``full``). ``on_result`` sees each result as it
-    comes (the CLI prints them)."""
+    comes (the CLI prints them). ``metrics`` first records the metrics of each table's new commits
+    (`quality.metrics.collect_metrics`; nothing new costs a metadata load per table); a table whose metrics
+    cannot be collected is logged, not a failed check."""
     from quality import runs
 
     started = _now()
@@ -85,6 +90,8 @@ def run_checks(
             if on_result is not None:
                 on_result(r)
 
+    if metrics:
+        _collect_metrics(lh, names, spark)
     executor = SparkExecutor(spark) if spark is not None else None  # the buckets' reads on Spark's executors
     for name in names:
         add(_guarded(RECONCILE, name, lambda name=name: reconcile(lh, name, full=full, executor=executor)))
@@ -161,6 +168,15 @@ def _project_checks(
                     ),
                 )
             )
+
+
+def _collect_metrics(lh: Any, names: list[str], spark: Any) -> None:
+    from quality.metrics import collect_metrics
+
+    try:
+        collect_metrics(lh, tables=names, spark=spark)
+    except (LakestreamError, OSError) as exc:  # metrics describe the data; they are no check of it
+        log.warning("%s (`lakestream metrics collect` goes on where this stopped)", exc)
 
 
 def _publish(lh: Any, names: list[str], results: list[CheckResult]) -> dict[str, int | None]:

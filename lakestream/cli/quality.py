@@ -1,5 +1,5 @@
-"""`lakestream check`, `lakestream report` and `lakestream published`: the quality commands (`register` adds them to
-the command)."""
+"""`lakestream check`, `lakestream report`, `lakestream published` and `lakestream metrics collect|show`: the
+quality commands (`register` adds them to the command)."""
 
 from __future__ import annotations
 
@@ -196,8 +196,106 @@ def published(
         console.print(f"[yellow]left out[/] {name}: {escape(why)}", soft_wrap=True)
 
 
+metrics_app = typer.Typer(
+    help="Metrics per lake commit (rows, changes, freshness, column profiles).", no_args_is_help=True
+)
+
+
+@metrics_app.command("collect")
+def metrics_collect(
+    table: Annotated[
+        list[str] | None, typer.Option("--table", "-t", help="namespace.table (repeatable; default: all)")
+    ] = None,
+    spark_master: Annotated[
+        str | None,
+        typer.Option(
+            help="Spark, e.g. local[2]: commits above the driver's budget (quality_driver_budget_rows changed "
+            "records) are read on its executors; without it they are not collected"
+        ),
+    ] = None,
+    max_commits: Annotated[int, typer.Option(help="commits per table collected at most (the next run goes on)")] = 100,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Compute the metrics of every lake commit not recorded yet, from each commit's changes, and append them to
+    the warehouse's Iceberg table _lakestream.metrics (incremental; running it again records nothing twice)."""
+    from quality.metrics import collect_metrics
+
+    try:
+        lh = _lakehouse(warehouse, config)
+        spark = None
+        if spark_master:
+            from lakehouse.spark import spark_session
+
+            spark = spark_session(master=spark_master, app_name="lakestream-metrics")
+        written = collect_metrics(lh, tables=table, spark=spark, max_commits=max_commits)
+    except LakestreamError as exc:
+        _fail(exc)
+    if json_output:
+        json_line({"rows_written": written})
+        return
+    console.print(f"{written:,} metric rows written to _lakestream.metrics")
+
+
+@metrics_app.command("show")
+def metrics_show(
+    table: Annotated[str, typer.Argument(help="namespace.table")],
+    metric: Annotated[
+        str | None, typer.Option("--metric", "-m", help="one metric's series (e.g. inserts, null_fraction)")
+    ] = None,
+    column: Annotated[
+        str | None, typer.Option("--column", "-c", help="a column's metrics (default: the table's)")
+    ] = None,
+    last: Annotated[int, typer.Option(help="the newest commits shown (0: all)")] = 20,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Show the recorded metrics of TABLE: one row per commit (its table-level metrics, or with --column that
+    column's), or with --metric that metric's series."""
+    from quality.commit_metrics import COLUMN_METRICS, TABLE_METRICS
+    from quality.metrics import load_commits, load_series
+
+    try:
+        lh = _lakehouse(warehouse, config)
+        lh.table(table)  # an unknown table fails naming it
+        if metric is not None:
+            series = load_series(lh, table, metric, column)
+            series = series[-last:] if last > 0 else series
+            commits = [{"committed_at": at, "snapshot_id": sid, metric: value} for at, sid, value in series]
+            names = [metric]
+        else:
+            commits = load_commits(lh, table, column=column, last=last)
+            names = list(COLUMN_METRICS if column else TABLE_METRICS)
+    except LakestreamError as exc:
+        _fail(exc)
+    if json_output:
+        for c in commits:
+            json_line({"table": table, "column": column, **c})
+        return
+    if not commits:
+        err.print(
+            f"no metrics recorded for {table}{f' column {column}' if column else ''}: run `lakestream metrics collect`"
+        )
+        return
+    out = new_table("committed at", "snapshot", *(["kind"] if metric is None else []), *names)
+    for c in commits:
+        values = [_number(c.get(n)) for n in names]
+        kind = [c.get("kind", "")] if metric is None else []
+        out.add_row(c["committed_at"].isoformat(timespec="seconds"), str(c["snapshot_id"]), *kind, *values)
+    console.print(out)
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if float(value).is_integer() and abs(value) < 1e15 else f"{value:,.4g}"
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``check``, ``report`` and ``published`` to the command ``app``."""
+    """Add ``check``, ``report``, ``published`` and ``metrics`` to the command ``app``."""
     app.command("check")(check)
     app.command("report")(report)
     app.command("published")(published)
+    app.add_typer(metrics_app, name="metrics")
