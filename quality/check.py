@@ -14,7 +14,9 @@
    that reads one, whose checks so far in this run are not all ok is *not evaluated* (its outcome over a
    corrupt input proves nothing): the result says which table failed, is not ok, and is no violation. In
    dependency order every check of a model's inputs has run before the model's, so this goes on downstream;
-   a suite's reference to a table checked later counts by that table's reconciliation;
+   a suite's reference to a table checked later counts by that table's reconciliation; then the suites'
+   anomaly checks (`quality.anomaly`, ``meta.anomalies``) on the tables' metrics series, each cut at the
+   snapshot just reconciled;
 3. unless ``publish=False``: the tag ``published`` of each table whose checks all passed on one snapshot moves
    there (`quality.publish`); a table with a failing check keeps its tag, and the run says why; then the
    warehouse publication (`quality.publication`): one consistent set of checked snapshots across the layers,
@@ -37,6 +39,7 @@ from typing import Any
 
 from lakehouse.executor import SparkExecutor
 from object_store.errors import LakestreamError
+from quality.anomaly import ANOMALY
 from quality.reconcile import reconcile
 from quality.results import GX, LAYER, RECONCILE, CheckResult, QualityRun, upstream_failure
 
@@ -97,6 +100,7 @@ def run_checks(
         add(_guarded(RECONCILE, name, lambda name=name: reconcile(lh, name, full=full, executor=executor)))
     if project is not None:
         _project_checks(lh, Path(project), names, results, add, spark, full=full, sample=sample)
+        add(_guarded(ANOMALY, "(suites)", lambda: _anomalies(lh, Path(project), names, results)))
     run_id = runs.new_run_id()
     if publish:
         published = _publish(lh, names, results)
@@ -114,6 +118,24 @@ def run_checks(
     runs.save_run(lh, run)
     _report(lh, run, report_dir)
     return run
+
+
+def _anomalies(lh: Any, project: Path, names: list[str], done: list[CheckResult]) -> list[CheckResult]:
+    """The project's anomaly checks (suites' ``meta.anomalies``) of ``names``, on the metrics series recorded in
+    ``_lakestream.metrics``, each cut at the snapshot its table's reconciliation checked (so a result is made on
+    the snapshot ``published`` would move to)."""
+    from quality.anomaly import anomaly_results
+    from quality.expectations import load_suites
+    from quality.metrics import load_series
+
+    snapshots = {r.table: r.snapshot_id for r in done if r.check == RECONCILE}
+    return anomaly_results(
+        load_suites(project),
+        lambda table, metric, column: load_series(lh, table, metric, column),
+        now=datetime.now(UTC),
+        tables=names,
+        snapshots=snapshots,
+    )
 
 
 def _project_checks(
