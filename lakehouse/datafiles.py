@@ -122,7 +122,8 @@ class LakeContext:
 
     def new_location(self, partition: tuple, stem: str) -> str:
         path = self.spec.partition_to_path(Record(*partition), self.schema)
-        return f"{self.location}/data/{path}/{stem}-{uuid.uuid4().hex[:12]}.parquet"
+        folder = f"{self.location}/data/{path}" if path else f"{self.location}/data"  # unpartitioned: no "//"
+        return f"{folder}/{stem}-{uuid.uuid4().hex[:12]}.parquet"
 
     def write(self, table: pa.Table, partition: tuple, stem: str) -> DataFile:
         """Write ``table`` as one Parquet data file of ``partition``; return its `DataFile` entry."""

@@ -16,18 +16,28 @@ table (its id and commit time), carried forward by every append. So finding wher
 load, not a scan; and a commit that loses the catalog's compare-and-swap is not retried by pyiceberg (the table
 is created with ``commit.retry.num-retries`` 0): `append_metrics` reloads the table, drops the rows of snapshots
 another collector recorded meanwhile, and commits again, so a metric is never recorded twice.
+
+**Maintenance** (`maintain_metrics`): every collect adds a snapshot and a small data file, so the table's
+metadata and file count grow with how often quality runs. Maintenance rewrites the small files into few sorted
+ones in one overwrite commit whose summary carries the recorded map forward (a commit without it would make the
+next collect record everything again), optionally drops rows older than a retention, expires old snapshots and
+deletes the files no retained snapshot references (`lakehouse.maintenance`'s expiry and orphan removal).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
+import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.conversions import from_bytes
 from pyiceberg.exceptions import (
     CommitFailedException,
     NamespaceAlreadyExistsError,
@@ -39,6 +49,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType, TimestamptzType
 
+from lakehouse.settings import budget_rows
 from lakehouse.tables import RESERVED_NAMESPACE
 from quality.errors import QualityError
 
@@ -149,6 +160,187 @@ def append_metrics(
     )
 
 
+#: Snapshots of the metrics table younger than this are kept (an age; a reader's snapshot stays readable).
+DEFAULT_METRICS_SNAPSHOT_AGE = timedelta(days=1)
+#: The newest snapshots of the metrics table always kept.
+DEFAULT_KEEP_SNAPSHOTS = 5
+#: Rows per data file the compaction writes (and below which a file counts as small).
+DEFAULT_TARGET_FILE_ROWS = 1_000_000
+MAINTENANCE_PROPERTY = "lakestream.metrics.maintenance"
+#: Sort order of the rewritten files: a table's series lie together, oldest commit first.
+SORT_ORDER = [
+    ("table", "ascending"),
+    ("committed_at", "ascending"),
+    ("snapshot_id", "ascending"),
+    ("metric", "ascending"),
+    ("column", "ascending"),
+]
+
+
+@dataclass
+class MetricsMaintenance:
+    """What `maintain_metrics` did."""
+
+    files_before: int = 0
+    files_after: int = 0
+    files_rewritten: int = 0
+    rows_rewritten: int = 0
+    #: rows older than the retention dropped
+    rows_dropped: int = 0
+    #: the compaction's snapshot (None: nothing to rewrite)
+    snapshot_id: int | None = None
+    #: compactions lost to a concurrent collect and planned again
+    retries: int = 0
+    expiry: dict[str, Any] = field(default_factory=dict)
+    orphans: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"table": ".".join(METRICS_TABLE), **asdict(self)}
+
+
+def _committed_at_bounds(data_file: Any) -> tuple[int, int] | None:
+    """The file's committed_at lower and upper bound (microseconds since the epoch), from its manifest entry."""
+    field_id = SCHEMA.find_field("committed_at").field_id
+    low = (data_file.lower_bounds or {}).get(field_id)
+    high = (data_file.upper_bounds or {}).get(field_id)
+    if low is None or high is None:
+        return None
+    kind = SCHEMA.find_field("committed_at").field_type
+    return int(from_bytes(kind, low)), int(from_bytes(kind, high))
+
+
+def _write_rewritten(ctx: Any, rows: pa.Table, target_file_rows: int) -> list[Any]:
+    """Write ``rows`` (sorted) as data files of up to ``target_file_rows`` rows each."""
+    stem = f"metrics-compact-{uuid.uuid4().hex[:12]}"
+    return [
+        ctx.write(rows.slice(start, target_file_rows), (), f"{stem}-{i}")
+        for i, start in enumerate(range(0, rows.num_rows, target_file_rows))
+    ]
+
+
+def _compact(lh: Any, result: MetricsMaintenance, target_file_rows: int, cutoff_us: int | None, budget: int) -> None:
+    """One compaction commit (see `maintain_metrics`), planned again after a concurrent commit."""
+    from lakehouse.commits import rewrite_files
+    from lakehouse.datafiles import LakeContext
+
+    for attempt in range(COMMIT_ATTEMPTS):
+        table = metrics_table(lh)
+        if table is None or table.current_snapshot() is None:
+            return
+        tasks = list(table.scan().plan_files())
+        if any(t.delete_files for t in tasks):
+            raise QualityError(
+                f"the metrics table {'.'.join(METRICS_TABLE)} has delete files (another writer deleted rows): "
+                "maintenance rewrites data files only; rewrite the table with an engine that applies them"
+            )
+        files = [t.file for t in tasks]
+        result.files_before = result.files_after = len(files)
+        bounds = {f.file_path: _committed_at_bounds(f) for f in files}
+        # Whole files older than the retention go without being read; files across it are rewritten, filtered.
+        dropped = [
+            f for f in files if cutoff_us is not None and bounds[f.file_path] and bounds[f.file_path][1] < cutoff_us
+        ]
+        crossing = [
+            f
+            for f in files
+            if cutoff_us is not None
+            and f not in dropped
+            and (bounds[f.file_path] is None or bounds[f.file_path][0] < cutoff_us)
+        ]
+        small = sorted(
+            (f for f in files if f not in dropped and f not in crossing and f.record_count < target_file_rows),
+            key=lambda f: f.record_count,
+        )
+        # The driver reads what it rewrites: at most the budget's rows per call (the next call goes on).
+        chosen, rows_read = [], 0
+        for f in [*crossing, *small]:
+            if chosen and rows_read + f.record_count > budget:
+                break
+            chosen.append(f)
+            rows_read += f.record_count
+        if not dropped and not crossing and len(chosen) < 2:
+            return
+        ctx = LakeContext.of(lh.store, table)
+        parts = [ctx.read(f.file_path).select(ARROW_SCHEMA.names).cast(ARROW_SCHEMA) for f in chosen]
+        rows = pa.concat_tables(parts) if parts else ARROW_SCHEMA.empty_table()
+        kept = rows
+        if cutoff_us is not None:
+            cutoff = pa.scalar(cutoff_us, pa.timestamp("us", tz="UTC"))
+            kept = rows.filter(pc.greater_equal(rows.column("committed_at"), cutoff))
+        kept = kept.sort_by(SORT_ORDER)
+        added = _write_rewritten(ctx, kept, target_file_rows) if kept.num_rows else []
+        # The recorded map as of the snapshot planned on: the commit fails if another one landed since.
+        properties = {
+            RECORDED_PROPERTY: json.dumps(recorded(table), sort_keys=True, separators=(",", ":")),
+            MAINTENANCE_PROPERTY: "compaction",
+        }
+        try:
+            with table.transaction() as txn:
+                rewrite_files(txn, [*dropped, *chosen], added, properties)
+        except CommitFailedException:
+            ctx.delete([f.file_path for f in added])
+            result.retries += 1
+            log.info("metrics compaction lost to a concurrent commit (attempt %d): planning again", attempt + 1)
+            continue
+        result.snapshot_id = table.current_snapshot().snapshot_id
+        result.files_rewritten = len(dropped) + len(chosen)
+        result.rows_rewritten = kept.num_rows
+        result.rows_dropped = sum(f.record_count for f in dropped) + rows.num_rows - kept.num_rows
+        result.files_after = len(files) - len(dropped) - len(chosen) + len(added)
+        return
+    raise QualityError(
+        f"the metrics table {'.'.join(METRICS_TABLE)} kept changing: {COMMIT_ATTEMPTS} compactions lost to "
+        "concurrent collects (the table is unchanged); run `lakestream metrics maintain` again"
+    )
+
+
+def maintain_metrics(
+    lh: Any,
+    *,
+    older_than: timedelta | datetime = DEFAULT_METRICS_SNAPSHOT_AGE,
+    target_file_rows: int = DEFAULT_TARGET_FILE_ROWS,
+    keep_snapshots: int = DEFAULT_KEEP_SNAPSHOTS,
+    retention: timedelta | None = None,
+    orphan_age: timedelta | None = None,
+    unsafe_orphan_age: bool = False,
+) -> MetricsMaintenance:
+    """Maintain the metrics table: compact its small data files, drop rows committed more than ``retention``
+    ago (None: keep all), expire snapshots older than ``older_than`` but the newest ``keep_snapshots``, and
+    delete unreferenced files older than ``orphan_age`` (default `lakehouse.maintenance.orphans`'s, 3 days).
+
+    The compaction is one overwrite commit planned on the current snapshot, its summary carrying that
+    snapshot's recorded map; a collect that commits meanwhile makes it fail (the table's commits do not retry),
+    and it is planned again from the reloaded table (at most `COMMIT_ATTEMPTS` times, then `QualityError`).
+    The driver rewrites at most ``quality_driver_budget_rows`` rows per call (the next call goes on)."""
+    from lakehouse.errors import InvalidArgument
+    from lakehouse.maintenance.expiry import expire_snapshots
+    from lakehouse.maintenance.orphans import DEFAULT_ORPHAN_AGE, remove_orphans
+
+    if isinstance(target_file_rows, bool) or not isinstance(target_file_rows, int) or target_file_rows < 1:
+        raise InvalidArgument(f"target_file_rows must be an integer >= 1, got {target_file_rows!r}")
+    if isinstance(keep_snapshots, bool) or not isinstance(keep_snapshots, int) or keep_snapshots < 1:
+        raise InvalidArgument(f"keep_snapshots must be an integer >= 1, got {keep_snapshots!r}")
+    if retention is not None and retention < timedelta(0):
+        raise InvalidArgument(f"retention must not be negative, got {retention}")
+    started = time.perf_counter()
+    result = MetricsMaintenance()
+    if metrics_table(lh) is None:
+        return result
+    cutoff_us = None
+    if retention is not None:
+        cutoff_us = int((datetime.now(UTC) - retention).timestamp() * 1_000_000)
+    budget = max(1, budget_rows(getattr(lh, "settings", None), "quality_driver_budget_rows"))
+    _compact(lh, result, target_file_rows, cutoff_us, budget)
+    table = metrics_table(lh)
+    result.expiry = expire_snapshots(lh.store, table, older_than=older_than, retain_last=keep_snapshots).to_dict()
+    result.orphans = remove_orphans(
+        lh.store, table, older_than=orphan_age or DEFAULT_ORPHAN_AGE, unsafe_orphan_age=unsafe_orphan_age
+    ).to_dict()
+    result.seconds = time.perf_counter() - started
+    return result
+
+
 def load_series(lh: Any, table: str, metric: str, column: str | None = None) -> list[tuple[datetime, int, float]]:
     """``(committed_at, snapshot_id, value)`` of ``metric`` (of ``column``; None: a table-level metric) of lake
     table ``table``, oldest commit first. Empty if nothing was recorded."""
@@ -213,12 +405,14 @@ def metrics_dataframe(spark: Any, lh: Any) -> Any:
 
 __all__ = [
     "ARROW_SCHEMA",
+    "MetricsMaintenance",
     "METRICS_TABLE",
     "RECORDED_PROPERTY",
     "SCHEMA",
     "append_metrics",
     "load_commits",
     "load_series",
+    "maintain_metrics",
     "metrics_dataframe",
     "metrics_table",
     "recorded",
