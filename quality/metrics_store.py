@@ -301,35 +301,35 @@ def maintain_metrics(
     older_than: timedelta | datetime = DEFAULT_METRICS_SNAPSHOT_AGE,
     target_file_rows: int = DEFAULT_TARGET_FILE_ROWS,
     keep_snapshots: int = DEFAULT_KEEP_SNAPSHOTS,
-    retention: timedelta | None = None,
+    retention: timedelta | datetime | None = None,
     orphan_age: timedelta | None = None,
     unsafe_orphan_age: bool = False,
 ) -> MetricsMaintenance:
     """Maintain the metrics table: compact its small data files, drop rows committed more than ``retention``
-    ago (None: keep all), expire snapshots older than ``older_than`` but the newest ``keep_snapshots``, and
-    delete unreferenced files older than ``orphan_age`` (default `lakehouse.maintenance.orphans`'s, 3 days).
+    ago (an age, or a point in time; None: keep all), expire snapshots older than ``older_than`` but the newest
+    ``keep_snapshots``, and delete unreferenced files older than ``orphan_age`` (default
+    `lakehouse.maintenance.orphans`'s, 3 days; old metadata files leave the metadata log after pyiceberg's
+    ``write.metadata.previous-versions-max``, 100, and are then orphans).
 
     The compaction is one overwrite commit planned on the current snapshot, its summary carrying that
     snapshot's recorded map; a collect that commits meanwhile makes it fail (the table's commits do not retry),
     and it is planned again from the reloaded table (at most `COMMIT_ATTEMPTS` times, then `QualityError`).
     The driver rewrites at most ``quality_driver_budget_rows`` rows per call (the next call goes on)."""
     from lakehouse.errors import InvalidArgument
-    from lakehouse.maintenance.expiry import expire_snapshots
+    from lakehouse.maintenance.expiry import cutoff_of, expire_snapshots
     from lakehouse.maintenance.orphans import DEFAULT_ORPHAN_AGE, remove_orphans
 
     if isinstance(target_file_rows, bool) or not isinstance(target_file_rows, int) or target_file_rows < 1:
         raise InvalidArgument(f"target_file_rows must be an integer >= 1, got {target_file_rows!r}")
     if isinstance(keep_snapshots, bool) or not isinstance(keep_snapshots, int) or keep_snapshots < 1:
         raise InvalidArgument(f"keep_snapshots must be an integer >= 1, got {keep_snapshots!r}")
-    if retention is not None and retention < timedelta(0):
-        raise InvalidArgument(f"retention must not be negative, got {retention}")
     started = time.perf_counter()
     result = MetricsMaintenance()
     if metrics_table(lh) is None:
         return result
     cutoff_us = None
     if retention is not None:
-        cutoff_us = int((datetime.now(UTC) - retention).timestamp() * 1_000_000)
+        cutoff_us = int(cutoff_of(retention, "retention").timestamp() * 1_000_000)
     budget = max(1, budget_rows(getattr(lh, "settings", None), "quality_driver_budget_rows"))
     _compact(lh, result, target_file_rows, cutoff_us, budget)
     table = metrics_table(lh)

@@ -119,3 +119,14 @@ def test_retention_drops_old_rows_but_not_the_recorded_map(lh: Lakehouse) -> Non
     commit(lh, 300)
     assert collect_metrics(lh) > 0
     assert_each_metric_once(lh)
+
+
+def test_retention_filters_a_file_across_its_cutoff(lh: Lakehouse) -> None:
+    collect_rounds(lh, 2)
+    maintain_metrics(lh, older_than=timedelta(0), keep_snapshots=1)  # one file holding both commits
+    first, second = sorted({r["committed_at"] for r in metrics_table(lh).scan().to_arrow().to_pylist()})
+    before = rows(lh)
+    result = maintain_metrics(lh, older_than=timedelta(0), keep_snapshots=1, retention=second)
+    assert result.files_rewritten == 1 and result.rows_dropped > 0
+    assert rows(lh) == Counter({r: n for r, n in before.items() if r[2] == second})
+    assert collect_metrics(lh) == 0
