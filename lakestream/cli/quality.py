@@ -1,5 +1,5 @@
-"""`lakestream check`, `lakestream report`, `lakestream published` and `lakestream metrics collect|show`: the
-quality commands (`register` adds them to the command)."""
+"""`lakestream check`, `lakestream report`, `lakestream published` and
+`lakestream metrics collect|show|maintain`: the quality commands (`register` adds them to the command)."""
 
 from __future__ import annotations
 
@@ -285,6 +285,52 @@ def metrics_show(
         kind = [c.get("kind", "")] if metric is None else []
         out.add_row(c["committed_at"].isoformat(timespec="seconds"), str(c["snapshot_id"]), *kind, *values)
     console.print(out)
+
+
+@metrics_app.command("maintain")
+def metrics_maintain(
+    snapshot_age_hours: Annotated[
+        float, typer.Option(help="expire the metrics table's snapshots older than this (hours)")
+    ] = 24.0,
+    keep_snapshots: Annotated[int, typer.Option(help="the newest snapshots always kept")] = 5,
+    target_file_rows: Annotated[int, typer.Option(help="rows per compacted data file")] = 1_000_000,
+    retention_days: Annotated[
+        float | None,
+        typer.Option(help="drop metric rows of commits older than this (days; default: keep all)"),
+    ] = None,
+    orphan_age_hours: Annotated[
+        float, typer.Option(help="delete unreferenced files older than this (hours; at least 1)")
+    ] = 72.0,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Compact the metrics table's small files (keeping what was recorded, so collection goes on where it
+    was), drop rows older than --retention-days if given, expire old snapshots and delete unreferenced files."""
+    from datetime import timedelta
+
+    from quality.metrics_store import maintain_metrics
+
+    try:
+        lh = _lakehouse(warehouse, config)
+        result = maintain_metrics(
+            lh,
+            older_than=timedelta(hours=snapshot_age_hours),
+            keep_snapshots=keep_snapshots,
+            target_file_rows=target_file_rows,
+            retention=None if retention_days is None else timedelta(days=retention_days),
+            orphan_age=timedelta(hours=orphan_age_hours),
+        )
+    except LakestreamError as exc:
+        _fail(exc)
+    if json_output:
+        json_line(result.to_dict())
+        return
+    console.print(
+        f"_lakestream.metrics: {result.files_before} -> {result.files_after} data files, "
+        f"{result.rows_dropped:,} rows dropped, {len(result.expiry.get('expired', []))} snapshots expired, "
+        f"{result.expiry.get('files_deleted', 0) + result.orphans.get('count', 0)} files deleted"
+    )
 
 
 def _number(value: float | None) -> str:

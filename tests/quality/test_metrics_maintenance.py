@@ -130,3 +130,24 @@ def test_retention_filters_a_file_across_its_cutoff(lh: Lakehouse) -> None:
     assert result.files_rewritten == 1 and result.rows_dropped > 0
     assert rows(lh) == Counter({r: n for r, n in before.items() if r[2] == second})
     assert collect_metrics(lh) == 0
+
+
+def test_cli_maintains(lh: Lakehouse) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from lakestream.cli import app
+
+    collect_rounds(lh, 2)
+    before = rows(lh)
+    wh = lh.store.url
+    done = CliRunner().invoke(
+        app, ["metrics", "maintain", "-w", wh, "--snapshot-age-hours", "0", "--keep-snapshots", "1", "--json"]
+    )
+    assert done.exit_code == 0, done.output
+    result = json.loads(done.output)
+    assert (result["files_before"], result["files_after"]) == (2, 1) and result["expiry"]["expired"]
+    assert rows(lh) == before and data_files(lh) == 1
+    again = CliRunner().invoke(app, ["metrics", "maintain", "-w", wh])
+    assert again.exit_code == 0 and "1 -> 1 data files" in again.output, again.output
