@@ -12,6 +12,7 @@ from tests.dags.conftest import (
     LOCAL_2,
     MASTERS,
     PER_TABLE_ENV,
+    REPO,
     assert_one_task_for_all_tables,
     assert_per_table_tasks,
 )
@@ -31,7 +32,11 @@ def test_both_dags_load_with_the_shared_module(run_probe) -> None:
     result = run_probe(
         "dagbag",
         *MASTERS,
-        env={**PER_TABLE_ENV, "LAKESTREAM_MAINTENANCE_ARGS": " ".join(MAINTENANCE_ARGS) + " --retention-hours '48'"},
+        env={
+            **PER_TABLE_ENV,
+            "LAKESTREAM_MAINTENANCE_ARGS": " ".join(MAINTENANCE_ARGS) + " --retention-hours '48'",
+            "LAKESTREAM_METRICS_MAINTENANCE_ARGS": "--retention-days 90",
+        },
     )
     assert result["import_errors"] == {}, result["output"]
     # The helper is parsed like any file that mentions Airflow and DAGs, and holds none: not an error.
@@ -53,13 +58,20 @@ def test_both_dags_load_with_the_shared_module(run_probe) -> None:
     assert dag["schedule"] == "@hourly"
     assert dag["max_active_runs"] == 1
     assert dag["catchup"] is False
-    assert list(dag["tasks"]) == ["maintain__ods__orders", "maintain__ods__clicks"]
+    assert list(dag["tasks"]) == ["maintain__ods__orders", "maintain__ods__clicks", "maintain_metrics"]
 
+    metrics = dag["tasks"].pop("maintain_metrics")
     assert_per_table_tasks(dag, "maintenance.py", [*MAINTENANCE_ARGS, "--retention-hours", "48"])  # shlex
+    # the metrics table's task: its own job and arguments, not the tables' maintenance options
+    assert metrics["operator"] == "SparkSubmitOperator" and metrics["conn_id"] == "lakestream_spark"
+    assert metrics["application"] == str(REPO / "jobs" / "metrics_maintenance.py")
+    assert metrics["application_args"] == ["--retention-days", "90"]
 
 
 def test_without_a_table_list_one_task_maintains_every_table(run_probe, tmp_path: Path) -> None:
     result = run_probe("dagbag", LOCAL_2, env={"LAKESTREAM_JOBS_DIR": str(tmp_path)})
+    metrics = result["dags"]["lake_maintenance"]["tasks"].pop("maintain_metrics")  # and one the metrics table
+    assert metrics["application"] == str(tmp_path / "metrics_maintenance.py") and metrics["application_args"] == []
     assert_one_task_for_all_tables(result, "lake_maintenance", "maintain_all_tables", tmp_path, "maintenance.py")
     assert list(result["dags"]["lake_tiering"]["tasks"]) == ["tier_all_tables"]
 
@@ -104,7 +116,7 @@ def test_dag_test_compacts_expires_and_trims_the_log(run_probe, airflow_db: Path
         timeout=540,
     )
     assert result["import_errors"] == {}, result["output"]
-    assert result["tasks"] == {"maintain__ods__clicks": "success"}, result["output"]
+    assert result["tasks"] == {"maintain__ods__clicks": "success", "maintain_metrics": "success"}, result["output"]
     assert result["state"] == "success", result["output"]
 
     expected = pa.concat_tables(appended).sort_by("user_id").to_pylist()

@@ -34,8 +34,9 @@ def test_the_environment_sets_retries_timeout_and_cores_of_every_task(run_probe)
     result = run_probe("dagbag", LOCAL_2, env=env)
     assert result["import_errors"] == {}, result["output"]
     tasks = spark_tasks(result)
-    # tiering and maintenance: 2 tables each; layers: 2 models; quality: check and publish
-    assert len(tasks) == 8 and {name.split(".")[0] for name in tasks} == {
+    # tiering and maintenance: 2 tables each (and the metrics table's maintenance); layers: 2 models; quality: check
+    # and publish
+    assert len(tasks) == 9 and {name.split(".")[0] for name in tasks} == {
         "lake_tiering",
         "lake_maintenance",
         "warehouse_layers",

@@ -151,3 +151,17 @@ def test_cli_maintains(lh: Lakehouse) -> None:
     assert rows(lh) == before and data_files(lh) == 1
     again = CliRunner().invoke(app, ["metrics", "maintain", "-w", wh])
     assert again.exit_code == 0 and "1 -> 1 data files" in again.output, again.output
+
+
+def test_the_dags_job_maintains(lh: Lakehouse, capsys) -> None:
+    import json
+
+    from jobs import metrics_maintenance
+
+    collect_rounds(lh, 2)
+    before = rows(lh)
+    argv = ["--warehouse", lh.store.url, "--snapshot-age-hours", "0", "--keep-snapshots", "1"]
+    assert metrics_maintenance.main(argv) == 0
+    line = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert line["table"] == "_lakestream.metrics" and line["files_after"] == 1
+    assert rows(lh) == before and data_files(lh) == 1
