@@ -400,6 +400,20 @@ def test_reader_at_a_ref_reads_the_lake_at_its_snapshot(tmp_path) -> None:
     assert f"snapshot={snapshot}" in repr(
         reader.plan.located(reader._table, lh.table(NAME), as_of=None, log_=None, fix_ends=False, snapshot_id=snapshot)
     )
+    # the warehouse publication's tag: the snapshot the checks passed on, after the lake moved on again
+    from quality.publication import PUBLICATION, publish_warehouse
+    from quality.results import CheckResult
+
+    lh.tier(NAME)
+    passed = lh.lake_table(NAME).metadata.current_snapshot_id
+    assert (
+        publish_warehouse(lh, [CheckResult("reconcile", NAME, snapshot_id=passed)]).entries[NAME].snapshot_id == passed
+    )
+    lh.log(NAME).append(batch(range(300, 340), "after"), op="upsert")
+    lh.tier(NAME)
+    _, reader = _reader(lh, ref=PUBLICATION)
+    assert rows(_read_all(reader, reader.partitions())) == rows(lh.lake_read(NAME, ref=PUBLICATION))
+    assert rows(lh.lake_read(NAME, ref=PUBLICATION)) != rows(lh.lake_read(NAME))
     with pytest.raises(InvalidArgument, match="as_of and changes do not go with it"):
         cls({"path": NAME, "warehouse": lh.url, "ref": "published", "as_of": "0:1,1:1,2:1"}).schema()
     with pytest.raises(InvalidArgument, match="as_of and changes do not go with it"):
