@@ -274,10 +274,11 @@ def _stats(lh: Any, name: str) -> dict[str, Any]:
 
 
 def _report(lh: Any, run: QualityRun, report_dir: str | Path | None) -> None:
-    from quality.report import write_report
+    from quality.report import report_data, write_report
 
     try:
-        write_report(lh, run, out_dir=report_dir)
+        # the page's metrics charts and open incidents, read here and handed to the renderer as plain data
+        write_report(lh, run, out_dir=report_dir, data=report_data(lh, run))
     except (LakestreamError, OSError) as exc:  # the run is recorded; its page can be written again
         log.warning("report of run %s not written: %s (lakestream report writes it again)", run.run_id, exc)
 
