@@ -22,7 +22,8 @@
    warehouse publication (`quality.publication`): one consistent set of checked snapshots across the layers,
    recorded as its next generation;
 4. the figures of each table (`quality.stats`), the run record (`quality.runs`, in the warehouse) and its HTML
-   page and index (`quality.report`).
+   page and index (`quality.report`), with the tables' metrics charts and the open incidents
+   (`quality.report.report_data`).
 
 A check that cannot run (a missing table, a store that does not answer) is a result with ``error`` set, not an
 exception: the other tables are still checked, and the run is not ok.

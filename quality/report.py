@@ -11,7 +11,9 @@ A run's page shows its overall status, a lineage view (which tables feed which m
 then per table: its checks (status, time, rows), violations (check code,
 bucket, offsets, snapshot, sample keys, expected vs actual), per bucket the log end, lake offset and lag, each
 subscription's lag, the last reconciliation and its cost, Great Expectations results with links to their Data
-Docs, data files; and trends over the last runs (lag, files, check time) as charts.
+Docs, data files, its metrics per commit as small charts (the points the run's anomaly checks flagged in red);
+the open incidents of the alerts record; and trends over the last runs (lag, files, check time) as charts. The
+metrics and incidents are read from the warehouse by `report_data` and handed to `render_run` as plain data.
 
 `write_report` writes ``reports/<run_id>.html`` and ``index.html`` to the warehouse under
 ``_lakestream/quality/`` (and to a local folder if given). Data Docs paths (``CheckResult.details["data_docs"]``,
