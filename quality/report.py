@@ -127,6 +127,7 @@ table.mini { border-collapse:collapse; font-size:12.5px; font-variant-numeric:ta
 table.mini th, table.mini td { padding:1px 10px 1px 0; text-align:left; vertical-align:top; border:0; }
 table.mini th { color:var(--muted); font-weight:500; white-space:nowrap; background:none; font-size:12.5px; }
 table.mini table.mini { margin:0; }
+table.mini td { overflow-wrap:anywhere; }
 .lineage { display:flex; align-items:flex-start; gap:8px; overflow-x:auto; }
 .lineage .level { min-width:180px; }
 .lineage .level h3 { margin-top:0; }
