@@ -22,7 +22,8 @@
    warehouse publication (`quality.publication`): one consistent set of checked snapshots across the layers,
    recorded as its next generation;
 4. the figures of each table (`quality.stats`), the run record (`quality.runs`, in the warehouse) and its HTML
-   page and index (`quality.report`).
+   page and index (`quality.report`), with the tables' metrics charts and the open incidents
+   (`quality.report.report_data`).
 
 A check that cannot run (a missing table, a store that does not answer) is a result with ``error`` set, not an
 exception: the other tables are still checked, and the run is not ok.
@@ -274,10 +275,11 @@ def _stats(lh: Any, name: str) -> dict[str, Any]:
 
 
 def _report(lh: Any, run: QualityRun, report_dir: str | Path | None) -> None:
-    from quality.report import write_report
+    from quality.report import report_data, write_report
 
     try:
-        write_report(lh, run, out_dir=report_dir)
+        # the page's metrics charts and open incidents, read here and handed to the renderer as plain data
+        write_report(lh, run, out_dir=report_dir, data=report_data(lh, run))
     except (LakestreamError, OSError) as exc:  # the run is recorded; its page can be written again
         log.warning("report of run %s not written: %s (lakestream report writes it again)", run.run_id, exc)
 

@@ -11,7 +11,9 @@ A run's page shows its overall status, a lineage view (which tables feed which m
 then per table: its checks (status, time, rows), violations (check code,
 bucket, offsets, snapshot, sample keys, expected vs actual), per bucket the log end, lake offset and lag, each
 subscription's lag, the last reconciliation and its cost, Great Expectations results with links to their Data
-Docs, data files; and trends over the last runs (lag, files, check time) as charts.
+Docs, data files, its metrics per commit as small charts (the points the run's anomaly checks flagged in red);
+the open incidents of the alerts record; and trends over the last runs (lag, files, check time) as charts. The
+metrics and incidents are read from the warehouse by `report_data` and handed to `render_run` as plain data.
 
 `write_report` writes ``reports/<run_id>.html`` and ``index.html`` to the warehouse under
 ``_lakestream/quality/`` (and to a local folder if given). Data Docs paths (``CheckResult.details["data_docs"]``,
@@ -25,15 +27,19 @@ import base64
 import hashlib
 import html
 import json
+import logging
 import math
 import re
-from datetime import datetime
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from quality.results import NOT_EVALUATED, RECONCILE, CheckResult, QualityRun, Violation
 from quality.runs import QUALITY_PREFIX, check_run_id, load_runs
+
+log = logging.getLogger(__name__)
 
 REPORTS_PREFIX = f"{QUALITY_PREFIX}reports/"
 INDEX_KEY = f"{QUALITY_PREFIX}index.html"
@@ -43,6 +49,13 @@ WAREHOUSE_FROM_REPORT = "../../../"
 TREND_RUNS = 30
 #: Violations listed per table (the rest are counted).
 MAX_VIOLATIONS = 200
+#: Points per metrics series charted in a run's page (the newest, up to the run's end).
+METRIC_POINTS = 100
+#: The table-level metrics series charted for every table (those recorded), before the anomaly checks' own.
+CHART_METRICS = ("changes", "rows", "freshness_seconds_max")
+#: Open incidents listed in a run's page (the rest are counted).
+MAX_INCIDENTS = 200
+ANOMALY_PREFIX = "anomaly:"
 
 _PALETTE = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2", "#dc2626", "#4b5563", "#65a30d"]
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
@@ -114,6 +127,7 @@ table.mini { border-collapse:collapse; font-size:12.5px; font-variant-numeric:ta
 table.mini th, table.mini td { padding:1px 10px 1px 0; text-align:left; vertical-align:top; border:0; }
 table.mini th { color:var(--muted); font-weight:500; white-space:nowrap; background:none; font-size:12.5px; }
 table.mini table.mini { margin:0; }
+table.mini td { overflow-wrap:anywhere; }
 .lineage { display:flex; align-items:flex-start; gap:8px; overflow-x:auto; }
 .lineage .level { min-width:180px; }
 .lineage .level h3 { margin-top:0; }
@@ -126,6 +140,9 @@ table.mini table.mini { margin:0; }
 .filter input[type=search] { font:inherit; padding:5px 10px; border:1px solid var(--line); border-radius:6px;
   min-width:280px; }
 .filter[hidden], section.tsec[hidden], ul.toc li[hidden] { display:none; }
+.sparks { display:grid; grid-template-columns:repeat(auto-fill, minmax(300px, 1fr)); gap:10px; }
+figure.spark { margin:0; border:1px solid var(--line); border-radius:8px; padding:6px 8px; }
+figure.spark figcaption { font-size:12.5px; font-weight:600; display:flex; gap:8px; align-items:center; }
 """
 
 #: The run page's only script. It enhances what the HTML already shows: the filter box (hidden without it) hides
@@ -455,6 +472,230 @@ def bar_chart(title: str, labels: list[str], values: list[float], colors: list[s
     return f'<figure class="chart"><figcaption>{_e(title)}</figcaption>{"".join(svg)}</figure>'
 
 
+def metric_chart(
+    title: str, points: list[tuple[str, int, float]], marks: Mapping[int, str] | None = None, *, unit: str = ""
+) -> str:
+    """A small line chart of one metrics series, ``points`` ``(committed_at, snapshot_id, value)`` oldest first,
+    as an HTML figure with inline SVG; the points whose snapshot is in ``marks`` are red circles whose tooltip
+    (``<title>``) is the mark's text (an anomaly's message), the newest point a dot with its value."""
+    marks = marks or {}
+    flagged = sum(1 for _, sid, _ in points if sid in marks)
+    chip = f' <span class="chip fail">{flagged} anomal{"y" if flagged == 1 else "ies"}</span>' if flagged else ""
+    caption = f"<figcaption>{_e(title)}{chip}</figcaption>"
+    if not points:
+        return f'<figure class="spark">{caption}<p class="muted">no points yet</p></figure>'
+    w, h, left, right, top, bottom = 360, 120, 46, 10, 8, 20
+    values = [v for _, _, v in points]
+    lo, hi = min(values), max(values)
+    vmin = min(0.0, lo)
+    vmax = _nice_ceiling(hi) if hi > 0 else (hi if hi > vmin else vmin + 1.0)
+    xs = _x_positions(len(points), w, left, right)
+
+    def y(v: float) -> float:
+        return top + (h - top - bottom) * (1 - (v - vmin) / (vmax - vmin))
+
+    def label(v: float) -> str:
+        return _axis_label(v) if abs(v) >= 1e3 else f"{v:.4g}"
+
+    svg = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="100%" role="img" '
+        f'aria-label="{_e(title)}">'
+    ]
+    for v in (vmin, vmax):
+        svg.append(f'<line x1="{left}" y1="{y(v):.1f}" x2="{w - right}" y2="{y(v):.1f}" stroke="#e5e7eb"/>')
+        svg.append(
+            f'<text x="{left - 5}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="10" fill="#6b7280">'
+            f"{_e(label(v))}</text>"
+        )
+    for i, anchor in ((0, "start"), (len(points) - 1, "end")):
+        at = _when(points[i][0])
+        svg.append(
+            f'<text x="{xs[i]:.1f}" y="{h - 5}" text-anchor="{anchor}" font-size="10" fill="#6b7280">'
+            f"{_e(f'{at:%m-%d %H:%M}' if at is not None else points[i][0])}</text>"
+        )
+    line = " ".join(f"{x:.1f},{y(v):.1f}" for x, v in zip(xs, values, strict=True))
+    if len(points) > 1:
+        svg.append(f'<polyline fill="none" stroke="{_PALETTE[0]}" stroke-width="1.5" points="{line}"/>')
+    for i, ((at, sid, v), x) in enumerate(zip(points, xs, strict=True)):
+        tip = f"{title} at snapshot {sid} ({at}): {label(v)}{unit}"
+        if sid in marks:
+            svg.append(
+                f'<circle class="anomaly" cx="{x:.1f}" cy="{y(v):.1f}" r="4.5" fill="#dc2626" stroke="#fff" '
+                f'stroke-width="1"><title>{_e(tip)}. {_e(marks[sid])}</title></circle>'
+            )
+        elif i == len(points) - 1 or len(points) == 1:
+            svg.append(
+                f'<circle cx="{x:.1f}" cy="{y(v):.1f}" r="2.5" fill="{_PALETTE[0]}"><title>{_e(tip)}</title></circle>'
+            )
+    svg.append("</svg>")
+    return f'<figure class="spark">{caption}{"".join(svg)}</figure>'
+
+
+# ---- what a run's page shows beyond the run record ---------------------------------------------------------------
+
+
+def _series_key(metric: str, column: str | None) -> str:
+    return metric if column is None else f"{metric}:{column}"
+
+
+def _anomaly_series(run: QualityRun) -> dict[str, list[tuple[str, str | None]]]:
+    """Per table, the (metric, column) each of the run's anomaly checks judged."""
+    out: dict[str, list[tuple[str, str | None]]] = {}
+    for r in run.results:
+        if r.check.startswith(ANOMALY_PREFIX) and r.details.get("metric"):
+            out.setdefault(r.table, []).append((str(r.details["metric"]), r.details.get("column")))
+    return out
+
+
+def charted_series(run: QualityRun) -> dict[str, list[tuple[str, str | None]]]:
+    """Per table of ``run``: the series its page charts, `CHART_METRICS` then those its anomaly checks name."""
+    anomalies = _anomaly_series(run)
+    tables = sorted(set(run.tables) | {r.table for r in run.results})
+    return {t: list(dict.fromkeys([*((m, None) for m in CHART_METRICS), *anomalies.get(t, [])])) for t in tables}
+
+
+def metric_series(lh: Any, run: QualityRun, *, points: int = METRIC_POINTS) -> dict[str, list[dict[str, Any]]]:
+    """The metrics series a run's page charts (`charted_series`), from the metrics table (`quality.metrics_store`)
+    in one scan filtered to the run's tables and those metrics: per table ``[{"metric", "column", "points":
+    [[committed_at ISO, snapshot_id, value], ...]}]``, each the newest ``points`` up to the run's end (a page
+    rendered again later shows what the run saw). A series with no point is left out."""
+    import pyarrow.compute as pc
+    from pyiceberg.expressions import And, In
+
+    from quality.metrics_store import metrics_table
+
+    wanted = charted_series(run)
+    if not wanted:
+        return {}
+    table = metrics_table(lh)
+    if table is None or table.current_snapshot() is None:
+        return {}
+    metrics = sorted({m for series in wanted.values() for m, _ in series})
+    rows = table.scan(
+        row_filter=And(In("table", sorted(wanted)), In("metric", metrics)),
+        selected_fields=("table", "snapshot_id", "committed_at", "metric", "column", "value"),
+    ).to_arrow()
+    rows = rows.filter(pc.is_valid(rows.column("value")))
+    end = _when(run.finished)
+    if end is not None:
+        rows = rows.filter(pc.less_equal(rows.column("committed_at"), end.astimezone(UTC)))
+    rows = rows.sort_by([("committed_at", "ascending"), ("snapshot_id", "ascending")])
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name, series in wanted.items():
+        of_table = rows.filter(pc.equal(rows.column("table"), name))
+        for metric, column in series:
+            mask = pc.equal(of_table.column("metric"), metric)
+            has = (
+                pc.is_null(of_table.column("column")) if column is None else pc.equal(of_table.column("column"), column)
+            )
+            picked = of_table.filter(pc.and_(mask, has))
+            picked = picked.slice(max(0, picked.num_rows - points))
+            if not picked.num_rows:
+                continue
+            pts = [
+                [at.isoformat(), sid, value]
+                for at, sid, value in zip(
+                    picked.column("committed_at").to_pylist(),
+                    picked.column("snapshot_id").to_pylist(),
+                    picked.column("value").to_pylist(),
+                    strict=True,
+                )
+            ]
+            out.setdefault(name, []).append({"metric": metric, "column": column, "points": pts})
+    return out
+
+
+def open_incident_list(lh: Any, *, limit: int = MAX_INCIDENTS) -> list[dict[str, Any]]:
+    """The open incidents of the alerts record (`quality.alerts`), oldest first, each reduced to what a page
+    shows: table, check, column, kind, severity, opened_at, last_seen, sent, delivered, message."""
+    from quality.alerts import OPEN, open_incidents
+
+    keep = ("table", "check", "column", "kind", "severity", "opened_at", "last_seen", "sent", "delivered", "message")
+    found = [{k: inc.get(k) for k in keep} for inc in open_incidents(lh.store) if inc.get("status") == OPEN]
+    found.sort(key=lambda inc: (str(inc["opened_at"]), str(inc["table"]), str(inc["check"])))
+    return found[:limit] + ([{"more": len(found) - limit}] if len(found) > limit else [])
+
+
+def report_data(lh: Any, run: QualityRun) -> dict[str, Any]:
+    """What a run's page shows beyond the run record, read from the warehouse as plain data: ``{"metrics":
+    metric_series(...), "incidents": open_incident_list(...)}``. What cannot be read is logged and left out
+    (None: the page says it was not read); the page is written either way."""
+    from object_store.errors import LakestreamError
+
+    data: dict[str, Any] = {"metrics": None, "incidents": None}
+    for key, read in (("metrics", lambda: metric_series(lh, run)), ("incidents", lambda: open_incident_list(lh))):
+        try:
+            data[key] = read()
+        except (LakestreamError, OSError) as exc:
+            log.warning("the report of run %s shows no %s: %s", run.run_id, key, exc)
+    return data
+
+
+def _anomaly_marks(run: QualityRun, table: str) -> dict[str, dict[int, str]]:
+    """Per series key, the snapshots the run's anomaly checks of ``table`` flagged, with their messages."""
+    marks: dict[str, dict[int, str]] = {}
+    for r in run.results:
+        if r.table != table or not r.check.startswith(ANOMALY_PREFIX):
+            continue
+        key = _series_key(str(r.details.get("metric")), r.details.get("column"))
+        severity = r.details.get("severity", "warn")
+        for a in r.details.get("anomalies") or []:
+            if isinstance(a, Mapping) and a.get("snapshot_id") is not None:
+                marks.setdefault(key, {})[int(a["snapshot_id"])] = f"Anomaly ({severity}): {a.get('message', '')}"
+    return marks
+
+
+def _metrics_block(table: str, run: QualityRun, series: list[dict[str, Any]] | None) -> str:
+    if series is None:
+        return ""
+    if not series:
+        return '<h3>Metrics per commit</h3><p class="muted">No metrics recorded yet (lakestream metrics collect).</p>'
+    marks = _anomaly_marks(run, table)
+    charts = []
+    for s in series:
+        key = _series_key(s["metric"], s.get("column"))
+        points = [(str(at), int(sid), float(v)) for at, sid, v in s.get("points") or []]
+        unit = " s" if s["metric"].endswith("_seconds_max") or s["metric"].endswith("_seconds_min") else ""
+        charts.append(metric_chart(key, points, marks.get(key), unit=unit))
+    return f'<h3>Metrics per commit</h3><div class="sparks">{"".join(charts)}</div>'
+
+
+def _incidents_section(incidents: list[dict[str, Any]] | None, anchors: Mapping[str, str]) -> str:
+    if incidents is None:
+        return ""
+    more = next((i["more"] for i in incidents if "more" in i), 0)
+    shown = [i for i in incidents if "more" not in i]
+    if not shown:
+        return '<section class="box" id="incidents"><h2>Incidents</h2><p class="muted">No open incidents.</p></section>'
+    rows = []
+    for inc in shown:
+        table = str(inc.get("table"))
+        name = f'<a href="#{anchors[table]}">{_e(table)}</a>' if table in anchors else _e(table)
+        told = inc.get("sent") == "open"
+        delivered = ", ".join(str(c) for c in inc.get("delivered") or [])
+        notified = (
+            f'<span class="chip pass">yes</span> <span class="muted">{_e(delivered)}</span>'
+            if told
+            else '<span class="chip error">not yet</span>'
+        )
+        severity = inc.get("severity") or ""
+        rows.append(
+            f'<tr class="{"bad" if severity == "fail" else ""}"><td>{name}</td>'
+            f"<td><code>{_e(inc.get('check'))}</code></td>"
+            f"<td>{_e(inc.get('column') or '—')}</td><td>{_e(inc.get('kind'))} · {_e(severity)}</td>"
+            f"<td>{_e(inc.get('opened_at'))}</td><td>{_e(inc.get('last_seen'))}</td><td>{notified}</td>"
+            f'<td class="msg">{_value(inc.get("message"), 160)}</td></tr>'
+        )
+    return (
+        f'<section class="box" id="incidents"><h2>Incidents ({len(shown) + more:,} open)</h2>'
+        '<table class="grid"><thead><tr><th>Table</th><th>Check</th><th>Column</th><th>Kind</th><th>Since</th>'
+        "<th>Last seen</th><th>Notified</th><th>Message</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+        + (f'<p class="muted">and {more:,} more</p>' if more else "")
+        + "</section>"
+    )
+
+
 # ---- pages ---------------------------------------------------------------------------------------------------
 
 
@@ -761,7 +1002,12 @@ def _lineage_section(edges: dict[str, list[str]], anchors: dict[str, str], faili
 
 
 def _table_section(
-    index: int, table: str, run: QualityRun, history: list[QualityRun], docs_base: str
+    index: int,
+    table: str,
+    run: QualityRun,
+    history: list[QualityRun],
+    docs_base: str,
+    metrics: Mapping[str, list[dict[str, Any]]] | None = None,
 ) -> tuple[str, str]:
     results = [r for r in run.results if r.table == table]
     ok = all(r.ok for r in results)
@@ -788,6 +1034,7 @@ def _table_section(
         + f"<span>log records <b>{_num(stats.get('log_records'))}</b></span></div>"
         f"<h3>Checks</h3>{_checks_table(results, docs_base)}"
         f"{_violations_table(violations)}"
+        f"{_metrics_block(table, run, None if metrics is None else metrics.get(table, []))}"
         '<div class="cols"><div><h3>Buckets: log vs lake</h3>'
         f"{_buckets_table(stats)}</div><div><h3>Subscriptions</h3>{_subscriptions_table(stats)}</div></div>"
         f"<h3>Last reconciliation</h3>{_last_reconcile(table, run, history, docs_base)}"
@@ -802,10 +1049,17 @@ def render_run(
     *,
     docs_base: str = WAREHOUSE_FROM_REPORT,
     index_href: str = "../index.html",
+    data: Mapping[str, Any] | None = None,
 ) -> str:
     """The HTML page of ``run``; ``history`` (any order, may include ``run``) feeds the trend charts and the
     last reconciliation of tables this run did not reconcile. ``docs_base`` is prefixed to Data Docs paths
-    (relative to the warehouse root): by default the way from ``_lakestream/quality/reports/`` to the root."""
+    (relative to the warehouse root): by default the way from ``_lakestream/quality/reports/`` to the root.
+
+    ``data`` (`report_data`: plain data read from the warehouse) adds per table the charts of its metrics series
+    (``data["metrics"]``, `metric_series`), the points the run's anomaly checks flagged in red, and the open
+    incidents of the alerts record (``data["incidents"]``, `open_incident_list`); a part that is None (or no
+    ``data``) is not shown."""
+    data = data or {}
     failing = {r.table for r in run.results if not r.ok}
     # failing tables first (each group by name): the first detailed section is where to look
     tables = sorted(set(run.tables) | {r.table for r in run.results}, key=lambda t: (t not in failing, t))
@@ -834,7 +1088,7 @@ def render_run(
         ("Lag (records)", _num(int(total_lag)), False),
         ("Run took", _secs(_duration(run)), False),
     ]
-    sections = [_table_section(i, t, run, history, docs_base) for i, t in enumerate(tables)]
+    sections = [_table_section(i, t, run, history, docs_base, data.get("metrics")) for i, t in enumerate(tables)]
     anchors = {t: f"t{i}" for i, t in enumerate(tables)}
     status = "PASS" if run.ok else "FAIL"
     header = (
@@ -858,6 +1112,7 @@ def render_run(
             if tables
             else ""
         )
+        + _incidents_section(data.get("incidents"), anchors)
         + _lineage_section(lineage(run), anchors, {t for t in tables if t in failing})
         + _trends(run, history)
         + "".join(b for _, b in sections)
@@ -921,11 +1176,13 @@ def write_report(
     *,
     history: list[QualityRun] | None = None,
     out_dir: str | Path | None = None,
+    data: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Render ``run`` and the index of runs and write them to the warehouse (``_lakestream/quality/reports/
     <run_id>.html`` and ``_lakestream/quality/index.html``, replacing earlier renderings) and, if ``out_dir`` is
     given, to ``<out_dir>/reports/<run_id>.html`` and ``<out_dir>/index.html``. ``history`` defaults to the
-    kept runs (`quality.runs.load_runs`); the index lists it with ``run``.
+    kept runs (`quality.runs.load_runs`); the index lists it with ``run``. ``data`` (what the page shows beyond
+    the run record: metrics charts, open incidents) defaults to `report_data` read now.
 
     In the local copy, Data Docs links point into the warehouse by its URL (they work when it is a local
     folder); in the warehouse copy they are relative.
@@ -934,10 +1191,12 @@ def write_report(
     check_run_id(run.run_id)
     if history is None:
         history = load_runs(lh)
+    if data is None:
+        data = report_data(lh, run)
     runs = list({r.run_id: r for r in [*history, run]}.values())
     index_html = render_index(runs)
     report_key = f"{REPORTS_PREFIX}{run.run_id}.html"
-    lh.store.put(report_key, render_run(run, history).encode())
+    lh.store.put(report_key, render_run(run, history, data=data).encode())
     lh.store.put(INDEX_KEY, index_html.encode())
     written: dict[str, Any] = {
         "report_key": report_key,
@@ -950,7 +1209,7 @@ def write_report(
         (out / "reports").mkdir(parents=True, exist_ok=True)
         base = str(lh.store.url).rstrip("/") + "/"
         report_path = out / "reports" / f"{run.run_id}.html"
-        report_path.write_text(render_run(run, history, docs_base=base), encoding="utf-8")
+        report_path.write_text(render_run(run, history, docs_base=base, data=data), encoding="utf-8")
         index_path = out / "index.html"
         index_path.write_text(index_html, encoding="utf-8")
         written.update(report_path=str(report_path), index_path=str(index_path))
@@ -963,6 +1222,10 @@ __all__ = [
     "bar_chart",
     "line_chart",
     "lineage",
+    "metric_chart",
+    "metric_series",
+    "open_incident_list",
+    "report_data",
     "render_index",
     "render_run",
     "write_report",

@@ -325,3 +325,16 @@ def test_e_mail_goes_through_the_sender_given_and_is_retried_where_there_is_none
     assert to == ["a@example.com", "b@example.com"] and subject == "[lakestream] FAILED reconcile on ods.orders"
     assert "- content: bucket 2, offsets [100, 140), keys [17, 18]: 2 rows of the log are not in the lake" in body
     assert alert.delivered and not alert.failed
+
+
+def test_the_example_routing_parses_and_routes_every_example_table() -> None:
+    """examples/tpch/alerts.yml: the owners with webhook placeholders; every table of the example has one."""
+    from layers.project import load_project
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "tpch"
+    routing = load_routing(example)
+    assert routing.channels_of("ods.orders")[0] == "orders-team" == routing.channels_of("dwd.orders_enriched")[0]
+    assert routing.channels_of("ods.nation")[0] == "platform" == routing.channels_of("dag:lake_quality")[0]
+    for table in load_project(example).tables:
+        owner, channels = routing.channels_of(table)
+        assert channels.webhooks and all(u.startswith("https://hooks.example.com/") for u in channels.webhooks), table

@@ -247,3 +247,49 @@ def test_a_check_whose_upstream_failed_is_not_evaluated(tmp_path, spark) -> None
     result = cli(lh, "check", "--project", str(EXAMPLE), "--no-publish", "--table", dwd, "--table", ads)
     assert result.exit_code == 1, result.output
     assert "NOT EVALUATED" in result.output and "1 not evaluated" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("backend", ["local"], indirect=True)
+def test_run_checks_judges_the_suites_anomaly_checks_and_holds_back_publish_on_a_fail(lakehouse, tmp_path) -> None:
+    """A log table with regular commits (about 50 records each) and a suite whose ``meta.anomalies`` watches its
+    changes per commit: run_checks collects the metrics and judges them (nothing flagged), then a commit of 5
+    records is an anomaly. With severity fail the run is not ok and ``published`` stays; the same drop with
+    severity warn is reported in details and ``published`` moves there. No Spark, local store."""
+    lh = lakehouse
+    lh.create_table(OTHER, batch([1], "x").schema, bucket_key="k", buckets=2)
+    project = tmp_path / "project"
+    (project / "expectations").mkdir(parents=True)
+    suite = project / "expectations" / f"{OTHER}.json"
+
+    def configure(severity: str) -> None:
+        anomaly = {"metric": "changes", "min_history": 4, "min_deviation": 5, "severity": severity}
+        doc = {"name": OTHER, "expectations": [], "meta": {"anomalies": [anomaly]}}
+        suite.write_text(json.dumps(doc))
+
+    start = 0
+    for size in (50, 48, 52, 49, 51, 50):
+        lh.log(OTHER).append(batch(range(start, start + size), "c"))
+        lh.tier(OTHER)
+        start += size
+    configure("fail")
+    run = run_checks(lh, tables=[OTHER], project=project)
+    [anomaly] = [r for r in run.results if r.check == "anomaly:changes"]
+    assert run.ok and anomaly.ok and anomaly.details["judged"] and anomaly.details["anomalies"] == []
+    assert anomaly.snapshot_id == current(lh, OTHER) == run.published[OTHER] == published_snapshot(lh, OTHER)
+    before = current(lh, OTHER)
+
+    lh.log(OTHER).append(batch(range(start, start + 5), "c"))  # the planted drop
+    lh.tier(OTHER)
+    run = run_checks(lh, tables=[OTHER], project=project)
+    [anomaly] = [r for r in run.results if r.check == "anomaly:changes"]
+    assert not run.ok and not anomaly.ok and anomaly.snapshot_id == current(lh, OTHER) != before
+    [v] = anomaly.violations
+    assert v.check == "anomaly" and v.actual == 5.0 and "changes of ods.clicks" in v.message
+    assert published_snapshot(lh, OTHER) == before == run.published[OTHER]
+
+    configure("warn")  # the same commit judged again: a warning, published
+    run = run_checks(lh, tables=[OTHER], project=project)
+    [anomaly] = [r for r in run.results if r.check == "anomaly:changes"]
+    assert run.ok and anomaly.ok and not anomaly.violations
+    assert [a["value"] for a in anomaly.details["anomalies"]] == [5.0] and anomaly.details["warnings"]
+    assert published_snapshot(lh, OTHER) == current(lh, OTHER) == run.published[OTHER] != before

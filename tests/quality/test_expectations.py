@@ -629,6 +629,29 @@ def test_every_example_suite_is_checked_against_the_example_project():
         assert set(match["kwargs"]["column_set"]) == columns, table
         for ref in suite.references:
             assert ref.table is None or ref.table in project.tables
+        for spec in suite.anomalies:
+            assert spec.column is None or spec.column in columns, (table, spec)
+    # the example's anomaly checks: ods.orders' volume and a null fraction; too little history is not judged
+    from datetime import UTC, datetime, timedelta
+
+    from quality.anomaly import anomaly_results
+
+    suites = load_suites(EXAMPLE)
+    assert {(s.metric, s.column) for s in suites["ods.orders"].anomalies} == {
+        ("changes", None),
+        ("null_fraction", "o_orderpriority"),
+    }
+    t0 = datetime(2026, 11, 1, tzinfo=UTC)
+    short = [(t0 + timedelta(hours=i), i, v) for i, v in enumerate([1000.0, 1000.0, 3.0])]
+    results = anomaly_results(suites, lambda table, metric, column: short, now=t0 + timedelta(days=1))
+    assert results and all(r.ok and "needed" in r.details["skipped"] for r in results)
+    long = [(t0 + timedelta(hours=i), i, 1000.0 + i % 5) for i in range(12)] + [(t0 + timedelta(hours=12), 12, 100.0)]
+    [drop] = [
+        r
+        for r in anomaly_results(suites, lambda table, metric, column: long, now=t0 + timedelta(days=1))
+        if r.check == "anomaly:changes"
+    ]
+    assert drop.ok and drop.details["anomalies"] and drop.details["severity"] == "warn"
 
 
 # -- quiet ------------------------------------------------------------------------------------------------

@@ -23,7 +23,16 @@ import pytest
 
 from layers.rounds import consumer_of, model_of_consumer, self_consumer_of
 from quality.errors import InvalidArgument, QualityError
-from quality.report import FILTER_JS, INDEX_KEY, REPORTS_PREFIX, lineage, render_index, render_run, write_report
+from quality.report import (
+    FILTER_JS,
+    INDEX_KEY,
+    REPORTS_PREFIX,
+    lineage,
+    render_index,
+    render_run,
+    report_data,
+    write_report,
+)
 from quality.results import GX, RECONCILE, CheckResult, QualityRun, Violation
 from quality.runs import RUNS_PREFIX, RunAlreadySaved, load_run, load_runs, new_run_id, save_run
 from quality.stats import table_stats
@@ -258,6 +267,71 @@ def history_runs() -> list[QualityRun]:
     return out
 
 
+def anomaly_result(severity: str = "warn") -> CheckResult:
+    """The run's anomaly check of ods.orders' changes, flagging its newest commit (snapshot 5550001)."""
+    message = f"changes of ods.orders at snapshot 5550001 is 3: outside [40, 60] {EVIL}"
+    return CheckResult(
+        "anomaly:changes",
+        "ods.orders",
+        snapshot_id=5550001,
+        details={
+            "metric": "changes",
+            "column": None,
+            "severity": severity,
+            "anomalies": [{"snapshot_id": 5550001, "value": 3.0, "message": message}],
+        },
+    )
+
+
+def series_points(n: int, last_value: float = 3.0) -> list[list]:
+    """``n`` hourly commits of about 50 changes up to the run's start, the newest (snapshot 5550001) ``last_value``."""
+    pts = [[(T0 + timedelta(hours=i - n + 6)).isoformat(), 5540000 + i, 50.0 + (i % 3)] for i in range(n - 1)]
+    return [*pts, [(T0 + timedelta(hours=6)).isoformat(), 5550001, last_value]]
+
+
+def report_extras() -> dict:
+    """What `report_data` reads for `the_run` plus its anomaly result: series and open incidents, plain data."""
+    return {
+        "metrics": {
+            "ods.orders": [
+                {"metric": "changes", "column": None, "points": series_points(30)},
+                {
+                    "metric": "rows",
+                    "column": None,
+                    "points": [[p[0], p[1], 1000.0 + 50 * i] for i, p in enumerate(series_points(30))],
+                },
+                {"metric": "null_fraction", "column": "v", "points": [[p[0], p[1], 0.01] for p in series_points(30)]},
+            ]
+        },
+        "incidents": [
+            {
+                "table": "ods.orders",
+                "check": "anomaly:changes",
+                "column": None,
+                "kind": "anomaly",
+                "severity": "warn",
+                "opened_at": T0.isoformat(),
+                "last_seen": (T0 + timedelta(hours=6)).isoformat(),
+                "sent": "open",
+                "delivered": ["webhook"],
+                "message": f"changes dropped {EVIL}",
+            },
+            {
+                "table": "ods.missing",
+                "check": "reconcile",
+                "column": None,
+                "kind": "error",
+                "severity": "fail",
+                "opened_at": T0.isoformat(),
+                "last_seen": T0.isoformat(),
+                "sent": None,
+                "delivered": [],
+                "message": "TableNotFound",
+            },
+        ],
+    }
+
+
 EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
 
 
@@ -348,6 +422,39 @@ def test_render_run_shows_figures_escaped_and_self_contained() -> None:
     assert "Trends over the last 6 runs" in page
     assert page.count("<circle") == 3 * (6 + 1)  # lag, lag seconds, files: orders in 6 runs + evil in 1
     assert page.count("<rect") == 6  # check time per run
+
+
+def test_metrics_charts_mark_the_run_s_anomalies_and_open_incidents_are_listed() -> None:
+    """Per table, a small chart per metrics series (data handed to the renderer), the points the run's anomaly
+    checks flagged in red with the message as tooltip; an Incidents section lists the open incidents (table,
+    check, column, since, last seen, notified). All escaped, no script added; without the data, neither."""
+    run = the_run()
+    run.results.append(anomaly_result())
+    page = render_run(run, history_runs(), data=report_extras())
+    assert_self_contained(page)
+    section = page[re.search(r'<section class="box tsec" id="t\d+" data-table="ods.orders"', page).start() :]
+    section = section[: section.index("</section>")]
+    for caption in ("<figcaption>changes", "<figcaption>rows", "<figcaption>null_fraction:v"):
+        assert caption in section, caption
+    # the flagged commit: one red point, its tooltip the anomaly's message, escaped
+    assert page.count('class="anomaly"') == 1 and '<span class="chip fail">1 anomaly</span>' in section
+    [tip] = re.findall(r'<circle class="anomaly"[^>]*><title>([^<]*)</title>', section)
+    assert "snapshot 5550001" in tip and "Anomaly (warn): changes of ods.orders at snapshot 5550001 is 3" in tip
+    assert EVIL not in page and "outside [40, 60] &lt;script&gt;" in tip
+    assert section.count("<polyline") == 3
+    # the incidents, each linked to its table's section when the run has one
+    incidents = page[page.index('id="incidents"') :]
+    incidents = incidents[: incidents.index("</section>")]
+    assert "Incidents (2 open)" in incidents
+    assert re.search(r'<a href="#t\d+">ods.orders</a></td><td><code>anomaly:changes</code>', incidents)
+    assert '<span class="chip pass">yes</span> <span class="muted">webhook</span>' in incidents
+    assert "<td>ods.missing</td>" in incidents and '<span class="chip error">not yet</span>' in incidents
+    assert T0.isoformat() in incidents and "changes dropped &lt;script&gt;" in incidents
+    # nothing read: no section, no charts; read and empty: said so
+    plain = render_run(run, history_runs())
+    assert 'id="incidents"' not in plain and "Metrics per commit" not in plain and 'class="anomaly"' not in plain
+    empty = render_run(run, history_runs(), data={"metrics": {}, "incidents": []})
+    assert "No open incidents." in empty and "No metrics recorded yet" in empty
 
 
 def test_failing_tables_come_first_and_a_model_s_own_subscription_is_hidden() -> None:
@@ -520,13 +627,45 @@ def test_write_report_locally_and_to_the_warehouse(lakehouse, tmp_path: Path) ->
         save_run(lh, h)
     lh.store.put(DOCS, b"<html>data docs</html>")
     run = the_run()
+    run.results.append(anomaly_result("fail"))
+    # the metrics table holds ods.orders' changes (one commit after the run: not the run's) and rows; the
+    # alerts record an open incident
+    from quality.alerts import parse_routing, send_alerts
+    from quality.metrics_store import append_metrics
+
+    points = series_points(120)
+    rows = [
+        {
+            "table": "ods.orders",
+            "snapshot_id": sid,
+            "committed_at": datetime.fromisoformat(at),
+            "kind": "tiering",
+            "metric": metric,
+            "column": None,
+            "value": v,
+        }
+        for at, sid, v in [*points, [(T0 + timedelta(hours=7)).isoformat(), 5550002, 1.0]]
+        for metric in ("changes", "rows")
+    ]
+    append_metrics(lh, rows, {"ods.orders": (5550002, 0)}, lambda table, sid, done: True)
+    routing = parse_routing({"owners": {"o": {"webhook": "https://hooks.example.com/x"}}, "default_owner": "o"})
+    send_alerts(lh.store, [anomaly_result("fail")], routing, run_id=run.run_id, post=lambda url, payload: None)
+    data = report_data(lh, run)
+    [changes, rows_series] = data["metrics"]["ods.orders"]
+    assert (changes["metric"], rows_series["metric"]) == ("changes", "rows")
+    assert changes["points"][-1][1:] == [5550001, 3.0] and len(changes["points"]) == 100  # the newest 100
+    assert changes["points"] == [[datetime.fromisoformat(a).isoformat(), s, v] for a, s, v in points[-100:]]
+    [incident] = data["incidents"]
+    assert (incident["table"], incident["check"], incident["sent"]) == ("ods.orders", "anomaly:changes", "open")
+
     written = write_report(lh, run, out_dir=tmp_path / "out")  # history: the kept runs
 
     assert written["report_key"] == f"{REPORTS_PREFIX}{run.run_id}.html"
     assert written["index_key"] == INDEX_KEY == "_lakestream/quality/index.html"
     page = lh.store.get(written["report_key"]).data.decode()
     index = lh.store.get(INDEX_KEY).data.decode()
-    assert page == render_run(run, history)
+    assert page == render_run(run, history, data=data)
+    assert page.count('class="anomaly"') == 1 and 'id="incidents"' in page
     assert "Trends over the last 6 runs" in page
     for r in [run, *history]:
         assert f'href="reports/{r.run_id}.html"' in index
@@ -602,7 +741,8 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     out = tmp_path / "out"
     (out / "reports").mkdir(parents=True)
     page = out / "reports" / f"{run.run_id}.html"
-    page.write_text(render_run(run, history_runs()), encoding="utf-8")
+    run.results.append(anomaly_result())
+    page.write_text(render_run(run, history_runs(), data=report_extras()), encoding="utf-8")
     blank = tmp_path / "blank.html"
     blank.write_text("<!DOCTYPE html><html><body></body></html>", encoding="utf-8")
 
@@ -655,3 +795,10 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     chromium(f"--screenshot={png}", "--window-size=1280,2000", filtered_uri, profile=tmp_path / "filtered")
     assert png_rows(png.read_bytes())[:2] == (1280, 2000)
     assert png_rows(png.read_bytes())[2] != rows
+    # the metrics charts, the flagged point among them: the passing table alone, its section opened (the
+    # screenshot was looked at when this was written: three charts, the newest changes point red)
+    charts = tmp_path / "charts.png"
+    chromium(f"--screenshot={charts}", "--window-size=1280,2400", page.as_uri() + "#q=orders", profile=tmp_path / "c")
+    assert png_rows(charts.read_bytes())[:2] == (1280, 2400)
+    assert png_rows(charts.read_bytes())[2] != rows
+    assert re.search(r'<circle class="anomaly"[^>]*><title>[^<]*snapshot 5550001', dom.stdout.decode())
