@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -11,11 +12,24 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from object_store import ObjectStore, open_store  # noqa: E402
 from object_store.seaweedfs import SeaweedFS  # noqa: E402
+
+
+def median_of(repeats: int, fn: Callable[[], Any], before: Callable[[], None] | None = None) -> tuple[float, Any]:
+    """The median time of ``repeats`` runs of ``fn`` (each after ``before``, untimed) and the last run's value."""
+    times, value = [], None
+    for _ in range(repeats):
+        if before is not None:
+            before()
+        t0 = time.perf_counter()
+        value = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), value
 
 
 def pct(values: Sequence[float], q: float) -> float:

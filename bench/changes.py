@@ -18,10 +18,7 @@ A primary-key table of ``--rows`` TPC-H-like orders (10 M by default; the genera
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +28,7 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import on_both_backends, parser  # noqa: E402
+from _common import median_of, on_both_backends, parser  # noqa: E402
 from tiering import KEY, SCHEMA, append_all, make_dataset, orders  # noqa: E402
 
 from lakehouse import Lakehouse  # noqa: E402
@@ -39,15 +36,6 @@ from lakehouse.changes import UPDATE_BEFORE  # noqa: E402
 
 BUCKETS = 4
 NAME = "bench.orders"
-
-
-def median_of(repeats: int, fn: Callable[[], Any]) -> tuple[float, Any]:
-    times, value = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        value = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), value
 
 
 def diff_states(lh: Lakehouse, start: dict[int, int], end: dict[int, int]) -> tuple[int, int]:

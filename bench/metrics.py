@@ -32,7 +32,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import on_both_backends, parser  # noqa: E402
+from _common import median_of, on_both_backends, parser  # noqa: E402
 from tiering import KEY, SCHEMA, append_all, make_dataset  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -43,17 +43,6 @@ from quality.metrics_store import METRICS_TABLE, append_metrics, metrics_table  
 
 BUCKETS = 4
 failures: list[str] = []
-
-
-def median_of(repeats: int, fn: Callable[[], Any], before: Callable[[], None] | None = None) -> tuple[float, Any]:
-    times, value = [], None
-    for _ in range(repeats):
-        if before is not None:
-            before()
-        t0 = time.perf_counter()
-        value = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), value
 
 
 def committed(

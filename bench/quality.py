@@ -31,7 +31,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import on_both_backends, parser  # noqa: E402
+from _common import median_of, on_both_backends, parser  # noqa: E402
 from tiering import KEY, SCHEMA, append_all, make_dataset, orders  # noqa: E402
 
 # this file is bench/quality.py: the repository's quality package must come first on the path
@@ -43,17 +43,6 @@ from quality.reconcile import reconcile, state_key  # noqa: E402
 
 BUCKETS = 4
 failures: list[str] = []
-
-
-def median_of(repeats: int, fn: Callable[[], Any], before: Callable[[], None] | None = None) -> tuple[float, Any]:
-    times, value = [], None
-    for _ in range(repeats):
-        if before is not None:
-            before()
-        t0 = time.perf_counter()
-        value = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), value
 
 
 def rows_of(n: int, first: int, seed: int) -> pa.Table:
