@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -92,6 +91,34 @@ class DropResult:
     subscriptions: int = 0  # the table's subscriptions deleted
 
 
+class _PhysicalNames:
+    """`Lakehouse.without_aliases`: the same `Lakehouse` (its state, and whatever was set on it, is the one read
+    and written here) whose methods take every name as the physical table."""
+
+    def __init__(self, lh: Lakehouse) -> None:
+        object.__setattr__(self, "_of", lh)
+
+    def resolve(self, name: str | TableName) -> TableName:
+        return TableName.parse(name)
+
+    def without_aliases(self) -> _PhysicalNames:
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        lh = object.__getattribute__(self, "_of")
+        state = vars(lh)
+        if name in state:
+            return state[name]
+        attr = getattr(type(lh), name)
+        return attr.__get__(self, type(lh)) if hasattr(attr, "__get__") else attr  # methods run on this view
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(object.__getattribute__(self, "_of"), name, value)
+
+    def __repr__(self) -> str:
+        return f"{object.__getattribute__(self, '_of')!r}.without_aliases()"
+
+
 class Lakehouse:
     """One warehouse on one object store.
 
@@ -111,7 +138,6 @@ class Lakehouse:
         self.settings = settings
         #: the table aliases (`lakehouse.aliases`), read again when older than ``alias_cache_seconds``
         self.aliases = AliasCache(store, alias_cache_seconds)
-        self._use_aliases = True
         self._logs: dict[TableName, Log] = {}
         self._catalog: ObjectStoreCatalog | None = None
         self._lock = threading.Lock()
@@ -151,17 +177,12 @@ class Lakehouse:
         """The physical table a name reads (`lakehouse.aliases`): a ``str`` through the table aliases (read at
         most every ``alias_cache_seconds``), a `TableName` as it is. Each read by name resolves once, at its
         entry, and passes the `TableName` on, so one call reads one table even while the aliases switch."""
-        if not self._use_aliases:
-            return TableName.parse(name)
         return self.aliases.resolve(name)
 
     def without_aliases(self) -> Lakehouse:
         """This warehouse with every name taken as the physical table (no aliases), sharing this one's store,
         catalog and logs: for writers of physical tables (warehouse-layers rounds, blue/green builds)."""
-        self.catalog  # noqa: B018 - created once, shared with the view
-        view = copy.copy(self)
-        view._use_aliases = False
-        return view
+        return _PhysicalNames(self)  # type: ignore[return-value]
 
     # ---- tables --------------------------------------------------------------------------------------
 

@@ -40,9 +40,10 @@ def generation_of(physical: str) -> int:
     return int(found.group(1)) if found else 0
 
 
-def live_mapping(lh: Lakehouse, project: Project) -> dict[str, str]:
-    """Each model's physical table as the aliases say now (itself without an alias)."""
-    aliases = read_aliases(lh.store)
+def live_mapping(lh: Lakehouse, project: Project, *, cached: bool = False) -> dict[str, str]:
+    """Each model's physical table as the aliases say now (itself without an alias); ``cached``: as ``lh`` read
+    them at most ``alias_cache_seconds`` ago (a runner's passes), else read now."""
+    aliases = lh.aliases.aliases() if cached else read_aliases(lh.store)
     return {name: aliases.physical(name) for name in project.models}
 
 

@@ -176,7 +176,7 @@ class Runner:
         first (a report ``resumed``), then a round over what came since. Models are run as the physical tables
         the aliases name now (a cutover since the last call moves the next rounds to the new tables)."""
         if not self._fixed:
-            physical = live_mapping(self.lh, self.logical)
+            physical = live_mapping(self.lh, self.logical, cached=True)
             if physical != self.physical:
                 self._bind(physical)
         try:
