@@ -130,13 +130,15 @@ def _start(lh: Lakehouse, project: Project) -> GreenBuild:
     found = read_green(store)
     aliases = read_aliases(store)
     if found is not None:
-        build, etag = found
+        build = found[0]
         if all(aliases.current.get(m) == t for m, t in build.tables.items()):
             _finish_cutover(lh, project, build)  # switched already: a cutover stopped before its last steps
             found = read_green(store)
-        elif _digests(project, build.tables) == dict(build.digests):
-            return build  # resumed: the same tables, rounds resumed where they stopped
     models = green_models(lh, project)
+    if found is not None:
+        build = found[0]
+        if set(models) == set(build.tables) and _digests(project, build.tables) == dict(build.digests):
+            return build  # resumed: the same tables, rounds resumed where they stopped
     if not models:
         raise GreenBuildError(
             "nothing to build: no model differs from the deployed version (lakestream layers plan shows the same); "
