@@ -6,6 +6,8 @@ spark-submit puts this folder first on sys.path, where a layers.py would hide th
     spark-submit jobs/run_layers.py --project DIR --rebuild --model M            # recompute M in full
     spark-submit jobs/run_layers.py --project DIR --rebuild --abandon --model M  # ... giving up a stuck round
     spark-submit jobs/run_layers.py --project DIR --follow                       # rounds until SIGTERM
+    spark-submit jobs/run_layers.py --project NEW --green                        # blue/green: build the changed
+    spark-submit jobs/run_layers.py --project NEW --cutover                      # ... models, then switch to them
 
 The project folder defaults to LAKESTREAM_LAYERS_PROJECT, else examples/tpch of this repository. Tables the
 project declares that do not exist yet are created first (as `lakestream layers deploy`). Settings come from
@@ -48,6 +50,8 @@ def parser() -> argparse.ArgumentParser:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--rebuild", action="store_true", help="recompute the models in full (exactly once)")
     mode.add_argument("--follow", action="store_true", help="run rounds as inputs advance until SIGTERM/SIGINT")
+    mode.add_argument("--green", action="store_true", help="blue/green: build the changed models beside the live ones")
+    mode.add_argument("--cutover", action="store_true", help="blue/green: switch to the green tables (if caught up)")
     p.add_argument(
         "--abandon",
         action="store_true",
@@ -72,10 +76,23 @@ def run(lh, args: argparse.Namespace) -> int:
 
     project = load_project(args.project or default_project())
     models = select_models(project, args.model)
+    if args.cutover:  # metadata only: no Spark
+        from layers.bluegreen import cutover
+
+        emit({"cutover": cutover(lh, project).to_json()})
+        return 0
     from lakehouse.spark import spark_session
     from layers.runner import Runner
 
     spark = spark_session(app_name=submitted_app_name(APP_NAME))  # no master: spark-submit's --master
+    if args.green:  # the live tables and their deployment record are left as they are
+        from layers.bluegreen import build_green
+
+        result = build_green(lh, project, spark)
+        for report in result.reports:
+            emit(report.to_json())
+        emit({"green": result.to_json()})
+        return 0
     layers = Runner(lh, project, spark)
     try:
         created = layers.deploy()

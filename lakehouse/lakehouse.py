@@ -16,6 +16,7 @@ from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, 
 from pyiceberg.table import Table
 
 from lakehouse import maintenance
+from lakehouse.aliases import DEFAULT_CACHE_SECONDS, AliasCache
 from lakehouse.boundaries import delete_boundary, tiering_end
 from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog, register_commit_check
 from lakehouse.errors import (
@@ -90,6 +91,34 @@ class DropResult:
     subscriptions: int = 0  # the table's subscriptions deleted
 
 
+class _PhysicalNames:
+    """`Lakehouse.without_aliases`: the same `Lakehouse` (its state, and whatever was set on it, is the one read
+    and written here) whose methods take every name as the physical table."""
+
+    def __init__(self, lh: Lakehouse) -> None:
+        object.__setattr__(self, "_of", lh)
+
+    def resolve(self, name: str | TableName) -> TableName:
+        return TableName.parse(name)
+
+    def without_aliases(self) -> _PhysicalNames:
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        lh = object.__getattribute__(self, "_of")
+        state = vars(lh)
+        if name in state:
+            return state[name]
+        attr = getattr(type(lh), name)
+        return attr.__get__(self, type(lh)) if hasattr(attr, "__get__") else attr  # methods run on this view
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(object.__getattribute__(self, "_of"), name, value)
+
+    def __repr__(self) -> str:
+        return f"{object.__getattribute__(self, '_of')!r}.without_aliases()"
+
+
 class Lakehouse:
     """One warehouse on one object store.
 
@@ -98,17 +127,26 @@ class Lakehouse:
     >>> lh.log("ods.orders").append(batch, op="upsert")
     """
 
-    def __init__(self, store: ObjectStore, *, settings: Settings | None = None) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        settings: Settings | None = None,
+        alias_cache_seconds: float = DEFAULT_CACHE_SECONDS,
+    ) -> None:
         self.store = store
         self.settings = settings
+        #: the table aliases (`lakehouse.aliases`), read again when older than ``alias_cache_seconds``
+        self.aliases = AliasCache(store, alias_cache_seconds)
         self._logs: dict[TableName, Log] = {}
         self._catalog: ObjectStoreCatalog | None = None
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, url: str, **store_options: Any) -> Lakehouse:
-        """Open the warehouse at ``url`` (``file:///abs/path`` or ``s3://bucket/prefix``)."""
-        return cls(open_store(url, **store_options))
+    def open(cls, url: str, *, alias_cache_seconds: float = DEFAULT_CACHE_SECONDS, **store_options: Any) -> Lakehouse:
+        """Open the warehouse at ``url`` (``file:///abs/path`` or ``s3://bucket/prefix``); ``alias_cache_seconds``:
+        how long the table aliases read are used (`lakehouse.aliases`)."""
+        return cls(open_store(url, **store_options), alias_cache_seconds=alias_cache_seconds)
 
     @classmethod
     def from_env(cls, config_file: str | os.PathLike[str] | None = None, **overrides: Any) -> Lakehouse:
@@ -134,6 +172,17 @@ class Lakehouse:
     @property
     def url(self) -> str:
         return self.store.url
+
+    def resolve(self, name: str | TableName) -> TableName:
+        """The physical table a name reads (`lakehouse.aliases`): a ``str`` through the table aliases (read at
+        most every ``alias_cache_seconds``), a `TableName` as it is. Each read by name resolves once, at its
+        entry, and passes the `TableName` on, so one call reads one table even while the aliases switch."""
+        return self.aliases.resolve(name)
+
+    def without_aliases(self) -> Lakehouse:
+        """This warehouse with every name taken as the physical table (no aliases), sharing this one's store,
+        catalog and logs: for writers of physical tables (warehouse-layers rounds, blue/green builds)."""
+        return _PhysicalNames(self)  # type: ignore[return-value]
 
     # ---- tables --------------------------------------------------------------------------------------
 
@@ -433,6 +482,7 @@ class Lakehouse:
 
         A table whose writer holds its tiering boundary (`lakehouse.boundaries`: a warehouse-layers round does
         while it appends) is tiered up to the held ends, so every lake snapshot holds whole changes."""
+        name = self.resolve(name)
         executor = task_executor(spark=spark, executor=executor, workers=workers)
         self.table(name)  # the newest definition (an alter elsewhere): tiering brings the lake schema up to it
         log_ = self.log(name)
@@ -465,6 +515,7 @@ class Lakehouse:
         ``as_of``. With ``keep`` (a function narrowing a table of rows, e.g. to those of a set of keys): the read
         is streamed and only what ``keep`` returns of each batch is held (memory: the kept rows, not the rows
         the row filter lets through)."""
+        name = self.resolve(name)
         return read_again(
             self,
             name,
@@ -484,6 +535,7 @@ class Lakehouse:
         ref: str | None = None,
     ) -> Iterator[pa.RecordBatch]:
         """`union_read` as a stream of record batches, for large results (``ref``: as in `union_read`)."""
+        name = self.resolve(name)
         return read_again(
             self,
             name,
@@ -512,6 +564,7 @@ class Lakehouse:
         """
         from lakehouse.changes import plan_changes
 
+        name = self.resolve(name)
         plan = plan_changes(
             self.lake_table(name), self.log(name), start, end, before_images=before_images, columns=columns
         )
@@ -533,6 +586,7 @@ class Lakehouse:
         `AsOfUnavailable` is raised: never a wrong change."""
         from lakehouse.changes import plan_changes
 
+        name = self.resolve(name)
         plan = plan_changes(
             self.lake_table(name), self.log(name), start, end, before_images=before_images, columns=columns
         )
@@ -549,7 +603,7 @@ class Lakehouse:
             InvalidArgument: a table without a primary key, ``keys`` without its columns, a bad offset map.
             AsOfUnavailable: snapshot expiry and log retention removed what ``as_of`` needs.
         """
-        return lookup(self, name, keys, as_of=as_of, columns=columns)
+        return lookup(self, self.resolve(name), keys, as_of=as_of, columns=columns)
 
     def lake_read(
         self,
@@ -571,6 +625,7 @@ class Lakehouse:
         """
         if as_of is not None and ref is not None:
             raise InvalidArgument("read either as_of offsets or at a ref, not both")
+        name = self.resolve(name)
         log = None if as_of is None and ref is None else self.log(name)
         return lake_read(self.lake_table(name), columns=columns, row_filter=row_filter, as_of=as_of, log_=log, ref=ref)
 
@@ -586,8 +641,8 @@ class Lakehouse:
         return TableDefinition.from_json(obj.data, source=f"{self.url}/{table_name.definition_key}"), obj
 
     def table(self, name: str | TableName) -> TableDefinition:
-        """The definition of an existing table. Raises `TableNotFound`."""
-        definition, _ = self._stored_definition(name)
+        """The definition of an existing table (``name`` resolved through the aliases). Raises `TableNotFound`."""
+        definition, _ = self._stored_definition(self.resolve(name))
         if definition.schema_version:
             self._adopt(definition)  # altered elsewhere: this Lakehouse's log reads and appends its schema
         return definition
@@ -613,7 +668,7 @@ class Lakehouse:
 
     def log(self, name: str | TableName) -> Log:
         """The log of a table (one shared `Log` per table and `Lakehouse`)."""
-        table_name = TableName.parse(name)
+        table_name = self.resolve(name)
         with self._lock:
             if table_name not in self._logs or self._logs[table_name].closed:
                 self._logs[table_name] = Log(self.store, self.table(table_name))
@@ -661,6 +716,7 @@ class Lakehouse:
         """Expire old snapshots (never the current or the newest tiering one, nor one an as-of read at a
         subscription's position needs) and delete files only they used. ``pinned``: the subscriptions' pins read
         earlier (`subscription_pins`; `maintain` reads them once for expiry and retention), else read now."""
+        name = self.resolve(name)
         if pinned is None:
             pinned = self.subscription_pins(name)
         table = self.lake_table(name)
@@ -679,6 +735,7 @@ class Lakehouse:
         """Delete unreferenced files older than ``older_than`` under the table's data/ and metadata/.
         ``older_than`` below one hour (`maintenance.orphans.MIN_ORPHAN_AGE`) is refused unless
         ``unsafe_orphan_age``: it would delete files of a tiering or compaction round still running."""
+        name = self.resolve(name)
         maintenance.orphans.check_orphan_age(older_than, unsafe_orphan_age=unsafe_orphan_age, dry_run=dry_run)
         return maintenance.remove_orphans(
             self.store,
@@ -697,6 +754,7 @@ class Lakehouse:
     ) -> maintenance.RetentionResult:
         """Delete log segments that are tiered and older than ``retention``; never an un-tiered one, nor one a
         subscription's as-of read needs (``pinned``: as in `expire_snapshots`)."""
+        name = self.resolve(name)
         if pinned is None:
             pinned = self.subscription_pins(name)
         return maintenance.apply_log_retention(
@@ -723,6 +781,7 @@ class Lakehouse:
         The table's subscriptions are read once, after compaction and before expiry: expiry and retention keep
         what their positions need (see `lakehouse.subscriptions`); those not advanced for longer than
         ``subscription_idle`` are reported (``idle_subscriptions``, and a warning each)."""
+        name = self.resolve(name)
         maintenance.orphans.check_orphan_age(orphan_age, unsafe_orphan_age=unsafe_orphan_age)
         if not isinstance(subscription_idle, timedelta) or subscription_idle < timedelta(0):
             raise InvalidArgument(f"subscription_idle must be a timedelta >= 0, got {subscription_idle!r}")
@@ -774,6 +833,7 @@ class Lakehouse:
                 lacks, a negative offset, one past the log's end). Nothing was written.
             AsOfUnavailable: the retained snapshots and log cannot serve ``start``. Nothing was kept.
         """
+        name = self.resolve(name)
         check_consumer(consumer)
         definition = self.table(name)
         found = read_subscription(self.store, definition.name, consumer)
@@ -842,7 +902,7 @@ class Lakehouse:
     def subscriptions(self, name: str | TableName | None = None) -> list[Subscription]:
         """Every subscription (of table ``name``), by table and consumer. Those of an earlier table of the same
         name, or of a table that no longer exists, are listed with ``stale`` set: they pin nothing."""
-        table_name = TableName.parse(name) if name is not None else None
+        table_name = self.resolve(name) if name is not None else None
         uuids: dict[TableName, str | None] = {}
         out = []
         for record, etag in list_subscriptions(self.store, table_name):
@@ -857,7 +917,7 @@ class Lakehouse:
     def drop_subscription(self, name: str | TableName, consumer: str) -> None:
         """Delete a subscription (stale ones too). Raises `SubscriptionNotFound` if there is none."""
         check_consumer(consumer)
-        table_name = TableName.parse(name)
+        table_name = self.resolve(name)
         found = read_subscription(self.store, table_name, consumer)
         if found is None:
             raise SubscriptionNotFound(f"no subscription {consumer} of {table_name} in {self.url}: nothing to drop")

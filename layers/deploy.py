@@ -34,10 +34,24 @@ class Deployer:
     """A project's tables in one warehouse; ``sql`` gives the Spark SQL engine, needed only to infer the types
     of model columns the project cannot (`layers.project`)."""
 
-    def __init__(self, lh: Lakehouse, project: Project, sql: Callable[[], SparkSql]) -> None:
+    def __init__(
+        self,
+        lh: Lakehouse,
+        project: Project,
+        sql: Callable[[], SparkSql],
+        *,
+        logical: Project | None = None,
+        names: Mapping[str, str] | None = None,
+        record: bool = True,
+    ) -> None:
         self.lh = lh
         self.project = project
         self._sql = sql
+        #: ``project`` under physical table names (`layers.physical`): the record names ``logical``'s tables, each
+        #: read as its physical table (``names``: logical -> physical); ``record`` False writes none (a green build)
+        self._logical = logical or project
+        self._names = dict(names or {})
+        self._record = record
         #: Models (and tables) found as the project declares them (`verify`): checked once per deployer.
         self._verified: set[str] = set()
         self._verified_tables: set[str] = set()
@@ -69,8 +83,9 @@ class Deployer:
                     existing = self.lh.table(name)
             self._check_existing(name, existing, schema, settings)
         # recorded only once every table matches: `layers plan` compares the next project with this one
-        definitions = {name: self.lh.table(name) for name in self.project.tables}
-        write_deployment(self.lh.store, deployment_of(self.project, definitions))
+        if self._record:
+            definitions = {name: self.lh.table(self._names.get(name, name)) for name in self._logical.tables}
+            write_deployment(self.lh.store, deployment_of(self._logical, definitions))
         return created
 
     def _declared(self, name: str, *, schema: pa.Schema | None = None) -> tuple[pa.Schema, dict[str, Any]]:

@@ -120,3 +120,17 @@ class ModelTestFormatError(ProjectFormatError):
         super().__init__(message, path=path)
         self.test = test
         self.step = step
+
+
+class GreenBuildError(LayersError):
+    """A blue/green rebuild (`layers.bluegreen`) cannot go on as asked: nothing to build, no green build to cut
+    over, a project changed since the build, nothing to roll back to (the message says what to do)."""
+
+
+class GreenBehind(GreenBuildError):
+    """A cutover refused: the green tables have not caught up with the live ones (``behind`` says where).
+    Nothing was switched; run ``lakestream layers green`` again (it brings them up), then cut over."""
+
+    def __init__(self, message: str, behind: list[str]) -> None:
+        super().__init__(message)
+        self.behind = behind

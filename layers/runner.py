@@ -44,6 +44,7 @@ from layers.executors import ExecutorRound, round_input_rows
 from layers.follow import follow
 from layers.incremental import Handover, RoundRows, contiguous_end
 from layers.lease import Owner, RoundLease, take_over
+from layers.physical import live_mapping, physical_project
 from layers.planner import RECOMPUTE, ModelPlan, explain
 from layers.rounds import (
     RoundRecord,
@@ -93,21 +94,38 @@ class Runner:
         *,
         spark_master: str | None = "local[2]",
         driver_budget_rows: int | None = None,
+        physical: Mapping[str, str] | None = None,
+        record_deploy: bool = True,
     ) -> None:
-        self.lh = lh
+        # Rounds name physical tables (`layers.physical`): this runner never resolves a name through the aliases,
+        # so a cutover while a round runs cannot move the round's reads or writes to another table.
+        self.lh = lh.without_aliases()
         self.driver_budget_rows = driver_budget(lh, driver_budget_rows)
-        self.project = project
-        self.plans: dict[str, ModelPlan] = {p.model: p for p in explain(project)}
+        #: The project as its files name the models (``--model`` selects by these names).
+        self.logical = project
+        self._fixed = physical is not None
+        self._record_deploy = record_deploy
         self.spark_master = spark_master
         self._spark = spark
         self._own_spark = False
         self._sql: SparkSql | None = None
-        self.deployer = Deployer(lh, project, lambda: self.sql)
-        #: An incremental round's rows (`layers.incremental`); its ``handed`` is cleared after each `run_once`.
-        self.rows = RoundRows(lh, project, lambda: self.sql)
         self.owner = Owner.new()
         #: Models whose boundary this runner saw released (or released itself) after their last round.
         self._released: dict[str, bool] = {}
+        self._bind(dict(physical) if physical is not None else live_mapping(lh, project))
+
+    def _bind(self, physical: Mapping[str, str]) -> None:
+        """Run the models as the physical tables ``physical`` names (logical -> physical; the aliases' when not
+        given): the project renamed (`layers.physical.physical_project`), its plans, deployer and round rows."""
+        self.physical = {m: physical.get(m, m) for m in self.logical.models}
+        project = physical_project(self.logical, self.physical)
+        self.project = project
+        self.plans: dict[str, ModelPlan] = {p.model: p for p in explain(project)}
+        self.deployer = Deployer(
+            self.lh, project, lambda: self.sql, logical=self.logical, names=self.physical, record=self._record_deploy
+        )
+        #: An incremental round's rows (`layers.incremental`); its ``handed`` is cleared after each `run_once`.
+        self.rows = RoundRows(self.lh, project, lambda: self.sql)
 
     # ---- Spark -----------------------------------------------------------------------------------------
 
@@ -155,7 +173,12 @@ class Runner:
     def run_once(self, models: Sequence[str] | None = None) -> list[RoundReport]:
         """Each model (all, or ``models``), in dependency order, brought up to what its inputs hold now (so a model
         sees what the models before it wrote in this call): a round a stopped runner left unfinished is finished
-        first (a report ``resumed``), then a round over what came since."""
+        first (a report ``resumed``), then a round over what came since. Models are run as the physical tables
+        the aliases name now (a cutover since the last call moves the next rounds to the new tables)."""
+        if not self._fixed:
+            physical = live_mapping(self.lh, self.logical, cached=True)
+            if physical != self.physical:
+                self._bind(physical)
         try:
             return [report for name in self._chosen(models) for report in self._round(name)]
         finally:
@@ -188,7 +211,9 @@ class Runner:
         )
 
     def _chosen(self, models: Sequence[str] | None) -> list[str]:
-        return list(self.project.order) if models is None else select_models(self.project, models)
+        """The physical names of the models chosen (``models``: logical names; default all)."""
+        chosen = list(self.logical.order) if models is None else select_models(self.logical, models)
+        return [self.physical[m] for m in chosen]
 
     def _subscriptions(self, name: str) -> tuple[dict[str, Subscription], set[str]]:
         """The model's position in each input, and the inputs where it had none (a first round, or an input

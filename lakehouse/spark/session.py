@@ -217,7 +217,8 @@ def read_table(
         reader = reader.option("ref", ref)
     if snapshot_id is not None:
         reader = reader.option("snapshot_id", str(int(snapshot_id)))
-    return reader.load(str(name))
+    # resolved through the table aliases here, once: the source reads this physical table
+    return reader.option("physical", "true").load(str(lh.resolve(name)))
 
 
 def read_changes(
@@ -246,7 +247,8 @@ def read_changes(
     )
     if columns is not None:
         reader = reader.option("columns", ",".join(columns))
-    return reader.load(str(name))
+    # resolved through the table aliases here, once: the source reads this physical table
+    return reader.option("physical", "true").load(str(lh.resolve(name)))
 
 
 def _offsets_text(offsets: Mapping[int, int]) -> str:

@@ -73,6 +73,7 @@ from lakehouse.errors import InvalidArgument
 from lakehouse.spark.options import flag as _flag
 from lakehouse.spark.options import known_options, parse_offsets
 from lakehouse.spark.stream import STREAM_OPTIONS, LakestreamStreamReader, StreamOptions, is_stream
+from lakehouse.tables import TableName
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
@@ -99,6 +100,7 @@ OPTIONS = (
     "end",
     "before_images",
     "maxpartitionbytes",
+    "physical",  # the name is the physical table, not resolved through the table aliases (lakehouse.aliases)
     *STREAM_OPTIONS,  # spark.readStream's (lakehouse.spark.stream)
 )
 #: Spark's own default for file sources (spark.sql.files.maxPartitionBytes).
@@ -316,7 +318,9 @@ class LakestreamDataSource(DataSource):
 
         url = self._warehouse()
         lh = Lakehouse.open(url, **self._store_options(url))
-        definition = lh.table(self.read_options.table)
+        name = self.read_options.table
+        physical = _flag({str(k).lower(): v for k, v in self.options.items()}, "physical")
+        definition = lh.table(TableName.parse(name) if physical else name)
         return lh, definition, lh.lake_table(definition.name)
 
     def schema(self) -> StructType:

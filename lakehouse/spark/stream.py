@@ -170,6 +170,9 @@ class LakestreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._available_now: dict[int, int] | None = None  # trigger(availableNow=True): the log's end when it began
         self._ends: dict[int, int] | None = None  # the log's ends at the last latestOffset
         lh = self._lakehouse()
+        # resolved through the table aliases once: the stream's offsets belong to one physical table, which it
+        # keeps reading after a blue/green cutover (restart the stream to follow the switch)
+        self.table_name = lh.resolve(self.table_name)
         self.definition_json = lh.table(self.table_name).to_json()
         if "_op" not in self.target.names:
             raise InvalidArgument(

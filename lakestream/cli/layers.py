@@ -1,5 +1,5 @@
 """``lakestream layers``: the warehouse-layers commands (explain, validate, lineage, plan, deploy, run, rebuild,
-status, test).
+status, test; green, cutover, rollback, cleanup: blue/green rebuilds).
 
 A typer sub-app that `lakestream.cli` adds as ``layers``. Errors end the command with one line, as everywhere in
 ``lakestream`` (`lakestream.cli.core._fail`).
@@ -492,3 +492,98 @@ def _print_test_result(result) -> None:
         for line in failure.diff.lines():
             style = {"-": "yellow", "+": "magenta", "~": "cyan"}[line[0]]
             console.print(Text(f"    {line}", style=style), soft_wrap=True)
+
+
+# -- blue/green rebuilds (layers.bluegreen) ------------------------------------------------------------
+
+
+def _print_green(result, what: str, json_output: bool) -> None:
+    if json_output:
+        json_line({"step": what, **result.to_json()})
+        return
+    table = new_table("model", "physical table")
+    for logical, physical in result.tables.items():
+        table.add_row(Text(logical), Text(physical))
+    console.print(table)
+    if result.reports:
+        console.print(_rounds_table(result.reports))
+    for line in result.behind:
+        console.print(Text(f"behind: {line}", style="yellow"), soft_wrap=True)
+    console.print(Text(f"{what}: generation {result.generation}", style="yellow" if result.behind else "green"))
+
+
+@layers_app.command("green")
+def green_command(
+    project: ProjectOpt,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+    spark_master: SparkMasterOpt = "local[2]",
+    json_output: JsonOpt = False,
+) -> None:
+    """Build the changed models and everything downstream of them as green tables beside the live ones (or
+    resume that build) until they have caught up; readers and live rounds keep the live tables. Then cutover."""
+    from layers.bluegreen import build_green
+    from layers.project import load_project
+
+    try:
+        loaded = load_project(project)
+        with _lakehouse(warehouse, config) as lh:
+            from lakehouse.spark import spark_session
+
+            spark = spark_session(master=spark_master, app_name="lakestream-layers-green")
+            try:
+                result = build_green(lh, loaded, spark)
+            finally:
+                spark.stop()
+    except LakestreamError as exc:
+        _fail(exc)
+    _print_green(result, "green built" if not result.behind else "green still behind (run green again)", json_output)
+
+
+def _green_step(step: str, project: Path, warehouse, config, json_output: bool) -> None:
+    from layers import bluegreen
+    from layers.project import load_project
+
+    try:
+        loaded = load_project(project)
+        with _lakehouse(warehouse, config) as lh:
+            if step == "cleanup":
+                dropped = bluegreen.cleanup(lh, loaded)
+            else:
+                result = getattr(bluegreen, step)(lh, loaded)
+    except LakestreamError as exc:
+        _fail(exc)
+    if step != "cleanup":
+        _print_green(result, {"cutover": "switched to", "rollback": "rolled back to"}[step], json_output)
+        return
+    if json_output:
+        json_line({"step": "cleanup", "dropped": dropped})
+        return
+    for name in dropped:
+        console.print(Text(f"dropped {name}"))
+    console.print(f"{len(dropped)} tables dropped")
+
+
+@layers_app.command("cutover")
+def cutover_command(
+    project: ProjectOpt, warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output: JsonOpt = False
+) -> None:
+    """Switch readers and rounds to the green tables, all at once (refused while they are behind the live ones);
+    the live tables are kept for rollback."""
+    _green_step("cutover", project, warehouse, config, json_output)
+
+
+@layers_app.command("rollback")
+def rollback_command(
+    project: ProjectOpt, warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output: JsonOpt = False
+) -> None:
+    """Switch back to the tables the last cutover replaced (again: forward), all at once."""
+    _green_step("rollback", project, warehouse, config, json_output)
+
+
+@layers_app.command("cleanup")
+def cleanup_command(
+    project: ProjectOpt, warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output: JsonOpt = False
+) -> None:
+    """Drop the project's physical tables that no alias, no rollback target and no green build names."""
+    _green_step("cleanup", project, warehouse, config, json_output)

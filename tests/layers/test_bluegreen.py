@@ -1,0 +1,153 @@
+"""Blue/green rebuilds (`layers.bluegreen`): a changed model and its downstream built beside the live tables,
+readers by name kept on the live ones, one cutover, rollback, a build killed and resumed, a cutover refused
+while the green set is behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from lakehouse.aliases import read_aliases
+from lakehouse.lakehouse import Lakehouse
+from lakehouse.tables import TableName
+from layers.bluegreen import GREEN_KEY, build_green, cleanup, cutover, rollback
+from layers.errors import GreenBehind
+from layers.project import load_project
+from layers.runner import Runner
+
+pytestmark = pytest.mark.usefixtures("spark")
+
+SOURCES = """
+sources:
+  ods.o:
+    columns: {id: int64, grp: string, v: int64}
+    primary_key: [id]
+    buckets: 2
+"""
+M_V1 = "-- primary_key: [id]\n-- buckets: 2\nSELECT id, grp, v FROM ods.o\n"
+# v2 changes what v means and adds a column: a rebuild of dwd.m and of ads.a, which reads it
+M_V2 = (
+    "-- primary_key: [id]\n-- buckets: 2\n"
+    "SELECT id, grp, CAST(v * 10 AS BIGINT) AS v, CAST(v + 1 AS BIGINT) AS w FROM ods.o\n"
+)
+A_SQL = (
+    "-- primary_key: [grp]\n-- buckets: 2\n"
+    "SELECT grp, count(*) AS n, CAST(sum(v) AS BIGINT) AS total FROM dwd.m GROUP BY grp\n"
+)
+
+
+def project(root: Path, m_sql: str) -> Path:
+    (root / "models").mkdir(parents=True)
+    (root / "sources.yml").write_text(SOURCES)
+    (root / "models" / "dwd.m.sql").write_text(m_sql)
+    (root / "models" / "ads.a.sql").write_text(A_SQL)
+    return root
+
+
+def rows(n: int, start: int = 0) -> pa.Table:
+    ids = list(range(start, start + n))
+    return pa.table(
+        {"id": pa.array(ids, pa.int64()), "grp": [f"g{i % 3}" for i in ids], "v": pa.array(ids, pa.int64())}
+    )
+
+
+def read(lh: Lakehouse, name: str | TableName) -> list[dict]:
+    t = lh.union_read(name)
+    t = t.select([c for c in t.column_names if not c.startswith("__")])
+    return t.sort_by([(t.column_names[0], "ascending")]).to_pylist()
+
+
+def expected(ids: range, version: int) -> tuple[list[dict], list[dict]]:
+    """dwd.m and ads.a as the SQL of ``version`` computes them in full over ods.o holding ``ids``."""
+    if version == 1:
+        m = [{"id": i, "grp": f"g{i % 3}", "v": i} for i in ids]
+    else:
+        m = [{"id": i, "grp": f"g{i % 3}", "v": i * 10, "w": i + 1} for i in ids]
+    groups: dict[str, dict] = {}
+    for r in m:
+        g = groups.setdefault(r["grp"], {"grp": r["grp"], "n": 0, "total": 0})
+        g["n"] += 1
+        g["total"] += r["v"]
+    return m, [groups[g] for g in sorted(groups)]
+
+
+def state(lh: Lakehouse) -> tuple[list[dict], list[dict]]:
+    return read(lh, "dwd.m"), read(lh, "ads.a")
+
+
+@pytest.fixture
+def live(tmp_path, spark):
+    """Version 1 deployed and run over ids 0-5; version 2's project folder beside it."""
+    v1 = load_project(project(tmp_path / "v1", M_V1))
+    v2 = load_project(project(tmp_path / "v2", M_V2))
+    lh = Lakehouse.open(f"file://{tmp_path / 'wh'}", alias_cache_seconds=0)
+    runner = Runner(lh, v1, spark)
+    runner.deploy()
+    lh.log("ods.o").append(rows(6), "upsert")
+    runner.run_once()
+    assert state(lh) == expected(range(6), 1)
+    return lh, v1, v2
+
+
+def test_green_build_cutover_next_rounds_and_rollback(live, spark):
+    lh, v1, v2 = live
+    built = build_green(lh, v2, spark)
+    assert built.tables == {"dwd.m": "dwd__g1.m", "ads.a": "ads__g1.a"} and built.behind == []
+    assert state(lh) == expected(range(6), 1)  # readers by name: still the live version
+    assert read(lh, TableName.parse("ads__g1.a")) == expected(range(6), 2)[1]
+
+    lh.log("ods.o").append(rows(3, 6), "upsert")
+    Runner(lh, v1, spark).run_once()  # the live rounds go on meanwhile, on the live tables
+    assert state(lh) == expected(range(9), 1)
+    with pytest.raises(
+        GreenBehind, match=r"dwd.m: in ods.o at .* the live dwd.m at .*Run lakestream layers green"
+    ) as e:
+        cutover(lh, v2)
+    assert e.value.behind and read_aliases(lh.store).generation == 0  # nothing switched
+    assert state(lh) == expected(range(9), 1)
+
+    assert build_green(lh, v2, spark).behind == []  # catches up, same tables
+    switched = cutover(lh, v2)
+    assert switched.tables == {"dwd.m": "dwd__g1.m", "ads.a": "ads__g1.a"}
+    assert state(lh) == expected(range(9), 2)  # by name: the new version, as its SQL computes it in full
+    assert state(Lakehouse.open(lh.url)) == expected(range(9), 2)
+    assert not lh.store.exists(GREEN_KEY)
+
+    lh.log("ods.o").append(rows(2, 9), "upsert")
+    reports = Runner(lh, v2, spark).run_once()  # the next rounds run on the new tables, incrementally
+    assert [(r.model, r.strategy != "recompute" and r.round > 0) for r in reports] == [
+        ("dwd__g1.m", True),
+        ("ads__g1.a", True),
+    ]
+    assert state(lh) == expected(range(11), 2)
+    assert read(lh, TableName.parse("dwd.m")) == expected(range(9), 1)[0]  # the old table, kept as it was
+
+    rollback(lh, v2)
+    assert state(lh) == expected(range(9), 1)  # the old version served again
+    Runner(lh, v1, spark).run_once()
+    assert state(lh) == expected(range(11), 1)
+    assert cleanup(lh, v1) == []  # live and the rollback target are both kept
+
+
+def test_a_build_killed_leaves_live_serving_and_runs_again(live, spark):
+    lh, v1, v2 = live
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.layers._green_crash_worker", lh.url, str(v2.path)],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    assert lh.store.exists(GREEN_KEY) and read_aliases(lh.store).generation == 0
+    assert state(lh) == expected(range(6), 1)  # the live version still serves
+
+    built = build_green(lh, v2, spark)
+    assert built.tables["dwd.m"] == "dwd__g1.m" and built.behind == []
+    assert [(r.model, r.resumed) for r in built.reports][:1] == [("dwd__g1.m", True)]  # the killed round, resumed
+    cutover(lh, v2)
+    assert state(lh) == expected(range(6), 2)
