@@ -12,8 +12,10 @@ stopped at any point (kill -9 included) leaves the live version serving, and ``b
 (the same tables; an unfinished round is resumed exactly once, `layers.runner`).
 
 ``cutover`` checks the green set has caught up (every green model's last round finished; in every input outside
-the set at or past the live model's position; every green input read to its end) and then switches the aliases
-(`lakehouse.aliases`) of all its models in ONE compare-and-swap: readers by name see the old set or the new one.
+the set at or past the live model's position; every green input read to its end), tiers the green tables (so the
+lake of each holds its log: readers of the lake see a complete table from the switch on) and then switches the
+aliases (`lakehouse.aliases`) of all its models in ONE compare-and-swap: readers by name see the old set or the
+new one.
 Then the deployment record (`layers.deployed`) is written for the new project (the one it replaced kept for
 rollback) and the build record removed; a cutover stopped after the switch is finished by running it again.
 ``rollback`` switches the aliases back to the previous tables (one compare-and-swap), ``cleanup`` drops the
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse.aliases import read_aliases, write_aliases
 from lakehouse.errors import SubscriptionNotFound, TableNotFound
+from lakehouse.tables import TableName
 from layers.deployed import Deployment, deployment_of, read_deployment, write_deployment
 from layers.errors import GreenBehind, GreenBuildError
 from layers.physical import generation_of, green_name, live_mapping
@@ -244,6 +247,10 @@ def cutover(lh: Lakehouse, project: Project) -> GreenResult:
                 f"{'; '.join(behind)}. Run lakestream layers green --project DIR again (it catches up), then cut over",
                 behind,
             )
+        # the green lake tables hold their logs first: readers of the lake by name (DuckDB, Spark, lake_read)
+        # would otherwise see a table whose rows are still in its log after the switch
+        for physical in build.tables.values():
+            lh.tier(TableName.parse(physical))
         write_aliases(store, aliases, {**aliases.current, **build.tables})  # the switch: one compare-and-swap
         lh.aliases.invalidate()
     _finish_cutover(lh, project, build)
