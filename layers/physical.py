@@ -13,17 +13,18 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from lakehouse.aliases import read_aliases
+from lakehouse.aliases import Aliases, read_aliases
 
 if TYPE_CHECKING:
     from lakehouse.lakehouse import Lakehouse
     from layers.project import Project
+    from layers.rounds import RoundRecord
 
-__all__ = ["generation_of", "green_name", "live_mapping", "physical_project"]
+__all__ = ["generation_of", "green_name", "live_mapping", "logical_inputs", "physical_project"]
 
 _GENERATION = re.compile(r"__g(\d+)$")
 
@@ -76,3 +77,22 @@ def physical_project(project: Project, mapping: Mapping[str, str]) -> Project:
             qualified=_rename(model.qualified, names) if model.qualified is not None else None,
         )
     return replace(project, models=models, order=tuple(names[n] for n in project.order))
+
+
+def logical_inputs(aliases: Aliases, record: RoundRecord) -> RoundRecord:
+    """``record`` with its inputs named as readers name them: an input that is the physical table a logical
+    name aliases to (a model of a green set, after its cutover) renamed to that name. Quality checks and the
+    publication look rounds up by physical table and compare their inputs with tables named logically."""
+    logical = {physical: name for name, physical in aliases.current.items()}
+    if not any(n in logical for n in record.end):
+        return record
+
+    def named(positions: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        return None if positions is None else {logical.get(n, n): v for n, v in positions.items()}
+
+    return replace(
+        record,
+        start=named(record.start),
+        end=named(record.end),
+        input_uuids=named(record.input_uuids) or {},
+    )

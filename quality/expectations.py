@@ -640,9 +640,13 @@ def upstream_positions(lh: Lakehouse, table: str, snapshot_id: int | None) -> di
     Raises:
         QualityError: the snapshot of a model is no retained round boundary.
     """
+    from lakehouse.aliases import read_aliases
     from lakehouse.union import snapshot_offsets
     from layers.errors import RoundUnknown
+    from layers.physical import logical_inputs
     from layers.rounds import boundary_round, latest_round
+
+    aliases = read_aliases(lh.store)  # rounds are kept by the physical table serving a model (blue/green)
 
     definition = lh.table(table)
     if snapshot_id is None:
@@ -653,11 +657,13 @@ def upstream_positions(lh: Lakehouse, table: str, snapshot_id: int | None) -> di
     todo = [(table, ends)]
     while todo:
         model, at = todo.pop()
-        latest = latest_round(lh.store, model)
+        physical = aliases.physical(model)
+        latest = latest_round(lh.store, physical)
         if latest is None:
             continue  # a source: nothing upstream
+        latest = logical_inputs(aliases, latest)
         try:
-            record = boundary_round(lh.store, model, at, lh.log(model).end_offsets)
+            record = boundary_round(lh.store, physical, at, lh.log(model).end_offsets)
         except RoundUnknown as exc:
             raise QualityError(
                 f"{table}: which state of its inputs its lake snapshot {snapshot_id} reflects is unknown, so its "
@@ -665,7 +671,7 @@ def upstream_positions(lh: Lakehouse, table: str, snapshot_id: int | None) -> di
                 "round boundaries)"
             ) from None
         if record is not None:
-            inputs = record.end
+            inputs = logical_inputs(aliases, record).end
         else:  # before its first round: computed from nothing yet
             inputs = {i: dict.fromkeys(range(lh.table(i).buckets), 0) for i in latest.end}
         for name, offsets in inputs.items():

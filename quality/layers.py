@@ -134,15 +134,23 @@ def check_layers(
     Raises:
         InvalidArgument: a name that is no model of the project.
     """
+    from layers.physical import live_mapping, physical_project
     from layers.selection import select_models
 
+    # each model checked as its rounds ran it: by the physical table serving it (after a blue/green cutover,
+    # `layers.bluegreen`, another table than its name), whose rounds and inputs are named physically; the
+    # results name the model
+    mapping = live_mapping(lh, project)
+    physical, by_table = physical_project(project, mapping), lh.without_aliases()
     out: list[CheckResult] = []
     for name in select_models(project, models):
         why = upstream_failure([*prior, *out], project.models[name].inputs)
         if why is not None:
             out.append(not_evaluated(lh, LAYER, name, why))
         else:
-            out.append(check_layer(lh, project, name, spark=spark, **kw))
+            result = check_layer(by_table, physical, mapping[name], spark=spark, **kw)
+            result.table = name
+            out.append(result)
     return out
 
 

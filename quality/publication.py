@@ -285,9 +285,12 @@ def plan_publication(
     """The consistent set (see the module): ``(entries, left_out)`` over ``tables`` (default: the tables of
     ``results``), their inputs, and the tables of ``previous``. Pins no metadata file yet: each entry's
     ``metadata_location`` is where its pinned file is (`publish_warehouse` writes it)."""
+    from lakehouse.aliases import read_aliases
     from layers.errors import RoundUnknown
+    from layers.physical import logical_inputs
     from layers.rounds import boundary_round, latest_round
 
+    aliases = read_aliases(lh.store)  # rounds are kept by the physical table serving a model (blue/green)
     passes = _passes(results)
     names = set(tables) if tables else {str(r.table) for r in results}
     if previous is not None:
@@ -297,9 +300,11 @@ def plan_publication(
     while todo:  # the models' inputs too: a model is published only with them
         name = todo.pop()
         try:
-            record = latest_round(lh.store, name)
+            record = latest_round(lh.store, aliases.physical(name))
         except (LakestreamError, OSError):
             record = None
+        if record is not None:
+            record = logical_inputs(aliases, record)
         inputs[name] = sorted(record.end) if record is not None else []
         for upstream in inputs[name]:
             if upstream not in names:
@@ -350,10 +355,12 @@ def plan_publication(
                 tried.add(sid)
                 offsets = _offsets_at(lake, sid, definition.buckets)
                 try:
-                    record = boundary_round(lh.store, name, offsets, lh.log(name).end_offsets)
+                    record = boundary_round(lh.store, aliases.physical(name), offsets, lh.log(name).end_offsets)
                 except RoundUnknown as exc:
                     why.append(f"snapshot {sid}: {exc}")
                     continue
+                if record is not None:
+                    record = logical_inputs(aliases, record)
                 problem = _mismatch(sid, record, definition.table_uuid, entries, left_out)
                 if problem is not None:
                     why.append(problem)

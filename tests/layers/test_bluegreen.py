@@ -18,8 +18,13 @@ from layers.bluegreen import GREEN_KEY, build_green, cleanup, cutover, rollback
 from layers.errors import GreenBehind
 from layers.project import load_project
 from layers.runner import Runner
+from quality.layers import check_layers
+from quality.publication import publish_warehouse
+from quality.results import RECONCILE, CheckResult
 
 pytestmark = pytest.mark.usefixtures("spark")
+
+MODELS = ("ods.o", "dwd.m", "ads.a")  # the source and both models
 
 SOURCES = """
 sources:
@@ -125,6 +130,15 @@ def test_green_build_cutover_next_rounds_and_rollback(live, spark):
     ]
     assert state(lh) == expected(range(11), 2)
     assert read(lh, TableName.parse("dwd.m")) == expected(range(9), 1)[0]  # the old table, kept as it was
+
+    # quality follows the cutover: each model checked by the table serving it, all published together
+    checked = check_layers(lh, v2, spark=spark, full=True)
+    assert [(r.table, r.ok, r.rows > 0) for r in checked] == [("dwd.m", True, True), ("ads.a", True, True)], checked
+    for name in ("ods.o", "dwd.m", "ads.a"):
+        lh.tier(name)
+    passed = [CheckResult(RECONCILE, t, snapshot_id=lh.lake_table(t).metadata.current_snapshot_id) for t in MODELS]
+    publication = publish_warehouse(lh, passed)
+    assert sorted(publication.entries) == sorted(MODELS) and not publication.left_out, publication.left_out
 
     rollback(lh, v2)
     assert state(lh) == expected(range(9), 1)  # the old version served again
