@@ -36,6 +36,7 @@ def test_both_dags_load_with_the_shared_module(run_probe) -> None:
             **PER_TABLE_ENV,
             "LAKESTREAM_MAINTENANCE_ARGS": " ".join(MAINTENANCE_ARGS) + " --retention-hours '48'",
             "LAKESTREAM_METRICS_MAINTENANCE_ARGS": "--retention-days 90",
+            "LAKESTREAM_LAYERS_GREEN_PROJECT": str(REPO / "examples" / "tpch"),
         },
     )
     assert result["import_errors"] == {}, result["output"]
@@ -50,8 +51,21 @@ def test_both_dags_load_with_the_shared_module(run_probe) -> None:
         "lake_streams.py": 0,  # no LAKESTREAM_STREAM_AGGREGATES: no DAG
         "lake_tiering.py": 1,
         "warehouse_layers.py": 1,
+        "warehouse_layers_bluegreen.py": 1,  # defined: LAKESTREAM_LAYERS_GREEN_PROJECT is set
     }
-    assert set(result["dags"]) == {"lake_tiering", "lake_maintenance", "warehouse_layers", "lake_quality"}
+    assert set(result["dags"]) == {
+        "lake_tiering",
+        "lake_maintenance",
+        "warehouse_layers",
+        "lake_quality",
+        "warehouse_layers_bluegreen",
+    }
+    # the blue/green DAG: the green build, then the cutover, of the project it names
+    green = result["dags"]["warehouse_layers_bluegreen"]
+    assert green["schedule"] == "None" and list(green["tasks"]) == ["green", "cutover"]
+    for task, flag in green["tasks"].items():
+        assert flag["application"] == str(REPO / "jobs" / "run_layers.py")
+        assert flag["application_args"] == ["--project", str(REPO / "examples" / "tpch"), f"--{task}"]
     assert list(result["dags"]["lake_tiering"]["tasks"]) == ["tier__ods__orders", "tier__ods__clicks"]
 
     dag = result["dags"]["lake_maintenance"]
