@@ -15,6 +15,11 @@ from object_store import ObjectStore, open_store
 from object_store.seaweedfs import SeaweedFS
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # xdist's workers inherit COLUMNS=80 / LINES=24 from their launcher; the CLI honours COLUMNS (it is how a user
+    # asks for a width), so without this the CLI tests would read tables folded to 80 columns.
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
 
 
 @pytest.fixture(scope="session")

@@ -106,7 +106,19 @@ sys.path.insert(0, sys.argv[1])
 from lakehouse.spark import spark_session
 spark = spark_session(master=sys.argv[2], **{"spark.lakestream.executorWaitSeconds": "3"})
 print("SESSION", flush=True)
-started = time.monotonic()
+tracker = spark.sparkContext.statusTracker()
+
+
+def say_running():  # an executor registered with this driver runs a task: now the worker may go
+    while True:
+        stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+        if any(s is not None and s.numActiveTasks > 0 for s in stages):
+            print("RUNNING", flush=True)
+            return
+        time.sleep(0.2)
+
+
+threading.Thread(target=say_running, daemon=True).start()
 try:
     spark.sparkContext.parallelize(range(2), 2).foreach(lambda _: time.sleep(600))
 except Exception as exc:
@@ -118,9 +130,8 @@ print("FINISHED", flush=True)
 
 @pytest.mark.slow
 def test_a_job_that_lost_its_worker_is_cancelled_after_the_executor_wait(tmp_path: Path) -> None:
-    import json
     import signal
-    import urllib.request
+    import threading
 
     from deploy import stack
     from object_store.seaweedfs import _free_ports
@@ -129,8 +140,9 @@ def test_a_job_that_lost_its_worker_is_cancelled_after_the_executor_wait(tmp_pat
     cfg = stack.Config.from_env(tmp_path / "stack", env={k: str(v) for k, v in ports.items()})
     cfg.timeout = 60
     stack.up(cfg, services=("spark-master", "spark-worker"), out=lambda _: None)
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(REPO)}
+    proc: subprocess.Popen[str] | None = None
     try:
-        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(REPO)}
         proc = subprocess.Popen(
             [sys.executable, "-c", CANCELLED, str(REPO), cfg.spark_master],
             env=env,
@@ -138,17 +150,29 @@ def test_a_job_that_lost_its_worker_is_cancelled_after_the_executor_wait(tmp_pat
             stderr=subprocess.STDOUT,
             text=True,
         )
-        worker_ui = f"http://127.0.0.1:{cfg.ports['spark.worker.ui']}/json/"
-        deadline = time.monotonic() + 120
-        while not json.load(urllib.request.urlopen(worker_ui, timeout=5)).get("executors"):  # noqa: S310
-            assert proc.poll() is None and time.monotonic() < deadline, "no executor started"
-            time.sleep(0.5)
-        time.sleep(5)  # the executors register with the driver and start the tasks
+        # Kill the worker only once the driver runs a task on an executor: a driver that never had an
+        # executor is left waiting by design, so killing earlier (an executor's JVM still starting on a slow
+        # machine) tests another case.
+        assert proc.stdout is not None
+        lines: list[str] = []
+        timer = threading.Timer(180, proc.kill)  # no RUNNING within 3 minutes: the loop below ends, and fails
+        timer.start()
+        try:
+            for line in proc.stdout:
+                lines.append(line)
+                if line.strip() == "RUNNING":
+                    break
+        finally:
+            timer.cancel()
+        assert lines and lines[-1].strip() == "RUNNING", "".join(lines)
         os.killpg(stack.running(cfg, "spark-worker"), signal.SIGKILL)  # the worker and its executors
         killed = time.monotonic()
-        output, _ = proc.communicate(timeout=120)
+        rest, _ = proc.communicate(timeout=120)
+        output = "".join(lines) + rest
         waited = time.monotonic() - killed
     finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
         stack.down(cfg, out=lambda _: None)
     assert proc.returncode == 3, output
     assert "no Spark executor for 3s while a job waited, after every executor was lost" in output, output
