@@ -168,17 +168,12 @@ def may_hold(keys: KeySet, bounds: Bounds) -> bool:
     return mask is None or pc.any(mask).as_py() is True
 
 
-def key_positions(ctx: Any, location: str, keys: KeySet) -> np.ndarray:
-    """The row positions of the data file at ``location`` whose key is one of ``keys``: only row groups whose
-    key statistics may hold one are read, and of them only the key columns."""
-    return key_hits(ctx, location, keys)[0]
-
-
 def key_hits(
     ctx: Any, location: str, keys: KeySet, columns: Sequence[str] | None = ()
 ) -> tuple[np.ndarray, pa.Table | None]:
-    """`key_positions`, and the rows there (None if no row matched): their key columns and ``columns`` (None:
-    every column), read with the key columns (one pass over the file)."""
+    """The row positions of the data file at ``location`` whose key is one of ``keys`` (only row groups whose
+    key statistics may hold one are read), and the rows there (None if no row matched): their key columns and
+    ``columns`` (None: every column; default: none), read with the key columns (one pass over the file)."""
     pk = list(keys.primary_key)
     found, rows = [], []
     with ctx.open_parquet(location) as parquet:
@@ -260,6 +255,33 @@ def stored_rows(
     return pa.concat_tables(found, promote_options="permissive")
 
 
+class FoundKeys:
+    """Counts, over one round's bucket, of the changed keys found live in the lake: those the round updates and
+    those it deletes (every live key is at one position of one file, so the counts of a bucket's parts add up).
+    With the number of keys the round upserts they classify the round as a net changelog does (`round_counts`),
+    without a second look at the lake."""
+
+    def __init__(self, changes: pa.Table, primary_key: tuple[str, ...]) -> None:
+        deletes = is_delete(changes) if changes.num_rows else pa.array([], pa.bool_())
+        self.deleted = KeySet(changes.filter(deletes), primary_key) if changes.num_rows else None
+        self.upsert_keys = changes.num_rows - (int(pc.sum(deletes.cast(pa.int64())).as_py() or 0))
+
+    def add(self, result: Any, rows: pa.Table | None) -> None:
+        """Count the key rows ``rows`` (live rows of changed keys) into ``result``'s ``found_updates`` and
+        ``found_deletes``."""
+        if rows is None or not rows.num_rows or self.deleted is None:
+            return
+        deleted = int(pc.sum(self.deleted.hits(rows).cast(pa.int64())).as_py() or 0) if len(self.deleted) else 0
+        result.found_deletes += deleted
+        result.found_updates += rows.num_rows - deleted
+
+
+def round_counts(upsert_keys: int, found_updates: int, found_deletes: int) -> dict[str, int]:
+    """A round's net changes, as `lakehouse.changes` classifies them: upserted keys that were live are updates,
+    the others inserts; deleted keys that were live are deletes (a delete of an absent key changes nothing)."""
+    return {"inserts": upsert_keys - found_updates, "updates": found_updates, "deletes": found_deletes}
+
+
 def rewrite_bucket(
     ctx: Any,
     definition: TableDefinition,
@@ -275,10 +297,14 @@ def rewrite_bucket(
     ``result.added``."""
     pk = definition.primary_key
     keys = KeySet(changes, pk)
+    found = FoundKeys(changes, pk)
+    result.upsert_keys += found.upsert_keys
     for data_file in candidates:  # copy-on-write: only files that hold a changed key
-        hits = keys.hits(ctx.read(data_file.file_path, columns=list(pk)))
+        key_rows = ctx.read(data_file.file_path, columns=list(pk))
+        hits = keys.hits(key_rows)
         if not pc.any(hits).as_py():
             continue
+        found.add(result, key_rows.filter(hits))
         keep = ctx.read(data_file.file_path).filter(pc.invert(hits))  # same file, same row order
         result.removed.append(data_file.file_path)
         if keep.num_rows:
@@ -329,9 +355,13 @@ def mark_bucket(
     they are). New files go to ``result.added``."""
     pk = definition.primary_key
     keys = KeySet(changes, pk)
+    found = FoundKeys(changes, pk)
+    if write_rows:  # the part that writes the rows counts them (once per bucket)
+        result.upsert_keys += found.upsert_keys
     marks: dict[tuple, list[tuple[str, np.ndarray]]] = {}
     if stored is not None:
         stored = stored.filter(keys.hits(stored)) if stored.num_rows else stored
+        found.add(result, stored.select(list(pk)))
         files = stored.column(FILE).to_numpy()
         positions = stored.column(POSITION).to_numpy()
         for index in np.unique(files):
@@ -342,9 +372,11 @@ def mark_bucket(
     for data_file, delete_files in candidates:
         if not may_hold(keys, file_bounds(data_file, ctx.schema, pk)):
             continue  # its key range holds no changed key: not read at all
-        positions = key_positions(ctx, data_file.file_path, keys)
+        positions, rows = key_hits(ctx, data_file.file_path, keys)
         if positions.size and delete_files:
-            positions = np.setdiff1d(positions, deleted_positions(ctx, data_file, delete_files))
+            alive = ~np.isin(positions, deleted_positions(ctx, data_file, delete_files))
+            positions, rows = positions[alive], rows.filter(pa.array(alive)) if rows is not None else None
+        found.add(result, rows)
         if positions.size:
             partition = tuple(data_file.partition[i] for i in range(len(data_file.partition)))
             marks.setdefault(partition, []).append((data_file.file_path, positions))

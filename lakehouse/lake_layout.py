@@ -62,6 +62,12 @@ TIERING_BASE_PROPERTY = "lakestream.tiering-base"
 TIERING_USER = "tiering"
 TABLE_UUID_PROPERTY = "lakestream.table-uuid"
 OFFSETS_FILE_PROPERTY = "lakestream.offsets-file"
+#: A tiering commit's net changes (JSON: ``inserts``, ``updates``, ``deletes`` as `lakehouse.changes` counts them)
+#: and whether its added data files are exactly the after-images (``after_images``: "added-files"; merge-on-read
+#: and log tables) or not (copy-on-write: they also hold the rewritten files' other rows). Readers of a commit's
+#: figures (metrics) take them from here instead of looking the changed keys up in the lake.
+ROUND_CHANGES_PROPERTY = "lakestream.round-changes"
+AFTER_IMAGES_IN_ADDED_FILES = "added-files"
 
 #: Tables of up to this many buckets keep their offsets in the snapshot summary (about 250 bytes, as much
 #: as Iceberg's own summary fields); larger ones in an offsets file per tiering snapshot.
@@ -556,6 +562,21 @@ def write_tiering_summary(
     return tiering_summary(offsets, base, offsets_file=location), location
 
 
+def round_changes(snap: Snapshot) -> dict[str, Any] | None:
+    """The net changes a tiering snapshot recorded (`ROUND_CHANGES_PROPERTY`), or None (not recorded: a commit of
+    an earlier version, or not a tiering commit)."""
+    text = snap.summary[ROUND_CHANGES_PROPERTY] if snap.summary is not None else None
+    if not text:
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or any(not isinstance(doc.get(k), int) for k in ("inserts", "updates", "deletes")):
+        return None
+    return doc
+
+
 def offsets_files(metadata: TableMetadata) -> set[str]:
     """The offsets files the retained snapshots of ``metadata`` name."""
     return {
@@ -611,6 +632,7 @@ __all__ = [
     "OFFSETS_FILE_PROPERTY",
     "OFFSETS_PROPERTY",
     "OFFSET_COLUMN",
+    "ROUND_CHANGES_PROPERTY",
     "TIMESTAMP_COLUMN",
     "check_tiering_fence",
     "lake_arrow_schema",
@@ -621,6 +643,7 @@ __all__ = [
     "offsets_files",
     "parse_partition_by",
     "partition_groups",
+    "round_changes",
     "tiering_snapshot",
     "tiering_snapshots",
     "tiering_summary",

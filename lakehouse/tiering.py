@@ -21,6 +21,7 @@ One round:
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -48,8 +49,10 @@ from lakehouse.datafiles import LakeContext, added_or_raise, locations
 from lakehouse.errors import InvalidArgument, LakeStateError, LakestreamError, TieringConflict
 from lakehouse.evolution import sync_lake_schema
 from lakehouse.executor import LocalExecutor, TaskExecutor
-from lakehouse.keyed_rows import KeySet, mark_bucket, reduce_changes, rewrite_bucket, stored_rows
+from lakehouse.keyed_rows import KeySet, mark_bucket, reduce_changes, rewrite_bucket, round_counts, stored_rows
 from lakehouse.lake_layout import (
+    AFTER_IMAGES_IN_ADDED_FILES,
+    ROUND_CHANGES_PROPERTY,
     TABLE_UUID_PROPERTY,
     check_lake_layout,
     lake_offsets,
@@ -156,6 +159,11 @@ class _TaskResult:
     removed: list[str] = field(default_factory=list)
     rows: int = 0
     error: str | None = None
+    #: a primary-key bucket's keys the round upserts (counted by the part writing them), and of its changed keys
+    #: those found live (updated / deleted): the round's net changes (`keyed_rows.round_counts`)
+    upsert_keys: int = 0
+    found_updates: int = 0
+    found_deletes: int = 0
 
 
 # ---- tasks (run on the executor; everything they need is in the _Task) --------------------------------
@@ -248,6 +256,22 @@ def _rewrite_bucket(task: _Task, definition: TableDefinition, log_: Log, result:
 
 
 # ---- driver --------------------------------------------------------------------------------------------
+
+
+def _round_changes(definition: TableDefinition, outcomes: Sequence[_TaskResult]) -> str:
+    """The round's net changes for its snapshot summary (`ROUND_CHANGES_PROPERTY`)."""
+    if definition.has_primary_key:
+        counts = round_counts(
+            sum(o.upsert_keys for o in outcomes),
+            sum(o.found_updates for o in outcomes),
+            sum(o.found_deletes for o in outcomes),
+        )
+    else:
+        counts = round_counts(sum(o.rows for o in outcomes), 0, 0)
+    # copy-on-write's added files also hold the rewritten files' unchanged rows
+    if definition.merge_on_read or not definition.has_primary_key:
+        counts["after_images"] = AFTER_IMAGES_IN_ADDED_FILES  # type: ignore[assignment]
+    return json.dumps(counts, separators=(",", ":"))
 
 
 def load_lake_table(catalog: Any, definition: TableDefinition) -> Table:
@@ -443,6 +467,7 @@ def tier(
             "committed and the round's files were deleted. Check that the warehouse is writable, then run the "
             "round again"
         ) from exc
+    summary[ROUND_CHANGES_PROPERTY] = _round_changes(definition, outcomes)
     written_files = locations(added) + ([offsets_file] if offsets_file else [])
     try:
         with table.transaction() as txn:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.aliases import read_aliases, write_aliases
-from lakehouse.errors import SubscriptionNotFound, TableNotFound
+from lakehouse.errors import SubscriptionNotFound, TableNotFound, TieringConflict
 from lakehouse.tables import TableName
 from layers.deployed import Deployment, deployment_of, read_deployment, write_deployment
 from layers.errors import GreenBehind, GreenBuildError
@@ -183,7 +183,19 @@ def build_green(lh: Lakehouse, project: Project, spark: SparkSession | None = No
             behind = green_lag(lh, project, build)
             if not behind:
                 break
+    _tier_green(lh, build, spark)
     return GreenResult(build.generation, build.tables, reports, behind)
+
+
+def _tier_green(lh: Lakehouse, build: GreenBuild, spark: SparkSession | None) -> None:
+    """Tier the green tables' logs into their lake tables, on Spark's executors when a session is given: their
+    first tiering holds all their rows, work that follows the data (the cutover then tiers only what came since).
+    A tiering run elsewhere that committed first has tiered them as well."""
+    for physical in build.tables.values():
+        try:
+            lh.tier(TableName.parse(physical), spark=spark)
+        except TieringConflict:
+            continue
 
 
 def _position(lh: Lakehouse, table: str, consumer: str) -> dict[int, int] | None:
@@ -220,8 +232,10 @@ def green_lag(lh: Lakehouse, project: Project, build: GreenBuild) -> list[str]:
     return behind
 
 
-def cutover(lh: Lakehouse, project: Project) -> GreenResult:
-    """Switch readers and rounds to the green set, all its tables in one compare-and-swap (see the module).
+def cutover(lh: Lakehouse, project: Project, spark: SparkSession | None = None) -> GreenResult:
+    """Switch readers and rounds to the green set, all its tables in one compare-and-swap (see the module). The
+    green tables' logs are tiered first (on Spark's executors given ``spark``): what they logged since
+    `build_green` tiered them.
 
     Raises:
         GreenBuildError: no green build; the project's SQL differs from what the build built.
@@ -249,8 +263,7 @@ def cutover(lh: Lakehouse, project: Project) -> GreenResult:
             )
         # the green lake tables hold their logs first: readers of the lake by name (DuckDB, Spark, lake_read)
         # would otherwise see a table whose rows are still in its log after the switch
-        for physical in build.tables.values():
-            lh.tier(TableName.parse(physical))
+        _tier_green(lh, build, spark)
         write_aliases(store, aliases, {**aliases.current, **build.tables})  # the switch: one compare-and-swap
         lh.aliases.invalidate()
     _finish_cutover(lh, project, build)

@@ -65,14 +65,16 @@ def bucket_partial(changes: pa.Table, columns: list[str], appended: tuple[int | 
     ``appended``: the append times of the range's first and last record."""
     ops = changes.column(OP_COLUMN)
     inserted, updated = pc.equal(ops, INSERT), pc.equal(ops, UPDATE_AFTER)
-    out = BucketPartial(
-        inserts=_true(inserted),
-        updates=_true(updated),
-        deletes=_true(pc.equal(ops, DELETE)),
-        oldest_us=appended[0],
-        newest_us=appended[1],
-    )
-    after = changes.filter(pc.or_(inserted, updated))
+    out = after_images_partial(changes.filter(pc.or_(inserted, updated)), columns, appended)
+    out.inserts, out.updates, out.deletes = _true(inserted), _true(updated), _true(pc.equal(ops, DELETE))
+    return out
+
+
+def after_images_partial(after: pa.Table, columns: list[str], appended: tuple[int | None, int | None]) -> BucketPartial:
+    """The per-column partial of one bucket's after-images (inserted and updated rows) over the user
+    ``columns``, with no counts (a commit that recorded them gives them: `lakehouse.lake_layout.round_changes`);
+    ``appended`` as in `bucket_partial`."""
+    out = BucketPartial(oldest_us=appended[0], newest_us=appended[1])
     for name in columns:
         col = after.column(name)
         part = ColumnPartial(rows=len(col), nulls=col.null_count)
@@ -161,6 +163,7 @@ __all__ = [
     "TABLE_METRICS",
     "BucketPartial",
     "ColumnPartial",
+    "after_images_partial",
     "bucket_partial",
     "merge_partials",
     "metric_rows",

@@ -6,8 +6,8 @@ that adds data records in the metrics table (long format, one row per metric):
 
 - ``rows``: the table's rows after the commit, from its snapshot summary (``total-records`` less
   ``total-position-deletes``: metadata only);
-- for a tiering commit (``kind`` "tiering", or "round" for a layers model's table), from the net changelog of
-  its offset range (the parent tiering snapshot's offsets to its own, `lakehouse.changes`): ``inserts``,
+- for a tiering commit (``kind`` "tiering", or "round" for a layers model's table), from the net changes of
+  its offset range (the parent tiering snapshot's offsets to its own, as `lakehouse.changes` reads them): ``inserts``,
   ``updates``, ``deletes``, ``changes`` (their sum), ``freshness_seconds_max`` / ``_min`` (the commit's time
   less the append time of the range's oldest / newest records), and per column of the after-images (inserted
   and updated rows) ``null_fraction``, ``distinct_estimate`` (`quality.sketch`: HyperLogLog, 1.6 % relative
@@ -15,9 +15,13 @@ that adds data records in the metrics table (long format, one row per metric):
 - any other commit that adds records (compaction, another writer: ``kind`` "other") changes no offset: only
   ``rows``.
 
-**Cost follows the changes.** A commit's changes are read bucket by bucket as a changes read does: the log range,
-and the old state of the changed keys looked up by key in the parent's files (no before-images: no metric needs
-the old values, and a delete's old row comes anyway). Each bucket's read becomes a tiny partial (counts, sums,
+**Cost follows the changes.** A tiering commit records its net changes in its summary
+(`lakehouse.lake_layout.round_changes`: the round finds the changed keys' old rows anyway), and a merge-on-read or
+log table's commit adds exactly its after-images as data files: its metrics read those files, bucket by bucket, and
+nothing of the table before it. Other commits (copy-on-write tables, commits of earlier versions) are read as a
+changes read does: the log range, and the old state of the changed keys looked up by key in the parent's files (no
+before-images: no metric needs the old values, and a delete's old row comes anyway); with changes spread over the
+keys that lookup reads the key column of most of the table. Each bucket's read becomes a tiny partial (counts, sums,
 min/max, the sketch's registers; `quality.commit_metrics`), merged on the driver. Where: a commit of up to
 ``quality_driver_budget_rows`` changed records (the records of its offset range, known from the offsets without
 reading; the setting every quality check's driver shortcut uses) is read by threads of this process; a larger
@@ -38,6 +42,9 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow as pa
+from pyiceberg.conversions import from_bytes
+from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
@@ -45,8 +52,22 @@ from lakehouse.changes import BucketChanges, ChangesPlan, plan_changes, read_buc
 from lakehouse.datafiles import LakeContext, shared_store
 from lakehouse.errors import AsOfUnavailable, LakestreamError
 from lakehouse.executor import LocalExecutor, SparkExecutor
-from lakehouse.lake_layout import COMMIT_USER_PROPERTY, TIERING_USER, tiering_snapshots
-from quality.commit_metrics import BucketPartial, bucket_partial, merge_partials, metric_rows, numeric
+from lakehouse.lake_layout import (
+    AFTER_IMAGES_IN_ADDED_FILES,
+    BUCKET_COLUMN,
+    COMMIT_USER_PROPERTY,
+    TIERING_USER,
+    round_changes,
+    tiering_snapshots,
+)
+from quality.commit_metrics import (
+    BucketPartial,
+    after_images_partial,
+    bucket_partial,
+    merge_partials,
+    metric_rows,
+    numeric,
+)
 from quality.errors import QualityError
 from quality.metrics_store import (
     Recorded,
@@ -82,6 +103,20 @@ class _Commit:
     start: dict[int, int] | None = None
     end: dict[int, int] | None = None
     total: BucketPartial | None = None
+    #: the net changes the commit recorded, when its added data files are its after-images (read those instead)
+    recorded: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class _AfterImages:
+    """One bucket of a commit whose added data files are its after-images: the bucket's offset range (for
+    freshness) and those files (picklable: a Spark task reads them)."""
+
+    bucket: int
+    start: int
+    end: int
+    files: tuple[str, ...]
+    columns: tuple[str, ...]
 
 
 def collect_metrics(
@@ -249,28 +284,33 @@ def _read_changes(
     above the budget without Spark) and, then, why the rest was not."""
     log_ = lh.log(name)
     ctx = LakeContext.of(lh.store, lake)
-    local: list[tuple[int, ChangesPlan, BucketChanges]] = []
-    remote: list[tuple[int, ChangesPlan, BucketChanges]] = []
+    user_columns = tuple(f.name for f in lh.table(name).schema)
+    local: list[tuple[int, Any]] = []
+    remote: list[tuple[int, Any]] = []
     kept: list[_Commit] = []
     refused = None
     for index, c in enumerate(commits):
         if c.start is not None and c.end is not None:
-            try:
-                plan = plan_changes(lake, log_, c.start, c.end)
-            except AsOfUnavailable as exc:
-                log.warning("%s: the changes of snapshot %s cannot be read (%s): rows only", name, c.snapshot, exc)
-                plan = None
-            if plan is not None:
-                changed = sum(c.end[b] - c.start[b] for b in c.end)
-                if changed > budget and spark is None:
-                    refused = (
-                        f"{name}: snapshot {c.snapshot.snapshot_id} changed {changed:,} records, above the driver's "
-                        f"budget of {budget:,}"
-                    )
-                    break
-                work = [(index, replace(plan, buckets=(item,)), item) for item in plan.buckets]
-                (local if changed <= budget else remote).extend(work)
-                c.total = BucketPartial()  # the buckets' partials merge into it (no bucket changed: zeros)
+            changed = sum(c.end[b] - c.start.get(b, 0) for b in c.end)
+            if changed > budget and spark is None:
+                refused = (
+                    f"{name}: snapshot {c.snapshot.snapshot_id} changed {changed:,} records, above the driver's "
+                    f"budget of {budget:,}"
+                )
+                break
+            work = _after_images_work(lake, c, user_columns)
+            if work is None:
+                try:
+                    plan = plan_changes(lake, log_, c.start, c.end)
+                except AsOfUnavailable as exc:
+                    log.warning("%s: the changes of snapshot %s cannot be read (%s): rows only", name, c.snapshot, exc)
+                    plan = None
+                work = [] if plan is None else [(replace(plan, buckets=(item,)), item) for item in plan.buckets]
+                if plan is not None:
+                    c.total = BucketPartial()  # the buckets' partials merge into it (no bucket changed: zeros)
+            else:
+                c.total = BucketPartial()
+            (local if changed <= budget else remote).extend((index, w) for w in work)
         kept.append(c)
     task = _BucketTask(lh, name, ctx)
     parts: dict[int, list[BucketPartial]] = {}
@@ -280,8 +320,8 @@ def _read_changes(
     ):
         if not items:
             continue
-        results = executor().map(task, [(plan, item) for _, plan, item in items])
-        for (index, _, _), part in zip(items, results, strict=True):
+        results = executor().map(task, [w for _, w in items])
+        for (index, _), part in zip(items, results, strict=True):
             parts.setdefault(index, []).append(part)
     for index, c in enumerate(kept):
         if c.total is None:
@@ -290,7 +330,42 @@ def _read_changes(
         c.total = None if any(p is None for p in mine) else merge_partials(mine)
         if c.total is None:
             log.warning("%s: log retention removed changes of snapshot %s: rows only", name, c.snapshot.snapshot_id)
+        elif c.recorded is not None:
+            c.total.inserts, c.total.updates = c.recorded["inserts"], c.recorded["updates"]
+            c.total.deletes = c.recorded["deletes"]
     return kept, refused
+
+
+def _after_images_work(lake: Table, c: _Commit, columns: tuple[str, ...]) -> list[_AfterImages] | None:
+    """The per-bucket work of a commit whose summary records its net changes and whose added data files are its
+    after-images (sets ``c.recorded``), or None (read its changes instead): the data files the snapshot added,
+    found in the manifests it wrote (the table's other manifests are not read)."""
+    recorded = round_changes(c.snapshot)
+    if recorded is None or recorded.get("after_images") != AFTER_IMAGES_IN_ADDED_FILES:
+        return None
+    assert c.start is not None and c.end is not None
+    snapshot_id = c.snapshot.snapshot_id
+    bucket_id = lake.metadata.schema().find_field(BUCKET_COLUMN).field_id
+    files: dict[int, list[str]] = {}
+    for manifest in c.snapshot.manifests(lake.io):
+        if manifest.content != ManifestContent.DATA or manifest.added_snapshot_id != snapshot_id:
+            continue
+        for entry in manifest.fetch_manifest_entry(lake.io, discard_deleted=True):
+            if entry.status != ManifestEntryStatus.ADDED or entry.snapshot_id != snapshot_id:
+                continue
+            if entry.data_file.content != DataFileContent.DATA:
+                continue
+            lower, upper = entry.data_file.lower_bounds or {}, entry.data_file.upper_bounds or {}
+            if bucket_id not in lower or lower.get(bucket_id) != upper.get(bucket_id):
+                return None  # a file whose bucket its statistics do not say: read the changes
+            bucket = from_bytes(lake.metadata.schema().find_field(bucket_id).field_type, lower[bucket_id])
+            files.setdefault(int(bucket), []).append(entry.data_file.file_path)
+    c.recorded = recorded
+    return [
+        _AfterImages(b, c.start.get(b, 0), end, tuple(files.get(b, ())), columns)
+        for b, end in sorted(c.end.items())
+        if end > c.start.get(b, 0)
+    ]
 
 
 #: Lakehouses opened in an executor's Python worker, by (store URL, options): one per store per process.
@@ -329,7 +404,9 @@ class _BucketTask:
                 self._log = self.lh.log(self.name)
             return self._log
 
-    def __call__(self, work: tuple[ChangesPlan, BucketChanges]) -> BucketPartial | None:
+    def __call__(self, work: tuple[ChangesPlan, BucketChanges] | _AfterImages) -> BucketPartial | None:
+        if isinstance(work, _AfterImages):
+            return self._after_images(work)
         plan, item = work
         log_ = self.log()
         try:
@@ -338,6 +415,18 @@ class _BucketTask:
             return None
         appended = (log_.appended_at(item.bucket, item.start), log_.appended_at(item.bucket, item.end - 1))
         return bucket_partial(changes, list(plan.columns), appended)
+
+    def _after_images(self, work: _AfterImages) -> BucketPartial:
+        log_ = self.log()
+        columns = list(work.columns)
+        tables = [self.ctx.read(path, columns=columns) for path in work.files]
+        after = (
+            pa.concat_tables(tables)
+            if tables
+            else pa.schema([self.ctx.arrow_schema.field(c) for c in columns]).empty_table()
+        )
+        appended = (log_.appended_at(work.bucket, work.start), log_.appended_at(work.bucket, work.end - 1))
+        return after_images_partial(after, columns, appended)
 
 
 __all__ = ["MAX_COMMITS", "MetricsError", "collect_metrics", "load_commits", "load_series", "metrics_dataframe"]

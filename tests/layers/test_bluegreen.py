@@ -104,6 +104,9 @@ def test_green_build_cutover_next_rounds_and_rollback(live, spark):
     assert built.tables == {"dwd.m": "dwd__g1.m", "ads.a": "ads__g1.a"} and built.behind == []
     assert state(lh) == expected(range(6), 1)  # readers by name: still the live version
     assert read(lh, TableName.parse("ads__g1.a")) == expected(range(6), 2)[1]
+    for green in built.tables.values():  # the build tiered its tables (on Spark): the cutover has only a tail left
+        physical = TableName.parse(green)
+        assert lh.lake_offsets(physical) == lh.log(physical).end_offsets(), green
 
     lh.log("ods.o").append(rows(3, 6), "upsert")
     Runner(lh, v1, spark).run_once()  # the live rounds go on meanwhile, on the live tables
