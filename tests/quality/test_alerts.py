@@ -239,6 +239,40 @@ def test_two_runs_racing_on_the_record_send_once(hooks, store, first) -> None:
     assert len(hooks.take("/slack")) == 1 and hooks.take() == []
 
 
+def test_four_processes_racing_on_the_record_send_once(hooks, store_spec) -> None:
+    """The same failing check reported by four processes at once (as four Airflow workers might): one alert per
+    channel, whoever wins the record's compare-and-swap; local files and a real S3 server (SeaweedFS)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    url, options = store_spec
+    start_at = time.time() + 8  # past every worker's imports: they race on the record together
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    worker = [sys.executable, "-m", "tests.quality._alerts_worker", url, json.dumps(options), hooks.url]
+    workers = [
+        subprocess.Popen(
+            [*worker, f"p{i}", str(start_at)],
+            cwd=root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(4)
+    ]
+    sent = []
+    for w in workers:
+        out, err = w.communicate(timeout=180)
+        assert w.returncode == 0, err[-2000:]
+        sent.append(json.loads(out.strip().splitlines()[-1])["sent"])
+    assert sum(sent) == 1, sent  # one process claimed the incident and told its owner; the others nothing
+    assert [b["event"] for b in hooks.take("/orders")] == ["open"]
+    assert len(hooks.take("/slack")) == 1 and hooks.take() == []
+
+
 def test_a_channel_that_failed_is_retried_alone_and_a_dead_claim_is_taken_over(hooks, local) -> None:
     routing = parse_routing(
         {"owners": {"o": {"webhook": [f"{hooks.url}/ok", f"{hooks.url}/down/x"]}}, "default_owner": "o"}
