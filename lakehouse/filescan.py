@@ -109,13 +109,6 @@ def _widened(have: pa.DataType, want: pa.DataType) -> bool:
     return pa.types.is_integer(have) or pa.types.is_floating(have) or pa.types.is_decimal(have)
 
 
-def _drop_rows(batch: pa.RecordBatch, keep: pa.BooleanArray) -> pa.RecordBatch:
-    """``batch`` with only the rows ``keep`` marks, column by column: a record batch's own filter first turns the
-    mask into indices and takes them (one selection for every column), which for string columns costs about 1.4x
-    the per-column filter when, as with position deletes, almost every row is kept."""
-    return pa.RecordBatch.from_arrays([column.filter(keep) for column in batch.columns], schema=batch.schema)
-
-
 def _is_small(task: FileScanTask) -> bool:
     return task.file.file_size_in_bytes <= SMALL_FILE_BYTES
 
@@ -203,7 +196,7 @@ class _FileReader:
             used += n
             keep = alive[position : position + n]
             if not keep.all():
-                batch = _drop_rows(batch, pa.array(keep))
+                batch = batch.filter(pa.array(keep))
             if self.filter is not None:
                 batch = batch.filter(self.filter)
             if batch.num_rows:
