@@ -1,6 +1,6 @@
 """Blue/green rebuilds (`layers.bluegreen`): a changed model and its downstream built beside the live tables,
-readers by name kept on the live ones, one cutover, rollback, a build killed and resumed, a cutover refused
-while the green set is behind."""
+readers by name kept on the live ones, one cutover, rollback, a build killed and resumed, a cutover killed before
+and after its switch and run again, a cutover refused while the green set is behind."""
 
 from __future__ import annotations
 
@@ -168,3 +168,34 @@ def test_a_build_killed_leaves_live_serving_and_runs_again(live, spark):
     assert [(r.model, r.resumed) for r in built.reports][:1] == [("dwd__g1.m", True)]  # the killed round, resumed
     cutover(lh, v2)
     assert state(lh) == expected(range(6), 2)
+
+
+@pytest.mark.parametrize("point", ["before_switch", "after_switch"])
+def test_a_cutover_killed_leaves_one_version_serving_and_runs_again(live, spark, point):
+    """kill -9 of a cutover just before the aliases' compare-and-swap leaves the live version serving; just after
+    it, the new one serves, and the next cutover finishes the steps left (deployment record, build record)."""
+    lh, v1, v2 = live
+    built = build_green(lh, v2, spark)
+    assert built.behind == []
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.layers._cutover_crash_worker", lh.url, str(v2.path), point],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    assert lh.store.exists(GREEN_KEY)  # the build record goes last
+    if point == "before_switch":
+        assert read_aliases(lh.store).generation == 0
+        assert state(lh) == expected(range(6), 1)  # the live version still serves, whole
+    else:
+        assert read_aliases(lh.store).current == {**read_aliases(lh.store).current, **built.tables}
+        assert state(lh) == expected(range(6), 2)  # switched: the new version serves, whole
+    switched = cutover(lh, v2)  # again: switches (before) or finishes what the killed one left (after)
+    assert switched.tables == built.tables and not lh.store.exists(GREEN_KEY)
+    assert state(lh) == expected(range(6), 2)
+    lh.log("ods.o").append(rows(2, 6), "upsert")
+    reports = Runner(lh, v2, spark).run_once()  # the new folder's rounds go on, incrementally, on the new tables
+    assert [r.model for r in reports] == ["dwd__g1.m", "ads__g1.a"] and all(r.round > 0 for r in reports)
+    assert state(lh) == expected(range(8), 2)
