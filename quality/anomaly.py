@@ -265,6 +265,12 @@ def _fraction(v: Any) -> float | None:
     return None
 
 
+def points_needed(spec: AnomalySpec) -> int:
+    """The newest points of its series that judging ``spec`` looks at: the judged ones and, before them, the
+    window and the seasons it looks back over (a loader may read just these: `quality.metrics.load_series`)."""
+    return spec.judge_last + max(spec.window, spec.min_history) + (spec.season or 0) * spec.seasons
+
+
 def anomaly_specs(expectations: Mapping[str, Any] | Iterable[AnomalySpec]) -> list[AnomalySpec]:
     """The specs of ``expectations``: the suites of a project (`quality.expectations.load_suites`), whose
     ``anomalies`` they carry, or specs themselves."""

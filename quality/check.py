@@ -125,18 +125,37 @@ def _anomalies(lh: Any, project: Path, names: list[str], done: list[CheckResult]
     """The project's anomaly checks (suites' ``meta.anomalies``) of ``names``, on the metrics series recorded in
     ``_lakestream.metrics``, each cut at the snapshot its table's reconciliation checked (so a result is made on
     the snapshot ``published`` would move to)."""
-    from quality.anomaly import anomaly_results
+    from quality.anomaly import anomaly_results, anomaly_specs, points_needed
     from quality.expectations import load_suites
     from quality.metrics import load_series
 
     snapshots = {r.table: r.snapshot_id for r in done if r.check == RECONCILE}
-    return anomaly_results(
-        load_suites(project),
-        lambda table, metric, column: load_series(lh, table, metric, column),
-        now=datetime.now(UTC),
-        tables=names,
-        snapshots=snapshots,
-    )
+    suites = load_suites(project)
+    # each series is read back only as far as its specs look (not the table's whole recorded history), counted
+    # from the snapshot the run checked
+    needed: dict[tuple[str, str, str | None], int] = {}
+    for spec in anomaly_specs(suites):
+        key = (spec.table, spec.metric, spec.column)
+        needed[key] = max(needed.get(key, 0), points_needed(spec))
+
+    def series(table: str, metric: str, column: str | None) -> Any:
+        return load_series(
+            lh, table, metric, column, last=needed.get((table, metric, column)), until=_checked_at(lh, snapshots, table)
+        )
+
+    return anomaly_results(suites, series, now=datetime.now(UTC), tables=names, snapshots=snapshots)
+
+
+def _checked_at(lh: Any, snapshots: dict[str, int | None], table: str) -> datetime | None:
+    """When the snapshot the run checked of ``table`` was committed (None: not known; now is used)."""
+    sid = snapshots.get(table)
+    if sid is None:
+        return None
+    try:
+        snap = lh.lake_table(table).metadata.snapshot_by_id(sid)
+    except Exception:  # noqa: BLE001 - the series is then counted up to now
+        return None
+    return None if snap is None else datetime.fromtimestamp(snap.timestamp_ms / 1000, UTC)
 
 
 def _project_checks(

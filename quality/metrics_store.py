@@ -44,7 +44,7 @@ from pyiceberg.exceptions import (
     NoSuchTableError,
     TableAlreadyExistsError,
 )
-from pyiceberg.expressions import And, EqualTo, IsNull
+from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, IsNull
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType, TimestamptzType
@@ -341,20 +341,63 @@ def maintain_metrics(
     return result
 
 
-def load_series(lh: Any, table: str, metric: str, column: str | None = None) -> list[tuple[datetime, int, float]]:
+def load_series(
+    lh: Any,
+    table: str,
+    metric: str,
+    column: str | None = None,
+    *,
+    last: int | None = None,
+    until: datetime | None = None,
+) -> list[tuple[datetime, int, float]]:
     """``(committed_at, snapshot_id, value)`` of ``metric`` (of ``column``; None: a table-level metric) of lake
-    table ``table``, oldest commit first. Empty if nothing was recorded."""
+    table ``table``, oldest commit first. Empty if nothing was recorded.
+
+    With ``last``, at least the newest ``last`` points up to ``until`` (default: now) when the history holds
+    them, and not the whole history: the scan is bounded below by a commit time (pushed into the metrics table's
+    file statistics), starting from the table's commit rate and widened 4x at a time until enough points are in
+    or the bound passes the oldest commit time the files hold. Later points come too (the caller cuts)."""
     metrics = metrics_table(lh)
     if metrics is None or metrics.current_snapshot() is None:
         return []
     where = And(EqualTo("table", str(table)), EqualTo("metric", metric))
     where = And(where, IsNull("column") if column is None else EqualTo("column", column))
+    if last is None:
+        return _series(metrics, where)
+    end = _aware(until or datetime.now(UTC))
+    oldest = _oldest(metrics, where)
+    if oldest is None:  # a file without statistics: no bound to push
+        return _series(metrics, where)
+    span = _commit_interval(lh, table) * (last + 1)
+    while True:
+        since = end - span
+        if since <= oldest:  # the bound would keep everything: read it all
+            return _series(metrics, where)
+        points = _series(metrics, And(where, GreaterThanOrEqual("committed_at", since.isoformat())))
+        if sum(1 for at, _, _ in points if at <= end) >= last:
+            return points
+        span *= 4
+
+
+def _oldest(metrics: Table, where: Any) -> datetime | None:
+    """The oldest commit time the metrics table's files matching ``where`` may hold, from their statistics (None:
+    a file has none)."""
+    lows = []
+    for task in metrics.scan(row_filter=where).plan_files():
+        bounds = _committed_at_bounds(task.file)
+        if bounds is None:
+            return None
+        lows.append(bounds[0])
+    return datetime.fromtimestamp(min(lows) / 1e6, UTC) if lows else datetime.now(UTC)
+
+
+def _series(metrics: Table, where: Any) -> list[tuple[datetime, int, float]]:
     rows = metrics.scan(row_filter=where, selected_fields=("committed_at", "snapshot_id", "value")).to_arrow()
     rows = rows.filter(pc.is_valid(rows.column("value"))).sort_by(
         [("committed_at", "ascending"), ("snapshot_id", "ascending")]
     )
     return [
-        (at.astimezone(UTC) if at.tzinfo else at.replace(tzinfo=UTC), sid, value)
+        (_aware(at), sid, value)
         for at, sid, value in zip(
             rows.column("committed_at").to_pylist(),
             rows.column("snapshot_id").to_pylist(),
@@ -362,6 +405,22 @@ def load_series(lh: Any, table: str, metric: str, column: str | None = None) -> 
             strict=True,
         )
     ]
+
+
+def _aware(at: datetime) -> datetime:
+    return at.astimezone(UTC) if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+def _commit_interval(lh: Any, table: str) -> timedelta:
+    """The mean time between the retained commits of lake table ``table`` (metadata only; 1 minute if it has
+    fewer than two, or cannot be read)."""
+    try:
+        stamps = sorted(s.timestamp_ms for s in lh.lake_table(table).metadata.snapshots)
+    except Exception:  # noqa: BLE001 - only a starting guess: the search widens anyway
+        stamps = []
+    if len(stamps) < 2:
+        return timedelta(minutes=1)
+    return timedelta(milliseconds=max(1000.0, (stamps[-1] - stamps[0]) / (len(stamps) - 1)))
 
 
 def load_commits(lh: Any, table: str, *, column: str | None = None, last: int = 20) -> list[dict[str, Any]]:

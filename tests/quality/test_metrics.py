@@ -298,3 +298,35 @@ def test_string_hashes_tell_values_apart_whatever_their_length() -> None:
         assert sorted(again.tolist()) == sorted(hashes.tolist())  # by value, not position or type
     sliced = pa.array(["skip", *short]).slice(1)
     assert string_hashes(sliced).tolist() == string_hashes(pa.array(short)).tolist()
+
+
+def test_a_series_read_for_its_newest_points_reads_back_only_as_far_as_they_go(lh: Lakehouse) -> None:
+    """``load_series(last=N, until=T)``: at least the newest N points up to T, bounded below by a commit time
+    (the rest of a long history stays unread), and the whole series when N reaches back past its start."""
+    from datetime import timedelta
+
+    now = datetime.now(UTC).replace(microsecond=0)
+    hours = 400  # one commit an hour, in 8 appends: files whose commit times are ranges the bound can skip
+    for chunk in range(8):
+        rows = [
+            {
+                "table": "ods.t",
+                "snapshot_id": i,
+                "committed_at": now - timedelta(hours=hours - i),
+                "kind": "tiering",
+                "metric": "inserts",
+                "column": None,
+                "value": float(i),
+            }
+            for i in range(chunk * 50, (chunk + 1) * 50)
+        ]
+        append_metrics(lh, rows, {"ods.t": (rows[-1]["snapshot_id"], 0)}, lambda *_: True)
+    whole = load_series(lh, "ods.t", "inserts")
+    assert [sid for _, sid, _ in whole] == list(range(hours))
+    newest = load_series(lh, "ods.t", "inserts", last=10)
+    assert 10 <= len(newest) < hours / 4 and newest == whole[-len(newest) :]
+    until = now - timedelta(hours=200, minutes=30)  # the checked commit: 199; later points may come too
+    at = load_series(lh, "ods.t", "inserts", last=30, until=until)
+    assert [p for p in at if p[0] <= until][-30:] == [p for p in whole if p[0] <= until][-30:]
+    assert len(at) < hours and at == whole[-len(at) :]
+    assert load_series(lh, "ods.t", "inserts", last=hours + 50) == whole
