@@ -555,14 +555,11 @@ def charted_series(run: QualityRun) -> dict[str, list[tuple[str, str | None]]]:
 
 
 def metric_series(lh: Any, run: QualityRun, *, points: int = METRIC_POINTS) -> dict[str, list[dict[str, Any]]]:
-    """The metrics series a run's page charts (`charted_series`), from the metrics table (`quality.metrics_store`)
-    in one scan filtered to the run's tables and those metrics: per table ``[{"metric", "column", "points":
-    [[committed_at ISO, snapshot_id, value], ...]}]``, each the newest ``points`` up to the run's end (a page
-    rendered again later shows what the run saw). A series with no point is left out."""
-    import pyarrow.compute as pc
-    from pyiceberg.expressions import And, In
-
-    from quality.metrics_store import metrics_table
+    """The metrics series a run's page charts (`charted_series`), from the metrics table (`quality.metrics_store`):
+    per table ``[{"metric", "column", "points": [[committed_at ISO, snapshot_id, value], ...]}]``, each the newest
+    ``points`` up to the run's end (a page rendered again later shows what the run saw), each series read back
+    only as far as those points go (`load_series` with ``last``). A series with no point is left out."""
+    from quality.metrics_store import load_series, metrics_table
 
     wanted = charted_series(run)
     if not wanted:
@@ -570,38 +567,16 @@ def metric_series(lh: Any, run: QualityRun, *, points: int = METRIC_POINTS) -> d
     table = metrics_table(lh)
     if table is None or table.current_snapshot() is None:
         return {}
-    metrics = sorted({m for series in wanted.values() for m, _ in series})
-    rows = table.scan(
-        row_filter=And(In("table", sorted(wanted)), In("metric", metrics)),
-        selected_fields=("table", "snapshot_id", "committed_at", "metric", "column", "value"),
-    ).to_arrow()
-    rows = rows.filter(pc.is_valid(rows.column("value")))
     end = _when(run.finished)
-    if end is not None:
-        rows = rows.filter(pc.less_equal(rows.column("committed_at"), end.astimezone(UTC)))
-    rows = rows.sort_by([("committed_at", "ascending"), ("snapshot_id", "ascending")])
+    end = end.astimezone(UTC) if end is not None else None
     out: dict[str, list[dict[str, Any]]] = {}
     for name, series in wanted.items():
-        of_table = rows.filter(pc.equal(rows.column("table"), name))
         for metric, column in series:
-            mask = pc.equal(of_table.column("metric"), metric)
-            has = (
-                pc.is_null(of_table.column("column")) if column is None else pc.equal(of_table.column("column"), column)
-            )
-            picked = of_table.filter(pc.and_(mask, has))
-            picked = picked.slice(max(0, picked.num_rows - points))
-            if not picked.num_rows:
-                continue
-            pts = [
-                [at.isoformat(), sid, value]
-                for at, sid, value in zip(
-                    picked.column("committed_at").to_pylist(),
-                    picked.column("snapshot_id").to_pylist(),
-                    picked.column("value").to_pylist(),
-                    strict=True,
-                )
-            ]
-            out.setdefault(name, []).append({"metric": metric, "column": column, "points": pts})
+            found = load_series(lh, name, metric, column, last=points, until=end)
+            picked = [p for p in found if end is None or p[0] <= end][-points:]
+            if picked:
+                pts = [[at.isoformat(), sid, value] for at, sid, value in picked]
+                out.setdefault(name, []).append({"metric": metric, "column": column, "points": pts})
     return out
 
 
