@@ -51,7 +51,7 @@ from lakehouse.keyed_rows import KeySet, file_bounds, group_bounds, may_hold, re
 from lakehouse.lake_layout import BUCKET_COLUMN, check_lake_layout, lake_arrow_schema, log_to_lake_rows
 from lakehouse.log import Log
 from lakehouse.merge import engine_of
-from lakehouse.position_deletes import deleted_positions
+from lakehouse.position_deletes import DeleteIndex
 from lakehouse.tables import TableDefinition
 from lakehouse.union import AsOf, check_as_of, plan_as_of
 
@@ -292,9 +292,10 @@ def _state_before(
         live = log_to_lake_rows(upserts_of(between), item.bucket)
         found.append(live.select(list(pk)))
         rows.append(live.filter(wanted.hits(live)) if len(wanted) else live.slice(0, 0))
+    deletes = DeleteIndex(ctx)
     for data_file, delete_files in item.files:
         if may_hold(keys, file_bounds(data_file, ctx.schema, pk)):
-            deleted = deleted_positions(ctx, data_file, delete_files) if delete_files else None
+            deleted = deletes.positions(data_file, delete_files) if delete_files else None
             _look_up(ctx, data_file.file_path, keys, wanted, overridden, found, rows, deleted)
     empty = log_to_lake_rows(log_.read_schema.empty_table(), item.bucket)
     existing = (

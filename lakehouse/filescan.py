@@ -36,7 +36,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask
 from pyiceberg.table.metadata import TableMetadata
 
-from lakehouse.position_deletes import check_positions
+from lakehouse.position_deletes import check_positions, positions_by_path
 
 #: Files a whole-table read (`read_tasks`) decodes at once.
 READ_FILES = 4
@@ -151,11 +151,7 @@ class _FileReader:
                 marks = self._deletes.get(delete_file.file_path)
             if marks is None:
                 with self.io.new_input(delete_file.file_path).open() as stream:
-                    rows = pq.read_table(stream, columns=["file_path", "pos"])
-                paths = rows["file_path"].combine_chunks().dictionary_encode()
-                positions = rows["pos"].to_numpy()
-                codes = paths.indices.to_numpy(zero_copy_only=False)
-                marks = {path: positions[codes == i] for i, path in enumerate(paths.dictionary.to_pylist())}
+                    marks = positions_by_path(pq.read_table(stream, columns=["file_path", "pos"]))
                 with self._lock:
                     self._deletes[delete_file.file_path] = marks
             positions = marks.get(task.file.file_path)

@@ -19,7 +19,7 @@ from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import DataFile
 
 from lakehouse.lake_layout import log_to_lake_rows, parse_partition_by, partition_groups
-from lakehouse.position_deletes import deleted_positions, write_position_deletes
+from lakehouse.position_deletes import DeleteIndex, in_sorted, sorted_unique, write_position_deletes
 from lakehouse.tables import TableDefinition
 
 
@@ -95,10 +95,7 @@ class KeySet:
         and drop repeats: numpy 2.4's hash-based ``np.unique`` is much slower on int64 keys."""
         if len(self.primary_key) != 1 or not pa.types.is_integer(self.keys.schema.field(0).type):
             return None
-        keys = np.sort(self.keys.column(0).to_numpy())
-        if len(keys) > 1:
-            keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
-        return keys
+        return sorted_unique(self.keys.column(0).to_numpy())
 
     def hits(self, rows: pa.Table | pa.RecordBatch) -> pa.BooleanArray:
         """For every row, whether its key is in the set."""
@@ -110,7 +107,9 @@ class KeySet:
             if not len(self._sorted):
                 return pa.array(np.zeros(len(values), dtype=bool))
             vals = values.fill_null(0).to_numpy() if values.null_count else values.to_numpy()
-            found = self._sorted[np.minimum(np.searchsorted(self._sorted, vals), len(self._sorted) - 1)] == vals
+            found = _hits_in_ascending(self._sorted, vals)
+            if found is None:
+                found = in_sorted(vals, self._sorted)
             if values.null_count:  # primary keys are never null; be safe for foreign files
                 found &= values.is_valid().to_numpy(zero_copy_only=False)
             return pa.array(found)
@@ -122,6 +121,21 @@ class KeySet:
         positions = pa.array(np.arange(rows.num_rows, dtype=np.int64))
         found = rows.select(list(pk)).append_column("__row", positions).join(keys, keys=list(pk), join_type="left semi")
         return pc.is_in(positions, value_set=found.column("__row").combine_chunks())
+
+
+def _hits_in_ascending(keys: np.ndarray, values: np.ndarray) -> np.ndarray | None:
+    """Per value, whether it is in ``keys`` (sorted, distinct), if ``values`` ascend strictly (a data file's key
+    column: files are written sorted by key, one row per key): the keys within the values' range searched among
+    the values, not every value among the keys, since a round changes a few keys of each file's many. None if
+    the values do not ascend."""
+    n = len(values)
+    if n < 2 or not (values[1:] > values[:-1]).all():  # costs a fraction of a search of every value
+        return None
+    inside = keys[np.searchsorted(keys, values[0], "left") : np.searchsorted(keys, values[-1], "right")]
+    at = np.searchsorted(values, inside)  # inside lies within [values[0], values[-1]]: every index is valid
+    found = np.zeros(n, dtype=bool)
+    found[at[values[at] == inside]] = True
+    return found
 
 
 Bounds = dict[str, tuple[Any, Any]]
@@ -156,6 +170,12 @@ def group_bounds(group: Any, names: list[str], pk: Sequence[str]) -> Bounds:
 
 def may_hold(keys: KeySet, bounds: Bounds) -> bool:
     """Whether some key of ``keys`` lies within ``bounds`` in every bounded key column (no bounds: it may)."""
+    sorted_keys = keys._sorted  # noqa: SLF001 - one integer key column: a binary search of the sorted keys
+    if sorted_keys is not None and len(bounds) == 1:
+        (lo, hi), name = next(iter(bounds.values())), keys.primary_key[0]
+        if name in bounds and _is_int(lo) and _is_int(hi):
+            at = int(np.searchsorted(sorted_keys, lo, "left"))
+            return at < len(sorted_keys) and int(sorted_keys[at]) <= hi
     mask = None
     for name, (lo, hi) in bounds.items():
         values = keys.keys.column(name)
@@ -166,6 +186,10 @@ def may_hold(keys: KeySet, bounds: Bounds) -> bool:
         inside = pc.fill_null(inside, True)
         mask = inside if mask is None else pc.and_(mask, inside)
     return mask is None or pc.any(mask).as_py() is True
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
 
 def key_hits(
@@ -190,7 +214,13 @@ def key_hits(
                 continue
             # the other columns in the same read: its columns decode in parallel, and a row group whose key
             # range holds a changed key mostly holds one (rounds spread over the keys hit every row group)
-            group = parquet.read_row_group(i, columns=wanted) if direct else ctx.project(parquet.read_row_group(i))
+            # one thread: a task is one core of its executor (its columns decoded on Arrow's pool, two tasks
+            # on two cores queue behind each other's decoding)
+            group = (
+                parquet.read_row_group(i, columns=wanted, use_threads=False)
+                if direct
+                else ctx.project(parquet.read_row_group(i))
+            )
             if wanted is not None and not direct:
                 group = group.select(wanted)
             hits = keys.hits(group)
@@ -232,6 +262,7 @@ def stored_rows(
     pk = list(keys.primary_key)
     extra = None if columns is None else [c for c in columns if c not in pk]
     found = []
+    deletes = DeleteIndex(ctx)
     for index, (data_file, delete_files) in enumerate(candidates):
         if not len(keys) or not may_hold(keys, file_bounds(data_file, ctx.schema, pk)):
             continue
@@ -239,7 +270,7 @@ def stored_rows(
         if rows is None:
             continue
         if delete_files:
-            alive = ~np.isin(positions, deleted_positions(ctx, data_file, delete_files))
+            alive = ~in_sorted(positions, deletes.positions(data_file, delete_files))
             positions, rows = positions[alive], rows.filter(pa.array(alive))
         if not positions.size:
             continue
@@ -369,12 +400,13 @@ def mark_bucket(
             partition = tuple(data_file.partition[i] for i in range(len(data_file.partition)))
             marks.setdefault(partition, []).append((data_file.file_path, np.sort(positions[files == index])))
         candidates = ()
+    deletes = DeleteIndex(ctx)
     for data_file, delete_files in candidates:
         if not may_hold(keys, file_bounds(data_file, ctx.schema, pk)):
             continue  # its key range holds no changed key: not read at all
         positions, rows = key_hits(ctx, data_file.file_path, keys)
         if positions.size and delete_files:
-            alive = ~np.isin(positions, deleted_positions(ctx, data_file, delete_files))
+            alive = ~in_sorted(positions, deletes.positions(data_file, delete_files))
             positions, rows = positions[alive], rows.filter(pa.array(alive)) if rows is not None else None
         found.add(result, rows)
         if positions.size:

@@ -13,6 +13,7 @@ readers skip a delete file for other data files); `lakehouse.commits` commits th
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +37,12 @@ __all__ = [
     "FILE_PATH_ID",
     "POS_ID",
     "POSITION_DELETE_SCHEMA",
+    "DeleteIndex",
     "check_positions",
     "deleted_positions",
+    "in_sorted",
+    "positions_by_path",
+    "sorted_unique",
     "deletes_per_file",
     "is_delete_file",
     "write_position_deletes",
@@ -63,7 +68,7 @@ def write_position_deletes(
 ) -> DataFile:
     """Write one position delete file of ``partition`` for ``deletes`` (data file location, row positions),
     sorted by location and position; return its `DataFile` entry (content position deletes)."""
-    ordered = sorted((path, np.unique(np.asarray(positions, dtype=np.int64))) for path, positions in deletes)
+    ordered = sorted((path, sorted_unique(np.asarray(positions, dtype=np.int64))) for path, positions in deletes)
     paths = [path for path, positions in ordered for _ in range(len(positions))]
     positions = np.concatenate([p for _, p in ordered]) if ordered else np.empty(0, np.int64)
     rows = pa.table({"file_path": pa.array(paths, pa.string()), "pos": pa.array(positions, pa.int64())})
@@ -116,7 +121,8 @@ def _read_delete_file(ctx: LakeContext, delete_file: DataFile, filters: Any = No
 
 
 def deleted_positions(ctx: LakeContext, data_file: DataFile, delete_files: Iterable[DataFile]) -> np.ndarray:
-    """The sorted row positions of ``data_file`` that ``delete_files`` delete."""
+    """The sorted row positions of ``data_file`` that ``delete_files`` delete (each delete file read with a filter
+    on the path: one data file's lookup; a task looking up many data files uses a `DeleteIndex`)."""
     parts = []
     for delete_file in delete_files:
         if not _may_reference(delete_file, data_file.file_path):
@@ -125,7 +131,70 @@ def deleted_positions(ctx: LakeContext, data_file: DataFile, delete_files: Itera
         parts.append(check_positions(delete_file, data_file, positions.to_numpy()))
     if not parts:
         return np.empty(0, np.int64)
-    return np.unique(np.concatenate(parts))
+    return sorted_unique(np.concatenate(parts))
+
+
+class DeleteIndex:
+    """The positions position delete files delete, each delete file read once, whole, and kept grouped by data file
+    path: a task that looks up many data files of a bucket (a tiering round, a compaction group, a changelog) reads
+    every delete file once instead of once per data file it may name. A table with ``k`` uncompacted rounds has
+    about ``k`` delete files naming each of its files: looked up per data file, a round read ``k`` times ``k``
+    files. Memory: the delete files looked up (one task's). Safe to share between threads."""
+
+    def __init__(self, ctx: LakeContext) -> None:
+        self.ctx = ctx
+        self._files: dict[str, dict[str, np.ndarray]] = {}
+        self._lock = threading.Lock()
+
+    def _marks(self, delete_file: DataFile) -> dict[str, np.ndarray]:
+        with self._lock:
+            marks = self._files.get(delete_file.file_path)
+        if marks is None:
+            marks = positions_by_path(_read_delete_file(self.ctx, delete_file, columns=["file_path", "pos"]))
+            with self._lock:
+                self._files[delete_file.file_path] = marks
+        return marks
+
+    def positions(self, data_file: DataFile, delete_files: Iterable[DataFile]) -> np.ndarray:
+        """The sorted row positions of ``data_file`` that ``delete_files`` delete."""
+        parts = []
+        for delete_file in delete_files:
+            if not _may_reference(delete_file, data_file.file_path):
+                continue
+            positions = self._marks(delete_file).get(data_file.file_path)
+            if positions is not None:
+                parts.append(check_positions(delete_file, data_file, positions))
+        if not parts:
+            return np.empty(0, np.int64)
+        return parts[0] if len(parts) == 1 else sorted_unique(np.concatenate(parts))
+
+
+def positions_by_path(rows: pa.Table) -> dict[str, np.ndarray]:
+    """A position delete file's rows (``file_path``, ``pos``) as data file path -> its positions, sorted."""
+    paths = rows["file_path"].combine_chunks().dictionary_encode()
+    positions = rows["pos"].to_numpy()
+    codes = paths.indices.to_numpy(zero_copy_only=False)
+    if len(paths.dictionary) == 1:
+        return {paths.dictionary[0].as_py(): sorted_unique(positions)}
+    return {path: sorted_unique(positions[codes == i]) for i, path in enumerate(paths.dictionary.to_pylist())}
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``values`` sorted, repeats dropped: numpy 2.4's hash-based ``np.unique`` is several times slower on int64
+    (and ``np.isin`` calls it twice)."""
+    out = np.sort(values)
+    if len(out) > 1:
+        out = out[np.concatenate(([True], out[1:] != out[:-1]))]
+    return out
+
+
+def in_sorted(values: np.ndarray, sorted_values: np.ndarray) -> np.ndarray:
+    """Per value, whether it is in ``sorted_values`` (sorted, e.g. by `sorted_unique`): ``np.isin`` by binary
+    search."""
+    if not len(sorted_values):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_values, values), len(sorted_values) - 1)
+    return sorted_values[at] == values
 
 
 def check_positions(delete_file: DataFile, data_file: DataFile, positions: np.ndarray) -> np.ndarray:

@@ -36,7 +36,7 @@ from lakehouse.datafiles import LakeContext, added_or_raise, locations
 from lakehouse.errors import InvalidArgument, LakestreamError, MaintenanceError
 from lakehouse.executor import LocalExecutor, TaskExecutor
 from lakehouse.lake_layout import COMMIT_USER_PROPERTY, OFFSET_COLUMN, check_lake_layout
-from lakehouse.position_deletes import deleted_positions, deletes_per_file
+from lakehouse.position_deletes import DeleteIndex, deletes_per_file
 from lakehouse.tables import TableDefinition
 
 log = logging.getLogger(__name__)
@@ -140,8 +140,9 @@ def _run(task: _Task) -> _Outcome:
     out = _Outcome()
     try:
         deletes = task.group.deletes or ((),) * len(task.group.files)
+        index = DeleteIndex(task.ctx)  # the group's files share delete files: each is read once
         data = _ordered_concat(
-            [_live_rows(task.ctx, f, d) for f, d in zip(task.group.files, deletes, strict=True)], task.sort_by
+            [_live_rows(task.ctx, f, d, index) for f, d in zip(task.group.files, deletes, strict=True)], task.sort_by
         )
         out.added.append(task.ctx.write(data, task.group.partition, task.stem))
     except BaseException:  # noqa: BLE001 - returned, the driver cleans up and raises
@@ -150,12 +151,14 @@ def _run(task: _Task) -> _Outcome:
     return out
 
 
-def _live_rows(ctx: LakeContext, data_file: DataFile, delete_files: tuple[DataFile, ...]) -> pa.Table:
+def _live_rows(
+    ctx: LakeContext, data_file: DataFile, delete_files: tuple[DataFile, ...], index: DeleteIndex
+) -> pa.Table:
     """A data file's rows, without those its delete files delete."""
     rows = ctx.read(data_file.file_path)
     if not delete_files:
         return rows
-    gone = deleted_positions(ctx, data_file, delete_files)
+    gone = index.positions(data_file, delete_files)
     if not gone.size:
         return rows
     alive = np.ones(rows.num_rows, dtype=bool)

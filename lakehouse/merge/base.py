@@ -84,14 +84,51 @@ class MergeEngine(ABC):
         # no sort: grouping keeps the row order within a group (stored first, then the changes in offset order)
         return pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
 
-    def picked(self, changes: pa.Table, orders: pa.Array, values: dict[str, pa.Array] | None = None) -> pa.Table:
+    def aligned(self, stored: pa.Table, changes: pa.Table, columns: list[str]) -> dict[str, pa.Array] | None:
+        """Per change, the stored value of each of ``columns`` for its key (null where the key has no stored row),
+        if the changes are upserts of distinct keys of one integer key column: a round whose every key changes once
+        (the usual round) folds each change with its key's stored row, column by column, with no grouping. None
+        otherwise (repeated keys, deletes, another key: the engine groups)."""
+        if len(self.primary_key) != 1 or not changes.num_rows:
+            return None
+        name = self.primary_key[0]
+        if not pa.types.is_integer(changes.schema.field(name).type) or pc.any(is_delete(changes)).as_py():
+            return None
+        keys = changes.column(name).to_numpy()
+        ordered = np.sort(keys)
+        if (ordered[1:] == ordered[:-1]).any():
+            return None
+        types = {c: changes.schema.field(c).type for c in columns}
+        if not stored.num_rows:
+            return {c: pa.nulls(len(keys), types[c]) for c in columns}
+        stored_keys = stored.column(name).to_numpy()
+        order = np.argsort(stored_keys, kind="stable")
+        at = order[np.minimum(np.searchsorted(stored_keys[order], keys), len(order) - 1)]
+        index = pa.array(at, mask=stored_keys[at] != keys)  # a null index takes a null: the key had no stored row
+        return {
+            c: stored.column(c).take(index).combine_chunks().cast(types[c])
+            if c in stored.column_names
+            else pa.nulls(len(keys), types[c])
+            for c in columns
+        }
+
+    def replaced(self, changes: pa.Table, values: dict[str, pa.Array]) -> pa.Table:
+        """``changes`` with the value columns in ``values`` (aligned with its rows) replaced, cast to their types."""
+        return self.picked(changes, np.arange(changes.num_rows), values, ordered=True)
+
+    def picked(
+        self, changes: pa.Table, orders: pa.Array, values: dict[str, pa.Array] | None = None, *, ordered: bool = False
+    ) -> pa.Table:
         """The change rows at ``orders`` (a position per key), their value columns replaced by ``values`` (aligned
-        with ``orders``), in offset order."""
-        positions = np.asarray(orders.to_numpy(zero_copy_only=False) if hasattr(orders, "to_numpy") else orders)
-        sort = np.argsort(positions, kind="stable")
-        out = changes.take(pa.array(positions[sort]))
+        with ``orders``), in offset order (``ordered``: ``orders`` are every row in order, nothing is taken)."""
+        if ordered:
+            out, sort = changes, None
+        else:
+            positions = np.asarray(orders.to_numpy(zero_copy_only=False) if hasattr(orders, "to_numpy") else orders)
+            sort = np.argsort(positions, kind="stable")
+            out = changes.take(pa.array(positions[sort]))
         for name, column in (values or {}).items():
-            column = column.take(pa.array(sort))
+            column = column.take(pa.array(sort)) if sort is not None else column
             i = out.schema.get_field_index(name)
             field = out.schema.field(i)
             try:

@@ -19,6 +19,10 @@ class PartialUpdate(MergeEngine):
     def resolve(self, stored: pa.Table, changes: pa.Table) -> pa.Table:
         if changes.num_rows == 0:
             return changes
+        nulls = with_nulls(changes, self.values)
+        old = self.aligned(stored, changes, nulls)
+        if old is not None:  # each key upserted once: its null columns take the stored values
+            return self.replaced(changes, {c: pc.coalesce(changes.column(c).combine_chunks(), old[c]) for c in nulls})
         pk = list(self.primary_key)
         every = self.combined(stored, changes)
         # the rows after each key's last delete (a delete resets the row)

@@ -191,3 +191,57 @@ def test_the_definition_keeps_its_engine():
     assert "aggregate (a sum, v max, b min)" in d.describe()["merge engine"]
     old = TableDefinition.from_json(definition("last-row").to_json().replace(b'"merge-engine"', b'"x-engine"'))
     assert old.merge_engine == "last-row"
+
+
+@pytest.mark.parametrize("engine", ["partial-update", "aggregate"])
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_resolve_of_keys_changed_once_equals_the_fold(engine, data):
+    """A round whose every key changes once (the usual round) is folded column by column, without grouping
+    (`MergeEngine.aligned`): the same rows as the oracle's fold, stored rows present or not, nulls anywhere."""
+    value = st.one_of(st.none(), st.integers(-5, 5))
+    row = st.fixed_dictionaries(
+        {"k": st.integers(0, 9), "a": value, "b": st.one_of(st.none(), st.sampled_from(["x", "y"])), "v": value}
+    )
+    first = data.draw(st.lists(st.tuples(st.just("upsert"), row), max_size=10))
+    rest = data.draw(
+        st.lists(
+            st.tuples(st.sampled_from(["insert", "upsert"]), row),
+            min_size=1,
+            max_size=10,
+            unique_by=lambda c: c[1]["k"],
+        )
+    )
+    options = {"aggregates": {"a": "sum", "v": "count", "b": "max"}} if engine == "aggregate" else {}
+    oracle = {"value_columns": ["a", "b", "v"], "version": None, "aggregates": options.get("aggregates")}
+    expected = fold_all(engine, first + rest, "k", **oracle)
+    engine_ = engine_of(definition(engine, **options))
+    state = apply({}, engine_.resolve(SCHEMA.empty_table(), log_records(first)) if first else log_records([]))
+    changes = log_records(rest)
+    columns = engine_.stored_columns(changes)
+    stored = pa.Table.from_pylist(list(state.values()), schema=SCHEMA).select(["k", *columns])
+    assert engine_.aligned(stored, changes, columns) is not None  # the column-wise fold, not the grouping
+    assert apply(state, engine_.resolve(stored, changes)) == expected
+
+
+@pytest.mark.parametrize("repeated", [False, True])
+def test_an_aggregate_that_overflows_its_column_is_refused_either_way(repeated):
+    """Folded column by column (each key once) or grouped (a key twice), a sum past the column's type is a
+    `BatchError` asking to widen it, never a wrapped value."""
+    schema = pa.schema([("k", pa.int64()), ("a", pa.int32())])
+    engine = engine_of(
+        TableDefinition.build(
+            "t.m", schema, buckets=1, primary_key=["k"], merge_engine="aggregate", aggregates={"a": "sum"}
+        )
+    )
+    rows = [("upsert", {"k": 1, "a": 1})] * (2 if repeated else 1)
+    user = pa.Table.from_pylist([r for _, r in rows], schema=schema)
+    ops = pa.DictionaryArray.from_arrays(pa.array([OPS.index(op) for op, _ in rows], pa.int8()), pa.array(OPS))
+    changes = (
+        user.append_column("_op", ops.cast(OP_TYPE))
+        .append_column("_offset", pa.array(range(len(rows)), pa.int64()))
+        .append_column("_timestamp", pa.array([datetime(2026, 1, 1)] * len(rows), pa.timestamp("ms", "UTC")))
+    )
+    stored = pa.table({"k": pa.array([1], pa.int64()), "a": pa.array([2**31 - 1], pa.int32())})
+    with pytest.raises(BatchError, match="widen the column"):
+        engine.resolve(stored, changes)
