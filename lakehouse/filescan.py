@@ -26,7 +26,6 @@ from functools import cached_property
 import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.expressions.visitors import bind
 from pyiceberg.io import FileIO
@@ -36,7 +35,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask
 from pyiceberg.table.metadata import TableMetadata
 
-from lakehouse.position_deletes import check_positions, positions_by_path
+from lakehouse.position_deletes import check_positions, positions_by_path, read_marks
 
 #: Files a whole-table read (`read_tasks`) decodes at once.
 READ_FILES = 4
@@ -151,7 +150,7 @@ class _FileReader:
                 marks = self._deletes.get(delete_file.file_path)
             if marks is None:
                 with self.io.new_input(delete_file.file_path).open() as stream:
-                    marks = positions_by_path(pq.read_table(stream, columns=["file_path", "pos"]))
+                    marks = positions_by_path(read_marks(stream))
                 with self._lock:
                     self._deletes[delete_file.file_path] = marks
             positions = marks.get(task.file.file_path)
@@ -174,7 +173,7 @@ class _FileReader:
         columns = self.names if self.filter is not None else self.columns
         sizes = [int(starts[g + 1] - starts[g]) for g in groups]
         scanner = ds.Scanner.from_fragment(
-            fragment.subset(row_group_ids=groups),
+            fragment if len(groups) == metadata.num_row_groups else fragment.subset(row_group_ids=groups),
             schema=physical,
             columns=columns,
             batch_size=BATCH_ROWS,
