@@ -37,7 +37,7 @@ class Aggregate(MergeEngine):
         if old is not None:  # each key changes once: fold each change with its stored row, column by column
             try:
                 return self.replaced(changes, _folded(changes, old, functions, folded, last))
-            except pa.ArrowNotImplementedError:  # a type an element-wise kernel lacks: grouped below
+            except (pa.ArrowNotImplementedError, pa.ArrowTypeError):  # a type an element-wise kernel lacks: grouped
                 pass
         every = self.combined(stored, changes, [*folded, *last])
         from_stored = pc.less(every.column(ORDER), 0)
