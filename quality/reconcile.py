@@ -38,7 +38,7 @@ import os
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -64,7 +64,7 @@ from lakehouse.keyed_rows import KeySet, reduce_changes, stored_rows, upserts_of
 from lakehouse.lake_layout import OFFSET_COLUMN, TIMESTAMP_COLUMN, log_to_lake_rows, tiering_snapshots
 from lakehouse.maintenance.retention import retention_floors
 from lakehouse.merge import engine_of
-from lakehouse.position_deletes import deleted_positions
+from lakehouse.position_deletes import deleted_positions, positions_by_path, read_marks, sorted_unique
 from object_store.errors import NotFound
 from quality.digest import Digest, difference, row_hashes
 from quality.results import RECONCILE, CheckResult, Violation
@@ -283,10 +283,10 @@ class _Checker:
         """What position delete files mark: data file path -> sorted positions."""
         out: dict[str, list[np.ndarray]] = defaultdict(list)
         for d in delete_files:
-            rows = pq.read_table(self._key(d.file_path), filesystem=self._fs)
-            for path, group in _group_by_path(rows):
-                out[path].append(group)
-        return {path: np.unique(np.concatenate(parts)) for path, parts in out.items()}
+            with self._fs.open_input_file(self._key(d.file_path)) as stream:
+                for path, positions in positions_by_path(read_marks(stream)).items():
+                    out[path].append(positions)
+        return {path: sorted_unique(np.concatenate(parts)) for path, parts in out.items()}
 
     def read_log(
         self,
@@ -909,18 +909,6 @@ class _Checker:
         checked = actual.filter(fresh) if lo > 0 else actual
         self.unverified_rows += actual.num_rows - checked.num_rows
         self.compare(expected, checked, bucket=b, offsets=rng, snapshot=snapshot, what="the lake against the log")
-
-
-def _group_by_path(rows: pa.Table) -> Iterator[tuple[str, np.ndarray]]:
-    """A position delete file's rows, grouped: (data file path, its positions)."""
-    paths = rows["file_path"].to_pylist()
-    positions = rows["pos"].to_numpy()
-    order = np.argsort(np.array(paths, dtype=object), kind="stable") if paths else np.empty(0, int)
-    start = 0
-    for i in range(1, len(order) + 1):
-        if i == len(order) or paths[order[i]] != paths[order[start]]:
-            yield paths[order[start]], positions[order[start:i]]
-            start = i
 
 
 def _by_offset(table: pa.Table) -> pa.Table:
