@@ -5,7 +5,8 @@ and the same ``--rounds`` rounds of changes (1 % of the keys, uniformly: every f
 only in their merge engine: ``last-row`` (the baseline, measured in the same run), ``partial-update`` and
 ``aggregate`` (sum of the price, max of the customer, count of the ship priority). Per round, the changes are
 appended, the table is union-read with them as its tail (median of 3), then tiered. Printed: each engine's
-throughput as a ratio of last-row's (baseline seconds / engine seconds; goal >= 0.8 for both).
+throughput as a ratio of last-row's (baseline seconds / engine seconds; goal >= 0.8 for both), the tiering
+rounds' also in this process's CPU time (the local executor's threads), steadier than wall time on a busy host.
 
 A merge engine's round costs more than last-row's by the stored rows of the changed keys: last-row needs only
 their positions (the key column of the row groups that may hold one), an engine their whole rows.

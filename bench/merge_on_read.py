@@ -11,6 +11,7 @@ the keys (uniformly: every file holds one) and delete 0.1 %. Measured side by si
 * reads after the rounds, not compacted, against the same table compacted (goal: within 1.3x): lakestream's
   union and lake reads, Spark's ``spark.read.format("lakestream")`` and DuckDB's ``iceberg_scan`` (every column
   to Arrow, and a count and sum of one column, where decoding costs least and the deletes' share is largest).
+  Each read's wall time, and for the reads in this process (not Spark's) its CPU time, steadier on a busy host.
 
     .venv/bin/python bench/merge_on_read.py            # 10 M rows (about 15 minutes on 2 cores)
     .venv/bin/python bench/merge_on_read.py --quick    # 400,000 rows
