@@ -244,6 +244,7 @@ def run_worker(mode: str, args: list, env: dict[str, str], timeout: float = 240)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+@pytest.mark.slow
 def test_task_retry_in_spark_writes_nothing_twice(lh, tmp_path):
     """Spark retries every task whose first attempt failed after its first append (local[2,2]): each row once."""
     markers = tmp_path / "markers"
@@ -307,6 +308,7 @@ def test_stream_writes_once_and_restarts(spark, lh, tmp_path):
     assert ended(lh, LOG) == ends and ids(lh) == Counter(expected)
 
 
+@pytest.mark.slow
 def test_stream_driver_killed_mid_batch_then_restarted(lh, tmp_path):
     """Batch 1's task kills the driver with SIGKILL after a random one of its 5 appends (the first to the last);
     the restart from the checkpoint replays batch 1 (the appends that landed recognised) and runs batch 2: every

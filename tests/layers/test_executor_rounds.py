@@ -119,6 +119,7 @@ def state(lh: Lakehouse, name: str, project) -> list[dict]:
     return rows.sort_by([(k, "ascending") for k in key]).to_pylist()
 
 
+@pytest.mark.slow
 def test_every_strategy_on_the_executors_equals_the_driver_and_a_rebuild(tmp_path, spark, project, monkeypatch):
     on_driver = Lakehouse.open((tmp_path / "driver").as_uri())
     on_executors = Lakehouse.open((tmp_path / "executors").as_uri())
@@ -296,6 +297,7 @@ def test_a_round_resumes_where_it_began_whatever_the_budget_is_now(tmp_path, spa
     assert not latest_round(lh.store, "ads.by_dim").on_executors and "on Spark's executors" not in report.reason
 
 
+@pytest.mark.slow
 def test_window_models_with_null_partition_values_equal_a_rebuild_on_the_driver_and_the_executors(tmp_path, spark):
     """Facts moving into, within and out of the null partition (which no IN list or range holds): a round on the
     driver (Spark reads with IS NULL pushed) and one on the executors (no range pushed) both equal a rebuild; so

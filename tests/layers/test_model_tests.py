@@ -45,6 +45,7 @@ def example_run(spark):
         return invoke("test", "--project", str(TPCH))
 
 
+@pytest.mark.slow
 def test_the_examples_tests_pass(example_run) -> None:
     assert example_run.exit_code == 0, example_run.output
     lines = example_run.output.splitlines()

@@ -178,6 +178,7 @@ def test_an_unknown_model_is_a_clear_error(tmp_path, spark, project):
     assert [r.model for r in layers.run_once(["DWD.Orders_Enriched"])] == ["dwd.orders_enriched"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first", [False, True, "executors"], ids=["round1", "round0", "round1-executors"])
 @pytest.mark.parametrize(
     "point", ["before_append", "between_appends", "before_advance", "between_advances", "before_report"]

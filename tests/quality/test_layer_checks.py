@@ -60,6 +60,7 @@ def assert_clean(results: list[CheckResult]) -> None:
         assert r.ok, [str(v) for v in r.violations] or r.error
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["local"])
 def test_clean_layers_pass_after_first_and_second_round(lakehouse, spark, project):
     lh = lakehouse
@@ -254,6 +255,7 @@ def test_positions_of_a_round_in_progress_are_those_of_the_round_before(lakehous
     assert result.details["round"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["local"])
 def test_no_false_alarm_over_randomized_clean_rounds(lakehouse, spark, project):
     lh = lakehouse
