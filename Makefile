@@ -28,12 +28,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 # Two workers: much of the suite waits on subprocesses, servers and JVMs, so two halves overlap on two cores
-# (37 -> 26 minutes here). Whole files per worker, the files with long (slow) tests first (tests/conftest.py):
-# xdist's default order left the long files for last. TEST_WORKERS=0 runs it in one process.
+# (37 -> 26 minutes here). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 
 test: lint
-	$(BIN)/python -m pytest --durations=30 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=30 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 # The native stack end to end (about 10 minutes): up, the DAGs under the real scheduler, a lost worker, down.
 test-stack: $(STAMP)

@@ -22,20 +22,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.pop(_name, None)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The files holding long tests (marked ``slow``) run first, those with the most of them first; every file's
-    tests keep their order. `make test` hands whole files to its two workers (``--dist loadfile
-    --no-loadscope-reorder``): with the long files last (xdist's default order puts files with many short tests
-    first), one worker ran a long file alone while the other idled, and the short files left at the end now fill
-    both workers instead."""
-    slow: dict[str, int] = {}
-    for item in items:
-        if item.get_closest_marker("slow") is not None:
-            file = item.nodeid.split("::", 1)[0]
-            slow[file] = slow.get(file, 0) + 1
-    items.sort(key=lambda item: -slow.get(item.nodeid.split("::", 1)[0], 0))
-
-
 @pytest.fixture(scope="session")
 def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
     """A real S3 server on loopback (SeaweedFS `weed mini`), stopped by PID at the end of the session."""
