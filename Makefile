@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed-stamp
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: test test-stack demo s3 stack stack-down stack-status bench lint install clean
+.PHONY: test test-fast test-thorough test-stack demo s3 stack stack-down stack-status bench lint install clean
 
 install: $(STAMP)
 
@@ -33,6 +33,16 @@ TEST_WORKERS ?= 2
 
 test: lint
 	$(BIN)/python -m pytest --durations=30 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
+
+# The fast tier: every test that needs no JVM, no S3 server and no subprocess (tests/support/tiers.py), with the
+# `dev` hypothesis profile; a test of it that starts a process fails and says how to mark it.
+test-fast: $(STAMP)
+	LAKESTREAM_TEST_TIER=fast HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest -m fast -q $(PYTEST_ARGS)
+
+# Every property test with five times its example count (tests/support/profiles.py): a night's run.
+test-thorough: $(STAMP)
+	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile \
+		-m "not stack" $(PYTEST_ARGS) $$(grep -rl --include='test_*.py' '@given' tests)
 
 # The native stack end to end (about 10 minutes): up, the DAGs under the real scheduler, a lost worker, down.
 test-stack: $(STAMP)

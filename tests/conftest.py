@@ -13,6 +13,11 @@ import pytest
 
 from object_store import ObjectStore, open_store
 from object_store.seaweedfs import SeaweedFS
+from tests.support.profiles import load_profile
+from tests.support.tiers import guard_fast_tier, mark_tiers
+
+# Before any test module is imported: property tests scale their example counts by the profile at import.
+load_profile()
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -20,6 +25,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # asks for a width), so without this the CLI tests would read tables folded to 80 columns.
     for _name in ("COLUMNS", "LINES"):
         os.environ.pop(_name, None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_tiers(items)
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_starts_no_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    guard_fast_tier(monkeypatch)
 
 
 @pytest.fixture(scope="session")

@@ -188,6 +188,7 @@ def test_the_dockerfile_builds_python_3_11_with_java_17_and_the_project() -> Non
     assert any(i == ["ENTRYPOINT", '["/usr/local/bin/entrypoint.sh"]'] for i in instructions)
 
 
+@pytest.mark.subprocess
 def test_the_entrypoint_binds_spark_to_the_container_address_unless_set(tmp_path: Path) -> None:
     env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     entrypoint = str(REPO / "docker" / "entrypoint.sh")
@@ -199,6 +200,7 @@ def test_the_entrypoint_binds_spark_to_the_container_address_unless_set(tmp_path
     assert out.stdout == "10.1.2.3\n"
 
 
+@pytest.mark.subprocess
 def test_the_spark_worker_health_check_needs_the_master_to_list_it_alive() -> None:
     workers: list[dict] = []
 
@@ -239,6 +241,7 @@ def compose_client() -> list[str] | None:
     return None
 
 
+@pytest.mark.subprocess
 def test_docker_compose_config_accepts_it(tmp_path: Path) -> None:
     client = compose_client()
     if client is None:

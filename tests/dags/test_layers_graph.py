@@ -41,6 +41,7 @@ def test_the_example_project() -> None:
     }
 
 
+@pytest.mark.subprocess
 def test_the_scan_does_not_import_heavy_modules() -> None:
     import subprocess
 

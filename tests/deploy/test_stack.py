@@ -41,6 +41,7 @@ def test_ports_default_and_from_env(tmp_path: Path) -> None:
             stack.Config.from_env(tmp_path, env={"LAKESTREAM_STACK_S3_PORT": bad})
 
 
+@pytest.mark.subprocess
 def test_env_file_sources_to_the_stack(tmp_path: Path) -> None:
     cfg = stack.Config.from_env(
         tmp_path / "st ack",
@@ -83,6 +84,7 @@ def test_status_of_an_empty_dir(tmp_path: Path) -> None:
     assert all("stopped" in line for line in lines)
 
 
+@pytest.mark.subprocess
 def test_down_on_nothing_is_a_no_op_and_drops_stale_pid_files(tmp_path: Path) -> None:
     cfg = stack.Config.from_env(tmp_path, env={})
     assert stack.down(cfg, lambda _: None) == []
@@ -96,6 +98,7 @@ def test_down_on_nothing_is_a_no_op_and_drops_stale_pid_files(tmp_path: Path) ->
     assert not cfg.pid_file("spark-master").exists()
 
 
+@pytest.mark.subprocess
 def test_up_seaweedfs_only_then_down_leaves_no_process(tmp_path: Path) -> None:
     ports = _free_ports(len(stack.PORT_ENV))
     env = {var: str(port) for var, port in zip(stack.PORT_ENV, ports, strict=True)}

@@ -33,6 +33,7 @@ from lakehouse.errors import AsOfUnavailable
 from lakehouse.lake_layout import OFFSETS_PROPERTY, offsets_files
 from quality.reconcile import reconcile
 from tests.conftest import duckdb_connection
+from tests.support.profiles import examples
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 NAME = "ods.p"
@@ -180,7 +181,7 @@ def run(steps: list[tuple], pk: bool, write_mode: str | None = None, compact_met
     ],
     ids=["pk-merge-on-read", "pk-merge-on-read-merged-manifests-offsets-files", "pk-copy-on-write", "log"],
 )
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(step, min_size=3, max_size=14))
 @example(  # rounds that each change tiered keys: delete manifests to merge, snapshots to expire
     steps=[

@@ -24,6 +24,7 @@ from pyiceberg.types import (
 
 from lakehouse.bucketing import bucket_ids
 from lakehouse.errors import SchemaError
+from tests.support.profiles import examples
 
 EPOCH = dt.datetime(1970, 1, 1)
 
@@ -34,42 +35,41 @@ def _pyiceberg(iceberg_type, n: int, values: list) -> list:
 
 
 buckets = st.integers(min_value=1, max_value=1024)
-settings.register_profile("bucketing", max_examples=60, deadline=None)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.one_of(st.none(), st.just(0), st.integers(-(2**31), 2**31 - 1))), buckets)
 def test_int(values, n) -> None:
     assert bucket_ids(pa.array(values, pa.int32()), n).to_pylist() == _pyiceberg(IntegerType(), n, values)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.one_of(st.none(), st.just(0), st.integers(-(2**63), 2**63 - 1))), buckets)
 def test_long(values, n) -> None:
     assert bucket_ids(pa.array(values, pa.int64()), n).to_pylist() == _pyiceberg(LongType(), n, values)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.one_of(st.none(), st.just(""), st.text(max_size=40), st.text(min_size=200, max_size=300))), buckets)
 def test_string(values, n) -> None:
     assert bucket_ids(pa.array(values, pa.string()), n).to_pylist() == _pyiceberg(StringType(), n, values)
     assert bucket_ids(pa.array(values, pa.large_string()), n).to_pylist() == _pyiceberg(StringType(), n, values)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.one_of(st.none(), st.binary(max_size=33))), buckets)
 def test_binary(values, n) -> None:
     assert bucket_ids(pa.array(values, pa.binary()), n).to_pylist() == _pyiceberg(BinaryType(), n, values)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.one_of(st.none(), st.dates(min_value=dt.date(1, 1, 1)))), buckets)
 def test_date(values, n) -> None:
     days = [None if v is None else (v - dt.date(1970, 1, 1)).days for v in values]
     assert bucket_ids(pa.array(values, pa.date32()), n).to_pylist() == _pyiceberg(DateType(), n, days)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.one_of(st.none(), st.datetimes(min_value=dt.datetime(1000, 1, 1)))), buckets)
 def test_timestamp(values, n) -> None:
     micros = [None if v is None else (v - EPOCH) // dt.timedelta(microseconds=1) for v in values]
@@ -78,7 +78,7 @@ def test_timestamp(values, n) -> None:
     assert bucket_ids(pa.array(values, pa.timestamp("us", tz="UTC")), n).to_pylist() == expected
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     st.lists(st.one_of(st.none(), st.decimals(min_value=-(10**9), max_value=10**9, places=2, allow_nan=False))),
     buckets,
@@ -89,7 +89,7 @@ def test_decimal(values, n) -> None:
     assert bucket_ids(arr, n).to_pylist() == _pyiceberg(DecimalType(18, 2), n, values)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.one_of(st.none(), st.uuids())), buckets)
 def test_uuid(values, n) -> None:
     """A uuid column can bucket a keyless table (it was refused, although Iceberg buckets uuids)."""

@@ -46,6 +46,7 @@ def lineage_is_linear(table) -> bool:
     return all(s.parent_snapshot_id == (snaps[i - 1].snapshot_id if i else None) for i, s in enumerate(snaps))
 
 
+@pytest.mark.subprocess
 def test_pyiceberg_end_to_end_in_a_fresh_process_configured_by_properties(catalog_props) -> None:
     script = f"""
 import json, pyarrow as pa
@@ -402,6 +403,7 @@ def test_rename_concurrent_with_an_appender_loses_no_acknowledged_append(catalog
     assert catalog.list_tables("ods") == [("ods", "moved")]
 
 
+@pytest.mark.subprocess
 def test_pyiceberg_yaml_configuration(tmp_path) -> None:
     home = tmp_path / "home"
     home.mkdir()

@@ -47,6 +47,7 @@ def _piped(*args: str) -> str:
     return proc.stdout
 
 
+@pytest.mark.subprocess
 def test_tables_are_whole_lines_when_stdout_is_not_a_terminal(warehouse) -> None:
     """Piped (as in `make demo > log`, or a scheduler's task log) rich laid tables out for 80 columns and cut the
     cells: "ads.bi…"."""
@@ -60,6 +61,7 @@ def test_tables_are_whole_lines_when_stdout_is_not_a_terminal(warehouse) -> None
     assert f"name           {LONG}\n" in described, described
 
 
+@pytest.mark.subprocess
 def test_layers_tables_are_whole_lines_when_stdout_is_not_a_terminal() -> None:
     explained = _piped("layers", "explain", "--project", str(EXAMPLE))
     row = next(line for line in explained.splitlines() if "ads.revenue_by_nation_month" in line)
@@ -95,6 +97,7 @@ def _on_terminal(args: list[str], columns: int) -> str:
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r\n", "\n")
 
 
+@pytest.mark.subprocess
 def test_cells_fold_on_a_narrow_terminal_and_are_never_cut(warehouse) -> None:
     """On a terminal the table keeps its width; a name that does not fit continues on the next line."""
     out = _on_terminal(["table", "list", "-w", warehouse], columns=60)

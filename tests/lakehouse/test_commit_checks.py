@@ -34,6 +34,7 @@ def test_the_catalog_imports_no_lake_code() -> None:
     assert not imported & lake_code, imported & lake_code
 
 
+@pytest.mark.subprocess
 def test_the_tiering_fence_is_registered_for_catalogs_load_catalog_builds(tmp_path) -> None:
     """In a fresh process that imports nothing of lakestream itself: pyiceberg imports the catalog's module."""
     script = (

@@ -52,6 +52,7 @@ def _cli_as_reader(args: list[str], warehouse: Path) -> subprocess.CompletedProc
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd=repo)
 
 
+@pytest.mark.subprocess
 def test_a_read_only_warehouse_can_be_listed_and_read(tmp_path) -> None:
     """Every read took a lock stripe by opening .lakestream-store/locks/NN.lock for writing: on a warehouse
     the process could not write, even `table list` failed (EACCES, or EROFS on a read-only mount)."""

@@ -22,6 +22,7 @@ from lakehouse.tables import TableDefinition
 from lakestream.cli import app
 from quality.reconcile import reconcile
 from tests.conftest import duckdb_connection
+from tests.support.profiles import examples
 
 SCHEMA = pa.schema(
     [
@@ -275,7 +276,7 @@ STEPS = st.lists(
 )
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=list(HealthCheck))
 @given(steps=STEPS)
 def test_random_alters_and_appends_read_as_the_oracle(tmp_path_factory, steps) -> None:
     lh = Lakehouse.open(tmp_path_factory.mktemp("evo").as_uri())

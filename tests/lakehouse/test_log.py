@@ -33,6 +33,7 @@ from lakehouse.log import AppendIncomplete, Limits, Log, segment
 from object_store import ObjectStore, StoreUnavailable
 from tests.lakehouse._faults import CountingPuts, FailingPuts
 from tests.lakehouse._workers import append_batches
+from tests.support.profiles import examples
 
 ORDERS = pa.schema([("o_orderkey", pa.int64()), ("o_custkey", pa.int32()), ("o_comment", pa.string())])
 EVENTS = pa.schema([("id", pa.int64()), ("worker", pa.int32()), ("batch", pa.int32())])
@@ -647,6 +648,7 @@ def test_a_log_that_lands_after_others_still_reads_its_buckets(lakehouse: Lakeho
         log.close()
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_lakehouse_inherited_by_forked_workers_still_appends(lakehouse: Lakehouse, orders_log: Log) -> None:
     """multiprocessing forks on Linux: a child inherited the parent's Log without its pool's threads (its
@@ -663,7 +665,7 @@ def test_a_lakehouse_inherited_by_forked_workers_still_appends(lakehouse: Lakeho
     assert sorted(keys) == list(range(500))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     st.lists(
         st.tuples(st.lists(st.integers(0, 50), min_size=1, max_size=30), st.sampled_from(["upsert", "delete"])),

@@ -16,6 +16,7 @@ from lakehouse.log.segment import OP_TYPE, OPS
 from lakehouse.merge import engine_of
 from lakehouse.tables import TableDefinition
 from tests.lakehouse.merge_oracle import fold_all
+from tests.support.profiles import examples
 
 SCHEMA = pa.schema([("k", pa.int64()), ("a", pa.int64()), ("b", pa.string()), ("v", pa.int64())])
 AGGREGATES = {"a": "sum", "v": "max", "b": "min"}
@@ -78,7 +79,7 @@ def changes_strategy(engine: str):
 
 
 @pytest.mark.parametrize("engine", list(OPTIONS))
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data())
 def test_resolve_equals_the_fold_whatever_the_split(engine, data):
     """Resolving changes in two rounds (the first round's rows stored) equals the oracle's fold of all of them."""
@@ -194,7 +195,7 @@ def test_the_definition_keeps_its_engine():
 
 
 @pytest.mark.parametrize("engine", ["partial-update", "aggregate"])
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data())
 def test_resolve_of_keys_changed_once_equals_the_fold(engine, data):
     """A round whose every key changes once (the usual round) is folded column by column, without grouping

@@ -26,6 +26,7 @@ from lakehouse.errors import AsOfUnavailable, BatchError
 from quality.reconcile import reconcile
 from tests.conftest import duckdb_connection
 from tests.lakehouse.merge_oracle import fold
+from tests.support.profiles import examples
 
 SCHEMA = pa.schema([("k", pa.int64()), ("a", pa.int64()), ("b", pa.string()), ("v", pa.int64())])
 COLS = ["k", "a", "b", "v"]
@@ -174,7 +175,7 @@ def run(engine: str, steps: list[tuple], write_mode: str) -> None:
 
 @pytest.mark.parametrize("engine", list(ENGINES))
 @pytest.mark.parametrize("write_mode", ["merge-on-read", "copy-on-write"])
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(step, min_size=3, max_size=12))
 @example(  # a key changed in every round, with nulls: each round merges into the row the lake stores
     steps=[

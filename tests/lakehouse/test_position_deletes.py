@@ -18,6 +18,7 @@ from lakehouse.datafiles import LakeContext
 from lakehouse.errors import CorruptDataFileError
 from lakehouse.keyed_rows import KeySet, may_hold
 from lakehouse.position_deletes import DeleteIndex, deleted_positions, in_sorted, sorted_unique
+from tests.support.profiles import examples
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 NAME = "ods.pd"
@@ -46,7 +47,7 @@ rounds_ = st.lists(
 )
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rounds=rounds_)
 def test_the_delete_index_finds_what_each_data_files_lookup_finds(rounds) -> None:
     """Rounds of upserts and deletes leave data files named by several delete files each (uncompacted): for every

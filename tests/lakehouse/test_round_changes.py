@@ -26,6 +26,7 @@ from lakehouse import Lakehouse
 from lakehouse.errors import BatchError
 from lakehouse.executor import LocalExecutor
 from lakehouse.lake_layout import AFTER_IMAGES_IN_ADDED_FILES, round_changes, tiering_snapshots
+from tests.support.profiles import examples
 
 SCHEMA = pa.schema([("k", pa.int64()), ("a", pa.int64()), ("v", pa.int64())])
 NAME = "ods.rc"
@@ -128,7 +129,7 @@ def run(engine: str, write_mode: str, steps: list[tuple]) -> int:
 
 @pytest.mark.parametrize("write_mode", ["merge-on-read", "copy-on-write"])
 @pytest.mark.parametrize("engine", list(ENGINES))
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(step, min_size=3, max_size=12))
 def test_recorded_round_changes_equal_the_changes_read(engine: str, write_mode: str, steps: list[tuple]) -> None:
     run(engine, write_mode, [*steps, ("tier", 4)])

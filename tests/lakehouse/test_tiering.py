@@ -32,6 +32,7 @@ from lakehouse.tiering import TieringError, plan_splits
 from tests.conftest import duckdb_connection
 from tests.lakehouse._faults import ThenRun
 from tests.lakehouse._tiering_workers import tier_once
+from tests.support.profiles import examples
 
 ORDERS = pa.schema(
     [
@@ -442,7 +443,7 @@ def test_union_read_of_a_log_table_is_lake_plus_tail(lakehouse: Lakehouse) -> No
     assert rows(union, [*USER_COLS, "__bucket", "__offset"]) == log_records(lakehouse, "ods.ev", log.end_offsets())
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     st.lists(
         st.one_of(

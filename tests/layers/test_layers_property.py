@@ -27,15 +27,16 @@ from hypothesis import HealthCheck, given, settings
 
 from lakehouse import Lakehouse
 from layers.runner import Runner
+from tests.support.profiles import examples
 
 from .oracle import OdsReplay, assert_same_rows, oracle_all
 from .strategies import PROJECT, SOURCES, Change, batch, scenarios
 
 #: Random scenarios per run of the property test: ~8 s each on Spark local[2] on an idle 2-core machine (the file,
 #: slow tests aside, ~1:45); two to three times that under load (12 examples took 206 s at load average 8).
-EXAMPLES = 10
+EXAMPLES = examples(10)
 #: The same with every round on the executors (`layers.executors`; more Spark jobs per round).
-EXAMPLES_ON_EXECUTORS = 3
+EXAMPLES_ON_EXECUTORS = examples(3)
 #: Facts a single dimension change fans out to in `test_dimension_change_fans_out_to_every_fact` (the issue
 #: asks for 100,000: `test_dimension_change_fans_out_to_100k_facts`, marked slow).
 FANOUT_FACTS = 2_000
@@ -143,7 +144,9 @@ def test_layers_on_the_executors_equal_the_oracle_and_rebuild(spark, steps: list
 
 
 @pytest.mark.slow  # ~30 s an example: SeaweedFS sleeps a second per contended conditional write
-@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=examples(2), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(steps=scenarios(max_steps=6))
 def test_layers_equal_the_oracle_on_s3(spark, seaweedfs, steps: list[tuple]) -> None:
     url = f"s3://{seaweedfs.bucket}/layers-{uuid.uuid4().hex[:12]}"

@@ -772,6 +772,7 @@ def test_the_sub_app_under_the_main_command_group(tmp_path) -> None:
     assert bad.exit_code == 1 and "error: " in bad.output and "dwd.a -> dwd.a" in bad.output, bad.output
 
 
+@pytest.mark.subprocess
 def test_layers_import_neither_spark_nor_airflow() -> None:
     """Nor sqlglot until a project is loaded: ``lakestream`` imports the sub-app on every start."""
     import subprocess

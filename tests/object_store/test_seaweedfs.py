@@ -11,6 +11,7 @@ from object_store import AccessDenied, InvalidArgument, open_store
 from object_store.seaweedfs import SeaweedFS
 
 
+@pytest.mark.subprocess
 def test_start_serve_stop_leaves_nothing(tmp_path: Path) -> None:
     server = SeaweedFS(tmp_path).start()
     store = open_store(f"s3://{server.bucket}/x", **server.store_options())

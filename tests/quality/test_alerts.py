@@ -239,6 +239,7 @@ def test_two_runs_racing_on_the_record_send_once(hooks, store, first) -> None:
     assert len(hooks.take("/slack")) == 1 and hooks.take() == []
 
 
+@pytest.mark.subprocess
 def test_four_processes_racing_on_the_record_send_once(hooks, store_spec) -> None:
     """The same failing check reported by four processes at once (as four Airflow workers might): one alert per
     channel, whoever wins the record's compare-and-swap; local files and a real S3 server (SeaweedFS)."""

@@ -116,6 +116,7 @@ def test_report_without_a_run_says_what_to_do(lakehouse: Lakehouse) -> None:
     assert result.exit_code == 1 and "lakestream check" in result.output
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("backend", ["local"], indirect=True)
 def test_the_job_checks_without_publishing_then_publishes_the_latest_run(lakehouse: Lakehouse, capsys) -> None:
     lh = lakehouse

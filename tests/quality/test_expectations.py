@@ -668,6 +668,7 @@ def test_running_a_suite_logs_no_gx_info_and_prints_nothing(ods, suites, caplog,
     assert "Calculating Metrics" not in out.err  # no progress bars
 
 
+@pytest.mark.subprocess
 def test_importing_and_running_gx_under_info_logging_stays_quiet(tmp_path):
     """In a fresh interpreter (GX not imported yet) with the root logger at INFO, as under Airflow."""
     script = textwrap.dedent(

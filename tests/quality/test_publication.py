@@ -213,6 +213,7 @@ def test_concurrent_tiering_and_rounds_never_give_an_inconsistent_set(lakehouse)
     assert all(h is not None and h.generation == g for g, h in enumerate(history, 1))
 
 
+@pytest.mark.subprocess
 def test_kill_9_while_publishing_leaves_a_whole_publication_that_maintenance_keeps(lakehouse, store_spec) -> None:
     lh = lakehouse
     make(lh)

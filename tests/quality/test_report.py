@@ -735,6 +735,7 @@ def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="no chromium on PATH (Debian: apt-get install chromium)")
 def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     run = the_run()
