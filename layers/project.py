@@ -14,6 +14,7 @@ output columns and keys. Tables are matched by name as Spark SQL matches them, w
 from __future__ import annotations
 
 import heapq
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -282,7 +283,7 @@ def _parse_model_file(file: Path, name: str) -> _Parsed:
             continue  # blank lines before the header
         in_header = False
         sql_lines.append(line)
-    header = _yaml("\n".join(header_lines), where) if header_lines else None
+    header = _yaml("\n".join(_quoted_description(line) for line in header_lines), where) if header_lines else None
     if not isinstance(header, dict):
         raise ProjectFormatError(
             f"{where}: the file must start with a header of '--' lines in YAML, at least '-- primary_key: [col]' "
@@ -521,9 +522,31 @@ def _table_name(name: object, at: str, path: str) -> str:
         raise ProjectFormatError(f"{at}: {exc}", path=path) from None
 
 
+def _quoted_description(line: str) -> str:
+    """A header's ``description: free text`` line with its text quoted when it holds a colon.
+
+    A description is prose, and prose has colons ("revenue: per nation"); YAML reads an unquoted ``a: b: c`` as
+    a mapping inside a value and refuses it. Quoting it here keeps the header the one-line note users write. A
+    value already quoted or a block scalar (``|``, ``>``) is left to YAML, and so is a trailing ``# comment``.
+    """
+    key, sep, rest = line.partition(":")
+    if key != "description" or not sep:
+        return line
+    text = rest.partition(" #")[0].strip()
+    if not text or text[0] in "\"'|>" or not (": " in text or text.endswith(":")):
+        return line
+    return f"description: {json.dumps(text)}"  # a JSON string is a YAML double-quoted scalar
+
+
 def _yaml(text: str, where: str) -> object:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         detail = " ".join(str(exc).split())
-        raise ProjectFormatError(f"{where}: the YAML does not parse: {detail}", path=where) from None
+        hint = ""
+        if "mapping values are not allowed here" in detail:
+            hint = (
+                "; a value holding ': ' (a colon and a space) must be quoted: quote the value, "
+                'as in description: "revenue: per nation"'
+            )
+        raise ProjectFormatError(f"{where}: the YAML does not parse: {detail}{hint}", path=where) from None

@@ -67,7 +67,8 @@ class PreconditionFailed(StoreError):
 
 class StoreUnavailable(StoreError):
     """The store kept failing with transient errors (5xx, throttling, timeouts, resets) until the retry
-    budget ran out. The operation may or may not have been applied when it is a write."""
+    budget ran out. A write may or may not have been applied, and its message says so; a read (GET, HEAD,
+    LIST) changed nothing, and its message does not."""
 
 
 class AccessDenied(StoreError):

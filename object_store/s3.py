@@ -49,6 +49,9 @@ from object_store.errors import (
 )
 from object_store.tokens import WRITE_TOKEN_KEY
 
+#: Operations that change nothing in the store, so a timeout on them leaves nothing half-applied.
+_READS = frozenset({"GetObject", "HeadObject", "ListObjectsV2", "ListMultipartUploads"})
+
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
@@ -252,12 +255,14 @@ class S3Store(ObjectStore):
                 raise error from None
             except _TRANSIENT as exc:
                 tries, spent = getattr(self._retries, "attempts", 1), getattr(self._retries, "elapsed", 0.0)
+                # Only a write can have landed unseen; saying so after a failed read sends people looking
+                # for a change that cannot exist.
+                landed = "" if operation in _READS else " A write may or may not have been applied."
                 raise StoreUnavailable(
                     f"{operation} {self._describe(key)} failed after {tries} attempts in {spent:.0f} s "
                     f"(at most {self._max_attempts} attempts, no retry after {self._retry_deadline:.0f} s): "
                     f"{type(exc).__name__}. Check that the store at {self.endpoint_url or 'AWS S3'} is "
-                    "reachable and answers, or raise max_attempts / retry_deadline / timeouts. A write may or "
-                    "may not have been applied."
+                    f"reachable and answers, or raise max_attempts / retry_deadline / timeouts.{landed}"
                 ) from None
             except (bexc.NoCredentialsError, bexc.PartialCredentialsError) as exc:
                 raise AccessDenied(

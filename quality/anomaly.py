@@ -59,7 +59,8 @@ and the field (``load_suites`` refuses the project, before anything runs).
 or ``anomaly:<metric>:<column>``, the snapshot of the newest point judged). A ``fail`` anomaly is a `Violation`
 (``anomaly``): the result is not ok, the run fails and the table is not published. A ``warn`` anomaly is no
 violation (as a GX expectation of severity warning): the result passes, its message is in ``details["warnings"]``
-and ``details["anomalies"]`` (which the alerts read). The series comes from a callable (`SeriesOf`), the metrics
+and ``details["anomalies"]`` (which the alerts read); the CLI and the report show it as WARN, not as a plain pass
+(`CheckResult.warnings`). The series comes from a callable (`SeriesOf`), the metrics
 table's ``load_series`` in a run.
 """
 

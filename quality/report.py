@@ -92,6 +92,8 @@ h3 { font-size:14px; margin:16px 0 6px; color:#374151; text-transform:uppercase;
 .chip.fail { background:var(--bad-bg); color:var(--bad); }
 .chip.error, .chip.stale { background:var(--warn-bg); color:var(--warn); }
 .chip.skip { background:var(--line); color:#374151; }
+.chip.warn { background:var(--warn-bg); color:var(--warn); }
+ul.judged { margin:0; padding-left:18px; }
 table.grid { border-collapse:collapse; width:100%; font-variant-numeric:tabular-nums; }
 table.grid th, table.grid td { border-bottom:1px solid var(--line); padding:5px 8px; text-align:left;
   vertical-align:top; }
@@ -289,9 +291,12 @@ def _status(ok: bool, error: bool = False) -> str:
 
 
 def _result_status(r: CheckResult) -> str:
-    """The chip of one check's outcome: PASS, FAIL, ERROR or NOT EVALUATED (an upstream table failed)."""
+    """The chip of one check's outcome: PASS, WARN (passed with warnings: nothing held back, but not a plain
+    pass), FAIL, ERROR or NOT EVALUATED (an upstream table failed)."""
     if r.status == NOT_EVALUATED:
         return '<span class="chip skip">NOT EVALUATED</span>'
+    if r.ok and r.warnings:
+        return '<span class="chip warn">WARN</span>'
     return _status(r.ok, r.error is not None)
 
 
@@ -322,6 +327,59 @@ def _detail_value(value: Any, depth: int = 0) -> str:
         shown = ", ".join(_value(v, 80) for v in value[:10])
         return shown + (f' <span class="muted">+{len(value) - 10} more</span>' if len(value) > 10 else "")
     return _value(value, 160)  # numbers as they are: ids and offsets get no thousands separators
+
+
+def _number(value: Any) -> str:
+    """A metric's value as the anomaly messages write it (6 significant digits), or a dash."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "—" if value is None else str(value)
+    return f"{value:.6g}"
+
+
+def _judged_point(point: Mapping[str, Any], anomalous: set[Any], spec: Mapping[str, Any]) -> str:
+    """One judged point of an anomaly check as a sentence: its snapshot and time, its value, and the band (or
+    the relative bound) it was judged against, or why it was not judged."""
+    sid = point.get("snapshot_id")
+    at = _e(point.get("committed_at") or "?")
+    head = f'snapshot <span class="mono">{_e(sid)}</span> ({at}): value {_e(_number(point.get("value")))}'
+    if point.get("skipped"):
+        return f"<li>{head}, not judged: {_e(point['skipped'])}</li>"
+    flagged = sid in anomalous
+    parts = []
+    if point.get("low") is not None and point.get("high") is not None:
+        where = "outside" if flagged else "within"
+        parts.append(f"{where} [{_e(_number(point['low']))}, {_e(_number(point['high']))}]")
+    basis = "its phase in the season" if point.get("method") == "seasonal" else "the recent commits"
+    parts.append(f"median {_e(_number(point.get('centre')))} of {basis}, scale {_e(_number(point.get('scale')))}")
+    change = point.get("relative_change")
+    if isinstance(change, int | float) and not isinstance(change, bool):
+        parts.append(f"a change of {change:+.1%}")
+    elif change is not None:
+        parts.append(f"a change of {_e(change)}")  # from a centre of 0: inf, kept as text in JSON
+    chip = (
+        f' <span class="chip {"fail" if spec.get("severity") == "fail" else "warn"}">anomaly</span>' if flagged else ""
+    )
+    return f"<li>{head}: {'; '.join(parts)}{chip}</li>"
+
+
+def _anomaly_details(details: Mapping[str, Any]) -> str:
+    """An anomaly check's details in words: the series watched, then each judged point and each anomaly's
+    message in full (the generic table showed them as JSON cut at 160 characters)."""
+    what = f"{details.get('metric')}" + (f" of column {details['column']}" if details.get("column") else "")
+    head = (
+        f"<div><b>{_e(what)}</b> · severity {_e(details.get('severity', 'warn'))} · "
+        f"{_num(details.get('points'))} points</div>"
+    )
+    anomalies = [a for a in details.get("anomalies") or [] if isinstance(a, Mapping)]
+    flagged = {a.get("snapshot_id") for a in anomalies}
+    judged = [j for j in details.get("judged") or [] if isinstance(j, Mapping)]
+    points = "".join(_judged_point(j, flagged, details) for j in judged)
+    listed = f'<ul class="judged">{points}</ul>' if points else ""
+    skipped = details.get("skipped")
+    if skipped and not judged:
+        listed = f'<div class="muted">not judged: {_e(skipped)}</div>'
+    messages = "".join(f'<div class="msg">{_e(a.get("message", ""))}</div>' for a in anomalies)
+    return head + listed + messages
 
 
 def _details(details: dict[str, Any], docs_base: str) -> str:
@@ -635,17 +693,31 @@ def _metrics_block(table: str, run: QualityRun, series: list[dict[str, Any]] | N
     return f'<h3>Metrics per commit</h3><div class="sparks">{"".join(charts)}</div>'
 
 
-def _incidents_section(incidents: list[dict[str, Any]] | None, anchors: Mapping[str, str]) -> str:
+def _incidents_section(
+    incidents: list[dict[str, Any]] | None, anchors: Mapping[str, str], run: QualityRun | None = None
+) -> str:
+    """The open incidents of the alerts record, and what this run's findings open.
+
+    Incidents are opened when a run's alerts are sent (`quality.alerts.send_alerts`: the DAG's ``alerts`` task,
+    after ``check``), not by the check that writes this page; so the record read here does not hold this run's
+    failures yet. "No open incidents." beside a failing check read as a contradiction: the findings of the run
+    (`findings_of`, what the alerts will open or keep open) are listed too, those not open yet apart."""
     if incidents is None:
         return ""
+    from quality.alerts import findings_of, incident_key
+
     more = next((i["more"] for i in incidents if "more" in i), 0)
     shown = [i for i in incidents if "more" not in i]
-    if not shown:
-        return '<section class="box" id="incidents"><h2>Incidents</h2><p class="muted">No open incidents.</p></section>'
+    open_keys = {incident_key(str(i.get("table")), str(i.get("check")), i.get("column")) for i in shown}
+    findings = findings_of(run.results) if run is not None else []
+    # with more incidents than listed, a finding may be open among those left out: it is not called new then
+    pending = [f for f in findings if f.key not in open_keys] if not more else []
+
+    def linked(table: str) -> str:
+        return f'<a href="#{anchors[table]}">{_e(table)}</a>' if table in anchors else _e(table)
+
     rows = []
     for inc in shown:
-        table = str(inc.get("table"))
-        name = f'<a href="#{anchors[table]}">{_e(table)}</a>' if table in anchors else _e(table)
         told = inc.get("sent") == "open"
         delivered = ", ".join(str(c) for c in inc.get("delivered") or [])
         notified = (
@@ -655,18 +727,48 @@ def _incidents_section(incidents: list[dict[str, Any]] | None, anchors: Mapping[
         )
         severity = inc.get("severity") or ""
         rows.append(
-            f'<tr class="{"bad" if severity == "fail" else ""}"><td>{name}</td>'
+            f'<tr class="{"bad" if severity == "fail" else ""}"><td>{linked(str(inc.get("table")))}</td>'
             f"<td><code>{_e(inc.get('check'))}</code></td>"
             f"<td>{_e(inc.get('column') or '—')}</td><td>{_e(inc.get('kind'))} · {_e(severity)}</td>"
             f"<td>{_e(inc.get('opened_at'))}</td><td>{_e(inc.get('last_seen'))}</td><td>{notified}</td>"
             f'<td class="msg">{_value(inc.get("message"), 160)}</td></tr>'
         )
+    to_open = ""
+    if pending:
+        items = "".join(
+            f'<tr class="{"bad" if f.severity == "fail" else ""}"><td>{linked(f.table)}</td>'
+            f"<td><code>{_e(f.check)}</code></td><td>{_e(f.column or '—')}</td>"
+            f"<td>{_e(f.kind)} · {_e(f.severity)}</td>"
+            f'<td class="msg">{_value(f.message, 300)}</td></tr>'
+            for f in pending
+        )
+        to_open = (
+            '<table class="grid"><thead><tr><th>Table</th><th>Check</th><th>Column</th><th>Kind</th>'
+            f"<th>Message</th></tr></thead><tbody>{items}</tbody></table>"
+        )
+    when = (
+        "when its alerts are sent (the alerts task after the check, <code>quality.alerts.send_alerts</code>); "
+        "the check itself opens none"
+    )
+    if not shown:
+        if not pending:
+            return (
+                '<section class="box" id="incidents"><h2>Incidents</h2>'
+                '<p class="muted">No open incidents.</p></section>'
+            )
+        return (
+            '<section class="box" id="incidents"><h2>Incidents</h2>'
+            f"<p>No incident is open in the alerts record yet; this run opens {len(pending):,} {when}:</p>"
+            f"{to_open}</section>"
+        )
+    pending_note = f"<p>And this run opens {len(pending):,} more {when}:</p>{to_open}" if pending else ""
     return (
         f'<section class="box" id="incidents"><h2>Incidents ({len(shown) + more:,} open)</h2>'
         '<table class="grid"><thead><tr><th>Table</th><th>Check</th><th>Column</th><th>Kind</th><th>Since</th>'
         "<th>Last seen</th><th>Notified</th><th>Message</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
         + (f'<p class="muted">and {more:,} more</p>' if more else "")
+        + pending_note
         + "</section>"
     )
 
@@ -764,11 +866,13 @@ def _checks_table(results: list[CheckResult], docs_base: str) -> str:
     for r in results:
         cls = ' class="bad"' if not r.ok else ""
         error = _result_message(r)
+        anomaly = r.check.startswith(ANOMALY_PREFIX) and r.details.get("metric") is not None
+        shown = _anomaly_details(r.details) if anomaly else _details(r.details, docs_base)
         rows.append(
             f"<tr{cls}><td><code>{_e(r.check)}</code></td><td>{_result_status(r)}</td>"
             f'<td class="num mono">{_ident(r.snapshot_id)}</td><td class="num">{_secs(r.seconds)}</td>'
             f'<td class="num">{_num(r.rows)}</td><td class="num">{_num(len(r.violations))}</td>'
-            f"<td>{_details(r.details, docs_base)}{error}</td></tr>"
+            f"<td>{shown}{error}</td></tr>"
         )
     return (
         '<table class="grid"><thead><tr><th>Check</th><th>Status</th><th class="num">Snapshot</th>'
@@ -1087,7 +1191,7 @@ def render_run(
             if tables
             else ""
         )
-        + _incidents_section(data.get("incidents"), anchors)
+        + _incidents_section(data.get("incidents"), anchors, run)
         + _lineage_section(lineage(run), anchors, {t for t in tables if t in failing})
         + _trends(run, history)
         + "".join(b for _, b in sections)

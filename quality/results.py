@@ -114,6 +114,14 @@ class CheckResult:
         return not self.violations and self.error is None and self.not_evaluated is None
 
     @property
+    def warnings(self) -> list[str]:
+        """What the check warns of (``details["warnings"]``: an anomaly of severity ``warn``, a GX expectation of
+        severity warning, a verdict on a sample). A result that passed with warnings is still ok (nothing is held
+        back), but the CLI and the report show it as WARN, not as a plain pass."""
+        found = self.details.get("warnings")
+        return [str(w) for w in found] if isinstance(found, list) else []
+
+    @property
     def status(self) -> str:
         """`PASSED`, `FAILED` (violations), `ERROR` (could not run) or `NOT_EVALUATED`."""
         if self.not_evaluated is not None:

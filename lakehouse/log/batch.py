@@ -31,7 +31,8 @@ def conform(definition: TableDefinition, data: pa.Table | pa.RecordBatch, op: st
     Raises:
         BatchError: empty or oversized batch, an operation the table does not accept, a null key, a string
             that is not valid UTF-8.
-        SchemaError: missing or extra columns, a type that cannot be cast safely.
+        SchemaError: missing or extra columns, a type that cannot be cast safely, strings for a number column
+            or numbers for a string column (`check_cast`).
     """
     name = definition.name
     if op not in OPS:
@@ -76,6 +77,7 @@ def conform(definition: TableDefinition, data: pa.Table | pa.RecordBatch, op: st
             continue
         column = data.column(field.name)
         if column.type != field.type:
+            check_cast(name, field.name, column.type, field.type)
             try:
                 column = column.cast(field.type, safe=True)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
@@ -102,6 +104,60 @@ def conform(definition: TableDefinition, data: pa.Table | pa.RecordBatch, op: st
     if definition.has_primary_key:
         engine_of(definition).check_append(op, table)
     return table
+
+
+def check_cast(name: object, column: str, given: pa.DataType, target: pa.DataType, what: str = "column") -> None:
+    """Refuse a cast between strings and numbers (`SchemaError`), anywhere in ``given`` and ``target`` (list
+    items, struct fields, map keys and values, dictionary values).
+
+    Arrow casts the string '3' to the number 3 and 42 to the string '42' without a word, and both change what
+    the value means: a key '3' read from a text file is a bug upstream that the table would hide, and a code
+    42 in a name column is not a name. The caller converts on purpose instead. Casts that keep the meaning
+    still happen: widening (int32 -> int64, int -> float or decimal), string <-> large_string, dictionary ->
+    plain, and anything Arrow-typed that already matches.
+    """
+    pair = _text_number(given, target)
+    if pair is None:
+        return
+    source, dest = pair
+    inner = "" if (source, dest) == (given, target) else f" (its {source} values into {dest})"
+    raise SchemaError(
+        f"{name}: {what} {column!r} is given {given} values and the table's column is {target}{inner}: lakestream "
+        "does not cast strings to numbers or numbers to strings, as that changes what a value means (the string "
+        "'3' would become the number 3, 42 the string '42'); nothing was written. Convert the values on purpose "
+        f"before appending (e.g. with pyarrow.compute.cast to {target})"
+    )
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+def _is_number(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+
+
+def _text_number(given: pa.DataType, target: pa.DataType) -> tuple[pa.DataType, pa.DataType] | None:
+    """The first (given, target) pair, at the top or nested, where a cast would turn text into a number or a
+    number into text; None if there is none."""
+    if pa.types.is_dictionary(given):
+        return _text_number(given.value_type, target)
+    if pa.types.is_dictionary(target):
+        return _text_number(given, target.value_type)
+    if (_is_text(given) and _is_number(target)) or (_is_number(given) and _is_text(target)):
+        return given, target
+    lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list, pa.types.is_list_view)
+    if any(f(given) for f in lists) and any(f(target) for f in lists):
+        return _text_number(given.value_type, target.value_type)
+    if pa.types.is_map(given) and pa.types.is_map(target):
+        return _text_number(given.key_type, target.key_type) or _text_number(given.item_type, target.item_type)
+    if pa.types.is_struct(given) and pa.types.is_struct(target):
+        fields = {given.field(i).name: given.field(i).type for i in range(given.num_fields)}
+        for i in range(target.num_fields):
+            inner = target.field(i)
+            if inner.name in fields and (pair := _text_number(fields[inner.name], inner.type)):
+                return pair
+    return None
 
 
 def _holds_strings(t: pa.DataType) -> bool:

@@ -56,7 +56,7 @@ from lakehouse.errors import (
     SequenceConflict,
 )
 from lakehouse.log import segment
-from lakehouse.log.batch import Limits, conform, split_by_bucket
+from lakehouse.log.batch import Limits, check_cast, conform, split_by_bucket
 from lakehouse.log.index import KEEP_SEGMENTS, BucketIndex
 from lakehouse.log.segment import SegmentHeader
 from lakehouse.tables import TableDefinition
@@ -649,10 +649,12 @@ class Log:
         if key is None:
             raise BatchError(f"{self.name} has no bucket key: appends rotate over buckets")
         key_type = self.definition.schema.field(key).type
-        try:  # as an append casts them: the hash depends on the type ('1' and 1 land in different buckets)
+        try:  # as an append casts them: the hash depends on the type (an int16 7 and an int64 7 differ)
             if not isinstance(values, pa.Array | pa.ChunkedArray):
                 values = pa.array(values, type=key_type)
             elif values.type != key_type:
+                # an append refuses '7' for an int64 key: a bucket for it would name where no row can be
+                check_cast(self.name, key, values.type, key_type, what="bucket key")
                 values = values.cast(key_type, safe=True)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise SchemaError(f"{self.name}: values that do not fit bucket key {key!r} ({key_type}): {exc}") from None

@@ -37,7 +37,7 @@ class MergeEngine(ABC):
             raise BatchError(
                 f"{self.definition.name} has the {self.name!r} merge engine, which does not accept deletes (a "
                 "delete would undo what the engine keeps); nothing was written. Keep deletes out of this table's "
-                "changes, or create the table with the 'last-row' or 'partial-update' engine"
+                "changes, or create the table with the 'last-row', 'partial-update' or 'versioned' engine"
             )
 
     def stored_columns(self, changes: pa.Table) -> list[str]:

@@ -50,6 +50,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from lakehouse.errors import BatchError, InvalidArgument, SchemaError
 from lakehouse.log import append_until_complete
+from lakehouse.log.batch import check_cast
 from lakehouse.tables import PARTIAL_UPDATE
 
 if TYPE_CHECKING:
@@ -158,6 +159,7 @@ def check_schema(definition: TableDefinition, schema: StructType) -> bool:
         target = table_schema.field(f.name).type
         if f.type == target:
             continue
+        check_cast(name, f.name, f.type, target)  # as the task's `conform` would, but before any task runs
         try:
             pa.array([], f.type).cast(target)
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):

@@ -25,12 +25,18 @@ _STATUS = {
     ERROR: "[bold red]ERROR[/]",
     NOT_EVALUATED: "[bold yellow]NOT EVALUATED[/]",
 }
+#: A check that passed with warnings (an anomaly of severity warn, ...): still ok, but not shown as a plain `ok`,
+#: which hid the warning that the run's JSON and page carried.
+_WARN = "[bold yellow]WARN[/]"
 
 
 def _row(out: Table, r: CheckResult) -> None:
     status = _STATUS[r.status]
     if r.not_evaluated is not None:
         what = f"not evaluated: {r.not_evaluated}"
+    elif r.ok and r.warnings:
+        status = _WARN
+        what = "; ".join(r.warnings[:3]) + (f" (+{len(r.warnings) - 3} more)" if len(r.warnings) > 3 else "")
     else:
         what = r.error or "; ".join(str(v) for v in r.violations[:3]) or _summary(r)
     if len(r.violations) > 3:
@@ -44,7 +50,22 @@ def _summary(r: CheckResult) -> str:
         return f"{d.get('mode', '')}: {d.get('commits_checked', 0)} commits"
     if r.check.startswith("gx"):
         return f"{d.get('passed', '?')}/{d.get('expectations', '?')} expectations"
+    if r.check.startswith("anomaly:"):
+        return _anomaly_summary(d)
     return ", ".join(f"{k} {v}" for k, v in d.items() if isinstance(v, int | float | str) and k != "data_docs")
+
+
+def _anomaly_summary(d: dict) -> str:
+    """The newest judged point of an anomaly check in words: its value and the band it is within, or why it was
+    not judged."""
+    judged = [j for j in d.get("judged") or [] if isinstance(j, dict)]
+    if d.get("skipped") or not judged:
+        return f"not judged: {d.get('skipped') or 'no metric points yet'}"
+    last = judged[-1]
+    value = f"{last.get('value', '?'):.6g}" if isinstance(last.get("value"), int | float) else "?"
+    if isinstance(last.get("low"), int | float) and isinstance(last.get("high"), int | float):
+        return f"{value} within [{last['low']:.6g}, {last['high']:.6g}] ({d.get('points', '?')} points)"
+    return f"{value}, within the relative bound ({d.get('points', '?')} points)"
 
 
 def check(
@@ -97,7 +118,10 @@ def check(
             _row(result, r)
         console.print(result)
         moved = ", ".join(f"{t}: {s}" for t, s in run.published.items() if s is not None) or "none"
-        console.print(f"run {run.run_id}: {'[green]passed[/]' if run.ok else '[bold red]failed[/]'}; published {moved}")
+        warned = sum(len(r.warnings) for r in run.results if r.ok)
+        warnings = f", [bold yellow]{warned} warning{'s' if warned != 1 else ''}[/] (WARN rows)" if warned else ""
+        outcome = "[green]passed[/]" if run.ok else "[bold red]failed[/]"
+        console.print(f"run {run.run_id}: {outcome}{warnings}; published {moved}")
         if publish:
             _print_publication(lh)
     if not run.ok:

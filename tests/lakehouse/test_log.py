@@ -11,6 +11,7 @@ import uuid
 import zlib
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
@@ -101,13 +102,17 @@ def test_round_trip_bucket_alignment_and_offsets(orders_log: Log) -> None:
 
 
 def test_bucket_of_casts_keys_as_an_append_does(orders_log: Log) -> None:
-    """An append casts '7' to the int64 key 7; bucket_of hashed the string instead (another bucket)."""
+    """An append widens an int16 7 to the int64 key 7; bucket_of hashed the narrow value instead (another
+    bucket). Strings are refused by both: an append no longer casts '7' to 7."""
     keys = list(range(20))
     as_ints = orders_log.bucket_of(pa.array(keys)).to_pylist()
-    assert orders_log.bucket_of(pa.array([str(k) for k in keys])).to_pylist() == as_ints
     assert orders_log.bucket_of(pa.chunked_array([pa.array(keys, pa.int16())])).to_pylist() == as_ints
-    result = orders_log.append(orders(keys).set_column(0, "o_orderkey", pa.array([str(k) for k in keys])), "upsert")
+    result = orders_log.append(orders(keys).set_column(0, "o_orderkey", pa.array(keys, pa.int16())), "upsert")
     assert {b for b in result.ranges} == set(as_ints)
+    with pytest.raises(SchemaError, match="'o_orderkey'.*string.*int64"):
+        orders_log.append(orders(keys).set_column(0, "o_orderkey", pa.array([str(k) for k in keys])), "upsert")
+    with pytest.raises(SchemaError, match="bucket key 'o_orderkey'.*string.*int64"):
+        orders_log.bucket_of(pa.array([str(k) for k in keys]))
     with pytest.raises(SchemaError, match="bucket key 'o_orderkey'"):
         orders_log.bucket_of(pa.array(["seven"]))
     with pytest.raises(SchemaError, match="bucket key 'o_orderkey'"):
@@ -205,6 +210,72 @@ def test_safe_casts_are_applied(orders_log: Log) -> None:
     orders_log.append(data, "insert")  # reordered and widened
     b = orders_log.bucket_of([1]).to_pylist()[0]
     assert orders_log.read(b).select(ORDERS.names).to_pylist() == [{"o_orderkey": 1, "o_custkey": 2, "o_comment": "x"}]
+
+
+TYPED = pa.schema(
+    [
+        ("k", pa.int64()),
+        ("s", pa.string()),
+        ("f", pa.float64()),
+        ("d", pa.decimal128(10, 2)),
+        ("tags", pa.list_(pa.string())),
+    ]
+)
+
+
+def typed(**columns: pa.Array) -> pa.Table:
+    """Two rows of ``ods.typed``, each column as the table declares it unless given."""
+    base = {
+        "k": pa.array([3, 4], pa.int64()),
+        "s": pa.array(["a", "b"]),
+        "f": pa.array([1.5, 2.0]),
+        "d": pa.array([Decimal("1.00"), Decimal("2.00")], pa.decimal128(10, 2)),
+        "tags": pa.array([["x"], []], pa.list_(pa.string())),
+    }
+    return pa.table({**base, **columns})
+
+
+@pytest.mark.parametrize(
+    ("column", "values", "given"),
+    [
+        ("k", pa.array(["3", "4"]), "string"),  # the issue's case: the strings '3' and '4' into the int64 key
+        ("s", pa.array([42, 43]), "int64"),  # and 42 into a string column
+        ("s", pa.array([1.5, 2.5]), "double"),
+        ("f", pa.array(["1.5", "2"], pa.large_string()), "large_string"),
+        ("d", pa.array(["1.50", "2.00"]), "string"),
+        ("k", pa.array(["3", "4"]).dictionary_encode(), "dictionary<values=string"),
+        ("tags", pa.array([[1], []], pa.list_(pa.int64())), "list<item: int64>"),
+    ],
+)
+def test_strings_and_numbers_are_not_cast_into_each_other(lakehouse: Lakehouse, store, column, values, given):
+    """'3' and '4' were accepted into an int64 key and 42 into a string column (Arrow casts both ways): a value
+    whose meaning changes with its type is refused, naming the column, the batch's type and the table's."""
+    lakehouse.create_table("ods.typed", TYPED, primary_key=["k"], buckets=2)
+    log = lakehouse.log("ods.typed")
+    with pytest.raises(SchemaError) as info:
+        log.append(typed(**{column: values}), "upsert")
+    message = str(info.value)
+    assert f"column {column!r}" in message and given in message and str(TYPED.field(column).type) in message
+    assert "nothing was written" in message
+    with pytest.raises(SchemaError, match=f"column {column!r}"), log.producer() as producer:
+        producer.send(typed(**{column: values}), "upsert")
+    assert segments(store, "ods.typed") == []
+
+
+def test_widening_and_arrow_typed_input_are_still_cast(lakehouse: Lakehouse) -> None:
+    lakehouse.create_table("ods.typed", TYPED, primary_key=["k"], buckets=2)
+    log = lakehouse.log("ods.typed")
+    log.append(typed(), "upsert")  # every column already the table's type
+    widened = typed(
+        k=pa.array([3, 5], pa.int32()),
+        s=pa.array(["c", "d"]).dictionary_encode(),
+        f=pa.array([7, 8], pa.int64()),
+        d=pa.array([9, 10], pa.int8()),  # an int8 fits decimal(10, 2); an int32 would not
+        tags=pa.array([["y"], None], pa.list_(pa.large_string())),
+    )
+    log.append(widened, "upsert")
+    rows = [r for b in range(2) for r in log.read(b).select(TYPED.names).to_pylist() if r["k"] == 5]
+    assert rows == [{"k": 5, "s": "d", "f": 8.0, "d": Decimal("10.00"), "tags": None}]
 
 
 @pytest.mark.parametrize(

@@ -419,6 +419,28 @@ def test_write_options_parse():
     assert WriteOptions.parse({"path": "a.b", "producerId": "p"}, stream=True).producer_id == "p"
 
 
+def test_a_string_column_for_a_number_is_refused_on_the_driver(lh):
+    """A DataFrame's string `k` went into the long key ('3' -> 3), its long `v` into the string column: refused
+    before any task, naming the column and both types; widening (int -> long) still passes."""
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+    from lakehouse.errors import SchemaError
+    from lakehouse.spark.sink import check_schema
+
+    definition = lh.log(PK).definition
+
+    def schema(k, v, n) -> StructType:
+        return StructType([StructField("k", k), StructField("v", v), StructField("n", n)])
+
+    assert check_schema(definition, schema(IntegerType(), StringType(), IntegerType())) is False
+    for given, column, types in (
+        (schema(StringType(), StringType(), IntegerType()), "k", ("string", "int64")),
+        (schema(LongType(), LongType(), IntegerType()), "v", ("int64", "string")),
+    ):
+        with pytest.raises(SchemaError, match=f"column {column!r} is given {types[0]} values.* is {types[1]}"):
+            check_schema(definition, given)
+
+
 def test_writer_repr_keeps_credentials_out(lh):
     """The writers carry the store's options to the tasks (pickled), never in a repr."""
     from lakehouse.spark.sink import LakestreamStreamWriter

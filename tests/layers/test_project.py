@@ -221,6 +221,21 @@ def test_bad_models_are_clear_errors(tmp_path, models, error, words) -> None:
     assert caught.value.path is not None and str(root) in caught.value.path
 
 
+def test_a_description_with_a_colon_needs_no_quotes(tmp_path) -> None:
+    """`-- description: revenue: per nation` was a YAML error ("mapping values are not allowed here")."""
+    extra = "-- description: revenue: per nation, from 2020: on  # a note\n"
+    project = load_project(make_project(tmp_path, {"dwd.m": model("SELECT f_id FROM ods.f", extra=extra)}))
+    assert project.models["dwd.m"].description == "revenue: per nation, from 2020: on"
+
+
+def test_a_colon_elsewhere_in_yaml_says_to_quote_the_value(tmp_path) -> None:
+    sources = SOURCES + "    description: the regions: all of them\n"
+    with pytest.raises(ProjectFormatError) as caught:
+        load_project(make_project(tmp_path, {}, sources=sources))
+    assert "mapping values are not allowed here" in str(caught.value)
+    assert "quote the value" in str(caught.value)
+
+
 def test_a_model_named_twice_in_subfolders_is_an_error(tmp_path) -> None:
     root = make_project(tmp_path, {})
     for sub in ("a", "b"):

@@ -34,3 +34,16 @@ def test_retries_stop_at_the_deadline(silent_endpoint: str) -> None:
     with pytest.raises(StoreUnavailable, match=r"no retry after 2 s\): ReadTimeoutError"):
         store.head("x")
     assert time.monotonic() - started < 2 + 0.3 + 1.5  # the deadline, one timeout, slack for a busy machine
+
+
+def test_only_a_failed_write_says_it_may_have_been_applied(silent_endpoint: str) -> None:
+    """A failed LIST said "A write may or may not have been applied": nothing was written, so it must not."""
+    store = _store(silent_endpoint, read_timeout=0.3, max_attempts=1)
+    with pytest.raises(StoreUnavailable) as listing:
+        list(store.list("tables/"))
+    assert "ListObjectsV2" in str(listing.value)
+    assert "may or may not" not in str(listing.value)
+    with pytest.raises(StoreUnavailable) as writing:
+        store.put("tables/t.json", b"{}")
+    assert "PutObject" in str(writing.value)
+    assert "may or may not have been applied" in str(writing.value)

@@ -294,3 +294,36 @@ def test_run_checks_judges_the_suites_anomaly_checks_and_holds_back_publish_on_a
     assert run.ok and anomaly.ok and not anomaly.violations
     assert [a["value"] for a in anomaly.details["anomalies"]] == [5.0] and anomaly.details["warnings"]
     assert published_snapshot(lh, OTHER) == current(lh, OTHER) == run.published[OTHER] != before
+
+
+@pytest.mark.parametrize("backend", ["local"], indirect=True)
+def test_a_warn_anomaly_shows_as_a_warning_in_the_terminal_and_the_report(lakehouse, tmp_path) -> None:
+    """The issue's case: a column's null fraction goes 0 -> 1, watched with severity warn. The run's JSON and
+    page had it, but `lakestream check` showed the row as `ok`; it says WARN with the warning, exits 0 (a warning
+    holds nothing back), and the page renders the anomaly's details instead of cut JSON."""
+    lh = lakehouse
+    lh.create_table(OTHER, batch([1], "x").schema, bucket_key="k", buckets=2)
+    project = tmp_path / "project"
+    (project / "expectations").mkdir(parents=True)
+    anomaly = {"metric": "null_fraction", "column": "v", "min_history": 4, "severity": "warn"}
+    doc = {"name": OTHER, "expectations": [], "meta": {"anomalies": [anomaly]}}
+    (project / "expectations" / f"{OTHER}.json").write_text(json.dumps(doc))
+    start = 0
+    for size in (50, 48, 52, 49, 51, 50):
+        lh.log(OTHER).append(batch(range(start, start + size), "c"))
+        lh.tier(OTHER)
+        start += size
+    nulls = batch(range(start, start + 50), "c").set_column(1, "v", pa.nulls(50, pa.string()))
+    lh.log(OTHER).append(nulls)  # every v null: the null fraction 0 -> 1
+    lh.tier(OTHER)
+    result = cli(lh, "check", "--table", OTHER, "--project", str(project), "--out", str(tmp_path / "pages"))
+    assert result.exit_code == 0, result.output
+    [line] = [line for line in result.output.splitlines() if "anomaly:null_fraction:v" in line]
+    assert "WARN" in line and " ok " not in line, result.output
+    assert "null_fraction of column v of ods.clicks" in result.output  # the warning itself, not a summary
+    assert "1 warning" in result.output
+    (run,) = load_runs(lh)
+    page = (tmp_path / "pages" / "reports" / f"{run.run_id}.html").read_text()
+    assert '<span class="chip warn">WARN</span>' in page
+    assert "{&quot;snapshot_id&quot;" not in page  # the judged points are rendered, not dumped as JSON
+    assert "outside [" in page and "null_fraction of column v of ods.clicks" in page

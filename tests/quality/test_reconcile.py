@@ -172,6 +172,25 @@ def test_a_missing_log_segment_is_named_with_its_range(lakehouse: Lakehouse) -> 
     assert any(v.check in ("log-missing", "offsets-ahead") and v.bucket == bucket for v in full.violations)
 
 
+def test_bit_rot_in_a_checked_segment_is_found_by_full_only(lakehouse: Lakehouse) -> None:
+    """docs/quality.md says so: an incremental check does not re-read a segment it already checked, so one that
+    rots afterwards (a byte changed in place, size and header unchanged) passes it; `full` re-reads every
+    retained segment, whose CRC-32C then fails, and names the bucket."""
+    lh = lakehouse
+    build(lh, "log")
+    lh.tier(NAME)
+    assert reconcile(lh, NAME).ok
+    key = next(k.key for k in lh.store.list("ods/t/log/00001/"))
+    segment = lh.store.get(key)
+    rotten = bytearray(segment.data)
+    rotten[len(rotten) // 2] ^= 0x01
+    lh.store.put(key, bytes(rotten), metadata=segment.metadata)
+    assert lh.store.head(key).size == len(segment.data)
+    assert reconcile(lh, NAME).ok  # nothing new: the rotten segment is not read again
+    full = reconcile(lh, NAME, full=True)
+    assert any(v.check == "log-missing" and v.bucket == 1 for v in full.violations), [str(v) for v in full.violations]
+
+
 def test_offsets_moved_backwards_are_named(lakehouse: Lakehouse) -> None:
     lh = lakehouse
     build(lh, "log")

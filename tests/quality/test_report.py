@@ -14,6 +14,7 @@ import subprocess
 import time
 import zlib
 from datetime import UTC, datetime, timedelta
+from html import escape as html_escape
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -454,7 +455,84 @@ def test_metrics_charts_mark_the_run_s_anomalies_and_open_incidents_are_listed()
     plain = render_run(run, history_runs())
     assert 'id="incidents"' not in plain and "Metrics per commit" not in plain and 'class="anomaly"' not in plain
     empty = render_run(run, history_runs(), data={"metrics": {}, "incidents": []})
-    assert "No open incidents." in empty and "No metrics recorded yet" in empty
+    assert "No metrics recorded yet" in empty
+    passing = QualityRun("r1", T0.isoformat(), T0.isoformat(), results=[CheckResult(RECONCILE, "ods.a", rows=1)])
+    assert "No open incidents." in render_run(passing, [], data={"metrics": {}, "incidents": []})
+
+
+def test_a_failing_check_s_incident_is_named_not_contradicted() -> None:
+    """The page said "No open incidents." while a check failed: incidents are opened when the run's alerts are
+    sent (the alerts task, after the check), so at report time the record does not have them yet. The page lists
+    what this run's failing checks and warnings open, and which of them are open already."""
+    run = the_run()
+    run.results.append(anomaly_result())  # a warning: opens a warn incident too
+    page = render_run(run, history_runs(), data={"metrics": {}, "incidents": []})
+    assert_self_contained(page)
+    incidents = page[page.index('id="incidents"') :]
+    incidents = incidents[: incidents.index("</section>")]
+    assert "No open incidents." not in incidents
+    text = re.sub(r"<[^>]+>", "", incidents)
+    assert "No incident is open in the alerts record yet" in text
+    assert "this run opens 2 when its alerts are sent" in text
+    assert "ods.&lt;script&gt;" in incidents and "anomaly:changes" in incidents  # both findings, escaped
+    assert EVIL not in page
+    # one of them open already (an earlier run's alert): listed as open, the other still to open
+    opened = report_extras()["incidents"][:1]
+    page = render_run(run, history_runs(), data={"metrics": {}, "incidents": opened})
+    incidents = page[page.index('id="incidents"') :]
+    text = re.sub(r"<[^>]+>", "", incidents[: incidents.index("</section>")])
+    assert "Incidents (1 open)" in text and "this run opens 1 more when its alerts are sent" in text
+
+
+def test_an_anomaly_check_s_details_are_rendered_not_dumped() -> None:
+    """The anomaly check's details (judged points, anomalies, warnings) were shown as JSON cut at 160 characters:
+    each judged point is a line (value, band, centre, method), each anomaly's message in full."""
+    message = "null_fraction of column v of ods.orders at snapshot 5550001 is 1: " + "outside the band " * 12 + EVIL
+    judged = {
+        "snapshot_id": 5550001,
+        "committed_at": T0.isoformat(),
+        "value": 1.0,
+        "method": "window",
+        "centre": 0.0,
+        "scale": 0.0,
+        "low": 0.0,
+        "high": 0.0,
+        "relative_change": None,
+    }
+    details = {
+        "metric": "null_fraction",
+        "column": "v",
+        "severity": "warn",
+        "points": 12,
+        "judged": [
+            judged,
+            {
+                **judged,
+                "snapshot_id": 5550000,
+                "value": 0.0,
+                "method": "skipped",
+                "skipped": "3 earlier points, 10 needed",
+            },
+        ],
+        "anomalies": [{**judged, "message": message}],
+        "warnings": [message],
+    }
+    run = QualityRun(
+        "r1",
+        T0.isoformat(),
+        T0.isoformat(),
+        results=[CheckResult("anomaly:null_fraction:v", "ods.orders", snapshot_id=5550001, rows=12, details=details)],
+    )
+    page = render_run(run, [])
+    assert_self_contained(page)
+    checks = page[page.index("<th>Check</th>") :]
+    assert "{&quot;" not in checks and "…" not in checks  # no JSON, nothing cut
+    text = re.sub(r"<[^>]+>", " ", page)
+    assert "null_fraction of column v" in text and "severity warn" in text and "12 points" in text
+    assert re.search(r"snapshot\s+5550001\s.*value 1\b.*outside \[0, 0\].*median 0", text)
+    assert "3 earlier points, 10 needed" in text
+    assert html_escape(message) in page  # in full, escaped
+    assert '<span class="chip warn">WARN</span>' in page
 
 
 def test_failing_tables_come_first_and_a_model_s_own_subscription_is_hidden() -> None:
