@@ -191,6 +191,8 @@ def test_other_engines_reading_the_name_see_the_live_table_after_a_cutover(live,
 
     with pytest.raises(AliasedTableError, match=r"dwd\.m is served by dwd__g1\.m .*nothing was committed"):
         blue.transaction().set_properties({"owner": "stale"}).commit_transaction()
+    with pytest.raises(ValueError, match="UUID does not match"):  # nor does it silently become another table
+        blue.refresh()
     with pytest.raises(AliasedTableError, match=r"dwd\.m is served by dwd__g1\.m"):
         catalog.drop_table("dwd.m")
     with pytest.raises(AliasedTableError, match=r"dwd\.m is served by dwd__g1\.m"):
