@@ -210,6 +210,36 @@ def test_other_engines_reading_the_name_see_the_live_table_after_a_cutover(live,
     assert again.name() == ("dwd", "m") and again.metadata_location == blue.metadata_location
 
 
+def test_after_two_cutovers_and_a_cleanup_the_name_is_the_newest_table_for_other_engines(live, spark, tmp_path):
+    """Two cutovers, then `cleanup` drops the first tables (``dwd.m`` itself: lakestream's own catalog names
+    physical tables, so the drop reaches it although an alias serves the name): pyiceberg's catalog, its listing
+    and DuckDB on `lakestream table location` give the newest generation by name, not a table two versions old."""
+    from lakestream.cli import app
+
+    lh, v1, v2 = live
+    build_green(lh, v2, spark)
+    cutover(lh, v2)
+    v3_sql = M_V2.replace("v * 10", "v * 100")
+    v3 = load_project(project(tmp_path / "v3", v3_sql))
+    assert build_green(lh, v3, spark).tables == {"dwd.m": "dwd__g2.m", "ads.a": "ads__g2.a"}
+    cutover(lh, v3)
+    assert sorted(cleanup(lh, v3)) == ["ads.a", "dwd.m"]  # kept: the live tables and the rollback target
+    m = [{"id": i, "grp": f"g{i % 3}", "v": i * 100, "w": i + 1} for i in range(6)]
+    assert read(lh, "dwd.m") == m
+
+    catalog = load_catalog("lake", **lh.catalog_properties())
+    table = catalog.load_table("dwd.m")
+    assert table.name() == ("dwd__g2", "m")
+    assert table.scan(selected_fields=("id", "grp", "v", "w")).to_arrow().sort_by("id").to_pylist() == m
+    assert ("dwd", "m") in catalog.list_tables("dwd")  # listed by name although its own table was dropped
+    shown = CliRunner().invoke(app, ["table", "location", "dwd.m", "-w", lh.url])
+    assert shown.exit_code == 0, shown.output
+    duck = duckdb_connection().sql(
+        f"SELECT id, grp, v, w FROM iceberg_scan('{shown.output.strip().removeprefix('file://')}') ORDER BY id"
+    )
+    assert duck.fetchall() == [tuple(r.values()) for r in m]
+
+
 def test_a_build_killed_leaves_live_serving_and_runs_again(live, spark):
     lh, v1, v2 = live
     proc = subprocess.run(
