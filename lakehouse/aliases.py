@@ -10,6 +10,12 @@ of several tables at once is atomic: a reader sees the old mapping or the new on
 the resolved `TableName` on; a `TableName` is taken as the physical table and never resolved. The record is
 cached for `DEFAULT_CACHE_SECONDS` (``Lakehouse(..., alias_cache_seconds=...)``): a switch reaches a running
 reader within that time. A name without an alias is its own physical table (no record: nothing changes).
+
+The catalog other engines load (`lakehouse.catalog.ObjectStoreCatalog`, as pyiceberg's ``load_catalog`` builds it)
+resolves a name through the same record, so pyiceberg, ``lakestream table location`` and DuckDB on that location
+see the table serving the name; what would change the table behind an aliased name through the catalog (drop,
+rename, create, register, a commit of a table loaded before the switch) raises `AliasedTableError`. The
+`Lakehouse`'s own catalog (``lh.catalog``) names physical tables: it sits below this resolution.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pyiceberg.exceptions import TableAlreadyExistsError
+
 from lakehouse.errors import LakestreamError
 from lakehouse.tables import RESERVED_NAMESPACE, TableName
 from object_store import NotFound, ObjectStore, PreconditionFailed
@@ -29,6 +37,8 @@ __all__ = [
     "DEFAULT_CACHE_SECONDS",
     "AliasCache",
     "AliasConflict",
+    "AliasedTableError",
+    "AliasedTableExists",
     "Aliases",
     "read_aliases",
     "write_aliases",
@@ -41,6 +51,16 @@ DEFAULT_CACHE_SECONDS = 1.0
 
 class AliasConflict(LakestreamError):
     """The aliases were replaced by someone else between this writer's read and its write."""
+
+
+class AliasedTableError(LakestreamError):
+    """A catalog operation on a name an alias serves by another table (a blue/green cutover), which would act on
+    another table than the one the name's readers see; nothing was changed. The message names the live table."""
+
+
+class AliasedTableExists(AliasedTableError, TableAlreadyExistsError):
+    """Creating or registering a table under a name an alias serves: the name exists (pyiceberg's
+    ``create_table_if_not_exists`` then loads the live table)."""
 
 
 @dataclass(frozen=True)

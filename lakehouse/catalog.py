@@ -26,6 +26,17 @@ fences commits that started before it); (2) create the new pointer create-only, 
 ``renamed-from``; (3) delete the old pointer with If-Match. Whoever meets a half-done rename (a load,
 a commit, ``lakestream catalog repair``) finishes it forward, or rolls it back if the new name was
 taken by someone else.
+
+**Aliases** (`lakehouse.aliases`, blue/green rebuilds): a name the warehouse's aliases serve by another table
+(``dwd.m`` -> ``dwd__g2.m`` after ``lakestream layers cutover``) is that table here, as for lakestream's readers:
+``load_table``, ``table_exists``, ``table_location`` of the name give the live table, named by its physical
+identifier, so commits through it, and its ``refresh``, go to the live table's pointer. ``list_tables`` lists the
+name too. What would change the table behind the name raises `AliasedTableError` naming the live table, nothing
+changed: ``drop_table``/``purge_table`` and ``rename_table`` of it, creating, registering or renaming a table to it
+(`AliasedTableExists`, a ``TableAlreadyExistsError``), and a commit of a table loaded by that name before the
+switch (it would land on the old table). The aliases read are used for `DEFAULT_CACHE_SECONDS`, as a
+`Lakehouse`'s. The `Lakehouse`'s own catalog is built with ``resolve_aliases=False``: lakestream resolves names
+itself, once, at the entry of each call, and addresses physical tables here (``dwd.m`` of generation 0 too).
 """
 
 from __future__ import annotations
@@ -59,6 +70,7 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.utils.config import Config
 
+from lakehouse.aliases import ALIASES_KEY, DEFAULT_CACHE_SECONDS, AliasCache, AliasedTableError, AliasedTableExists
 from lakehouse.contention import (
     DEFAULT_QUIET_MAX_MS,
     DEFAULT_QUIET_MS,
@@ -153,9 +165,12 @@ def pointer_json(metadata_location: str, previous: str | None = None, **extra: s
 
 
 class ObjectStoreCatalog(MetastoreCatalog):
-    """A pyiceberg `MetastoreCatalog` whose commits are If-Match CAS writes of pointer objects."""
+    """A pyiceberg `MetastoreCatalog` whose commits are If-Match CAS writes of pointer objects; names an alias
+    serves are its live table (see the module), unless ``resolve_aliases`` is False (every name is physical)."""
 
-    def __init__(self, name: str, store: ObjectStore | None = None, **properties: str) -> None:
+    def __init__(
+        self, name: str, store: ObjectStore | None = None, *, resolve_aliases: bool = True, **properties: str
+    ) -> None:
         # pyiceberg 0.12 hands a py-catalog-impl catalog only load_catalog's keyword arguments, not the
         # catalog's entry in .pyiceberg.yaml / PYICEBERG_CATALOG__<NAME>__* : merge those here ourselves.
         configured = Config().get_catalog_config(name) or {}
@@ -176,6 +191,8 @@ class ObjectStoreCatalog(MetastoreCatalog):
             except (StoreError, InvalidArgument) as exc:
                 raise LakestreamError(f"catalog {name!r}: cannot open warehouse {warehouse!r}: {exc}") from None
         self.store = store
+        #: the warehouse's table aliases (None: names are physical tables, as in a `Lakehouse`'s own catalog)
+        self._aliases = AliasCache(store, DEFAULT_CACHE_SECONDS) if resolve_aliases else None
         self._commit_checks: list[CommitCheck] = []
         self._io_cache: dict[tuple, FileIO] = {}
         self._io_lock = threading.Lock()
@@ -270,6 +287,13 @@ class ObjectStoreCatalog(MetastoreCatalog):
     ) -> StagedTable:
         """pyiceberg's staging of a new table, for namespaces of any depth (pyiceberg's takes two parts only)."""
         namespace, table = self._split(identifier)
+        self._refuse_aliased(
+            namespace,
+            table,
+            "a table created under it would be hidden by the alias; nothing was created",
+            "Load the name to use the live table, or create the table under another name",
+            AliasedTableExists,
+        )
         format_version = int(properties.get(TableProperties.FORMAT_VERSION, TableProperties.DEFAULT_FORMAT_VERSION))
         iceberg_schema = self._convert_schema_if_needed(schema, format_version)  # type: ignore[arg-type]
         location = self._resolve_table_location(location, namespace, table)
@@ -293,6 +317,40 @@ class ObjectStoreCatalog(MetastoreCatalog):
         """The store key of a location inside the warehouse, or None if it lies outside."""
         prefix = self.warehouse + "/"
         return location[len(prefix) :] if location.startswith(prefix) else None
+
+    # ---- aliases -------------------------------------------------------------------------------------
+
+    def _served_by(self, namespace: str, table: str) -> tuple[str, str] | None:
+        """The (namespace, table) serving an aliased name, or None: the name is its own table (no alias, or this
+        catalog names physical tables)."""
+        if self._aliases is None:
+            return None
+        physical = self._aliases.aliases().current.get(f"{namespace}.{table}")
+        if physical is None:
+            return None
+        live_ns, _, live_table = physical.rpartition(".")
+        return live_ns, live_table
+
+    def _live(self, identifier: str | Identifier) -> tuple[str, str]:
+        """(namespace, table) of the table serving ``identifier``: itself unless an alias serves it."""
+        namespace, table = self._split(identifier)
+        return self._served_by(namespace, table) or (namespace, table)
+
+    def physical_identifier(self, identifier: str | Identifier) -> Identifier:
+        """The identifier of the table serving ``identifier`` (itself unless an alias serves it)."""
+        namespace, table = self._live(identifier)
+        return (*namespace.split("."), table)
+
+    def _refuse_aliased(
+        self, namespace: str, table: str, refused: str, advice: str, error: type[AliasedTableError] = AliasedTableError
+    ) -> None:
+        """Raise ``error`` if an alias serves ``namespace.table`` (``refused``: why, and that nothing was done)."""
+        live = self._served_by(namespace, table)
+        if live is not None:
+            raise error(
+                f"{namespace}.{table} is served by {'.'.join(live)} since a blue/green cutover (its alias in "
+                f"{ALIASES_KEY}): {refused}. {advice}"
+            )
 
     # ---- pointers ------------------------------------------------------------------------------------
 
@@ -475,7 +533,8 @@ class ObjectStoreCatalog(MetastoreCatalog):
             raise TableAlreadyExistsError(f"Table {namespace}.{table} already exists") from None
 
     def load_table(self, identifier: str | Identifier) -> Table:
-        namespace, table = self._split(identifier)
+        """The table of ``identifier``: the live one, named by its physical identifier, if an alias serves it."""
+        namespace, table = self._live(identifier)
         pointer = self._current_pointer(namespace, table)
         if pointer.renaming_to is not None:
             raise NoSuchTableError(f"Table {namespace}.{table} is being renamed to {pointer.renaming_to}")
@@ -486,6 +545,14 @@ class ObjectStoreCatalog(MetastoreCatalog):
         namespace, table = self._split(identifier)
         if not self.namespace_exists(namespace):
             raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
+        self._refuse_aliased(
+            namespace,
+            table,
+            "a table registered under it would be hidden by the alias; nothing was registered",
+            "Register the metadata under another name (to repair a blue/green table's pointer, register its "
+            "physical name)",
+            AliasedTableExists,
+        )
         self._read_metadata(metadata_location)  # fail early on a file that is not Iceberg metadata
         key = self._pointer_key(namespace, table)
         try:
@@ -499,15 +566,29 @@ class ObjectStoreCatalog(MetastoreCatalog):
             raise NoSuchNamespaceError(f"Namespace does not exist: {self._namespace_str(namespace)}")
         ns = self._namespace_str(namespace, ValueError)
         prefix = f"{TABLES_PREFIX}{self._encoded(ns)}/"
-        return [
+        found = [
             (*ns.split("."), decode_catalog_part(info.key[len(prefix) : -len(".json")]))
             for info in self.store.list(prefix)
             if "/" not in info.key[len(prefix) :] and info.key.endswith(".json")
         ]
+        if self._aliases is not None:  # an aliased name is a table of its namespace, with or without a pointer
+            for name in sorted(self._aliases.aliases().current):
+                alias_ns, _, alias_table = name.rpartition(".")
+                if alias_ns == ns and (*ns.split("."), alias_table) not in found:
+                    found.append((*ns.split("."), alias_table))
+        return found
 
     def drop_table(self, identifier: str | Identifier) -> None:
         """Delete the pointer (with If-Match; a concurrent commit makes us re-read and try again)."""
         namespace, table = self._split(identifier)
+        self._refuse_aliased(
+            namespace,
+            table,
+            "the catalog does not drop a name an alias serves (its readers would go on reading the live table); "
+            "nothing was dropped",
+            "lakestream layers cleanup drops the blue/green tables that neither the aliases nor the rollback target "
+            "name",
+        )
         for _ in range(50):
             pointer = self._current_pointer(namespace, table)
             try:
@@ -520,6 +601,20 @@ class ObjectStoreCatalog(MetastoreCatalog):
     def rename_table(self, from_identifier: str | Identifier, to_identifier: str | Identifier) -> Table:
         from_ns, from_table = self._split(from_identifier)
         to_ns, to_table = self._split(to_identifier)
+        self._refuse_aliased(
+            from_ns,
+            from_table,
+            "the catalog does not rename a name an alias serves (its readers would go on reading the live table); "
+            "nothing was renamed",
+            "Rename the model in its project (a new model) instead",
+        )
+        self._refuse_aliased(
+            to_ns,
+            to_table,
+            "a table renamed to it would be hidden by the alias; nothing was renamed",
+            "Rename the table to another name",
+            AliasedTableExists,
+        )
         if not self.namespace_exists(to_ns):
             raise NoSuchNamespaceError(f"Namespace does not exist: {to_ns}")
         if not self.table_exists((*from_ns.split("."), from_table)):
@@ -579,6 +674,15 @@ class ObjectStoreCatalog(MetastoreCatalog):
                 refused by the tiering fence a `Lakehouse` registers (`register_commit_check`).
         """
         namespace, name = self._split(table.name())
+        # A table loaded by name is named by the table serving it, so only one loaded before a cutover (or staged
+        # under an aliased name) gets here with an aliased name: its commit would land on the old table.
+        self._refuse_aliased(
+            namespace,
+            name,
+            "this table was loaded by that name before the switch, so its commit would land on the old table; "
+            "nothing was committed",
+            f"Load the table again (load_table('{namespace}.{name}') gives the live one) and redo the change",
+        )
         try:
             pointer: Pointer | None = self._current_pointer(namespace, name)
         except NoSuchTableError:
@@ -841,7 +945,7 @@ class ObjectStoreCatalog(MetastoreCatalog):
         """A table's current metadata file as plain JSON, not parsed by pyiceberg (which refuses metadata it
         cannot load, such as a type it wrote but cannot read back): None if the table does not exist, an empty
         dict if its metadata file is missing or not JSON. For dropping a table whatever state it is in."""
-        namespace, table = self._split(identifier)
+        namespace, table = self._live(identifier)
         pointer = self._pointer_or_none(namespace, table)
         if pointer is None:
             return None
@@ -876,8 +980,8 @@ class ObjectStoreCatalog(MetastoreCatalog):
         return f"{self.warehouse}/{newest[1]}" if newest is not None else None
 
     def table_location(self, identifier: str | Identifier) -> str:
-        """The current metadata file of a table (what other engines open)."""
-        namespace, table = self._split(identifier)
+        """The current metadata file of a table (what other engines open): the live table's if an alias serves it."""
+        namespace, table = self._live(identifier)
         return self._current_pointer(namespace, table).metadata_location
 
     def __repr__(self) -> str:

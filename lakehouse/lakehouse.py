@@ -156,10 +156,15 @@ class Lakehouse:
 
     @property
     def catalog(self) -> ObjectStoreCatalog:
-        """The warehouse's Iceberg catalog (a pyiceberg catalog on the same store)."""
+        """The warehouse's Iceberg catalog (a pyiceberg catalog on the same store), naming physical tables: the
+        aliases (`lakehouse.aliases`) are resolved by this `Lakehouse`'s methods, once at their entry, never here
+        (``dwd.m`` is the table of that name even while an alias serves the name by ``dwd__g1.m``). The catalog
+        other engines load from `catalog_properties` resolves them."""
         with self._lock:
             if self._catalog is None:
-                self._catalog = ObjectStoreCatalog("lakestream", store=self.store, **self.catalog_properties())
+                self._catalog = ObjectStoreCatalog(
+                    "lakestream", store=self.store, resolve_aliases=False, **self.catalog_properties()
+                )
             return self._catalog
 
     def catalog_properties(self) -> dict[str, str]:

@@ -444,15 +444,22 @@ def table_list(
 def table_location(
     name: str, warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output: JsonOpt = False
 ) -> None:
-    """Print the current Iceberg metadata file of a table (open it with DuckDB, pyiceberg, Spark, ...)."""
+    """Print the current Iceberg metadata file of a table (open it with DuckDB, pyiceberg, Spark, ...): after a
+    blue/green cutover, the file of the table serving the name (its physical name in --json)."""
     from pyiceberg.exceptions import NoSuchTableError
 
+    from lakehouse.catalog import ObjectStoreCatalog
+
     try:
-        location = _lakehouse(warehouse, config).catalog.table_location(name)
+        lh = _lakehouse(warehouse, config)
+        # the catalog as other engines load it (aliases resolved), not lakestream's own, which names physical tables
+        catalog = ObjectStoreCatalog("lakestream", store=lh.store, **lh.catalog_properties())
+        physical = ".".join(catalog.physical_identifier(name))
+        location = catalog.table_location(physical)
     except (LakestreamError, NoSuchTableError, ValueError) as exc:
         _fail(exc)
     if json_output:
-        json_line({"table": name, "metadata_location": location})
+        json_line({"table": name, "physical": physical, "metadata_location": location})
         return
     print(location)
 

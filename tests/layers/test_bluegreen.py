@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from pyiceberg.catalog import load_catalog
+from pyiceberg.exceptions import TableAlreadyExistsError
+from typer.testing import CliRunner
 
-from lakehouse.aliases import read_aliases
+from lakehouse.aliases import AliasedTableError, read_aliases
 from lakehouse.lakehouse import Lakehouse
 from lakehouse.tables import TableName
 from layers.bluegreen import GREEN_KEY, build_green, cleanup, cutover, rollback
@@ -21,6 +24,7 @@ from layers.runner import Runner
 from quality.layers import check_layers
 from quality.publication import publish_warehouse
 from quality.results import RECONCILE, CheckResult
+from tests.conftest import duckdb_connection
 
 pytestmark = pytest.mark.usefixtures("spark")
 
@@ -148,6 +152,92 @@ def test_green_build_cutover_next_rounds_and_rollback(live, spark):
     Runner(lh, v1, spark).run_once()
     assert state(lh) == expected(range(11), 1)
     assert cleanup(lh, v1) == []  # live and the rollback target are both kept
+
+
+def test_other_engines_reading_the_name_see_the_live_table_after_a_cutover(live, spark):
+    """After a cutover, pyiceberg's catalog (as `load_catalog` builds it from the warehouse's properties),
+    `lakestream table location` and DuckDB on that location give the new version by name; a commit through the
+    table loaded by name lands on it; what would change the name's table (drop, rename, create, register, a commit
+    of a table loaded before the switch) is refused, naming the live table. A rollback gives the old one again."""
+    from lakestream.cli import app
+
+    lh, v1, v2 = live
+    blue = load_catalog("lake", **lh.catalog_properties()).load_table("dwd.m")  # loaded before the switch
+    build_green(lh, v2, spark)
+    cutover(lh, v2)
+    m, _ = expected(range(6), 2)
+
+    catalog = load_catalog("lake", **lh.catalog_properties())
+    table = catalog.load_table("dwd.m")
+    assert table.name() == ("dwd__g1", "m")  # the table serving the name: commits through it go there
+    lake = table.scan(selected_fields=("id", "grp", "v", "w")).to_arrow().sort_by("id").to_pylist()
+    assert lake == m
+    assert catalog.table_exists("dwd.m") and catalog.table_location("dwd.m") == table.metadata_location
+    assert ("dwd", "m") in catalog.list_tables("dwd")
+
+    shown = CliRunner().invoke(app, ["table", "location", "dwd.m", "-w", lh.url])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.strip() == table.metadata_location
+    as_json = CliRunner().invoke(app, ["table", "location", "dwd.m", "-w", lh.url, "--json"])
+    assert '"physical": "dwd__g1.m"' in as_json.output, as_json.output
+    duck = duckdb_connection().sql(
+        f"SELECT id, grp, v, w FROM iceberg_scan('{shown.output.strip().removeprefix('file://')}') ORDER BY id"
+    )
+    assert duck.fetchall() == [tuple(r.values()) for r in m]
+
+    table.transaction().set_properties({"owner": "analytics"}).commit_transaction()
+    assert lh.lake_table("dwd.m").properties["owner"] == "analytics"  # the live table's metadata
+    assert "owner" not in lh.lake_table(TableName.parse("dwd.m")).properties  # not the old one's
+
+    with pytest.raises(AliasedTableError, match=r"dwd\.m is served by dwd__g1\.m .*nothing was committed"):
+        blue.transaction().set_properties({"owner": "stale"}).commit_transaction()
+    with pytest.raises(ValueError, match="UUID does not match"):  # nor does it silently become another table
+        blue.refresh()
+    with pytest.raises(AliasedTableError, match=r"dwd\.m is served by dwd__g1\.m"):
+        catalog.drop_table("dwd.m")
+    with pytest.raises(AliasedTableError, match=r"dwd\.m is served by dwd__g1\.m"):
+        catalog.rename_table("dwd.m", "dwd.m_old")
+    with pytest.raises(AliasedTableError, match=r"dwd\.m is served by dwd__g1\.m"):
+        catalog.rename_table("ads__g1.a", "dwd.m")
+    with pytest.raises(TableAlreadyExistsError, match=r"dwd\.m is served by dwd__g1\.m"):
+        catalog.create_table("dwd.m", table.schema())
+    with pytest.raises(AliasedTableError, match=r"dwd\.m is served by dwd__g1\.m"):
+        catalog.register_table("dwd.m", blue.metadata_location, overwrite=True)
+    assert catalog.table_exists("dwd.m") and lh.catalog.table_exists("dwd.m")  # nothing was changed
+
+    rollback(lh, v2)
+    again = load_catalog("lake", **lh.catalog_properties()).load_table("dwd.m")
+    assert again.name() == ("dwd", "m") and again.metadata_location == blue.metadata_location
+
+
+def test_after_two_cutovers_and_a_cleanup_the_name_is_the_newest_table_for_other_engines(live, spark, tmp_path):
+    """Two cutovers, then `cleanup` drops the first tables (``dwd.m`` itself: lakestream's own catalog names
+    physical tables, so the drop reaches it although an alias serves the name): pyiceberg's catalog, its listing
+    and DuckDB on `lakestream table location` give the newest generation by name, not a table two versions old."""
+    from lakestream.cli import app
+
+    lh, v1, v2 = live
+    build_green(lh, v2, spark)
+    cutover(lh, v2)
+    v3_sql = M_V2.replace("v * 10", "v * 100")
+    v3 = load_project(project(tmp_path / "v3", v3_sql))
+    assert build_green(lh, v3, spark).tables == {"dwd.m": "dwd__g2.m", "ads.a": "ads__g2.a"}
+    cutover(lh, v3)
+    assert sorted(cleanup(lh, v3)) == ["ads.a", "dwd.m"]  # kept: the live tables and the rollback target
+    m = [{"id": i, "grp": f"g{i % 3}", "v": i * 100, "w": i + 1} for i in range(6)]
+    assert read(lh, "dwd.m") == m
+
+    catalog = load_catalog("lake", **lh.catalog_properties())
+    table = catalog.load_table("dwd.m")
+    assert table.name() == ("dwd__g2", "m")
+    assert table.scan(selected_fields=("id", "grp", "v", "w")).to_arrow().sort_by("id").to_pylist() == m
+    assert ("dwd", "m") in catalog.list_tables("dwd")  # listed by name although its own table was dropped
+    shown = CliRunner().invoke(app, ["table", "location", "dwd.m", "-w", lh.url])
+    assert shown.exit_code == 0, shown.output
+    duck = duckdb_connection().sql(
+        f"SELECT id, grp, v, w FROM iceberg_scan('{shown.output.strip().removeprefix('file://')}') ORDER BY id"
+    )
+    assert duck.fetchall() == [tuple(r.values()) for r in m]
 
 
 def test_a_build_killed_leaves_live_serving_and_runs_again(live, spark):
