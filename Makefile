@@ -27,12 +27,15 @@ $(STAMP): pyproject.toml
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# Two workers: much of the suite waits on subprocesses, servers and JVMs, so two halves overlap on two cores
-# (37 -> 26 minutes here). TEST_WORKERS=0 runs it in one process.
+# Two workers: much of the suite waits on subprocesses, servers and JVMs, so two halves overlap on two cores.
+# TEST_WORKERS=0 runs it in one process. `make test` is the gate CI runs: lint, the whole suite, then the native
+# stack end to end (test-stack); --durations names the 30 slowest tests of each run.
 TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test: lint
-	$(BIN)/python -m pytest --durations=30 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=30 $(XDIST) $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-stack
 
 # The fast tier: every test that needs no JVM, no S3 server and no subprocess (tests/support/tiers.py), with the
 # `dev` hypothesis profile; a test of it that starts a process fails and says how to mark it.
@@ -41,12 +44,12 @@ test-fast: $(STAMP)
 
 # Every property test with five times its example count (tests/support/profiles.py): a night's run.
 test-thorough: $(STAMP)
-	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile \
-		-m "not stack" $(PYTEST_ARGS) $$(grep -rl --include='test_*.py' '@given' tests)
+	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS) \
+		$$(grep -rl --include='test_*.py' '@given' tests)
 
 # The native stack end to end (about 10 minutes): up, the DAGs under the real scheduler, a lost worker, down.
 test-stack: $(STAMP)
-	LAKESTREAM_TEST_STACK=1 $(BIN)/python -m pytest -m stack tests/deploy/test_stack_e2e.py $(PYTEST_ARGS)
+	LAKESTREAM_TEST_STACK=1 $(BIN)/python -m pytest --durations=10 -m stack tests/deploy/test_stack_e2e.py
 
 demo: $(STAMP)
 	$(BIN)/lakestream demo $(DEMO_ARGS)

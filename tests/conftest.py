@@ -47,9 +47,24 @@ def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
         server.stop()
 
 
-@pytest.fixture(params=["local", "s3"])
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # A test that takes a store runs on the local backend; on SeaweedFS too where the backend is what it tests
+    # (`pytest.mark.backends("local", "s3")`: the store contract, faults, races, conditional writes). A test that
+    # parametrizes `backend` itself keeps its own values.
+    if "backend" not in metafunc.fixturenames:
+        return
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        names = marker.args[0]
+        if "backend" in ([n.strip() for n in names.split(",")] if isinstance(names, str) else names):
+            return
+    marker = metafunc.definition.get_closest_marker("backends")
+    metafunc.parametrize("backend", marker.args if marker else ("local",), indirect=True)
+
+
+@pytest.fixture
 def backend(request: pytest.FixtureRequest) -> str:
-    return request.param
+    """"local" (a file:// store) or "s3" (SeaweedFS); see `pytest_generate_tests`."""
+    return getattr(request, "param", "local")
 
 
 @pytest.fixture

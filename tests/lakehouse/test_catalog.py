@@ -46,6 +46,7 @@ def lineage_is_linear(table) -> bool:
     return all(s.parent_snapshot_id == (snaps[i - 1].snapshot_id if i else None) for i, s in enumerate(snaps))
 
 
+@pytest.mark.backends("local", "s3")
 @pytest.mark.subprocess
 def test_pyiceberg_end_to_end_in_a_fresh_process_configured_by_properties(catalog_props) -> None:
     script = f"""
@@ -73,6 +74,7 @@ print(json.dumps({{"rows": t.scan().to_arrow().num_rows, "tables": cat.list_tabl
     }
 
 
+@pytest.mark.backends("local", "s3")
 def test_namespaces(catalog) -> None:
     catalog.create_namespace("ods")
     catalog.create_namespace("dwd", {"layer": "dwd"})
@@ -98,6 +100,7 @@ def test_namespaces(catalog) -> None:
     assert catalog.namespace_exists("dwd") and not catalog.namespace_exists("ods")
 
 
+@pytest.mark.backends("local", "s3")
 def test_tables_create_load_list_exists_drop_purge_register(catalog) -> None:
     catalog.create_namespace("ods")
     with pytest.raises(NoSuchNamespaceError):
@@ -123,6 +126,7 @@ def test_tables_create_load_list_exists_drop_purge_register(catalog) -> None:
     assert not io.new_input(data_files[0]).exists()
 
 
+@pytest.mark.backends("local", "s3")
 def test_create_table_transaction(catalog) -> None:
     catalog.create_namespace("ods")
     with catalog.create_table_transaction("ods.tx", SCHEMA) as tx:
@@ -227,6 +231,7 @@ def test_metadata_files_are_pyicebergs_json_with_snapshots_serialized_once(catal
     assert len(serialized) == len(table.metadata.snapshots) == 5
 
 
+@pytest.mark.backends("local", "s3")
 def test_concurrent_creators_one_table(catalog_props) -> None:
     catalogs = [load_catalog("lake", **catalog_props) for _ in range(8)]
     catalogs[0].create_namespace("ods")
@@ -250,6 +255,7 @@ def test_concurrent_creators_one_table(catalog_props) -> None:
     assert len(metadata_files) == 1, f"losers must delete their metadata files: {metadata_files}"
 
 
+@pytest.mark.backends("local", "s3")
 @pytest.mark.slow
 def test_8_processes_x_20_appends_linear_lineage_no_errors(catalog_props, catalog) -> None:
     catalog.create_namespace("ods")
@@ -268,6 +274,7 @@ def test_8_processes_x_20_appends_linear_lineage_no_errors(catalog_props, catalo
     assert got == Counter((w, i) for w in range(workers) for i in range(appends))
 
 
+@pytest.mark.backends("local", "s3")
 def test_rename_and_crash_between_steps(catalog) -> None:
     catalog.create_namespace("ods")
     catalog.create_table("ods.a", SCHEMA).append(rows(1, 1))
@@ -299,6 +306,7 @@ def test_rename_and_crash_between_steps(catalog) -> None:
     assert catalog.repair() == []
 
 
+@pytest.mark.backends("local", "s3")
 def test_a_rename_interrupted_at_any_depth_is_repaired(catalog) -> None:
     """Rename markers name the other table with encoded parts: a table name may hold '.', '/' and '%'."""
     old, new = ("com", "org-1", "销售 部", "t.v1/a"), ("com", "org-2", "x%y", "t.v2")
@@ -316,6 +324,7 @@ def test_a_rename_interrupted_at_any_depth_is_repaired(catalog) -> None:
     assert catalog.repair() == []
 
 
+@pytest.mark.backends("local", "s3")
 def test_rename_racing_a_commit_loses_nothing(catalog_props, catalog) -> None:
     catalog.create_namespace("ods")
     catalog.create_table("ods.r", SCHEMA)
@@ -328,6 +337,7 @@ def test_rename_racing_a_commit_loses_nothing(catalog_props, catalog) -> None:
     assert catalog.load_table("ods.s").scan().to_arrow().to_pylist() == [{"worker": 3, "seq": 3}]
 
 
+@pytest.mark.backends("local", "s3")
 def test_rename_that_loses_its_first_cas_to_a_commit_reads_the_pointer_again(catalog_props, catalog) -> None:
     catalog.create_namespace("ods")
     catalog.create_table("ods.busy", SCHEMA)
@@ -346,6 +356,7 @@ def test_rename_that_loses_its_first_cas_to_a_commit_reads_the_pointer_again(cat
     assert catalog.load_table("ods.calm").scan().to_arrow().to_pylist() == [{"worker": 2, "seq": 0}]
 
 
+@pytest.mark.backends("local", "s3")
 @pytest.mark.parametrize("readers", [("ods.live",), ("ods.live", "ods.moved")], ids=["old-name", "both-names"])
 def test_rename_finished_by_another_reader_between_its_steps_succeeds(catalog_props, catalog, readers) -> None:
     """Between step 1 (the marker) and step 2 (the new name), a reader of the old name that meets the marker
@@ -372,6 +383,7 @@ def test_rename_finished_by_another_reader_between_its_steps_succeeds(catalog_pr
     assert moved.scan().to_arrow().to_pylist() == [{"worker": 1, "seq": 1}]
 
 
+@pytest.mark.backends("local", "s3")
 def test_rename_concurrent_with_an_appender_loses_no_acknowledged_append(catalog_props, catalog) -> None:
     catalog.create_namespace("ods")
     catalog.create_table("ods.live", SCHEMA)
@@ -420,6 +432,7 @@ def test_pyiceberg_yaml_configuration(tmp_path) -> None:
     assert out.stdout.strip() == "ObjectStoreCatalog True [('ods',)]"
 
 
+@pytest.mark.backends("local", "s3")
 def test_garbage_pointer_is_a_clear_error(catalog) -> None:
     catalog.create_namespace("ods")
     catalog.create_table("ods.g", SCHEMA)
@@ -440,6 +453,7 @@ def test_invalid_identifiers(catalog, ident) -> None:
     assert catalog.list_tables("ods") == []
 
 
+@pytest.mark.backends("local", "s3")
 @pytest.mark.parametrize(
     "name", [f"a{c}b" for c in string.punctuation if c != "."] + ["/", "%2F", "订单 明细", "é", "_lakestream"]
 )

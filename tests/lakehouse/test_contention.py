@@ -7,6 +7,7 @@ import threading
 import time
 
 import pyarrow as pa
+import pytest
 
 from lakehouse.catalog import DEFAULT_TABLE_PROPERTIES
 from lakehouse.contention import QUIET_MAX_MS, QUIET_MS, quiet_settings, wait_until_quiet
@@ -71,6 +72,7 @@ def test_tables_are_created_with_the_settings(catalog) -> None:
     assert {k: props[k] for k in DEFAULT_TABLE_PROPERTIES} == DEFAULT_TABLE_PROPERTIES
 
 
+@pytest.mark.backends("local", "s3")
 def test_a_losing_append_retries_only_after_the_busy_writer_stops(catalog) -> None:
     """Writer B's append loses to a busy writer that keeps moving the pointer; B's retry waits until the
     pointer has been quiet, then commits on top of everything (nothing lost, lineage linear)."""

@@ -114,6 +114,7 @@ def test_bucket_key_of_a_log_table_is_refused_and_nothing_to_alter_is_an_error(t
         lh.alter_table("ods.e")
 
 
+@pytest.mark.backends("local", "s3")
 def test_concurrent_alters_one_wins_the_other_changes_nothing(lakehouse: Lakehouse, monkeypatch) -> None:
     """Both read version 0; the first to write wins; the second's If-Match fails: AlterConflict, and the
     definition and lake are the winner's."""

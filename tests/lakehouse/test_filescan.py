@@ -9,6 +9,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 from pyiceberg.expressions import GreaterThanOrEqual
 from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
@@ -94,6 +95,7 @@ def _count_opened(monkeypatch) -> list:
     return opened
 
 
+@pytest.mark.backends("local", "s3")
 def test_large_files_are_opened_as_the_consumer_asks(lakehouse: Lakehouse, monkeypatch) -> None:
     lh = lakehouse
     _table(lh)
@@ -107,6 +109,7 @@ def test_large_files_are_opened_as_the_consumer_asks(lakehouse: Lakehouse, monke
     assert sum(b.num_rows for b in [first, *rest]) == 2000
 
 
+@pytest.mark.backends("local", "s3")
 def test_small_files_are_read_a_few_ahead_in_task_order(lakehouse: Lakehouse, monkeypatch) -> None:
     lh = lakehouse
     monkeypatch.setattr(filescan, "PREFETCH_FILES", 2)

@@ -82,6 +82,7 @@ def test_compressed_segments_read_back_through_any_log(orders_log: Log, store: O
             Log(store, plain.definition, compression=codec)
 
 
+@pytest.mark.backends("local", "s3")
 def test_round_trip_bucket_alignment_and_offsets(orders_log: Log) -> None:
     data = orders(range(1000))
     result = orders_log.append(data, "upsert")
@@ -409,6 +410,7 @@ def test_a_read_outside_the_table_says_what_exists(orders_log: Log) -> None:
     assert orders_log.read(np.int64(0), np.int32(0)).num_rows == orders_log.end_offsets()[0]  # numpy ints are fine
 
 
+@pytest.mark.backends("local", "s3")
 def test_corrupt_segment_is_reported_not_skipped(orders_log: Log, store: ObjectStore) -> None:
     orders_log.append(orders(range(50)), "upsert")
     orders_log.append(orders(range(50, 100)), "upsert")
@@ -456,6 +458,7 @@ def test_a_gap_or_overlap_between_segments_is_reported_not_skipped(orders_log: L
     fresh.close()
 
 
+@pytest.mark.backends("local", "s3")
 def test_read_below_retained_offsets(orders_log: Log, store: ObjectStore, lakehouse: Lakehouse) -> None:
     for _ in range(3):
         orders_log.append(orders([1, 2, 3]), "upsert")
@@ -474,6 +477,7 @@ def test_read_below_retained_offsets(orders_log: Log, store: ObjectStore, lakeho
 # ---- exactly once across retries ----------------------------------------------------------------------
 
 
+@pytest.mark.backends("local", "s3")
 def test_retry_with_same_producer_sequence_from_a_new_process_is_recognised(
     orders_log: Log, store: ObjectStore, lakehouse: Lakehouse
 ) -> None:
@@ -489,6 +493,7 @@ def test_retry_with_same_producer_sequence_from_a_new_process_is_recognised(
     restarted.close()
 
 
+@pytest.mark.backends("local", "s3")
 def test_a_restarted_process_recognises_every_replayed_sequence(
     orders_log: Log, store: ObjectStore, lakehouse: Lakehouse
 ) -> None:
@@ -574,6 +579,7 @@ def test_a_log_keeps_no_state_for_anonymous_appends_and_a_bounded_number_of_prod
     assert sum(orders_log.end_offsets().values()) == 50 + 40 + 5 * 4
 
 
+@pytest.mark.backends("local", "s3")
 @pytest.mark.parametrize("applied", [False, True], ids=["not-applied", "applied-then-lost"])
 def test_partial_append_retried_completes_exactly_once(
     orders_log: Log, store: ObjectStore, lakehouse: Lakehouse, applied: bool
@@ -592,6 +598,7 @@ def test_partial_append_retried_completes_exactly_once(
     fresh.close()
 
 
+@pytest.mark.backends("local", "s3")
 @pytest.mark.parametrize("applied", [False, True], ids=["not-applied", "applied-then-lost"])
 def test_one_bucket_append_fails_and_retries_like_any_other(
     orders_log: Log, store: ObjectStore, lakehouse: Lakehouse, applied: bool
@@ -650,6 +657,7 @@ def test_lost_response_on_segment_create_is_not_a_duplicate(seaweedfs) -> None:
     lh.close()
 
 
+@pytest.mark.backends("local", "s3")
 @pytest.mark.parametrize("ahead", [3, 12], ids=["walks-the-winners", "lists-a-long-chain"])
 def test_a_stale_producer_lands_at_the_end_without_uploading_to_taken_offsets(
     lakehouse: Lakehouse, store: ObjectStore, ahead: int
@@ -671,6 +679,7 @@ def test_a_stale_producer_lands_at_the_end_without_uploading_to_taken_offsets(
     assert got.column("o_orderkey").to_pylist()[-2:] == [999, 998]
 
 
+@pytest.mark.backends("local", "s3")
 def test_threads_sharing_a_log_take_turns_per_bucket_instead_of_racing(lakehouse: Lakehouse, store) -> None:
     """Four threads append through one `Log` to every bucket at once: no segment key is PUT twice (no
     thread loses a race to another thread of the same Log), and every record lands exactly once."""
@@ -701,6 +710,7 @@ def test_threads_sharing_a_log_take_turns_per_bucket_instead_of_racing(lakehouse
 # ---- properties and races -----------------------------------------------------------------------------
 
 
+@pytest.mark.backends("local", "s3")
 def test_a_log_that_lands_after_others_still_reads_its_buckets(lakehouse: Lakehouse, store: ObjectStore) -> None:
     """A Log whose append lost the race and landed after other processes' segments recorded only its own:
     its next read saw a gap before it and raised CorruptSegmentError (and kept doing so)."""
@@ -772,6 +782,7 @@ def test_any_sequence_of_appends_reads_back_as_its_concatenation(tmp_path_factor
     lh.close()
 
 
+@pytest.mark.backends("local", "s3")
 @pytest.mark.slow
 def test_4_processes_append_500_batches_each_contiguous_and_exactly_once(store_spec, lakehouse: Lakehouse) -> None:
     url, options = store_spec

@@ -117,6 +117,7 @@ def test_target_size_and_min_files_are_respected(tmp_path) -> None:
     assert plan_groups(files, target_file_size=100, min_input_files=3) == []
 
 
+@pytest.mark.backends("local", "s3")
 def test_compaction_racing_tiering_loses_nothing(lakehouse: Lakehouse) -> None:
     from lakehouse.maintenance import compact
 
@@ -175,6 +176,7 @@ def test_compaction_racing_a_merge_on_read_round_never_resurrects_a_row(lakehous
     assert lake_state(lh.lake_read(name)) == expected
 
 
+@pytest.mark.backends("local", "s3")
 def test_two_compactions_racing_one_commits_the_other_cleans_up(lakehouse: Lakehouse) -> None:
     from lakehouse.maintenance import compact
 
@@ -193,6 +195,7 @@ def test_two_compactions_racing_one_commits_the_other_cleans_up(lakehouse: Lakeh
     assert not (data_files_in_store(lh, name) - referenced_files(table))  # the loser's outputs are gone
 
 
+@pytest.mark.backends("local", "s3")
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["mid-write", "tasks-done", "metadata-written"])
 def test_kill_9_mid_compaction_leaves_the_table_unchanged(store_spec, point: str) -> None:
@@ -289,6 +292,7 @@ def test_orphans_respect_the_grace_period_and_spare_referenced_files_and_the_log
     assert rows(lh.lake_read(name), LAKE_COLS) == log_records(lh, name, lh.log(name).end_offsets())
 
 
+@pytest.mark.backends("local", "s3")
 def test_orphans_go_in_bulk_and_the_result_counts_past_what_it_names(lakehouse: Lakehouse, monkeypatch) -> None:
     import object_store.base
     from lakehouse.maintenance import orphans
@@ -528,6 +532,7 @@ def test_retention_records_each_buckets_floor_before_it_deletes(lakehouse: Lakeh
     assert result.to_dict()["floors"] == {"0": newest[0], "1": newest[1]}
 
 
+@pytest.mark.backends("local", "s3")
 def test_retention_floors_only_move_up_under_racing_writers(lakehouse: Lakehouse) -> None:
     lh, name = lakehouse, "ods.t"
     lh.create_table(name, ORDERS, bucket_key="o_orderkey", buckets=4)

@@ -36,6 +36,7 @@ def all_rows(log: Log) -> list[dict]:
     return [r for b in range(2) for r in log.read(b).to_pylist()]
 
 
+@pytest.mark.backends("local", "s3")
 def test_batches_per_bucket_into_few_full_segments(log: Log) -> None:
     """``batch_rows`` is per bucket: 50 sends of 10 rows over 2 buckets make segments of 91-100 rows (a
     send puts about 5 rows in each bucket), not appends of 100 rows split into two segments of ~50."""
@@ -353,6 +354,7 @@ def test_a_send_larger_than_the_buffer_goes_through_when_it_is_empty(log: Log) -
     assert p.rows_appended == 100 and (p._buffered, p._buffered_bytes) == (0, 0)
 
 
+@pytest.mark.backends("local", "s3")
 def test_transient_failures_are_retried_without_duplicates(log: Log, store: ObjectStore) -> None:
     FailingPuts(store, "/log/", times=3)
     with log.producer(batch_rows=100, retry_backoff=0.01) as p:
@@ -409,6 +411,7 @@ def test_a_new_producers_first_append_reads_no_earlier_segments(log: Log, store:
     assert (reads.heads, reads.lists) == (0, 0)
 
 
+@pytest.mark.backends("local", "s3")
 def test_a_producer_restarted_with_its_id_skips_what_already_landed(
     lakehouse: Lakehouse, log: Log, store: ObjectStore
 ) -> None:
@@ -491,6 +494,7 @@ def test_a_checkpoint_resumes_only_its_own_table_and_is_checked(lakehouse: Lakeh
         log.producer(resume=checkpoint, producer_id="other")
 
 
+@pytest.mark.backends("local", "s3")
 @pytest.mark.slow
 @pytest.mark.parametrize("keyed", [True, False], ids=["bucketed", "keyless"])
 def test_kill_9_then_resume_from_the_checkpoint_appends_every_row_exactly_once(

@@ -82,6 +82,7 @@ def lakestream(spark, lh: Lakehouse, **options):
 # ---- Spark == Python, both backends ----------------------------------------------------------------------
 
 
+@pytest.mark.backends("local", "s3")
 @pytest.mark.slow
 @pytest.mark.parametrize("pk", [True, False], ids=["pk", "log"])
 def test_spark_reads_equal_python_reads(lakehouse, spark, pk) -> None:

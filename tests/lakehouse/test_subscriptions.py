@@ -228,6 +228,7 @@ def test_bad_advances_raise_their_error_and_write_nothing(lakehouse: Lakehouse) 
         lh.subscription("ods.nope", CONSUMER)
 
 
+@pytest.mark.backends("local", "s3")
 @pytest.mark.slow
 def test_two_processes_advance_one_subscription_and_exactly_one_wins(lakehouse: Lakehouse, store_spec) -> None:
     url, options = store_spec

@@ -123,6 +123,7 @@ def test_invalid_create_writes_nothing(lakehouse: Lakehouse) -> None:
     assert lakehouse.list_tables() == []
 
 
+@pytest.mark.backends("local", "s3")
 def test_concurrent_creators_one_wins(lakehouse: Lakehouse) -> None:
     barrier = threading.Barrier(16)
 

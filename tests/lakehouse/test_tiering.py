@@ -119,6 +119,7 @@ def data_files_in_store(lh: Lakehouse, name: str) -> set[str]:
 # ---- layout and the log-table invariant ------------------------------------------------------------------
 
 
+@pytest.mark.backends("local", "s3")
 def test_log_table_lake_equals_log_at_every_tiered_offset(lakehouse: Lakehouse) -> None:
     lh = lakehouse
     lh.create_table("ods.events", ORDERS, bucket_key="o_orderkey", buckets=4)
@@ -224,6 +225,7 @@ def test_primary_key_tiering_applies_upserts_and_deletes_copy_on_write(lakehouse
     assert snap.summary["operation"].value == "overwrite"
 
 
+@pytest.mark.backends("local", "s3")
 def test_primary_key_tiering_merge_on_read_writes_what_changed(lakehouse: Lakehouse) -> None:
     """The default for a primary-key table: a round adds the new versions and a position delete file per changed
     bucket marking the old ones; no data file is rewritten, and every reader applies the deletes."""
@@ -521,6 +523,7 @@ def test_columns_named_in_any_language_tier_and_duckdb_reads_them(tmp_path) -> N
 # ---- races and crashes ---------------------------------------------------------------------------------
 
 
+@pytest.mark.backends("local", "s3")
 def test_a_tiering_run_overtaken_by_another_deletes_its_files_and_commits_nothing(lakehouse: Lakehouse) -> None:
     lh = lakehouse
     lh.create_table("ods.events", ORDERS, bucket_key="o_orderkey", buckets=2)
@@ -537,6 +540,7 @@ def test_a_tiering_run_overtaken_by_another_deletes_its_files_and_commits_nothin
     assert data_files_in_store(lh, "ods.events") == referenced_files(table)  # the loser's files are gone
 
 
+@pytest.mark.backends("local", "s3")
 @pytest.mark.slow
 def test_concurrent_tiering_processes_commit_every_offset_once(store_spec) -> None:
     url, options = store_spec
@@ -588,6 +592,7 @@ def test_concurrent_tiering_of_a_primary_key_table_loses_with_a_tiering_conflict
     lh.close()
 
 
+@pytest.mark.backends("local", "s3")
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["mid-write", "tasks-done", "metadata-written", "pointer-swapped"])
 @pytest.mark.parametrize("kind", ["log", "pk"])
@@ -629,6 +634,7 @@ def test_kill_9_then_rerun_loses_and_doubles_nothing(store_spec, point: str, kin
     lh.close()
 
 
+@pytest.mark.backends("local", "s3")
 def test_a_failing_task_commits_nothing_and_leaves_no_files(lakehouse: Lakehouse) -> None:
     lh = lakehouse
     lh.create_table("ods.events", ORDERS, bucket_key="o_orderkey", buckets=2)

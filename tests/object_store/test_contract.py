@@ -22,6 +22,9 @@ from object_store import (
     open_store,
 )
 
+# The store contract: what every backend must do, so it runs on each.
+pytestmark = pytest.mark.backends("local", "s3")
+
 
 def test_put_get_head_round_trip_with_metadata(store: ObjectStore) -> None:
     etag = store.put("a/b.bin", b"hello", metadata={"producer": "p1", "Seq": "7"})

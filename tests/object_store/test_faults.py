@@ -28,6 +28,9 @@ from object_store import (
 from object_store.s3 import S3Store
 from object_store.seaweedfs import SeaweedFS
 
+# Faults and what the store reports for them: the backend is what is tested, so they run on each.
+pytestmark = pytest.mark.backends("local", "s3")
+
 
 def _inject(store: S3Store, operation: str, fault: Callable[[Any, int], Any]) -> list[int]:
     """Call ``fault(request, n)`` before the n-th HTTP send of ``operation``; returns the call log."""

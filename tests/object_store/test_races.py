@@ -12,6 +12,10 @@ import pytest
 from object_store import ObjectStore, open_store
 from tests.object_store._workers import cas_increment, race_create_only
 
+# Races on conditional writes: each backend must resolve them, so they run on each.
+pytestmark = pytest.mark.backends("local", "s3")
+
+
 ROUNDS = 50
 #: Rounds of the 16-thread race: SeaweedFS answers the losers of an overlapping conditional create after its lock
 #: waits, in steps of 1 s (up to ~4 s a round with 16 writers), so 50 rounds took 3 minutes; each round is still a

@@ -214,6 +214,7 @@ class RacingStore:
         return self.store.put(key, data, **kwargs)
 
 
+@pytest.mark.backends("local", "s3")
 @pytest.mark.parametrize("first", ["failing", "recovering"])
 def test_two_runs_racing_on_the_record_send_once(hooks, store, first) -> None:
     routing = routing_for(hooks)
@@ -239,6 +240,7 @@ def test_two_runs_racing_on_the_record_send_once(hooks, store, first) -> None:
     assert len(hooks.take("/slack")) == 1 and hooks.take() == []
 
 
+@pytest.mark.backends("local", "s3")
 @pytest.mark.subprocess
 def test_four_processes_racing_on_the_record_send_once(hooks, store_spec) -> None:
     """The same failing check reported by four processes at once (as four Airflow workers might): one alert per

@@ -148,6 +148,7 @@ def test_unknown_ref_and_ref_with_as_of_are_clear_errors(lakehouse) -> None:
     assert rows(lh.lake_read(NAME, ref="main")) == rows(lh.lake_read(NAME))  # a branch is a ref too
 
 
+@pytest.mark.backends("local", "s3")
 def test_a_tiering_commit_between_load_and_tag_commit_keeps_both(lakehouse, monkeypatch) -> None:
     """publish loads the table, a tiering round commits, then the tag commit lands on the newer metadata."""
     lh = lakehouse
@@ -173,6 +174,7 @@ def test_a_tiering_commit_between_load_and_tag_commit_keeps_both(lakehouse, monk
     assert sorted(lh.lake_read(NAME).column("k").to_pylist()) == [*range(20), *range(50, 55)]
 
 
+@pytest.mark.backends("local", "s3")
 def test_a_tag_commit_between_tiering_plan_and_commit_keeps_both(lakehouse) -> None:
     """The tag moves while a tiering round is committing: the round loses the CAS, pyiceberg rebuilds it on the
     metadata with the tag, the tiering fence lets it through (the tag added no tiering snapshot)."""

@@ -130,6 +130,7 @@ def small_run(run_id: str, ok: bool = True) -> QualityRun:
     )
 
 
+@pytest.mark.backends("local", "s3")
 def test_runs_roundtrip_order_and_create_only(lakehouse) -> None:
     lh = lakehouse
     assert load_runs(lh) == []
@@ -698,6 +699,7 @@ def test_render_marks_passing_runs_and_links_the_index() -> None:
     assert index.count('<span class="chip pass">PASS</span>') == 5
 
 
+@pytest.mark.backends("local", "s3")
 def test_write_report_locally_and_to_the_warehouse(lakehouse, tmp_path: Path) -> None:
     lh = lakehouse
     history = history_runs()
