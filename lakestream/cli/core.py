@@ -100,6 +100,33 @@ def _rows_json(rows: list[dict]) -> None:
         json_line(row)
 
 
+#: Rows the table view shows unless --limit says otherwise; --json has no such default (a script reading the
+#: rows must not get a table cut short without a word).
+TABLE_VIEW_ROWS = 20
+LimitOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=0,
+        help=f"rows to print (0: only count them); default: {TABLE_VIEW_ROWS} in the table view, every row with --json",
+        show_default=False,
+    ),
+]
+
+
+def _print_rows(data, limit: int | None, json_output: bool, summary: str) -> None:
+    """The rows of ``data`` (a pyarrow table) as JSON lines (all of them unless ``limit``), or as a table view of
+    at most ``limit`` (default `TABLE_VIEW_ROWS`) rows, then ``summary``, saying so if the view was cut."""
+    if json_output:
+        _rows_json((data if limit is None else data.slice(0, limit)).to_pylist())
+        return
+    shown = min(TABLE_VIEW_ROWS if limit is None else limit, data.num_rows)
+    if limit != 0:  # 0: only count them
+        console.print(_data_table(data.column_names, data.slice(0, shown).to_pylist()))
+    if 0 < shown < data.num_rows:
+        summary += f"; showing the first {shown:,} (--limit N shows more)"
+    console.print(summary, markup=False)
+
+
 def _run_json(run) -> None:
     """--json of a command over tables: the table's result, or what went wrong (as the jobs print it)."""
     if run.ok:
@@ -801,11 +828,11 @@ def table_read(
             help="the lake at an Iceberg tag or branch: 'published' is the newest snapshot whose checks all passed",
         ),
     ] = None,
-    limit: Annotated[int, typer.Option(min=0, help="rows to print (0: only count them)")] = 20,
+    limit: LimitOpt = None,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
     json_output: Annotated[
-        bool, typer.Option("--json", help="machine output: one JSON object per row (at most --limit)")
+        bool, typer.Option("--json", help="machine output: one JSON object per row (every row, or --limit)")
     ] = False,
 ) -> None:
     """Read a table: union read (lake + log tail, fresh) or, with --lake, the lake only; --as-of reads either as
@@ -824,15 +851,8 @@ def table_read(
             data = lh.union_read(name, cols, where, as_of=offsets)
     except (LakestreamError, ValueError) as exc:
         _fail(exc)
-    if json_output:
-        _rows_json(data.slice(0, limit).to_pylist())
-        return
-    out = _data_table(data.column_names, data.slice(0, limit).to_pylist())
-    console.print(out)
     what = f"lake at {ref}" if ref is not None else "lake" if lake_only else "union read"
-    console.print(
-        f"{data.num_rows:,} rows ({what}{f' as of {as_of}' if as_of else ''}); showing {min(limit, data.num_rows)}"
-    )
+    _print_rows(data, limit, json_output, f"{data.num_rows:,} rows ({what}{f' as of {as_of}' if as_of else ''})")
 
 
 @table_app.command("changes")
@@ -844,11 +864,11 @@ def table_changes(
         bool, typer.Option("--before-images", help="also the old row of every update (update_before)")
     ] = False,
     columns: Annotated[str | None, typer.Option(help="comma-separated columns (the key is always included)")] = None,
-    limit: Annotated[int, typer.Option(min=0, help="rows to print (0: only count them)")] = 20,
+    limit: LimitOpt = None,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
     json_output: Annotated[
-        bool, typer.Option("--json", help="machine output: one JSON object per change (at most --limit)")
+        bool, typer.Option("--json", help="machine output: one JSON object per change (every change, or --limit)")
     ] = False,
 ) -> None:
     """What changed between two offset maps: a log table's records; a primary-key table's net change per key
@@ -863,12 +883,8 @@ def table_changes(
         data = lh.changes(name, starts, ends, before_images=before_images, columns=cols)
     except (LakestreamError, ValueError) as exc:
         _fail(exc)
-    if json_output:
-        _rows_json(data.slice(0, limit).to_pylist())
-        return
-    console.print(_data_table(data.column_names, data.slice(0, limit).to_pylist()))
     upto = ",".join(f"{b}:{o}" for b, o in sorted(ends.items()))
-    console.print(f"{data.num_rows:,} changes from {start} up to {upto}; showing {min(limit, data.num_rows)}")
+    _print_rows(data, limit, json_output, f"{data.num_rows:,} changes from {start} up to {upto}")
 
 
 @subscription_app.command("list")

@@ -310,7 +310,7 @@ def test_table_read_refuses_a_negative_limit(tmp_path) -> None:
     result = runner.invoke(app, ["table", "read", "ods.t", "--limit", "-1", "-w", tmp_path.as_uri()])
     assert result.exit_code == 2 and "greater than or equal to 0" in result.output, result.output
     result = runner.invoke(app, ["table", "read", "ods.t", "--limit", "0", "-w", tmp_path.as_uri()])
-    assert result.exit_code == 0 and "0 rows (union read); showing 0" in result.output, result.output
+    assert result.exit_code == 0 and result.output.endswith("0 rows (union read)\n"), result.output
 
 
 def test_catalog_list_shows_namespaces_and_tables_at_every_depth(tmp_path) -> None:
