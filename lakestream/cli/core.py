@@ -82,6 +82,23 @@ def _settings(warehouse: str | None, config: Path | None):
     return load_settings(config, warehouse=warehouse)
 
 
+def _open_store(settings, *, create: bool = False, **options):
+    """The warehouse's store. Only the commands that create a warehouse (`table create`, `demo`) pass
+    ``create=True``: for every other one a missing ``file://`` warehouse is an error naming it, not a new, empty
+    warehouse made from a mistyped path."""
+    from object_store import WarehouseNotFound
+
+    try:
+        return settings.open_store(create=create, **options)
+    except WarehouseNotFound as exc:
+        raise WarehouseNotFound(
+            f"no warehouse at {settings.warehouse}: {exc.path} does not exist or is not a directory; check "
+            "--warehouse (or LAKESTREAM_WAREHOUSE, the settings file), or create the warehouse with "
+            "`lakestream table create` (or `lakestream demo`)",
+            exc.path,
+        ) from None
+
+
 def _cells(*values: object) -> list[Text]:
     """Table cells shown as they are: data is never read as rich markup (``[b]`` or ``timestamp[us]``)."""
     return [Text(str(v)) for v in values]
@@ -199,7 +216,7 @@ def config(warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output
 def store_probe(warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output: JsonOpt = False) -> None:
     """Check that the store enforces If-None-Match and If-Match (lakestream refuses stores that do not)."""
     try:
-        store = _settings(warehouse, config).open_store(create_bucket=None)
+        store = _open_store(_settings(warehouse, config), create_bucket=None)
         store.ensure_conditional_writes()
     except LakestreamError as exc:
         _fail(exc)
@@ -219,7 +236,7 @@ def store_ls(
 ) -> None:
     """List objects under a prefix, in key order."""
     try:
-        store = _settings(warehouse, config).open_store()
+        store = _open_store(_settings(warehouse, config))
         table = new_table("key", "size", "etag", "last modified")
         for n, info in enumerate(store.list(prefix)):
             if n >= limit:
@@ -235,10 +252,12 @@ def store_ls(
         console.print(table)
 
 
-def _lakehouse(warehouse: str | None, config: Path | None):
+def _lakehouse(warehouse: str | None, config: Path | None, *, create: bool = False):
+    """The warehouse of the settings; a missing one is an error unless ``create`` (see `_open_store`)."""
     from lakehouse.lakehouse import Lakehouse
 
-    return Lakehouse.from_env(config, warehouse=warehouse)
+    settings = _settings(warehouse, config)
+    return Lakehouse(_open_store(settings, create=create), settings=settings)
 
 
 def _spark(spark_master: str | None):
@@ -302,10 +321,11 @@ def table_create(
     from lakehouse.tables import parse_schema, split_list
 
     try:
-        lh = _lakehouse(warehouse, config)
+        columns = parse_schema(schema)  # before the warehouse is created: a typo in --schema makes nothing
+        lh = _lakehouse(warehouse, config, create=True)  # the command that creates a warehouse
         definition = lh.create_table(
             name,
-            parse_schema(schema),
+            columns,
             buckets=buckets,
             primary_key=split_list(primary_key or ""),
             bucket_key=bucket_key,
@@ -1062,7 +1082,7 @@ def demo(
 
     try:
         settings = load_settings(None, warehouse=warehouse or str(Path("lakestream-demo").resolve()))
-        store = settings.open_store()
+        store = _open_store(settings, create=True)
         done = run_demo(
             store,
             OutputConsole(quiet=True) if json_output else console,

@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -11,6 +12,7 @@ from typer.testing import CliRunner
 from lakestream.cli import app
 
 runner = CliRunner()
+TPCH = Path(__file__).resolve().parents[2] / "examples" / "tpch"
 
 
 def test_demo_runs_and_checks_itself(tmp_path) -> None:
@@ -169,8 +171,49 @@ def test_table_and_log_commands(tmp_path) -> None:
     assert result.exit_code == 1 and "no table ods.nope" in result.output
     result = runner.invoke(app, ["log", "tail", "ods.orders", "--bucket", "1", "--limit", "-3", *wh])
     assert result.exit_code == 2 and "greater than or equal to 1" in result.output, result.output
+    (tmp_path / "empty").mkdir()
     result = runner.invoke(app, ["table", "list", "-w", (tmp_path / "empty").as_uri()])
     assert result.exit_code == 0 and "no tables in" in result.output, result.output
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["table", "list"],
+        ["table", "read", "ods.t"],
+        ["table", "read", "ods.t", "--json"],
+        ["table", "location", "ods.t"],
+        ["table", "describe", "ods.t"],
+        ["log", "offsets", "ods.t"],
+        ["store", "ls"],
+        ["catalog", "list"],
+        ["subscription", "list"],
+        ["tier", "--local"],
+        ["report"],
+        ["published"],
+        ["check"],
+        ["metrics", "show", "ods.t"],
+        ["layers", "status", "--project", str(TPCH)],
+        ["layers", "plan", "--project", str(TPCH)],
+        ["layers", "run", "--once", "--project", str(TPCH)],
+    ],
+)
+def test_a_missing_warehouse_is_an_error_and_is_not_created(tmp_path, command) -> None:
+    """`table list -w file:///typo` printed "no tables" and created the directory: a typo was a new warehouse."""
+    typo = tmp_path / "wharehouse"
+    result = runner.invoke(app, [*command, "-w", typo.as_uri()], env={"COLUMNS": None})
+    assert result.exit_code == 1, result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: no warehouse at ") and str(typo) in line and "table create" in line, line
+    assert result.stdout == "" and not typo.exists()
+
+
+def test_table_create_still_creates_a_warehouse(tmp_path) -> None:
+    new = tmp_path / "new" / "wh"
+    result = runner.invoke(app, ["table", "create", "ods.t", "--schema", "k:int64", "-w", new.as_uri()])
+    assert result.exit_code == 0, result.output
+    listed = runner.invoke(app, ["table", "list", "-w", new.as_uri()])
+    assert listed.exit_code == 0 and "ods.t" in listed.output, listed.output
 
 
 def test_data_and_types_are_printed_as_they_are(tmp_path) -> None:
