@@ -38,8 +38,11 @@ def test_demo_refuses_sizes_it_cannot_run_with(tmp_path, option: str, value: str
 
 @pytest.mark.slow
 def test_demo_with_spark_as_make_demo_runs_it(tmp_path) -> None:
-    """What `make demo` runs, in a fresh process: Spark local[2] tiering included."""
+    """What `make demo` runs, in a fresh process: Spark local[2] tiering included. Its orders' commits are above a
+    driver budget of 10,000 rows, as 4 million changes are above the default's: the demo's session collects their
+    metrics (it warned "metrics not collected ... give a Spark session" twice)."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env["LAKESTREAM_QUALITY_DRIVER_BUDGET_ROWS"] = "10000"
     proc = subprocess.run(
         [
             os.path.join(os.path.dirname(sys.executable), "lakestream"),
@@ -59,6 +62,36 @@ def test_demo_with_spark_as_make_demo_runs_it(tmp_path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "all checks passed" in proc.stdout and "local[2]" in proc.stdout
+    assert "metrics not collected" not in proc.stdout + proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+def test_the_demos_quality_step_collects_metrics_with_its_spark_session(tmp_path, spark, monkeypatch, caplog) -> None:
+    """`make demo` warned twice "metrics not collected ... above the driver's budget ... give a Spark session"
+    while its own session ran: its quality step checked the demo's tables without it. The demo's steps on a few
+    changes, with a driver budget below a tiering commit, as 4 million changes are below the default's."""
+    import io
+    import logging
+
+    from rich.console import Console
+
+    from lakehouse import Lakehouse
+    from lakestream.demo import pipeline
+    from lakestream.demo.quality import quality_step
+    from quality.metrics import load_commits
+
+    monkeypatch.setenv("LAKESTREAM_QUALITY_DRIVER_BUDGET_ROWS", "100")
+    console = Console(file=io.StringIO())
+    lh = Lakehouse.open(tmp_path.as_uri())
+    ns, state = "demo_t", {"spark": spark}
+    expected = pipeline.Expected(keyspace=1000)
+    pipeline.create_tables(lh, ns)
+    pipeline.produce(lh, ns, expected, 2000, 0, console)
+    pipeline.tier(lh, ns, state, console)
+    with caplog.at_level(logging.WARNING):
+        quality_step(lh, ns, state, console)
+    assert "metrics not collected" not in caplog.text, caplog.text
+    assert load_commits(lh, f"{ns}.orders")  # collected, on Spark's executors
 
 
 def test_tier_and_read_commands(tmp_path) -> None:
