@@ -410,6 +410,25 @@ def check_as_of(as_of: AsOf, definition: TableDefinition, log_: Log, *, what: st
         InvalidArgument: not a mapping of integers; a bucket missing or one the table lacks; a negative offset;
             an offset beyond the bucket's end.
     """
+    offsets = check_offset_buckets(as_of, definition, what=what)
+    ends = log_.end_offsets()
+    beyond = {b: o for b, o in offsets.items() if o > ends[b]}
+    if beyond:
+        raise InvalidArgument(
+            f"{what} is beyond the end of {definition.name}'s log: "
+            + ", ".join(f"bucket {b} offset {o} (its end is {ends[b]})" for b, o in beyond.items())
+        )
+    return offsets
+
+
+def check_offset_buckets(as_of: AsOf, definition: TableDefinition, *, what: str = "as_of") -> dict[int, int]:
+    """What `check_as_of` checks without reading the log: a mapping of integers naming every bucket of the table
+    and no other, offsets >= 0; sorted by bucket. What holds whenever it is checked, so a reader checks it when it
+    is built (the log's end is checked when it reads).
+
+    Raises:
+        InvalidArgument: as `check_as_of`, but for an offset beyond the bucket's end.
+    """
     name, buckets = definition.name, definition.buckets
     if not isinstance(as_of, Mapping):
         raise InvalidArgument(f"{what} must map every bucket to an offset ({{0: 120, 1: 98, ...}}), got {as_of!r}")
@@ -433,13 +452,6 @@ def check_as_of(as_of: AsOf, definition: TableDefinition, log_: Log, *, what: st
     negative = {b: o for b, o in offsets.items() if o < 0}
     if negative:
         raise InvalidArgument(f"{what} offsets must be >= 0, got {negative}")
-    ends = log_.end_offsets()
-    beyond = {b: o for b, o in sorted(offsets.items()) if o > ends[b]}
-    if beyond:
-        raise InvalidArgument(
-            f"{what} is beyond the end of {name}'s log: "
-            + ", ".join(f"bucket {b} offset {o} (its end is {ends[b]})" for b, o in beyond.items())
-        )
     return dict(sorted(offsets.items()))
 
 

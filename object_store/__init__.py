@@ -25,6 +25,7 @@ from object_store.errors import (
     StoreError,
     StoreUnavailable,
     UnsafeStoreError,
+    WarehouseNotFound,
 )
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "UnsafeStoreError",
+    "WarehouseNotFound",
     "open_store",
     "validate_key",
 ]
@@ -66,29 +68,34 @@ S3_OPTIONS = (
 def open_store(url: str, **options: Any) -> ObjectStore:
     """Open the store named by ``url``.
 
-    ``file:///abs/path`` opens the local backend (option: ``probe``). ``s3://bucket/prefix`` opens the S3
+    ``file:///abs/path`` opens the local backend (options: ``probe``, ``create``: a missing directory is
+    created, the default; with ``create=False`` it is a `WarehouseNotFound`). ``s3://bucket/prefix`` opens the S3
     backend; options: ``endpoint_url`` (MinIO, SeaweedFS, ...), ``region``, ``access_key_id``,
     ``secret_access_key``, ``session_token`` (else the standard AWS credential chain), ``path_style``
     (default: on when ``endpoint_url`` is set), ``max_attempts``, ``connect_timeout``, ``read_timeout``,
     ``retry_deadline`` (no retry after an operation has failed for this many seconds),
     ``max_pool_connections``, ``create_bucket``, ``probe`` (check once that conditional writes are
-    enforced; default on). Options that are None are ignored, so settings can be passed through.
+    enforced; default on). ``create`` is taken by both schemes so that a caller need not know which it opens:
+    on S3 a prefix is never created (it exists once an object is under it) and a bucket only with
+    ``create_bucket``. Options that are None are ignored, so settings can be passed through.
 
     Raises:
         StoreError: the URL's scheme is not supported or the URL is malformed.
+        WarehouseNotFound: ``create=False`` and a ``file://`` URL's directory does not exist.
     """
     options = {k: v for k, v in options.items() if v is not None}
     parsed = urlparse(url)
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):
             raise StoreError(f"cannot open {url!r}: write file URLs as file:///absolute/path (three slashes)")
-        _reject_unknown(url, options, ("probe",))
+        _reject_unknown(url, options, ("probe", "create"))
         from object_store.local import LocalStore
 
         return LocalStore(unquote(parsed.path), **options)
     if parsed.scheme in ("s3", "s3a"):
         if len(parsed.netloc) < 3:
             raise StoreError(f"cannot open {url!r}: the bucket name must have at least 3 characters")
+        options.pop("create", None)  # nothing to create for a prefix (see above)
         _reject_unknown(url, options, S3_OPTIONS)
         from object_store.s3 import S3Store
 

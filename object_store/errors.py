@@ -65,6 +65,16 @@ class PreconditionFailed(StoreError):
         self.current: object | None = None
 
 
+class WarehouseNotFound(StoreError):
+    """A local warehouse's directory does not exist and the store was opened with ``create=False``: a mistyped
+    path must not silently become a new, empty warehouse."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        #: The directory that does not exist.
+        self.path = path
+
+
 class StoreUnavailable(StoreError):
     """The store kept failing with transient errors (5xx, throttling, timeouts, resets) until the retry
     budget ran out. A write may or may not have been applied, and its message says so; a read (GET, HEAD,

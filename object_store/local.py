@@ -13,6 +13,9 @@ across threads (each call opens its own file description) and processes; readers
 shared, so they never see a body with another write's metadata. The body is written and hashed before
 the lock is taken, so a large write holds the lock only for two renames.
 
+A missing root directory is created, unless the store is opened with ``create=False`` (what commands that only
+read do): then it is a `WarehouseNotFound`, and a mistyped path is not silently a new, empty warehouse.
+
 A warehouse this process cannot write (a read-only mount, another user's files) opens read-only: reads
 take a stripe shared only if its lock file exists or can be created (``flock`` needs no write access),
 and otherwise read without it (no writer can be running through a lock file that does not exist); a
@@ -41,7 +44,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from object_store.base import Object, ObjectInfo, ObjectStore
-from object_store.errors import InvalidKey, NotFound, PreconditionFailed, StoreError
+from object_store.errors import InvalidKey, NotFound, PreconditionFailed, StoreError, WarehouseNotFound
 from object_store.tokens import WRITE_TOKEN_KEY
 
 INTERNAL_DIR = ".lakestream-store"
@@ -53,11 +56,19 @@ _CHUNK = 1024 * 1024
 class LocalStore(ObjectStore):
     """An object store in a local directory (``file:///abs/path``)."""
 
-    def __init__(self, root: str | os.PathLike[str], *, probe: bool = True) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, probe: bool = True, create: bool = True) -> None:
+        """``create``: make ``root`` if it does not exist; False: a missing ``root`` raises `WarehouseNotFound`
+        and nothing is created (a command that only reads must not turn a mistyped path into a new warehouse)."""
         super().__init__(probe=probe)
         self.root = Path(root).resolve()
         self.url = self.root.as_uri()
         self._internal = self.root / INTERNAL_DIR
+        if not create and not self.root.is_dir():
+            what = "is not a directory" if self.root.exists() else "does not exist"
+            raise WarehouseNotFound(
+                f"no warehouse at {self.url}: {self.root} {what}; check the path, or create the warehouse first",
+                str(self.root),
+            )
         #: Why this store cannot write (a read-only mount, no permission), or None if it can.
         self.read_only: str | None = None
         try:

@@ -69,10 +69,16 @@ from pyspark.sql.datasource import (
     StringStartsWith,
 )
 
-from lakehouse.errors import InvalidArgument
+from lakehouse.errors import InvalidArgument, LakestreamError
 from lakehouse.spark.options import flag as _flag
 from lakehouse.spark.options import known_options, parse_offsets
-from lakehouse.spark.stream import STREAM_OPTIONS, LakestreamStreamReader, StreamOptions, is_stream
+from lakehouse.spark.stream import (
+    STREAM_OPTIONS,
+    FailedStreamReader,
+    LakestreamStreamReader,
+    StreamOptions,
+    is_stream,
+)
 from lakehouse.tables import TableName
 
 if TYPE_CHECKING:
@@ -281,6 +287,23 @@ class LakestreamDataSource(DataSource):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self._read_options: ReadOptions | None = None
+        if is_stream(self.options):
+            self._check_stream()
+
+    def _check_stream(self) -> None:
+        """A readStream's options, checked against the table. Spark builds the source at ``load()`` whether or not
+        readStream was given a schema (``schema()`` is called only if not): checked here, a bad option fails
+        ``load()``, not ``start()`` or the first micro-batch. (A batch read's are checked in ``schema()``: a
+        source built for a write has other options.)"""
+        from lakehouse.union import check_offset_buckets
+
+        if self.read_options.columns is not None:
+            raise InvalidArgument("option columns is a batch read's: select the streaming DataFrame's columns")
+        stream = StreamOptions.parse(self.options)
+        lh, definition, _ = self._open(lake=False)  # the table exists
+        lh.close()
+        if isinstance(stream.starting, dict):  # the log's end is checked when the stream starts
+            check_offset_buckets(stream.starting, definition, what="startingOffsets")
 
     @property
     def read_options(self) -> ReadOptions:
@@ -312,16 +335,20 @@ class LakestreamDataSource(DataSource):
 
         return load_settings(warehouse=url).store_options()  # this process' environment (an executor's own)
 
-    def _open(self) -> tuple[Any, Any, Any]:
-        """(Lakehouse, definition, lake table), opened in the planning process."""
+    def _open(self, *, lake: bool = True) -> tuple[Any, Any, Any]:
+        """(Lakehouse, definition, lake table or None if not ``lake``), opened in the planning process."""
         from lakehouse.lakehouse import Lakehouse
 
         url = self._warehouse()
         lh = Lakehouse.open(url, **self._store_options(url))
-        name = self.read_options.table
-        physical = _flag({str(k).lower(): v for k, v in self.options.items()}, "physical")
-        definition = lh.table(TableName.parse(name) if physical else name)
-        return lh, definition, lh.lake_table(definition.name)
+        try:
+            name = self.read_options.table
+            physical = _flag({str(k).lower(): v for k, v in self.options.items()}, "physical")
+            definition = lh.table(TableName.parse(name) if physical else name)
+            return lh, definition, lh.lake_table(definition.name) if lake else None
+        except BaseException:
+            lh.close()
+            raise
 
     def schema(self) -> StructType:
         self.read_options  # noqa: B018 (bad options fail before the store is opened)
@@ -332,6 +359,7 @@ class LakestreamDataSource(DataSource):
                 from lakehouse.changes import changes_schema
 
                 return _spark_schema(changes_schema(definition))
+            _check_offset_maps(definition, self.read_options)  # at load(), not at the first action
             plan = _plan_columns(table, definition, self.read_options)
             if self.read_options.changes:
                 from lakehouse.changes import changes_schema
@@ -341,11 +369,14 @@ class LakestreamDataSource(DataSource):
         finally:
             lh.close()
 
-    def streamReader(self, schema: StructType) -> LakestreamStreamReader:
-        """``spark.readStream``: the table's changes, micro-batch by micro-batch (`lakehouse.spark.stream`)."""
-        if self.read_options.columns is not None:
-            raise InvalidArgument("option columns is a batch read's: select the streaming DataFrame's columns")
-        return LakestreamStreamReader(self, StreamOptions.parse(self.options), schema)
+    def streamReader(self, schema: StructType) -> LakestreamStreamReader | FailedStreamReader:
+        """``spark.readStream``: the table's changes, micro-batch by micro-batch (`lakehouse.spark.stream`). The
+        options were checked when the source was built; what only shows now (a schema given to readStream that is
+        not the changes') fails the query's first call (`FailedStreamReader` says why not here)."""
+        try:
+            return LakestreamStreamReader(self, StreamOptions.parse(self.options), schema)
+        except LakestreamError as exc:
+            return FailedStreamReader(exc)
 
     def reader(self, schema: StructType) -> LakestreamReader:
         if is_stream(self.options):
@@ -391,6 +422,16 @@ class LakestreamDataSource(DataSource):
         from lakehouse.spark.sink import make_writer
 
         return make_writer(self, schema, overwrite, stream=True)
+
+
+def _check_offset_maps(definition: Any, options: ReadOptions) -> None:
+    """A batch read's offset maps (as_of; changes' start and end) name every bucket of the table and no other:
+    checked when Spark asks for the schema, at ``load()``; the log's ends when it plans the read."""
+    from lakehouse.union import check_offset_buckets
+
+    for what, offsets in (("as_of", options.as_of), ("start", options.start), ("end", options.end)):
+        if offsets is not None:
+            check_offset_buckets(offsets, definition, what=what)
 
 
 def _plan_columns(table: Any, definition: Any, options: ReadOptions, columns: Sequence[str] | None = None) -> ReadPlan:

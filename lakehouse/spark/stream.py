@@ -153,6 +153,24 @@ def limited(start: Mapping[int, int], ends: Mapping[int, int], max_records: int)
     return {b: start[b] + take.get(b, 0) for b in start}
 
 
+class FailedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """What ``streamReader()`` returns when the reader cannot be built (a schema given to readStream that is not
+    the changes', a table dropped since ``load()``): it raises the error at Spark's first call. Raised by
+    ``streamReader()`` itself, PySpark 4.2's stream runner hides it behind its own ``UnboundLocalError`` (it stops
+    a reader it never got); this way the query fails with our error as the trace's last line."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def _fail(self, *_: Any) -> Any:
+        raise self.error
+
+    initialOffset = latestOffset = partitions = read = commit = prepareForTriggerAvailableNow = _fail  # noqa: N815
+
+    def stop(self) -> None:
+        """Nothing was opened."""
+
+
 class LakestreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans micro-batches on the driver (offsets, partitions), reads them on the workers. Holds the table's
     definition and the store's options (never shown); the lake table, log and subscription are the driver's."""

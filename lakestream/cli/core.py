@@ -82,6 +82,23 @@ def _settings(warehouse: str | None, config: Path | None):
     return load_settings(config, warehouse=warehouse)
 
 
+def _open_store(settings, *, create: bool = False, **options):
+    """The warehouse's store. Only the commands that create a warehouse (`table create`, `demo`) pass
+    ``create=True``: for every other one a missing ``file://`` warehouse is an error naming it, not a new, empty
+    warehouse made from a mistyped path."""
+    from object_store import WarehouseNotFound
+
+    try:
+        return settings.open_store(create=create, **options)
+    except WarehouseNotFound as exc:
+        raise WarehouseNotFound(
+            f"no warehouse at {settings.warehouse}: {exc.path} does not exist or is not a directory; check "
+            "--warehouse (or LAKESTREAM_WAREHOUSE, the settings file), or create the warehouse with "
+            "`lakestream table create` (or `lakestream demo`)",
+            exc.path,
+        ) from None
+
+
 def _cells(*values: object) -> list[Text]:
     """Table cells shown as they are: data is never read as rich markup (``[b]`` or ``timestamp[us]``)."""
     return [Text(str(v)) for v in values]
@@ -98,6 +115,33 @@ def _rows_json(rows: list[dict]) -> None:
     """--json of a command that prints data: one object per row, column names as keys."""
     for row in rows:
         json_line(row)
+
+
+#: Rows the table view shows unless --limit says otherwise; --json has no such default (a script reading the
+#: rows must not get a table cut short without a word).
+TABLE_VIEW_ROWS = 20
+LimitOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=0,
+        help=f"rows to print (0: only count them); default: {TABLE_VIEW_ROWS} in the table view, every row with --json",
+        show_default=False,
+    ),
+]
+
+
+def _print_rows(data, limit: int | None, json_output: bool, summary: str) -> None:
+    """The rows of ``data`` (a pyarrow table) as JSON lines (all of them unless ``limit``), or as a table view of
+    at most ``limit`` (default `TABLE_VIEW_ROWS`) rows, then ``summary``, saying so if the view was cut."""
+    if json_output:
+        _rows_json((data if limit is None else data.slice(0, limit)).to_pylist())
+        return
+    shown = min(TABLE_VIEW_ROWS if limit is None else limit, data.num_rows)
+    if limit != 0:  # 0: only count them
+        console.print(_data_table(data.column_names, data.slice(0, shown).to_pylist()))
+    if 0 < shown < data.num_rows:
+        summary += f"; showing the first {shown:,} (--limit N shows more)"
+    console.print(summary, markup=False)
 
 
 def _run_json(run) -> None:
@@ -172,7 +216,7 @@ def config(warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output
 def store_probe(warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output: JsonOpt = False) -> None:
     """Check that the store enforces If-None-Match and If-Match (lakestream refuses stores that do not)."""
     try:
-        store = _settings(warehouse, config).open_store(create_bucket=None)
+        store = _open_store(_settings(warehouse, config), create_bucket=None)
         store.ensure_conditional_writes()
     except LakestreamError as exc:
         _fail(exc)
@@ -192,7 +236,7 @@ def store_ls(
 ) -> None:
     """List objects under a prefix, in key order."""
     try:
-        store = _settings(warehouse, config).open_store()
+        store = _open_store(_settings(warehouse, config))
         table = new_table("key", "size", "etag", "last modified")
         for n, info in enumerate(store.list(prefix)):
             if n >= limit:
@@ -208,10 +252,12 @@ def store_ls(
         console.print(table)
 
 
-def _lakehouse(warehouse: str | None, config: Path | None):
+def _lakehouse(warehouse: str | None, config: Path | None, *, create: bool = False):
+    """The warehouse of the settings; a missing one is an error unless ``create`` (see `_open_store`)."""
     from lakehouse.lakehouse import Lakehouse
 
-    return Lakehouse.from_env(config, warehouse=warehouse)
+    settings = _settings(warehouse, config)
+    return Lakehouse(_open_store(settings, create=create), settings=settings)
 
 
 def _spark(spark_master: str | None):
@@ -275,10 +321,11 @@ def table_create(
     from lakehouse.tables import parse_schema, split_list
 
     try:
-        lh = _lakehouse(warehouse, config)
+        columns = parse_schema(schema)  # before the warehouse is created: a typo in --schema makes nothing
+        lh = _lakehouse(warehouse, config, create=True)  # the command that creates a warehouse
         definition = lh.create_table(
             name,
-            parse_schema(schema),
+            columns,
             buckets=buckets,
             primary_key=split_list(primary_key or ""),
             bucket_key=bucket_key,
@@ -808,11 +855,11 @@ def table_read(
             help="the lake at an Iceberg tag or branch: 'published' is the newest snapshot whose checks all passed",
         ),
     ] = None,
-    limit: Annotated[int, typer.Option(min=0, help="rows to print (0: only count them)")] = 20,
+    limit: LimitOpt = None,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
     json_output: Annotated[
-        bool, typer.Option("--json", help="machine output: one JSON object per row (at most --limit)")
+        bool, typer.Option("--json", help="machine output: one JSON object per row (every row, or --limit)")
     ] = False,
 ) -> None:
     """Read a table: union read (lake + log tail, fresh) or, with --lake, the lake only; --as-of reads either as
@@ -831,15 +878,8 @@ def table_read(
             data = lh.union_read(name, cols, where, as_of=offsets)
     except (LakestreamError, ValueError) as exc:
         _fail(exc)
-    if json_output:
-        _rows_json(data.slice(0, limit).to_pylist())
-        return
-    out = _data_table(data.column_names, data.slice(0, limit).to_pylist())
-    console.print(out)
     what = f"lake at {ref}" if ref is not None else "lake" if lake_only else "union read"
-    console.print(
-        f"{data.num_rows:,} rows ({what}{f' as of {as_of}' if as_of else ''}); showing {min(limit, data.num_rows)}"
-    )
+    _print_rows(data, limit, json_output, f"{data.num_rows:,} rows ({what}{f' as of {as_of}' if as_of else ''})")
 
 
 @table_app.command("changes")
@@ -851,11 +891,11 @@ def table_changes(
         bool, typer.Option("--before-images", help="also the old row of every update (update_before)")
     ] = False,
     columns: Annotated[str | None, typer.Option(help="comma-separated columns (the key is always included)")] = None,
-    limit: Annotated[int, typer.Option(min=0, help="rows to print (0: only count them)")] = 20,
+    limit: LimitOpt = None,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
     json_output: Annotated[
-        bool, typer.Option("--json", help="machine output: one JSON object per change (at most --limit)")
+        bool, typer.Option("--json", help="machine output: one JSON object per change (every change, or --limit)")
     ] = False,
 ) -> None:
     """What changed between two offset maps: a log table's records; a primary-key table's net change per key
@@ -870,12 +910,8 @@ def table_changes(
         data = lh.changes(name, starts, ends, before_images=before_images, columns=cols)
     except (LakestreamError, ValueError) as exc:
         _fail(exc)
-    if json_output:
-        _rows_json(data.slice(0, limit).to_pylist())
-        return
-    console.print(_data_table(data.column_names, data.slice(0, limit).to_pylist()))
     upto = ",".join(f"{b}:{o}" for b, o in sorted(ends.items()))
-    console.print(f"{data.num_rows:,} changes from {start} up to {upto}; showing {min(limit, data.num_rows)}")
+    _print_rows(data, limit, json_output, f"{data.num_rows:,} changes from {start} up to {upto}")
 
 
 @subscription_app.command("list")
@@ -1053,7 +1089,7 @@ def demo(
 
     try:
         settings = load_settings(None, warehouse=warehouse or str(Path("lakestream-demo").resolve()))
-        store = settings.open_store()
+        store = _open_store(settings, create=True)
         done = run_demo(
             store,
             OutputConsole(quiet=True) if json_output else console,

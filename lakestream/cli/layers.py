@@ -152,12 +152,13 @@ SparkMasterOpt = Annotated[
 ]
 
 
-def _open_layers(project: Path, warehouse, config, spark_master: str | None = "local[2]"):
-    """(Lakehouse, Project, Runner): settings first, then the project, so that either fails before Spark."""
+def _open_layers(project: Path, warehouse, config, spark_master: str | None = "local[2]", *, create: bool = False):
+    """(Lakehouse, Project, Runner): settings first, then the project, so that either fails before Spark. Only
+    ``deploy`` creates a missing warehouse (``create``): it creates the project's tables."""
     from layers.project import load_project
     from layers.runner import Runner
 
-    lh = _lakehouse(warehouse, config)
+    lh = _lakehouse(warehouse, config, create=create)
     try:
         loaded = load_project(project)
         return lh, loaded, Runner(lh, loaded, spark_master=spark_master)
@@ -196,7 +197,7 @@ def deploy_command(
 ) -> None:
     """Create every table the project declares (sources and models) that does not exist yet; idempotent."""
     try:
-        lh, loaded, layers = _open_layers(project, warehouse, config)
+        lh, loaded, layers = _open_layers(project, warehouse, config, create=True)
         with lh:
             try:
                 created = set(layers.deploy())

@@ -179,3 +179,28 @@ def test_demo(tmp_path) -> None:
 def test_errors_stay_on_stderr(wh) -> None:
     result = runner.invoke(app, ["table", "describe", "ods.nope", "--json", *wh])
     assert result.exit_code == 1 and result.stdout == "" and "error: no table ods.nope" in result.stderr
+
+
+def test_json_reads_every_row_unless_a_limit_is_given(tmp_path) -> None:
+    """``table read --json`` stopped at 20 rows and said nothing: a script got a silently cut table."""
+    wh = ["-w", tmp_path.as_uri()]
+    with Lakehouse.open(tmp_path.as_uri()) as lh:
+        lh.create_table(NAME, SCHEMA, primary_key=["o_orderkey"], buckets=2)
+        lh.log(NAME).append(rows(range(25)), "upsert")
+        start = {b: 0 for b in range(2)}
+    assert sorted(r["o_orderkey"] for r in lines("table", "read", NAME, *wh)) == list(range(25))
+    assert len(lines("table", "read", NAME, "--limit", "7", *wh)) == 7  # a limit asked for still holds
+    since = ",".join(f"{b}:{o}" for b, o in start.items())
+    assert len(lines("table", "changes", NAME, "--start", since, *wh)) == 25
+    assert len(lines("table", "changes", NAME, "--start", since, "--limit", "3", *wh)) == 3
+
+
+def test_the_table_view_says_when_it_cuts(tmp_path) -> None:
+    wh = ["-w", tmp_path.as_uri()]
+    with Lakehouse.open(tmp_path.as_uri()) as lh:
+        lh.create_table(NAME, SCHEMA, primary_key=["o_orderkey"], buckets=2)
+        lh.log(NAME).append(rows(range(25)), "upsert")
+    cut = runner.invoke(app, ["table", "read", NAME, *wh], env={"COLUMNS": None})
+    assert cut.exit_code == 0 and "25 rows (union read); showing the first 20 (--limit N shows more)" in cut.stdout
+    whole = runner.invoke(app, ["table", "read", NAME, "--limit", "30", *wh], env={"COLUMNS": None})
+    assert whole.exit_code == 0 and "25 rows (union read)\n" in whole.stdout and "showing" not in whole.stdout

@@ -480,3 +480,24 @@ def test_spark_reads_at_a_snapshot_id_whenever_it_plans(tmp_path, spark) -> None
     assert spark_rows(wrapped, ["k", "v"]) == rows(want, ["k", "v"])
     with pytest.raises(Exception, match="has no snapshot 12345"):
         lakestream(spark, lh, snapshot_id="12345").load(NAME)
+
+
+def test_a_batch_reads_offsets_are_checked_when_spark_asks_for_its_schema(tmp_path) -> None:
+    """``as_of`` naming too few buckets passed ``load()`` and failed at the first action."""
+    lh = Lakehouse.open(tmp_path.as_uri())
+    build(lh, pk=True)
+    cls = source_class({})
+    with pytest.raises(InvalidArgument, match=r"as_of must name every bucket .*lacks bucket"):
+        cls({"path": NAME, "warehouse": lh.url, "as_of": "0:1"}).schema()
+    with pytest.raises(InvalidArgument, match=r"end names bucket\(s\) \[9\]"):
+        cls(
+            {"path": NAME, "warehouse": lh.url, "changes": "true", "start": "0:0,1:0,2:0", "end": "0:0,1:0,2:0,9:0"}
+        ).schema()
+
+
+@pytest.mark.slow
+def test_spark_reports_a_bad_as_of_at_load(tmp_path, spark) -> None:
+    lh = Lakehouse.open(tmp_path.as_uri())
+    build(lh, pk=True)
+    with pytest.raises(Exception, match="as_of must name every bucket"):
+        lakestream(spark, lh, as_of="0:1").load(NAME)  # no action: load() alone fails

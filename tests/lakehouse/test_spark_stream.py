@@ -191,8 +191,8 @@ def test_bad_stream_options_are_clear_errors(tmp_path, spark) -> None:
     make(lh, pk=True)
     cls = source_class({lh.url: {}})
     source = cls({"path": NAME, "warehouse": lh.url})
-    with pytest.raises(InvalidArgument, match="needs option startingOffsets"):
-        source.streamReader(source.schema())
+    with pytest.raises(InvalidArgument, match="needs option startingOffsets"):  # at Spark's first call
+        source.streamReader(source.schema()).initialOffset()
     with pytest.raises(InvalidArgument, match="are readStream's"):
         source = cls({"path": NAME, "warehouse": lh.url, "startingOffsets": "earliest"})
         source.reader(source.schema())
@@ -282,3 +282,86 @@ def test_admission_control_takes_exactly_the_limit_and_moves_every_bucket() -> N
         waiting = [b for b in start if ends[b] > start[b]]
         if cap >= len(waiting):
             assert all(out[b] > start[b] for b in waiting)  # no bucket starves
+
+
+def test_stream_options_are_checked_when_the_source_is_built(tmp_path) -> None:
+    """Spark builds the source at ``load()``, schema given or not; a bad ``startingOffsets`` or a batch option
+    used to pass until ``start()`` / the first micro-batch, inside a long Java and Python trace."""
+    from lakehouse.spark.source import source_class
+
+    lh = Lakehouse.open(tmp_path.as_uri())
+    make(lh, pk=True)
+    cls = source_class({lh.url: {}})
+    base = {"path": NAME, "warehouse": lh.url}
+    with pytest.raises(InvalidArgument, match=r"startingOffsets must name every bucket .*lacks bucket\(s\) \[1, 2\]"):
+        cls({**base, "startingOffsets": "0:0"})
+    with pytest.raises(InvalidArgument, match=r"startingOffsets names bucket\(s\) \[7\]"):
+        cls({**base, "startingOffsets": "0:0,1:0,2:0,7:0"})
+    with pytest.raises(InvalidArgument, match="as_of is a batch read's"):
+        cls({**base, "startingOffsets": "latest", "as_of": "0:0"})
+    with pytest.raises(InvalidArgument, match="columns is a batch read's"):
+        cls({**base, "startingOffsets": "latest", "columns": "k"})
+    with pytest.raises(Exception, match="no table ods.nope"):
+        cls({**base, "path": "ods.nope", "startingOffsets": "latest"})
+    cls({**base, "startingOffsets": "0:0,1:0,2:0"})  # every bucket: fine
+
+
+def test_a_stream_reader_that_cannot_be_built_fails_its_first_call_with_our_error(tmp_path) -> None:
+    """PySpark 4.2 answers an error raised by ``streamReader()`` with its own ``UnboundLocalError`` (its runner
+    stops a reader it never got): the reader is built and raises ours when Spark first calls it."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from lakehouse.spark.source import source_class
+
+    lh = Lakehouse.open(tmp_path.as_uri())
+    make(lh, pk=True)
+    source = source_class({lh.url: {}})({"path": NAME, "warehouse": lh.url, "startingOffsets": "latest"})
+    reader = source.streamReader(StructType([StructField("k", LongType())]))
+    with pytest.raises(InvalidArgument, match="a stream's schema is the changes'"):
+        reader.initialOffset()
+    reader.stop()  # what PySpark's runner calls on its way out: no second error
+
+
+def test_spark_reports_bad_stream_options_in_our_words_at_load_or_at_the_start(tmp_path, spark) -> None:
+    """Without a schema, Spark builds the source at ``load()``: a bad option fails there. Given a schema, it builds
+    it when the query starts: the query fails at once, our error its trace's last line (not PySpark's
+    ``UnboundLocalError``, not after a first micro-batch)."""
+    lh = Lakehouse.open(tmp_path.as_uri())
+    make(lh, pk=True)
+    changes_schema = spark.readStream.format("lakestream").option("warehouse", lh.url)
+    changes_schema = changes_schema.option("startingOffsets", "latest").load(NAME).schema
+
+    def load(schema=None, **options):
+        reader = spark.readStream.format("lakestream").option("warehouse", lh.url)
+        if schema is not None:
+            reader = reader.schema(schema)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return reader.load(NAME)
+
+    def started(df, checkpoint: str) -> None:
+        writer = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / checkpoint))
+        writer.trigger(availableNow=True).start().awaitTermination(120)
+
+    def ours(error: BaseException, message: str) -> None:
+        text = str(error)
+        assert "UnboundLocalError" not in text and "\tat org.apache" not in text, text
+        trace = text.split(" SQLSTATE")[0]  # then a streaming query's own state
+        assert trace.splitlines()[-1].startswith(f"object_store.errors.InvalidArgument: {message}"), text
+
+    cases = [
+        ({"startingOffsets": "0:0"}, "startingOffsets must name every bucket"),
+        ({"startingOffsets": "latest", "as_of": "0:0"}, "option as_of is a batch read's"),
+    ]
+    for options, message in cases:
+        with pytest.raises(Exception, match=message) as caught:  # load() alone: no query
+            load(**options)
+        ours(caught.value, message)
+    for n, (options, message) in enumerate(cases):
+        with pytest.raises(Exception, match=message) as caught:
+            started(load(changes_schema, **options), f"c{n}")
+        ours(caught.value, message)
+    # a schema that is not the changes' shows only when the reader is built: the query's first call fails
+    with pytest.raises(Exception, match="a stream's schema is the changes'") as caught:
+        started(load(spark.range(1).schema, startingOffsets="latest"), "c-schema")
+    ours(caught.value, "a stream's schema is the changes'")

@@ -44,3 +44,20 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch, what: st
     assert leftovers == [], leftovers
     assert store.get("kept").data == b"old"
     assert store.open_uploads() == []  # type: ignore[attr-defined]
+
+
+def test_create_false_refuses_a_missing_directory_and_makes_nothing(tmp_path) -> None:
+    """Read-only commands open with ``create=False``: a mistyped path must not become a new, empty warehouse."""
+    from object_store import WarehouseNotFound
+
+    missing = tmp_path / "typo" / "wh"
+    with pytest.raises(WarehouseNotFound, match="does not exist") as caught:
+        open_store(missing.as_uri(), create=False)
+    assert caught.value.path == str(missing) and not (tmp_path / "typo").exists()
+    (tmp_path / "file").write_bytes(b"x")
+    with pytest.raises(WarehouseNotFound, match="is not a directory"):
+        open_store((tmp_path / "file").as_uri(), create=False)
+    missing.mkdir(parents=True)  # an existing directory opens as before
+    open_store(missing.as_uri(), create=False).put("k", b"v")
+    assert (missing / "k").read_bytes() == b"v"
+    assert open_store((tmp_path / "new").as_uri()).url.endswith("/new") and (tmp_path / "new").is_dir()
