@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -35,6 +33,7 @@ from tests.lakehouse.test_tiering import (
     replay,
     rows,
 )
+from tests.support.crash import crash
 
 LAKE_COLS = [*USER_COLS, "__bucket", "__offset"]
 
@@ -203,13 +202,7 @@ def test_kill_9_mid_compaction_leaves_the_table_unchanged(store_spec, point: str
     many_rounds(lh, name, pk=True)
     assert any(t.delete_files for t in lh.lake_table(name).scan().plan_files())  # deletes for it to fold
     before_rows, before_snapshot = rows(lh.lake_read(name), LAKE_COLS), lh.lake_table(name).current_snapshot()
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.lakehouse._tiering_workers", url, json.dumps(options), name, point, "compact"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == -9, proc.stdout + proc.stderr
+    crash("tests.lakehouse._tiering_workers", url, json.dumps(options), name, point, "compact", timeout=120)
     assert lh.lake_table(name).current_snapshot().snapshot_id == before_snapshot.snapshot_id
     assert lh.compact(name, min_input_files=2).snapshot_id is not None  # the rerun
     assert rows(lh.lake_read(name), LAKE_COLS) == before_rows

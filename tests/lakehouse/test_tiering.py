@@ -7,7 +7,6 @@ import decimal
 import json
 import multiprocessing
 import random
-import subprocess
 import sys
 import uuid
 from collections import Counter
@@ -32,6 +31,7 @@ from lakehouse.tiering import TieringError, plan_splits
 from tests.conftest import duckdb_connection
 from tests.lakehouse._faults import ThenRun
 from tests.lakehouse._tiering_workers import tier_once
+from tests.support.crash import crash
 from tests.support.profiles import examples
 
 ORDERS = pa.schema(
@@ -605,13 +605,7 @@ def test_kill_9_then_rerun_loses_and_doubles_nothing(store_spec, point: str, kin
     if kind == "pk":
         log.append(orders(range(0, 300, 3)), op="delete")
     before = lh.lake_offsets(name)
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.lakehouse._tiering_workers", url, json.dumps(options), name, point],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == -9, proc.stdout + proc.stderr
+    crash("tests.lakehouse._tiering_workers", url, json.dumps(options), name, point, timeout=120)
     committed = lh.lake_offsets(name) != before
     assert committed == (point == "pointer-swapped")
     result = lh.tier(name)  # the rerun

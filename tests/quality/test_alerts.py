@@ -243,27 +243,14 @@ def test_two_runs_racing_on_the_record_send_once(hooks, store, first) -> None:
 def test_four_processes_racing_on_the_record_send_once(hooks, store_spec) -> None:
     """The same failing check reported by four processes at once (as four Airflow workers might): one alert per
     channel, whoever wins the record's compare-and-swap; local files and a real S3 server (SeaweedFS)."""
-    import os
-    import subprocess
-    import sys
     import time
+
+    from tests.support.crash import start_worker
 
     url, options = store_spec
     start_at = time.time() + 8  # past every worker's imports: they race on the record together
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    worker = [sys.executable, "-m", "tests.quality._alerts_worker", url, json.dumps(options), hooks.url]
-    workers = [
-        subprocess.Popen(
-            [*worker, f"p{i}", str(start_at)],
-            cwd=root,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(4)
-    ]
+    worker = ("tests.quality._alerts_worker", url, json.dumps(options), hooks.url)
+    workers = [start_worker(*worker, f"p{i}", start_at) for i in range(4)]
     sent = []
     for w in workers:
         out, err = w.communicate(timeout=180)
