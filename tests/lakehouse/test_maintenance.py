@@ -22,7 +22,8 @@ from lakehouse.maintenance.retention import record_retention_floors, retention_f
 from lakehouse.tables import TableName
 from lakestream.cli import app
 from tests.lakehouse._faults import ThenRun
-from tests.lakehouse.test_tiering import (
+from tests.support.crash import crash
+from tests.support.orders_tables import (
     ORDERS,
     USER_COLS,
     data_files_in_store,
@@ -33,7 +34,6 @@ from tests.lakehouse.test_tiering import (
     replay,
     rows,
 )
-from tests.support.crash import crash
 
 LAKE_COLS = [*USER_COLS, "__bucket", "__offset"]
 
@@ -161,8 +161,6 @@ def test_compaction_racing_a_merge_on_read_round_never_resurrects_a_row(lakehous
             min_input_files=2,
             delete_ratio=0.0,
         )
-    from tests.lakehouse.test_tiering import lake_state, replay
-
     table = lh.lake_table(name)
     expected = replay(lh, name)
     assert lake_state(lh.lake_read(name)) == expected
