@@ -24,6 +24,7 @@ from quality.alerts import (
     task_result,
 )
 from quality.results import CheckResult, Violation
+from tests.support.alerting import lost_rows, routing_for
 
 T0 = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
 
@@ -68,34 +69,6 @@ def hooks():
 @pytest.fixture
 def local(tmp_path: Path) -> LocalStore:
     return LocalStore(tmp_path / "wh")
-
-
-def routing_for(hooks: Hooks, **extra):
-    return parse_routing(
-        {
-            "owners": {
-                "orders-team": {"webhook": f"{hooks.url}/orders", "slack": f"{hooks.url}/slack"},
-                "platform": {"webhook": [f"{hooks.url}/platform"]},
-                **extra,
-            },
-            "tables": {"ods.orders": "orders-team", "dwd.*": "orders-team"},
-            "default_owner": "platform",
-        },
-        path="alerts.yml",
-    )
-
-
-def lost_rows(table="ods.orders") -> CheckResult:
-    v = Violation(
-        check="content",
-        table=table,
-        message="2 rows of the log are not in the lake",
-        bucket=2,
-        offsets=(100, 140),
-        snapshot_id=77,
-        keys=(17, 18),
-    )
-    return CheckResult("reconcile", table, snapshot_id=77, violations=[v])
 
 
 def passed(table="ods.orders", check="reconcile") -> CheckResult:
