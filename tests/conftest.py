@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 from object_store import ObjectStore, open_store
 from object_store.seaweedfs import SeaweedFS
 from tests.support.profiles import load_profile
+from tests.support.stores import catalog_properties, new_store_spec
 from tests.support.tiers import guard_fast_tier, mark_tiers
 
 # Before any test module is imported: property tests scale their example counts by the profile at import.
@@ -73,16 +73,6 @@ def store_spec(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> 
     return new_store_spec(backend, tmp_path, request)
 
 
-def new_store_spec(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, dict[str, str]]:
-    """(url, options) of a fresh, empty store on ``backend`` ("local" or "s3"), for fixtures that choose it."""
-    if backend == "local":
-        root = tmp_path / "store"
-        root.mkdir()
-        return root.as_uri(), {}
-    server: SeaweedFS = request.getfixturevalue("seaweedfs")
-    return f"s3://{server.bucket}/t-{uuid.uuid4().hex[:12]}", server.store_options()
-
-
 @pytest.fixture
 def store(store_spec: tuple[str, dict[str, str]]) -> Iterator[ObjectStore]:
     url, options = store_spec
@@ -104,15 +94,6 @@ def lakehouse(store: ObjectStore):
     finally:
         for log in lh._logs.values():
             log.close()
-
-
-def catalog_properties(url: str, options: dict[str, str]) -> dict[str, str]:
-    """pyiceberg properties for an ObjectStoreCatalog on (url, store options): what a user configures."""
-    from lakehouse.catalog import STORE_OPTION_PROPERTIES
-
-    props = {"py-catalog-impl": "lakehouse.catalog.ObjectStoreCatalog", "warehouse": url}
-    props.update({theirs: options[ours] for ours, theirs in STORE_OPTION_PROPERTIES.items() if options.get(ours)})
-    return props
 
 
 @pytest.fixture

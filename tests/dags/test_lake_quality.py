@@ -71,7 +71,7 @@ def test_dag_test_checks_then_publishes_and_a_violation_stops_publishing(run_pro
 
     from lakehouse import Lakehouse
     from quality.publish import published_snapshot
-    from tests.quality.test_reconcile import rogue_commit
+    from tests.support.rogue import rogue_commit
 
     schema = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.string())])
     warehouse = tmp_path / "warehouse"

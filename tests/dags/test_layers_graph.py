@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from layers import load_project
-from tests.layers.test_project import make_project, model
+from tests.support.projects import make_project, model
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 EXAMPLE = DAGS.parent / "examples" / "tpch"

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import time
 
 from lakehouse.spark.sink import LakestreamBatchWriter, LakestreamStreamWriter, make_writer
+from tests.support.crash import die, kill
 
 MARKERS = "LAKESTREAM_TEST_MARKERS"  # a directory: a fault leaves a file there when it fires
 DRIVER_PID = "LAKESTREAM_TEST_DRIVER_PID"
@@ -50,8 +50,8 @@ class KillingStreamWriter(LakestreamStreamWriter):
     def _after_append(self, sequence: int, result) -> None:
         kill_at = os.environ.get(KILL_AT)
         if kill_at is not None and sequence == int(kill_at) and _mark("killed"):
-            os.kill(int(os.environ[DRIVER_PID]), signal.SIGKILL)
-            os.kill(os.getpid(), signal.SIGKILL)
+            kill(int(os.environ[DRIVER_PID]))
+            die()
 
 
 def faulty_source(base: type) -> type:

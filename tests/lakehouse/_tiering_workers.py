@@ -13,16 +13,11 @@ runs one tiering round (or compaction) that kills its own process with SIGKILL a
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 
 from lakehouse import Lakehouse
 from lakehouse.executor import LocalExecutor
-
-
-def _die() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
+from tests.support.crash import die
 
 
 class KillingStore:
@@ -37,10 +32,10 @@ class KillingStore:
     def put(self, key, data, **kwargs):
         etag = self._store.put(key, data, **kwargs)
         if self._point == "metadata-written" and key.endswith(".metadata.json") and kwargs.get("if_none_match"):
-            _die()
+            die()
         pointer = key.startswith("_lakestream/catalog/tables/")
         if self._point == "pointer-swapped" and pointer and kwargs.get("if_match"):
-            _die()
+            die()
         return etag
 
 
@@ -52,10 +47,10 @@ class KillingExecutor(LocalExecutor):
     def map(self, fn, items):
         if self._point == "mid-write":
             fn(items[0])
-            _die()
+            die()
         out = super().map(fn, items)
         if self._point == "tasks-done":
-            _die()
+            die()
         return out
 
 

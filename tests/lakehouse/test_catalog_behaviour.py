@@ -45,7 +45,7 @@ from pyiceberg.exceptions import (
 from pyiceberg.typedef import Identifier
 from pyiceberg.types import IntegerType, LongType
 
-from tests.conftest import catalog_properties, new_store_spec
+from tests.support.stores import catalog_properties, new_store_spec
 
 CATALOG_NAME = "lake"
 

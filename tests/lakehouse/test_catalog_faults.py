@@ -14,7 +14,7 @@ from pyiceberg.exceptions import CommitStateUnknownException
 
 from lakehouse.catalog import TABLES_PREFIX, ObjectStoreCatalog
 from object_store import ObjectStore, StoreUnavailable
-from tests.conftest import catalog_properties
+from tests.support.stores import catalog_properties
 
 SCHEMA = pa.schema([("client", pa.int32()), ("step", pa.int32())])
 

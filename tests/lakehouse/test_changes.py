@@ -17,7 +17,7 @@ from lakehouse.changes import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE, apply
 from lakehouse.datafiles import LakeContext
 from lakehouse.errors import AsOfUnavailable, InvalidArgument, SchemaError
 from lakestream.cli import app
-from tests.lakehouse.test_union_asof import BUCKETS, NAME, SCHEMA, USER, batch, build, oracle
+from tests.support.keyed_tables import BUCKETS, NAME, SCHEMA, USER, batch, build, oracle
 
 COLS = [*USER, "__bucket", "__offset"]
 

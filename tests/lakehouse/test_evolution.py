@@ -350,7 +350,7 @@ def test_random_alters_and_appends_read_as_the_oracle(tmp_path_factory, steps) -
 
 @pytest.mark.slow
 def test_spark_reads_an_evolved_table_as_the_union_read(tmp_path, spark) -> None:
-    from tests.lakehouse.test_spark_source import lakestream
+    from tests.support.spark_reads import lakestream
 
     lh = Lakehouse.open(tmp_path.as_uri())
     make(lh)

@@ -15,7 +15,7 @@ from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 
 from lakehouse.fileio import LakeFileIO, StoreOutputFile
 from object_store import MiB, open_store
-from tests.conftest import catalog_properties
+from tests.support.stores import catalog_properties
 
 SCHEMA = pa.schema([("worker", pa.int32()), ("seq", pa.int32())])
 

@@ -15,7 +15,7 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 
 from lakehouse import Lakehouse, filescan
-from tests.lakehouse.test_union_asof import NAME, SCHEMA, USER, batch
+from tests.support.keyed_tables import NAME, SCHEMA, USER, batch
 
 
 def _table(lh: Lakehouse, rounds: int = 4) -> None:

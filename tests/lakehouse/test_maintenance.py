@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -24,7 +22,8 @@ from lakehouse.maintenance.retention import record_retention_floors, retention_f
 from lakehouse.tables import TableName
 from lakestream.cli import app
 from tests.lakehouse._faults import ThenRun
-from tests.lakehouse.test_tiering import (
+from tests.support.crash import crash
+from tests.support.orders_tables import (
     ORDERS,
     USER_COLS,
     data_files_in_store,
@@ -163,8 +162,6 @@ def test_compaction_racing_a_merge_on_read_round_never_resurrects_a_row(lakehous
             min_input_files=2,
             delete_ratio=0.0,
         )
-    from tests.lakehouse.test_tiering import lake_state, replay
-
     table = lh.lake_table(name)
     expected = replay(lh, name)
     assert lake_state(lh.lake_read(name)) == expected
@@ -206,13 +203,7 @@ def test_kill_9_mid_compaction_leaves_the_table_unchanged(store_spec, point: str
     many_rounds(lh, name, pk=True)
     assert any(t.delete_files for t in lh.lake_table(name).scan().plan_files())  # deletes for it to fold
     before_rows, before_snapshot = rows(lh.lake_read(name), LAKE_COLS), lh.lake_table(name).current_snapshot()
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.lakehouse._tiering_workers", url, json.dumps(options), name, point, "compact"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == -9, proc.stdout + proc.stderr
+    crash("tests.lakehouse._tiering_workers", url, json.dumps(options), name, point, "compact", timeout=120)
     assert lh.lake_table(name).current_snapshot().snapshot_id == before_snapshot.snapshot_id
     assert lh.compact(name, min_input_files=2).snapshot_id is not None  # the rerun
     assert rows(lh.lake_read(name), LAKE_COLS) == before_rows

@@ -18,6 +18,7 @@ from lakehouse.errors import InvalidArgument, LogClosed, ProducerError, SchemaEr
 from lakehouse.log import Log
 from object_store import ObjectStore
 from tests.lakehouse._faults import CountingReads, FailingPuts, GatedPuts
+from tests.support.crash import start_worker
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
 
@@ -513,9 +514,7 @@ def test_kill_9_then_resume_from_the_checkpoint_appends_every_row_exactly_once(
 
     def program(seed: int) -> subprocess.Popen:
         args = json.dumps([url, options, "ods.stream", state, chunks, seed])
-        return subprocess.Popen(
-            [sys.executable, "-m", "tests.lakehouse._resume_worker", args], stdout=subprocess.PIPE, text=True
-        )
+        return start_worker("tests.lakehouse._resume_worker", args, capture_stderr=False)
 
     def position() -> int:
         with open(state) as f:

@@ -8,10 +8,6 @@ row exactly once; bad input fails with a clear error and writes nothing."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -22,12 +18,13 @@ import pytest
 from lakehouse import Lakehouse
 from lakehouse.spark.sink import LakestreamBatchWriter, WriteOptions, make_writer
 from lakehouse.spark.source import register
+from tests.support.crash import crash, run_worker
 
 PK = "ods.pk"
 LOG = "ods.events"
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string()), ("n", pa.int32())])
 EVENTS = pa.schema([("id", pa.int64()), ("v", pa.string())])
-ROOT = Path(__file__).resolve().parents[2]
+SINK_WORKER = "tests.lakehouse._sink_worker"  # its JVM in the process group run_worker kills after
 
 
 @pytest.fixture
@@ -222,34 +219,13 @@ def test_task_retry_with_keys_in_another_order_writes_nothing_twice(lh):
     assert pk_rows(lh) == [(k, f"v{k}", k) for k in keys]
 
 
-def run_worker(mode: str, args: list, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess:
-    """Run `_sink_worker` in a process group of its own; whatever is left of it (its JVM) is killed after."""
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.lakehouse._sink_worker", mode, json.dumps(args)],
-        cwd=ROOT,
-        env=full_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
 @pytest.mark.slow
 def test_task_retry_in_spark_writes_nothing_twice(lh, tmp_path):
     """Spark retries every task whose first attempt failed after its first append (local[2,2]): each row once."""
     markers = tmp_path / "markers"
     markers.mkdir()
-    done = run_worker("retry", [lh.url, {}, LOG, 50], {"LAKESTREAM_TEST_MARKERS": str(markers)})
+    env = {"LAKESTREAM_TEST_MARKERS": str(markers)}
+    done = run_worker(SINK_WORKER, "retry", json.dumps([lh.url, {}, LOG, 50]), env=env, timeout=240, own_group=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(p.name for p in markers.iterdir()) == ["failed-p0", "failed-p1"]  # both tasks failed once
     assert ids(lh) == Counter(range(50))
@@ -323,11 +299,11 @@ def test_stream_driver_killed_mid_batch_then_restarted(lh, tmp_path):
     expected = write_files(source, 0, 3)
     args = [lh.url, {}, LOG, str(source), str(checkpoint)]
     env = {"LAKESTREAM_TEST_MARKERS": str(markers), "LAKESTREAM_TEST_KILL_AT": str(1 * 2**20 + landed - 1)}
-    crashed = run_worker("stream", [*args, True], env)
-    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    crash(SINK_WORKER, "stream", json.dumps([*args, True]), env=env, timeout=240, own_group=True)
     assert (markers / "killed").exists()
     assert sum(ids(lh).values()) == 50 + 10 * landed  # batch 0 whole, batch 1's landed appends of 10 rows
-    restarted = run_worker("stream", [*args, False], {"LAKESTREAM_TEST_MARKERS": str(markers)})
+    env = {"LAKESTREAM_TEST_MARKERS": str(markers)}
+    restarted = run_worker(SINK_WORKER, "stream", json.dumps([*args, False]), env=env, timeout=240, own_group=True)
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     assert ids(lh) == Counter(expected)
 
@@ -462,7 +438,7 @@ def test_writer_repr_keeps_credentials_out(lh):
 def test_batch_and_stream_writes_on_s3_with_credentials_bound(seaweedfs, spark, request, tmp_path):
     """On SeaweedFS: the tasks open the store with the credentials the registered source class carries (no
     option names them); the write's query plan does not show the secret."""
-    from tests.conftest import new_store_spec
+    from tests.support.stores import new_store_spec
 
     url, options = new_store_spec("s3", tmp_path, request)
     secret = options["secret_access_key"]

@@ -22,22 +22,10 @@ from lakehouse.errors import InvalidArgument
 from lakehouse.spark import filter_text, read_table
 from lakehouse.spark.source import parse_offsets, register, source_class
 from tests.conftest import duckdb_connection
+from tests.support.keyed_tables import BUCKETS, NAME, SCHEMA, batch
+from tests.support.spark_reads import lakestream
 
-SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string()), ("n", pa.int32())])
-NAME = "ods.t"
-BUCKETS = 3
 COMPARED = ["k", "v", "n", "__bucket", "__offset"]
-
-
-def batch(keys, tag: str) -> pa.Table:
-    keys = list(keys)
-    return pa.table(
-        {
-            "k": pa.array(keys, pa.int64()),
-            "v": pa.array([f"{tag}-{k}" for k in keys]),
-            "n": pa.array([k % 7 for k in keys], pa.int32()),
-        }
-    )
 
 
 def build(lh: Lakehouse, pk: bool) -> dict[int, int]:
@@ -69,14 +57,6 @@ def rows(table: pa.Table, columns=COMPARED) -> list[tuple]:
 
 def spark_rows(df, columns=COMPARED) -> list[tuple]:
     return rows(df.toArrow(), columns)
-
-
-def lakestream(spark, lh: Lakehouse, **options):
-    register(spark, lh)
-    reader = spark.read.format("lakestream").option("warehouse", lh.url)
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader
 
 
 # ---- Spark == Python, both backends ----------------------------------------------------------------------
@@ -154,7 +134,7 @@ def test_spark_pushes_filters_down_when_enabled(tmp_path, spark) -> None:
 
 @pytest.mark.slow
 def test_credentials_stay_out_of_plans_reprs_and_logs(seaweedfs, spark, request, tmp_path, caplog) -> None:
-    from tests.conftest import new_store_spec
+    from tests.support.stores import new_store_spec
 
     url, options = new_store_spec("s3", tmp_path, request)
     secret = options["secret_access_key"]

@@ -13,8 +13,7 @@ import pytest
 from lakehouse import Lakehouse
 from lakehouse.changes import apply_changes
 from lakehouse.errors import InvalidArgument
-
-from .test_spark_source import SCHEMA, batch
+from tests.support.keyed_tables import SCHEMA, batch
 
 pytestmark = pytest.mark.slow  # Spark queries: make test runs them, the quick selection does not
 

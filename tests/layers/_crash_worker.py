@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 
 from lakehouse.lakehouse import Lakehouse
@@ -18,10 +17,7 @@ from layers import writer as writer_module
 from layers.project import load_project
 from layers.runner import Runner
 from tests.layers._tpch import EXAMPLE
-
-
-def die() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
+from tests.support.crash import die, kill
 
 
 class KillingWriter(writer_module.BucketWriter):
@@ -32,7 +28,7 @@ class KillingWriter(writer_module.BucketWriter):
 
     def write(self, batches):
         for summary in super().write(batches):
-            os.kill(self.DRIVER, signal.SIGKILL)
+            kill(self.DRIVER)
             yield summary
 
 
@@ -43,7 +39,7 @@ class KillingKeysWriter(writer_module.KeysWriter):
 
     def write(self, batches):
         for summary in super().write(batches):
-            os.kill(self.DRIVER, signal.SIGKILL)
+            kill(self.DRIVER)
             yield summary
 
 

@@ -5,13 +5,12 @@ removal). No Spark: the cutover is metadata and small tiering rounds."""
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 
 from lakehouse.lakehouse import Lakehouse
 from layers import bluegreen
 from layers.project import load_project
+from tests.support.crash import die
 
 
 def main() -> None:
@@ -20,10 +19,10 @@ def main() -> None:
 
     def write_aliases(*args, **kwargs):
         if point == "before_switch":
-            os.kill(os.getpid(), signal.SIGKILL)
+            die()
         swap(*args, **kwargs)
         if point == "after_switch":
-            os.kill(os.getpid(), signal.SIGKILL)
+            die()
 
     bluegreen.write_aliases = write_aliases
     bluegreen.cutover(Lakehouse.open(url, alias_cache_seconds=0), load_project(root))

@@ -3,19 +3,18 @@ written (run as a module by tests/layers/test_bluegreen.py). It dies before any 
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 
 from lakehouse.lakehouse import Lakehouse
 from layers.bluegreen import build_green
 from layers.project import load_project
 from layers.runner import Runner
+from tests.support.crash import die
 
 
 def main() -> None:
     url, root = sys.argv[1], sys.argv[2]
-    Runner._hold_boundary = lambda self, name: os.kill(os.getpid(), signal.SIGKILL)  # noqa: SLF001
+    Runner._hold_boundary = lambda self, name: die()  # noqa: SLF001
     build_green(Lakehouse.open(url), load_project(root), None)
 
 

@@ -4,8 +4,6 @@ and after its switch and run again, a cutover refused while the green set is beh
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,6 +23,7 @@ from quality.layers import check_layers
 from quality.publication import publish_warehouse
 from quality.results import RECONCILE, CheckResult
 from tests.conftest import duckdb_connection
+from tests.support.crash import crash
 
 pytestmark = pytest.mark.usefixtures("spark")
 
@@ -242,14 +241,7 @@ def test_after_two_cutovers_and_a_cleanup_the_name_is_the_newest_table_for_other
 
 def test_a_build_killed_leaves_live_serving_and_runs_again(live, spark):
     lh, v1, v2 = live
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.layers._green_crash_worker", lh.url, str(v2.path)],
-        cwd=Path(__file__).resolve().parents[2],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == -9, proc.stderr[-3000:]
+    crash("tests.layers._green_crash_worker", lh.url, v2.path, timeout=240)
     assert lh.store.exists(GREEN_KEY) and read_aliases(lh.store).generation == 0
     assert state(lh) == expected(range(6), 1)  # the live version still serves
 
@@ -267,14 +259,7 @@ def test_a_cutover_killed_leaves_one_version_serving_and_runs_again(live, spark,
     lh, v1, v2 = live
     built = build_green(lh, v2, spark)
     assert built.behind == []
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.layers._cutover_crash_worker", lh.url, str(v2.path), point],
-        cwd=Path(__file__).resolve().parents[2],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == -9, proc.stderr[-3000:]
+    crash("tests.layers._cutover_crash_worker", lh.url, v2.path, point, timeout=240)
     assert lh.store.exists(GREEN_KEY)  # the build record goes last
     if point == "before_switch":
         assert read_aliases(lh.store).generation == 0

@@ -11,7 +11,7 @@ from lakestream.cli.layers import layers_app
 from layers import load_project
 from layers.deploy import Deployer
 from layers.errors import DeployMismatch, ModelSqlError
-from tests.layers.test_project import make_project, model
+from tests.support.projects import make_project, model
 
 BEFORE = """
 sources:

@@ -14,7 +14,7 @@ from lakehouse.errors import InvalidArgument
 from lakestream.cli.layers import layers_app
 from layers import load_project
 from layers.lineage import ColumnLineage, Lineage, SourceColumn, column_lineage, openlineage_facet
-from tests.layers.test_project import EXAMPLE, make_project
+from tests.support.projects import EXAMPLE, make_project
 
 runner = CliRunner()
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -21,6 +19,7 @@ from layers.errors import DeployMismatch, LayerConflict, ModelChanged, ModelKeyE
 from layers.project import load_project
 from layers.rounds import latest_round, read_report, report_exists
 from layers.runner import Runner
+from tests.support.crash import start_worker
 
 pytestmark = pytest.mark.usefixtures("spark")
 
@@ -249,13 +248,7 @@ def test_a_round_of_a_runner_in_another_process_is_not_taken_over(setup, spark, 
     lh.log("ods.o").append(rows(2, 10), "upsert")
     inside, gate = tmp_path / "inside", tmp_path / "gate"
     args = json.dumps([lh.url, str(root), "dwd.m", str(inside), str(gate)])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.layers._pausing_worker", args],
-        cwd=Path(__file__).resolve().parents[2],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_worker("tests.layers._pausing_worker", args)
     try:
         deadline = time.monotonic() + 240
         while not inside.exists():

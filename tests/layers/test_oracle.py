@@ -221,7 +221,7 @@ def test_assert_same_rows_names_the_first_differing_keys() -> None:
 
 
 def test_oracle_refuses_a_key_twice(tmp_path) -> None:
-    from .test_project import make_project
+    from tests.support.projects import make_project
 
     root = make_project(
         tmp_path,

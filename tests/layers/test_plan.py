@@ -20,7 +20,7 @@ from layers.deployed import DEPLOYED_KEY, Deployment, read_deployment, write_dep
 from layers.errors import ModelSchemaChanged
 from layers.plan import CARRY_ON, CREATE, REBUILD, REMOVED, SOURCE_CHANGED, UNCHANGED, plan_deploy
 from layers.rounds import RoundRecord, sql_digest
-from tests.layers.test_project import model
+from tests.support.projects import model
 
 SOURCES = """
 sources:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import threading
 from decimal import Decimal
 from pathlib import Path
@@ -23,6 +21,7 @@ from layers.rounds import latest_round, read_report
 from layers.runner import Runner, consumer_of
 from object_store import StoreUnavailable
 from tests.layers._tpch import EXAMPLE, MODELS, change_some, load_base, log_records, state
+from tests.support.crash import crash
 
 pytestmark = pytest.mark.usefixtures("spark")
 
@@ -206,14 +205,7 @@ def test_kill_9_in_a_round_then_rerun_loses_and_doubles_nothing(tmp_path, spark,
             change_some(each)
     control_layers.run_once()
     args = json.dumps([lh.url, point, "dwd.orders_enriched", first])
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.layers._crash_worker", args],
-        cwd=Path(__file__).resolve().parents[2],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == -9, proc.stdout + proc.stderr[-3000:]
+    crash("tests.layers._crash_worker", args, timeout=300)
     record = latest_round(lh.store, "dwd.orders_enriched")
     assert record.number == (0 if first is True else 1)  # the killed round's intent is there
     reports = Runner(Lakehouse.open(lh.url), project, spark).run_once()

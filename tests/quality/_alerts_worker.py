@@ -1,7 +1,7 @@
 """One `quality.alerts.send_alerts` run in its own process (tests/quality/test_alerts.py): ``python -m
 tests.quality._alerts_worker STORE_URL STORE_OPTIONS_JSON HOOKS_URL RUN_ID START_AT``. It waits until the wall
 clock reaches START_AT (so several processes race on the incident record at once), sends what the failing check of
-`tests.quality.test_alerts.lost_rows` calls for, and prints how many alerts it sent."""
+`tests.support.alerting.lost_rows` calls for, and prints how many alerts it sent."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from object_store import open_store
 from quality.alerts import send_alerts
-from tests.quality.test_alerts import lost_rows, routing_for
+from tests.support.alerting import lost_rows, routing_for
 
 
 class _Hooks:

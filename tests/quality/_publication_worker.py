@@ -8,18 +8,13 @@ tags), ``history`` (after the history entry, before the tags ``publication`` mov
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 
 from lakehouse import Lakehouse
 from object_store import open_store
 from quality import publication
 from quality.results import RECONCILE, CheckResult
-
-
-def die() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
+from tests.support.crash import die
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ from quality.alerts import (
     task_result,
 )
 from quality.results import CheckResult, Violation
+from tests.support.alerting import lost_rows, routing_for
 
 T0 = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
 
@@ -68,34 +69,6 @@ def hooks():
 @pytest.fixture
 def local(tmp_path: Path) -> LocalStore:
     return LocalStore(tmp_path / "wh")
-
-
-def routing_for(hooks: Hooks, **extra):
-    return parse_routing(
-        {
-            "owners": {
-                "orders-team": {"webhook": f"{hooks.url}/orders", "slack": f"{hooks.url}/slack"},
-                "platform": {"webhook": [f"{hooks.url}/platform"]},
-                **extra,
-            },
-            "tables": {"ods.orders": "orders-team", "dwd.*": "orders-team"},
-            "default_owner": "platform",
-        },
-        path="alerts.yml",
-    )
-
-
-def lost_rows(table="ods.orders") -> CheckResult:
-    v = Violation(
-        check="content",
-        table=table,
-        message="2 rows of the log are not in the lake",
-        bucket=2,
-        offsets=(100, 140),
-        snapshot_id=77,
-        keys=(17, 18),
-    )
-    return CheckResult("reconcile", table, snapshot_id=77, violations=[v])
 
 
 def passed(table="ods.orders", check="reconcile") -> CheckResult:
@@ -245,27 +218,14 @@ def test_two_runs_racing_on_the_record_send_once(hooks, store, first) -> None:
 def test_four_processes_racing_on_the_record_send_once(hooks, store_spec) -> None:
     """The same failing check reported by four processes at once (as four Airflow workers might): one alert per
     channel, whoever wins the record's compare-and-swap; local files and a real S3 server (SeaweedFS)."""
-    import os
-    import subprocess
-    import sys
     import time
+
+    from tests.support.crash import start_worker
 
     url, options = store_spec
     start_at = time.time() + 8  # past every worker's imports: they race on the record together
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    worker = [sys.executable, "-m", "tests.quality._alerts_worker", url, json.dumps(options), hooks.url]
-    workers = [
-        subprocess.Popen(
-            [*worker, f"p{i}", str(start_at)],
-            cwd=root,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(4)
-    ]
+    worker = ("tests.quality._alerts_worker", url, json.dumps(options), hooks.url)
+    workers = [start_worker(*worker, f"p{i}", start_at) for i in range(4)]
     sent = []
     for w in workers:
         out, err = w.communicate(timeout=180)

@@ -19,8 +19,8 @@ from lakestream.cli import app
 from quality.check import publish_run, run_checks
 from quality.publish import published_snapshot
 from quality.runs import load_runs
-from tests.lakehouse.test_union_asof import NAME, batch, build
-from tests.quality.test_reconcile import live_files, rewrite
+from tests.support.keyed_tables import NAME, batch, build
+from tests.support.rogue import live_files, rewrite
 
 OTHER = "ods.clicks"
 
@@ -144,7 +144,7 @@ def _built(tmp_path, spark):
     """The example project's ODS loaded, its layers built by one round each, every table tiered."""
     from layers.project import load_project
     from layers.runner import Runner
-    from tests.quality.test_expectations import ALL, EXAMPLE, load_ods
+    from tests.support.example_ods import ALL, EXAMPLE, load_ods
 
     lh = Lakehouse.open((tmp_path / "wh").as_uri())
     load_ods(lh)
@@ -160,7 +160,7 @@ def test_a_project_run_checks_layers_and_suites_and_publishes_each_table_that_pa
     """The example project, layers built and tiered: reconcile + suites + layer checks all pass and every table is
     published; a wrong row in dwd's log (tiered) fails its layer check and reconciliation stays clean, so dwd keeps
     its tag while the others move on. Local warehouse (Spark builds the layers)."""
-    from tests.quality.test_expectations import ALL, EXAMPLE
+    from tests.support.example_ods import ALL, EXAMPLE
 
     lh, layers = _built(tmp_path, spark)
     run = run_checks(lh, project=EXAMPLE, spark=spark)
@@ -209,10 +209,11 @@ def test_a_check_whose_upstream_failed_is_not_evaluated(tmp_path, spark) -> None
     (Spark builds the layers)."""
     import numpy as np
 
+    from lakestream.demo.layers import orders
     from quality.report import render_run
     from quality.results import CheckResult
-    from tests.quality.test_expectations import ALL, EXAMPLE, N_CUSTOMERS, orders
-    from tests.quality.test_reconcile import rogue_commit
+    from tests.support.example_ods import ALL, EXAMPLE, N_CUSTOMERS
+    from tests.support.rogue import rogue_commit
 
     dwd, ads = "dwd.orders_enriched", "ads.revenue_by_nation_month"
     lh, layers = _built(tmp_path, spark)

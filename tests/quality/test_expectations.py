@@ -21,31 +21,14 @@ import pyarrow as pa
 import pytest
 
 from lakehouse.lakehouse import Lakehouse
-from lakestream.demo.layers import customers, nations, orders
+from lakestream.demo.layers import nations
 from layers.project import load_project
 from quality import expectations as qx
 from quality.errors import QualityError, SuiteError
 from quality.expectations import check_suite, load_suite, load_suites, run_suite, run_suites
+from tests.support.example_ods import ALL, EXAMPLE, N_CUSTOMERS, N_NATIONS, N_ORDERS, load_ods
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "tpch"
-ODS = ("ods.nation", "ods.customer", "ods.orders")
-ALL = (*ODS, "dwd.orders_enriched", "ads.revenue_by_nation_month")
-N_NATIONS, N_CUSTOMERS, N_ORDERS = 25, 100, 1000
-
-
-def load_ods(lh: Lakehouse, *, seed: int = 7) -> None:
-    """The example's ODS tables, created from the project and loaded with the demo's (consistent) data."""
-    project = load_project(EXAMPLE)
-    for name in ODS:
-        d = project.sources[name].definition
-        lh.create_table(name, d.schema, buckets=d.buckets, primary_key=list(d.primary_key))
-    rng = np.random.default_rng(seed)
-    lh.log("ods.nation").append(nations(np.arange(N_NATIONS)), "upsert")
-    lh.log("ods.customer").append(customers(np.arange(N_CUSTOMERS), rng, N_NATIONS), "upsert")
-    lh.log("ods.orders").append(orders(np.arange(N_ORDERS), rng, N_CUSTOMERS), "upsert")
-    for name in ODS:
-        lh.tier(name)
 
 
 def bad_order(key: int, *, price: str = "10.00", custkey: int = 1) -> pa.Table:

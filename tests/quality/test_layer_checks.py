@@ -139,7 +139,7 @@ def test_full_is_compared_by_spark_and_names_the_first_differences_of_all(lakeho
     a difference of its own (held twice)."""
     from lakehouse.lakehouse import Lakehouse
     from quality.layers import MAX_VIOLATIONS
-    from tests.quality.test_reconcile import rogue_commit
+    from tests.support.rogue import rogue_commit
 
     lh = lakehouse
     built(lh, project, spark, rounds=2)
@@ -175,7 +175,7 @@ def test_a_model_whose_input_failed_is_not_evaluated_and_so_are_its_readers(lake
     reads it, is not evaluated, and ads, which reads dwd, is not evaluated either (transitively); neither is
     compared, neither has a violation, neither is ok."""
     from quality.reconcile import reconcile
-    from tests.quality.test_reconcile import rogue_commit
+    from tests.support.rogue import rogue_commit
 
     lh = lakehouse
     built(lh, project, spark)

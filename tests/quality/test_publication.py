@@ -10,9 +10,6 @@ holds a newer step)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 from datetime import timedelta
@@ -33,6 +30,7 @@ from quality.publication import PUBLICATION, publish_warehouse, read_history, re
 from quality.publish import PUBLISHED
 from quality.results import RECONCILE, CheckResult, QualityRun, Violation
 from tests.conftest import duckdb_connection
+from tests.support.crash import crash
 
 ODS, DWD = "ods.src", "dwd.copy"
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.int64())])
@@ -223,15 +221,12 @@ def test_kill_9_while_publishing_leaves_a_whole_publication_that_maintenance_kee
     tier(lh, DWD)
     first = publish_warehouse(lh, passed(lh, ODS, DWD))
     rows = {n: lh.lake_read(n, columns=["k", "v"], ref=PUBLICATION) for n in (ODS, DWD)}
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for step, (point, generation) in enumerate([("protected", 1), ("swapped", 2)], 1):
         ods_write(lh, step)
         tier(lh, ODS)
         dwd_round(lh)
         tier(lh, DWD)
-        worker = [sys.executable, "-m", "tests.quality._publication_worker", store_spec[0], point]
-        done = subprocess.run(worker, env=env, cwd=ROOT, capture_output=True, timeout=120)
-        assert done.returncode == -9, (point, done.returncode, done.stderr.decode()[-2000:])
+        crash("tests.quality._publication_worker", store_spec[0], point, timeout=120, context=point)
         record = read_publication(lh)
         assert record.generation == generation, point
         if point == "protected":  # the previous publication stands, tags and all
