@@ -729,6 +729,7 @@ def test_a_log_that_lands_after_others_still_reads_its_buckets(lakehouse: Lakeho
         log.close()
 
 
+@pytest.mark.backends("local", "s3")
 @pytest.mark.subprocess
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_lakehouse_inherited_by_forked_workers_still_appends(lakehouse: Lakehouse, orders_log: Log) -> None:

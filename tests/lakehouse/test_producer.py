@@ -161,6 +161,7 @@ def run_with_an_open_producer(store_spec, then: str = "") -> subprocess.Complete
     )
 
 
+@pytest.mark.backends("local", "s3")
 @pytest.mark.subprocess
 def test_a_producer_left_open_when_the_program_exits_still_appends_its_rows(log: Log, store_spec) -> None:
     """Its thread is a daemon: at exit the buffered rows vanished with it, silently."""
@@ -170,6 +171,7 @@ def test_a_producer_left_open_when_the_program_exits_still_appends_its_rows(log:
     assert sorted(r["k"] for r in all_rows(log)) == list(range(40))
 
 
+@pytest.mark.backends("local", "s3")
 @pytest.mark.subprocess
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_leaves_the_parents_producers_to_the_parent(log: Log, store_spec) -> None:

@@ -494,6 +494,7 @@ def test_concurrent_tiering_processes_commit_every_offset_once(store_spec) -> No
     lh.close()
 
 
+@pytest.mark.backends("s3")
 @pytest.mark.slow
 def test_concurrent_tiering_of_a_primary_key_table_loses_with_a_tiering_conflict(store_spec) -> None:
     """On S3 the loser of two rounds that rewrite the same files lost the pointer CAS after the fence check;
