@@ -10,6 +10,7 @@ import pytest
 from lakehouse import Lakehouse
 from lakehouse.changes import apply_changes
 from lakehouse.spark.source import register
+from tests.support.spark_reads import lakestream as reader
 
 SCHEMA = pa.schema([("k", pa.int64()), ("total", pa.int64()), ("n", pa.int64()), ("tag", pa.string())])
 NAME = "ods.totals"
@@ -18,14 +19,6 @@ COLS = ["k", "total", "n", "tag"]
 
 def rows(table: pa.Table, columns=COLS) -> list[tuple]:
     return sorted(tuple(r[c] for c in columns) for r in table.select(columns).to_pylist())
-
-
-def reader(spark, lh: Lakehouse, **options):
-    register(spark, lh)
-    out = spark.read.format("lakestream").option("warehouse", lh.url)
-    for key, value in options.items():
-        out = out.option(key, value)
-    return out
 
 
 @pytest.mark.slow
