@@ -1,4 +1,5 @@
-"""Shared fixtures: one real SeaweedFS S3 server per test session, and stores on both backends."""
+"""Shared fixtures: one real SeaweedFS S3 server per test session, stores on the local backend (on SeaweedFS too
+where a test is marked `backends("local", "s3")`), the tiers and the hypothesis profile (tests/README.md)."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def backend(request: pytest.FixtureRequest) -> str:
-    """"local" (a file:// store) or "s3" (SeaweedFS); see `pytest_generate_tests`."""
+    """The store backend: "local" (a file:// store) or "s3" (SeaweedFS); see `pytest_generate_tests`."""
     return getattr(request, "param", "local")
 
 
