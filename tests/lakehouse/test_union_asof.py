@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from lakehouse import Lakehouse
 from lakehouse.errors import AsOfUnavailable, CorruptDataFileError, InvalidArgument
-from lakehouse.union import plan_as_of
+from lakehouse.lake_layout import COMMIT_USER_PROPERTY, TIERING_USER
+from lakehouse.union import plan_as_of, plan_read, snapshot_offsets
 from lakestream.cli import app
 from tests.support.keyed_tables import BUCKETS, NAME, SCHEMA, USER, batch, build, oracle
 
@@ -258,3 +259,43 @@ def test_a_read_racing_compaction_and_expiry_reads_again(lakehouse: Lakehouse, a
     lh.store.delete(victim[len(lh.store.url.rstrip("/")) + 1 :])
     with pytest.raises(CorruptDataFileError, match="is missing"):
         lh.union_read(NAME, as_of=m, keep=keep)
+
+
+@pytest.mark.parametrize("kind", ["pk", "log"])
+def test_a_compaction_snapshot_holds_the_offsets_of_the_tiering_snapshot_below_it(
+    lakehouse: Lakehouse, kind: str
+) -> None:
+    """A snapshot that no tiering round committed (here a compaction's, the current one) holds the log offsets of
+    the newest tiering snapshot among its ancestors: a union read after the compaction reads the log tail from
+    them (nothing doubled, nothing lost), and a read at the compaction snapshot or as of those offsets is planned
+    at them and gives the rows the log defines below them (`snapshot_offsets` walks to the parent)."""
+    lh = lakehouse
+    ends = build(lh, kind)
+    tiered = lh.lake_offsets(NAME)
+    assert tiered == ends[4]  # rounds 1..5 tiered; round 6 is still in the log only
+    tiering = lh.lake_table(NAME).current_snapshot()
+    assert lh.compact(NAME, min_input_files=2).files_rewritten
+    table = lh.lake_table(NAME)
+    compaction = table.current_snapshot()
+    assert compaction.parent_snapshot_id == tiering.snapshot_id
+    assert compaction.summary[COMMIT_USER_PROPERTY] not in (None, TIERING_USER)
+    # more of the log after the compaction: the tail grows past the lake
+    lh.log(NAME).append(batch(range(40, 70), "late"), op="upsert" if kind == "pk" else "insert")
+    end = lh.log(NAME).end_offsets()
+    assert all(end[b] >= ends[-1][b] for b in range(BUCKETS)) and end != ends[-1]
+    expected = oracle(lh, kind)
+
+    assert lh.lake_offsets(NAME) == tiered
+    assert got(lh.union_read(NAME)) == expected(end)  # lake + tail from the tiered offsets: the log's fold
+    assert got(list(lh.union_batches(NAME))) == expected(end)
+    # at the compaction snapshot itself: the offsets of its tiering parent, and exactly the rows below them
+    assert snapshot_offsets(table.metadata, compaction.snapshot_id, BUCKETS) == tiered
+    at = plan_read(table, lh.table(NAME), snapshot_id=compaction.snapshot_id)
+    assert {b: read.base for b, read in at.buckets.items()} == tiered
+    assert got(list(at.execute_all(None, table=table))) == expected(tiered)
+    # as of the tiered offsets: the compaction snapshot serves them alone, no tail
+    asof = plan_as_of(table, lh.table(NAME), tiered)
+    assert asof.bases == tiered and [sid for sid, _ in asof.scans] == [compaction.snapshot_id]
+    assert got(lh.lake_read(NAME, as_of=tiered)) == expected(tiered)
+    assert got(lh.union_read(NAME, as_of=tiered)) == expected(tiered)
+    assert got(lh.union_read(NAME, as_of=end)) == expected(end)
