@@ -1,10 +1,11 @@
-"""What the lakestream DAGs share: the table list, the jobs directory, task ids, environment forwarding, and
-`spark_submit`, which builds every task (retries, retry delay, timeout and Spark cores from the environment).
+"""What the lakestream DAGs share: the table list, the jobs directory, task ids, schedules, environment forwarding,
+and `spark_submit`, which builds every task (retries, retry delay, timeout and Spark cores from the environment).
 
 Not a DAG. Airflow parses it (it mentions DAGs), finds none, and moves on: that is not an import error.
 The DAG files import it as ``_lakestream_common``, which works because Airflow puts the DAG folder (the
 ``dags-folder`` bundle's path) on ``sys.path`` before it parses a DAG file, in the DAG processor and in
-the workers alike. Only the standard library and the Spark provider are imported here.
+the workers alike. Only the standard library, the Spark provider and (for a schedule from the environment)
+croniter, Airflow's own cron parser, are imported here.
 """
 
 from __future__ import annotations
@@ -75,6 +76,30 @@ def _env_int(name: str, default: int, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{name}={value} is below {minimum} (unset it for the default, {default})")
     return value
+
+
+#: Airflow's schedule presets a ``LAKESTREAM_*_SCHEDULE`` variable may name (besides a cron expression and ``none``)
+SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
+
+
+def schedule(variable: str, default: str) -> str | None:
+    """A DAG's schedule from environment variable ``variable``, read at parse time: a cron expression
+    (``*/5 * * * *``) or an Airflow preset (``@hourly``); ``none``: no schedule, the DAG runs only when triggered
+    (by the UI, the REST API or another orchestrator); unset or blank: ``default``. Anything else is an error that
+    names the variable, so the DAG file fails to import with it."""
+    raw = " ".join(os.environ.get(variable, "").split())
+    if not raw:
+        return default
+    if raw.lower() == "none":
+        return None
+    from croniter import croniter  # Airflow's own cron parser: what it accepts, we accept
+
+    if raw in SCHEDULE_PRESETS or croniter.is_valid(raw):
+        return raw
+    raise ValueError(
+        f"{variable}={raw!r} is not a schedule: use a cron expression ('*/5 * * * *'), one of "
+        f"{', '.join(SCHEDULE_PRESETS)}, or none (runs only when triggered); unset it for the default, {default!r}"
+    )
 
 
 def task_defaults() -> dict[str, Any]:

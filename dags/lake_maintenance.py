@@ -10,6 +10,7 @@ Configuration (environment; see dags/README.md):
     LAKESTREAM_METRICS_MAINTENANCE_ARGS  options for jobs/metrics_maintenance.py, e.g. "--retention-days 90"
     AIRFLOW_CONN_LAKESTREAM_SPARK  the Spark master, e.g. 'spark://local%5B2%5D' for local[2]
     LAKESTREAM_JOBS_DIR            where maintenance.py lives (default: <repo>/jobs)
+    LAKESTREAM_MAINTENANCE_SCHEDULE  cron, an Airflow preset, or none (only when triggered); default @hourly
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from _lakestream_common import jobs_dir, spark_submit, spark_submit_per_table
+from _lakestream_common import jobs_dir, schedule, spark_submit, spark_submit_per_table
 from airflow.sdk import dag
 
 
@@ -29,7 +30,13 @@ def maintenance_args() -> list[str]:
     return args
 
 
-@dag(schedule="@hourly", catchup=False, max_active_runs=1, tags=["lakestream"], doc_md=__doc__)
+@dag(
+    schedule=schedule("LAKESTREAM_MAINTENANCE_SCHEDULE", "@hourly"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["lakestream"],
+    doc_md=__doc__,
+)
 def lake_maintenance():
     spark_submit_per_table("maintain", "maintenance.py", maintenance_args())
     metrics_args = shlex.split(os.environ.get("LAKESTREAM_METRICS_MAINTENANCE_ARGS", ""))

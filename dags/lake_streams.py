@@ -9,13 +9,14 @@ Configuration (environment; see dags/README.md):
     LAKESTREAM_CHECKPOINTS_DIR     where each aggregate keeps its checkpoint (<dir>/<target>); required with them
     AIRFLOW_CONN_LAKESTREAM_SPARK  the Spark master, e.g. 'spark://local%5B2%5D' for local[2]
     LAKESTREAM_JOBS_DIR            where stream_aggregate.py lives (default: <repo>/jobs)
+    LAKESTREAM_STREAMS_SCHEDULE    cron, an Airflow preset, or none (only when triggered); default */5 * * * *
 """
 
 from __future__ import annotations
 
 import os
 
-from _lakestream_common import asset, jobs_dir, spark_submit, task_id
+from _lakestream_common import asset, jobs_dir, schedule, spark_submit, task_id
 from airflow.sdk import dag
 
 
@@ -45,7 +46,13 @@ def checkpoints_dir() -> str:
 
 if aggregates():
 
-    @dag(schedule="*/5 * * * *", catchup=False, max_active_runs=1, tags=["lakestream"], doc_md=__doc__)
+    @dag(
+        schedule=schedule("LAKESTREAM_STREAMS_SCHEDULE", "*/5 * * * *"),
+        catchup=False,
+        max_active_runs=1,
+        tags=["lakestream"],
+        doc_md=__doc__,
+    )
     def lake_streams():
         application = os.path.join(jobs_dir(), "stream_aggregate.py")
         for a in aggregates():

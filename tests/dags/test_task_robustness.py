@@ -86,3 +86,22 @@ def test_a_bad_value_is_an_import_error_naming_the_variable(run_probe, variables
     for file, error in errors.items():
         assert message in " ".join(str(error).split()), (file, error)
     assert result["dags"] == {}
+
+
+def test_schedules_come_from_the_environment_and_a_bad_one_fails_only_its_dag(run_probe) -> None:
+    env = {
+        "LAKESTREAM_TIERING_SCHEDULE": "every minute",
+        "LAKESTREAM_LAYERS_SCHEDULE": " None ",
+        "LAKESTREAM_MAINTENANCE_SCHEDULE": "*/10  *  * * *",
+    }
+    result = run_probe("dagbag", env=env)
+    errors = result["import_errors"]
+    assert list(errors) == ["lake_tiering.py"], result["output"]
+    message = " ".join(str(errors["lake_tiering.py"]).split())
+    assert "LAKESTREAM_TIERING_SCHEDULE='every minute' is not a schedule" in message, message
+    assert "or none (runs only when triggered)" in message
+    dags = result["dags"]
+    assert "lake_tiering" not in dags
+    assert dags["warehouse_layers"]["schedule_kind"] == "NoneType"  # runs only when triggered
+    assert dags["lake_maintenance"]["schedule"] == "*/10 * * * *"
+    assert dags["lake_quality"]["schedule_kind"] == "AssetAny"  # its assets still schedule it

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
-
-import pytest
 
 from tests.dags.conftest import LOCAL_2, MASTERS, PER_TABLE_ENV, REPO, assert_default_robustness
 
@@ -138,90 +134,3 @@ def test_a_missing_project_is_an_import_error_that_says_what_to_set(run_probe, t
     message = " ".join(str(next(iter(errors.values()))).split())
     assert "is not a warehouse-layers project" in message and "LAKESTREAM_LAYERS_PROJECT" in message
     assert "warehouse_layers" not in result["dags"] and "lake_tiering" in result["dags"]
-
-
-@pytest.mark.slow
-def test_dag_test_runs_every_model_in_order_and_reports_its_lineage(
-    run_probe, airflow_db: Path, tmp_path: Path, spark
-) -> None:
-    """One real run (each model a spark-submit), with Airflow's OpenLineage provider writing its events to a file:
-    the models' tables hold what their SQL gives, and each task reported its model's lineage."""
-    from lakehouse import Lakehouse
-    from layers import load_project
-    from layers.lineage import column_lineage
-    from layers.runner import Runner
-    from tests.layers._tpch_sql import produce, sql_rows, table_rows
-
-    project = load_project(EXAMPLE)
-    warehouse = tmp_path / "warehouse"
-    events = tmp_path / "openlineage.jsonl"
-    warehouse.mkdir()
-    with Lakehouse.open(warehouse.as_uri()) as lh:
-        layers = Runner(lh, project, spark)
-        layers.deploy()
-        layers.close()
-        produce(lh, project)
-
-    result = run_probe(
-        "test",
-        "warehouse_layers",
-        env={
-            "LAKESTREAM_WAREHOUSE": warehouse.as_uri(),
-            "LAKESTREAM_LAYERS_PROJECT": str(EXAMPLE),
-            "AIRFLOW_CONN_LAKESTREAM_SPARK": LOCAL_2,
-            "PYSPARK_PYTHON": sys.executable,
-            "SPARK_LOCAL_IP": "127.0.0.1",
-            # spark-submit runs jobs/run_layers.py with jobs/ first on sys.path: this checkout's lakehouse and jobs
-            # packages, not an editable install's of another one
-            "PYTHONPATH": str(REPO),
-            # The provider's file transport (the documented AIRFLOW__OPENLINEAGE__TRANSPORT), one event per line
-            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
-                {"type": "file", "log_file_path": str(events), "append": True}
-            ),
-            # The listener gives each event's extraction 10 s by default, then drops it: generous on a loaded machine
-            "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "300",
-        },
-        timeout=540,
-    )
-    assert result["import_errors"] == {}, result["output"]
-    assert result["tasks"] == {DWD: "success", ADS: "success"}, result["output"]
-    assert result["state"] == "success", result["output"]
-
-    with Lakehouse.open(warehouse.as_uri()) as lh:
-        for model in project.order:
-            got = table_rows(lh, project, model)
-            assert got, model
-            assert got == sql_rows(spark, lh, project, model), model
-
-    # Each task's COMPLETE event: the model's input tables, its table, and on it the lineage of every column, in
-    # the warehouse's namespace, as `column_lineage` has it.
-    sent = [json.loads(line) for line in events.read_text().splitlines()]
-    complete = {e["job"]["name"]: e for e in sent if e["eventType"] == "COMPLETE" and "run" in e}
-    lineage = column_lineage(project)
-    namespace = warehouse.as_uri()
-    for model, tid in zip(["dwd.orders_enriched", "ads.revenue_by_nation_month"], [DWD, ADS], strict=True):
-        event = complete[f"warehouse_layers.{tid}"]
-        assert [(d["namespace"], d["name"]) for d in event["inputs"]] == [
-            (namespace, t) for t in project.models[model].inputs
-        ]
-        [output] = event["outputs"]
-        assert (output["namespace"], output["name"]) == (namespace, model)
-        assert [f["name"] for f in output["facets"]["schema"]["fields"]] == list(project.models[model].column_names)
-        fields = output["facets"]["columnLineage"]["fields"]
-        assert sorted(fields) == sorted(project.models[model].column_names)  # the transport sorts keys
-        for column, reported in fields.items():
-            expected = [
-                (namespace, s.table, s.column, [{"type": "DIRECT", "subtype": s.kind.upper(), "masking": False}])
-                for s in lineage.column(model, column).direct
-            ]
-            got = [(f["namespace"], f["name"], f["field"], f["transformations"]) for f in reported["inputFields"]]
-            assert got == expected, (model, column)
-    # By hand: revenue sums the price, which the DWD model copies from the orders.
-    dwd, ads = (complete[f"warehouse_layers.{t}"]["outputs"][0]["facets"]["columnLineage"] for t in (DWD, ADS))
-    assert [
-        (f["name"], f["field"], f["transformations"][0]["subtype"]) for f in ads["fields"]["revenue"]["inputFields"]
-    ] == [("dwd.orders_enriched", "o_totalprice", "AGGREGATION")]
-    assert [
-        (f["name"], f["field"], f["transformations"][0]["subtype"])
-        for f in dwd["fields"]["o_totalprice"]["inputFields"]
-    ] == [("ods.orders", "o_totalprice", "IDENTITY")]
