@@ -6,6 +6,9 @@
     python airflow_probe.py lineage DAGS_FOLDER PROJECT MODEL...  the OpenLineage datasets a warehouse_layers
                                   task of each model reports (as the provider serializes them), or the error
 
+    python airflow_probe.py serve DAGS_FOLDER     the probe server: Airflow imported once, then one request
+                                  per stdin line, one response per stdout line (`serve`; tests/dags/conftest.py)
+
 The folder is parsed the way Airflow's DAG processor and task runner parse it: with a `BundleDagBag`, which
 first puts the folder on sys.path (the DAGs import `_lakestream_common` from it; a plain `DagBag` does not).
 The environment (AIRFLOW_HOME, AIRFLOW__*, LAKESTREAM_*, ...) comes from the caller. The result is the last
@@ -17,9 +20,32 @@ from __future__ import annotations
 import json
 import os
 import sys
+import traceback
 from pathlib import Path
 
 RESULT_PREFIX = "PROBE_RESULT "
+#: The commands the server answers; `test` (dag.test(): a DB, executors, Spark) always runs in a fresh process.
+SERVED_COMMANDS = ("dagbag", "lineage")
+#: The variables a served request may set differently from the server's own environment: what the DAG files (and
+#: `lineage`) read when called, never at import by Airflow or a library. Any other difference (AIRFLOW_HOME,
+#: AIRFLOW__*, AIRFLOW_CONN_*, PATH, ...), read once when Airflow is imported, needs a server of its own.
+CALL_TIME_PREFIXES = ("LAKESTREAM_", "AWS_", "PYSPARK_PYTHON", "SPARK_LOCAL_IP")
+#: Set by pytest to the running test's id; Airflow reads only whether it is set (its logging config, at import).
+PER_TEST = "PYTEST_CURRENT_TEST"
+
+
+def without_call_time(env: dict[str, str]) -> dict[str, str]:
+    """``env`` without the variables read at call time: the environment to start a server with."""
+    return {k: v for k, v in env.items() if not k.startswith(CALL_TIME_PREFIXES)}
+
+
+def static_environment(env: dict[str, str]) -> dict[str, str]:
+    """What must be the same for every request to one server: ``env`` without the variables read at call time, and
+    of PER_TEST only whether it is set."""
+    static = without_call_time(env)
+    if PER_TEST in static:
+        static[PER_TEST] = "(set)"
+    return static
 
 
 def load(dags_folder: str):
@@ -118,8 +144,77 @@ def lineage(dags_folder: str, project: str, *models: str) -> dict:
     return out
 
 
+def _drop_dags_modules(dags_folder: str) -> None:
+    """Forget every module loaded from the DAG folder (`_lakestream_common`, `_layers_graph`, ... and the DAG files
+    under Airflow's mangled names), so the next parse executes them afresh under the next request's environment."""
+    folder = os.path.realpath(dags_folder) + os.sep
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if file and os.path.realpath(file).startswith(folder):
+            del sys.modules[name]
+
+
+def serve(dags_folder: str) -> int:
+    """The probe server: Airflow (and what the commands import) imported once; then, per line of stdin, a request
+    ``{"command", "args", "env", "output"}`` answered by one line ``{"result": ...}`` (or ``{"error": ...}``, after
+    which the server exits) on the original stdout.
+
+    Each request runs as a fresh process would run it, as far as the DAG folder can tell: ``os.environ`` is exactly
+    the request's ``env`` (whose static part, `static_environment`, must equal the server's own: Airflow read it at
+    import), ``sys.path`` is the server's, every module of the DAG folder is dropped before (and after) the parse,
+    and a new `BundleDagBag` parses the folder. Everything written to fd 1 and 2 during the request goes to the
+    file ``output`` (Airflow's log), as a fresh process' output would.
+    """
+    channel = os.fdopen(os.dup(1), "w", buffering=1)  # responses only
+    os.dup2(2, 1)  # between requests, a stray print goes to the server's stderr, never into the channel
+    startup = dict(os.environ)
+    static = static_environment(startup)
+    # What a fresh process imports before it parses: Airflow and its configuration, the provider's operator.
+    from airflow.dag_processing.dagbag import BundleDagBag  # noqa: F401
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator  # noqa: F401
+
+    if dict(os.environ) != startup:  # then a fresh process' environment would differ from a request's
+        channel.write(json.dumps({"error": "importing Airflow changed os.environ: serve nothing"}) + "\n")
+        return 1
+    base_path = list(sys.path)
+    _drop_dags_modules(dags_folder)
+    channel.write(json.dumps({"ready": os.getpid()}) + "\n")
+    saved = os.dup(1), os.dup(2)
+    for line in sys.stdin:
+        request = json.loads(line)
+        if static_environment(request["env"]) != static:
+            channel.write(json.dumps({"error": "the request's static environment is not the server's"}) + "\n")
+            return 1
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.path[:] = base_path
+        _drop_dags_modules(dags_folder)
+        with open(request["output"], "ab") as out:
+            os.dup2(out.fileno(), 1)
+            os.dup2(out.fileno(), 2)
+        try:
+            command = {"dagbag": dagbag, "lineage": lineage}[request["command"]]
+            response = {"result": command(dags_folder, *request["args"])}
+        except BaseException:  # a fresh process would have died: so does the server, after saying why
+            traceback.print_exc()
+            response = {"error": traceback.format_exc()}
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            _drop_dags_modules(dags_folder)
+            sys.path[:] = base_path
+        channel.write(json.dumps(response, default=str) + "\n")
+        if "error" in response:
+            return 1
+    return 0
+
+
 def main(argv: list[str]) -> int:
     command, *args = argv
+    if command == "serve":
+        return serve(*args)
     result = {"dagbag": dagbag, "test": dag_test, "lineage": lineage}[command](*args)
     print(RESULT_PREFIX + json.dumps(result, default=str), flush=True)
     return 0

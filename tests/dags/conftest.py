@@ -3,16 +3,19 @@ logging (an INFO handler on the root logger), which must not leak into the rest 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.dags.airflow_probe import RESULT_PREFIX
+from tests.dags.airflow_probe import RESULT_PREFIX, SERVED_COMMANDS, static_environment, without_call_time
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS_FOLDER = REPO / "dags"
@@ -129,18 +132,123 @@ def airflow_db(airflow_home: Path) -> Path:
 
 ProbeRunner = Callable[..., dict]
 
+#: ``LAKESTREAM_TEST_PROBE=oneshot``: every probe call in a fresh subprocess, the server bypassed (tests/README.md).
+PROBE_MODE_ENV = "LAKESTREAM_TEST_PROBE"
+
+
+class ProbeServer:
+    """``airflow_probe.py serve``: one long-lived probe process answering `SERVED_COMMANDS` requests, started on
+    first use and again after it died, timed out or was started with another static environment (AIRFLOW_HOME,
+    AIRFLOW__*, ...: what Airflow reads once at import; `airflow_probe.static_environment`)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder  # the server's stderr log and each request's output
+        self.proc: subprocess.Popen | None = None
+        self.static: dict[str, str] | None = None
+        self.requests = 0
+        self.log: Path | None = None
+
+    def _start(self, env: dict[str, str], deadline: float) -> None:
+        self.close()
+        self.log = self.folder / f"server-{self.requests}.log"
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(PROBE), "serve", str(DAGS_FOLDER)],
+                env=without_call_time(env),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+            )
+        self.static = static_environment(env)
+        self._buffer = b""
+        self._response(deadline, "starting")
+
+    def _failed(self, what: str, output: Path | None = None) -> AssertionError:
+        """Stops the server (the next request starts a new one); the error carries what it wrote."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        code = proc.wait() if proc is not None else None
+        text = f"probe server {what} (pid {getattr(proc, 'pid', None)}, exit code {code})"
+        for name, path in (("server log", self.log), ("request output", output)):
+            if path is not None and path.exists():
+                text += f"\n--- {name} ---\n{path.read_text(errors='replace')}"
+        return AssertionError(text)
+
+    def _response(self, deadline: float, what: str, output: Path | None = None) -> dict:
+        """The next line the server writes, as JSON, by ``deadline`` (time.monotonic())."""
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise self._failed(f"timed out {what}", output)
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise self._failed(f"died {what}", output)
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        response = json.loads(line)
+        if "error" in response:
+            raise self._failed(f"failed {what}: {response['error']}", output)
+        return response
+
+    def request(self, command: str, args: list[str], env: dict[str, str], timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        if self.proc is None or self.proc.poll() is not None or static_environment(env) != self.static:
+            self._start(env, deadline)
+        self.requests += 1
+        output = self.folder / f"request-{self.requests}.out"
+        line = json.dumps({"command": command, "args": args, "env": env, "output": str(output)})
+        try:
+            self.proc.stdin.write(line.encode() + b"\n")
+            self.proc.stdin.flush()
+        except OSError:
+            raise self._failed(f"died before request {self.requests} ({command})", output) from None
+        result = self._response(deadline, f"in request {self.requests} ({command})", output)["result"]
+        text = output.read_text(errors="replace") if output.exists() else ""
+        result["output"] = f"probe server pid {self.proc.pid}, request {self.requests}\n--- output ---\n{text}"
+        return result
+
+    def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # the server ends at the end of its input
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+
+
+@pytest.fixture(scope="session")
+def probe_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProbeServer]:
+    """The session's (the xdist worker's) probe server, stopped at its end."""
+    server = ProbeServer(tmp_path_factory.mktemp("probe_server"))
+    try:
+        yield server
+    finally:
+        server.close()
+
 
 @pytest.fixture
-def run_probe(airflow_home: Path) -> ProbeRunner:
+def run_probe(airflow_home: Path, probe_server: ProbeServer) -> ProbeRunner:
     """``run_probe(command, *args, env={...}, timeout=...)``: run tests/dags/airflow_probe.py, return its result.
 
-    On failure (no result line), the assertion message carries Airflow's whole output.
+    `SERVED_COMMANDS` (parsing the DAG folder, a model's lineage) go to the session's `ProbeServer`, each in exactly
+    the environment a fresh process would get; `test` (dag.test()) runs in a fresh subprocess, and so does every
+    call under ``LAKESTREAM_TEST_PROBE=oneshot``. On failure (no result), the assertion message carries Airflow's
+    whole output.
     """
 
     def run(command: str, *args: str, env: dict[str, str], timeout: float = 120) -> dict:
+        environment = airflow_environment(airflow_home, env)
+        if command in SERVED_COMMANDS and os.environ.get(PROBE_MODE_ENV) != "oneshot":
+            return probe_server.request(command, list(args), environment, timeout)
         proc = subprocess.run(
             [sys.executable, str(PROBE), command, str(DAGS_FOLDER), *args],
-            env=airflow_environment(airflow_home, env),
+            env=environment,
             capture_output=True,
             text=True,
             timeout=timeout,
