@@ -11,6 +11,7 @@ import sys
 
 from lakehouse.lakehouse import Lakehouse
 from lakehouse.log.log import Log
+from lakehouse.spark import spark_session
 from lakehouse.subscriptions import Subscription
 from layers import runner as runner_module
 from layers import writer as writer_module
@@ -132,6 +133,8 @@ if __name__ == "__main__":
     {True: arm_full, False: arm, "executors": arm_executors}[full](point, model)
     lh = Lakehouse.open(url)
     budget = 0 if full == "executors" else None
-    layers = Runner(lh, load_project(EXAMPLE), spark_master="local[1]", driver_budget_rows=budget)
+    # the JVM flags of the tests' own session (serial GC, C1 JIT): a driver living a few seconds compiles less
+    spark = spark_session(master="local[1]", app_name="lakestream-crash-worker", scheduler_only=True)
+    layers = Runner(lh, load_project(EXAMPLE), spark, driver_budget_rows=budget)
     layers.run_once()
     print("finished without being killed", flush=True)

@@ -42,6 +42,29 @@ def states(lh: Lakehouse, project) -> dict[str, pa.Table]:
     return {m: state(lh, m, project.models[m].primary_key) for m in MODELS}
 
 
+@pytest.fixture(scope="module")
+def never_killed(tmp_path_factory, spark):
+    """What a run never killed leaves, per kind of kill case: ``never_killed(first_round)`` gives every model's
+    state and log records after load_base and a first round (``first_round``), or after those, change_some and a
+    second round. Built once per kind for the module (load_base and change_some are fixed batches, no randomness):
+    each kill case builds only the warehouse it kills."""
+    project = load_project(EXAMPLE)
+    built: dict[bool, tuple[dict[str, pa.Table], dict[str, int]]] = {}
+
+    def control(first_round: bool) -> tuple[dict[str, pa.Table], dict[str, int]]:
+        if first_round not in built:
+            lh, layers = fresh(tmp_path_factory.mktemp("never-killed"), "control", spark, project)
+            load_base(lh)
+            if not first_round:
+                layers.run_once()
+                change_some(lh)
+            layers.run_once()
+            built[first_round] = states(lh, project), {m: log_records(lh, m) for m in MODELS}
+        return built[first_round]
+
+    return control
+
+
 def test_deploy_creates_every_table_once(tmp_path, spark, project):
     lh = Lakehouse.open(f"file://{tmp_path / 'wh'}")
     layers = Runner(lh, project, spark)
@@ -182,7 +205,7 @@ def test_an_unknown_model_is_a_clear_error(tmp_path, spark, project):
 @pytest.mark.parametrize(
     "point", ["before_append", "between_appends", "before_advance", "between_advances", "before_report"]
 )
-def test_kill_9_in_a_round_then_rerun_loses_and_doubles_nothing(tmp_path, spark, project, point, first):
+def test_kill_9_in_a_round_then_rerun_loses_and_doubles_nothing(tmp_path, spark, project, never_killed, point, first):
     """Killed at each point of a round (round 1 in the driver or on the executors, ``layers.executors``, whose
     tasks append; round 0, a full round whose tasks append), then run again: the same records as a run never
     killed."""
@@ -195,24 +218,21 @@ def test_kill_9_in_a_round_then_rerun_loses_and_doubles_nothing(tmp_path, spark,
         # test_executor_rounds resumes one killed after its appends): its own point is a task killing the driver
         pytest.skip("covered by round1 and tests/layers/test_executor_rounds.py")
     lh, layers = fresh(tmp_path, "wh", spark, project)
-    control, control_layers = fresh(tmp_path, "control", spark, project)
-    for each in (lh, control):
-        load_base(each)
+    load_base(lh)
     if first is not True:
         layers.run_once()
-        control_layers.run_once()
-        for each in (lh, control):
-            change_some(each)
-    control_layers.run_once()
+        change_some(lh)
+    control_states, control_records = never_killed(first is True)  # the same batches and rounds, never killed
     args = json.dumps([lh.url, point, "dwd.orders_enriched", first])
     crash("tests.layers._crash_worker", args, timeout=300)
     record = latest_round(lh.store, "dwd.orders_enriched")
     assert record.number == (0 if first is True else 1)  # the killed round's intent is there
     reports = Runner(Lakehouse.open(lh.url), project, spark).run_once()
     assert reports[0].resumed and reports[0].round == record.number
-    assert states(lh, project) == states(control, project)
+    assert [r.model for r in reports] == list(MODELS)  # the resumed round covered its range: no second round
+    assert states(lh, project) == control_states
     for model in MODELS:  # nothing appended twice: the same records as the run that was not killed
-        assert log_records(lh, model) == log_records(control, model), model
+        assert log_records(lh, model) == control_records[model], model
     sub = lh.subscription("ods.orders", consumer_of("dwd.orders_enriched"), create=False)
     assert sub.position == lh.log("ods.orders").end_offsets()
 
