@@ -21,6 +21,10 @@ from tests.support.tiers import guard_fast_tier, mark_tiers
 load_profile()
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# Every Spark driver JVM the suite starts (the shared session, crash workers, `dag.test()`'s spark-submits, the demo)
+# lives seconds on small data: the C1-only JIT compiles far less and saved ~20% of such a test's CPU
+# (tests/README.md). Only the JIT: a GC flag here would clash with the G1 a SQL session asks for itself.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # xdist's workers inherit COLUMNS=80 / LINES=24 from their launcher; the CLI honours COLUMNS (it is how a user
     # asks for a width), so without this the CLI tests would read tables folded to 80 columns.
