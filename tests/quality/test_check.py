@@ -156,34 +156,6 @@ def _built(tmp_path, spark):
     return lh, layers
 
 
-def test_a_project_run_checks_layers_and_suites_and_publishes_each_table_that_passed(tmp_path, spark) -> None:
-    """The example project, layers built and tiered: reconcile + suites + layer checks all pass and every table is
-    published; a wrong row in dwd's log (tiered) fails its layer check and reconciliation stays clean, so dwd keeps
-    its tag while the others move on. Local warehouse (Spark builds the layers)."""
-    from tests.support.example_ods import ALL, EXAMPLE
-
-    lh, layers = _built(tmp_path, spark)
-    run = run_checks(lh, project=EXAMPLE, spark=spark)
-    assert run.ok, [str(v) for v in run.violations] + [r.error for r in run.results if r.error]
-    checks = {(r.table, r.check.split(":")[0]) for r in run.results}
-    assert {("dwd.orders_enriched", kind) for kind in ("layer", "gx", "reconcile")} <= checks
-    assert run.published == {name: current(lh, name) for name in ALL}
-    first = dict(run.published)
-
-    dwd = "dwd.orders_enriched"
-    row = lh.union_read(dwd).slice(0, 1).drop_columns(["__bucket", "__offset", "__timestamp"])
-    renamed = pa.array([f"{v}-WRONG" for v in row.column("n_name").to_pylist()], row.schema.field("n_name").type)
-    wrong = row.set_column(row.schema.get_field_index("n_name"), "n_name", renamed)
-    lh.log(dwd).append(wrong, "upsert")
-    lh.tier(dwd)
-    run = run_checks(lh, project=EXAMPLE, spark=spark, tables=[dwd, "ods.nation"])
-    assert not run.ok
-    assert {v.check for v in run.violations} == {"layer-row"}
-    assert run.published[dwd] == first[dwd] != current(lh, dwd)
-    assert run.published["ods.nation"] == current(lh, "ods.nation")
-    lh.close()
-
-
 def test_check_names_a_deleted_data_file_with_and_without_full(lakehouse: Lakehouse) -> None:
     """A Parquet file of the current snapshot deleted by hand after a passing check: `lakestream check` (no new
     commit) and `check --full` both fail with `file-missing`, not "passed" and not an ERROR."""
@@ -201,12 +173,16 @@ def test_check_names_a_deleted_data_file_with_and_without_full(lakehouse: Lakeho
         assert v.snapshot_id == current(lh, OTHER) and v.table == OTHER
 
 
-def test_a_check_whose_upstream_failed_is_not_evaluated(tmp_path, spark) -> None:
-    """A data file appended twice to dwd by a rogue commit fails dwd's own checks. The layer check of the ADS
-    model that reads dwd, and ADS's suite (which counts dwd's rows), are "not evaluated: upstream dwd failed"
-    (their outcome over a corrupt input proves nothing either way), not violations of their own: so in the
-    run, its record (old records still load), the report and the CLI; ADS is not published. Local warehouse
-    (Spark builds the layers)."""
+def test_a_project_run_checks_and_publishes_what_passed_and_a_check_whose_upstream_failed_is_not_evaluated(
+    tmp_path, spark
+) -> None:
+    """The example project, layers built and tiered: reconcile + suites + layer checks all pass and every table is
+    published; a wrong row in dwd's log (tiered) fails its layer check and reconciliation stays clean, so dwd keeps
+    its tag while the others move on. Then, the row put right and a second round run, a data file appended twice
+    to dwd by a rogue commit fails dwd's own checks. The layer check of the ADS model that reads dwd, and ADS's
+    suite (which counts dwd's rows), are "not evaluated: upstream dwd failed" (their outcome over a corrupt input
+    proves nothing either way), not violations of their own: so in the run, its record (old records still load),
+    the report and the CLI; ADS is not published. One build for both. Local warehouse (Spark builds the layers)."""
     import numpy as np
 
     from lakestream.demo.layers import orders
@@ -218,7 +194,26 @@ def test_a_check_whose_upstream_failed_is_not_evaluated(tmp_path, spark) -> None
     dwd, ads = "dwd.orders_enriched", "ads.revenue_by_nation_month"
     lh, layers = _built(tmp_path, spark)
     first = run_checks(lh, project=EXAMPLE, spark=spark)
-    assert first.ok, [str(v) for v in first.violations]
+    assert first.ok, [str(v) for v in first.violations] + [r.error for r in first.results if r.error]
+    checks = {(r.table, r.check.split(":")[0]) for r in first.results}
+    assert {(dwd, kind) for kind in ("layer", "gx", "reconcile")} <= checks
+    assert first.published == {name: current(lh, name) for name in ALL}
+
+    # a wrong row in dwd's log (tiered) fails its layer check and reconciliation stays clean, so dwd keeps its
+    # tag while the others move on
+    row = lh.union_read(dwd).slice(0, 1).drop_columns(["__bucket", "__offset", "__timestamp"])
+    renamed = pa.array([f"{v}-WRONG" for v in row.column("n_name").to_pylist()], row.schema.field("n_name").type)
+    wrong = row.set_column(row.schema.get_field_index("n_name"), "n_name", renamed)
+    lh.log(dwd).append(wrong, "upsert")
+    lh.tier(dwd)
+    run = run_checks(lh, project=EXAMPLE, spark=spark, tables=[dwd, "ods.nation"])
+    assert not run.ok
+    assert {v.check for v in run.violations} == {"layer-row"}
+    assert run.published[dwd] == first.published[dwd] != current(lh, dwd)
+    assert run.published["ods.nation"] == current(lh, "ods.nation")
+    lh.log(dwd).append(row, "upsert")  # put right (behind the runner's back, as it was broken)
+    lh.tier(dwd)
+
     # a second round over new orders, tiered: every layer has a snapshot not published yet
     lh.log("ods.orders").append(orders(np.arange(1000, 1100), np.random.default_rng(3), N_CUSTOMERS), "upsert")
     layers.run_once()
@@ -249,6 +244,7 @@ def test_a_check_whose_upstream_failed_is_not_evaluated(tmp_path, spark) -> None
     result = cli(lh, "check", "--project", str(EXAMPLE), "--no-publish", "--table", dwd, "--table", ads)
     assert result.exit_code == 1, result.output
     assert "NOT EVALUATED" in result.output and "1 not evaluated" in " ".join(result.output.split())
+    lh.close()
 
 
 @pytest.mark.parametrize("backend", ["local"], indirect=True)
