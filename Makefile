@@ -58,7 +58,7 @@ demo: $(STAMP)
 s3: $(STAMP)
 	$(BIN)/python -m object_store.seaweedfs $(S3_DIR)
 
-# The native stack (no Docker) under .stack/: SeaweedFS, a Spark master and worker, Airflow; see docs/deploy.md.
+# The native stack (no Docker) under .stack/: SeaweedFS, a Spark master and worker, Airflow; see docs/guides/deploy.md.
 stack: $(STAMP)
 	$(BIN)/python -m deploy.stack up $(STACK_ARGS)
 

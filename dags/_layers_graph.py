@@ -64,7 +64,7 @@ def layers_graph(folder: str | os.PathLike) -> dict[str, list[str]]:
     if not sources_file.is_file() or not models_dir.is_dir():
         raise ValueError(
             f"{root} is not a warehouse-layers project (no sources.yml or models/); set {PROJECT_ENV} to the "
-            "project folder (see docs/layers.md)"
+            "project folder (see docs/guides/layers.md)"
         )
     try:
         declared = yaml.safe_load(sources_file.read_text()) or {}

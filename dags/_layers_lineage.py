@@ -1,7 +1,7 @@
 """OpenLineage for the warehouse_layers tasks: `ModelSubmitOperator`, the SparkSubmitOperator of one model, tells
 Airflow's OpenLineage provider what the task reads and writes: the model's input tables, its own table, and on
 that table the model's column lineage (`layers.lineage`), so a lineage backend (Marquez, DataHub, ...) shows the
-tables and their columns (dags/README.md, docs/layers.md "Column lineage").
+tables and their columns (dags/README.md, docs/guides/layers.md "Column lineage").
 
 Not a DAG: Airflow parses it (it mentions DAGs), finds none, and moves on. At module level only the Spark provider
 is imported. The OpenLineage provider and client, ``layers`` and ``lakehouse`` are imported when the provider's

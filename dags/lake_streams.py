@@ -1,6 +1,6 @@
 """Streaming aggregates on a schedule: every 5 minutes one `spark-submit jobs/stream_aggregate.py` per aggregate,
 a Structured Streaming query with ``trigger(availableNow=True)`` that reads the source's changes since its
-checkpoint, updates the target and stops (the idiom for scheduled incremental streaming jobs; docs/spark.md).
+checkpoint, updates the target and stops (the idiom for scheduled incremental streaming jobs; docs/guides/spark.md).
 
 Configuration (environment; see dags/README.md):
     LAKESTREAM_STREAM_AGGREGATES   "ads.orders_by_status=ods.orders:o_orderstatus:o_totalprice" (target=source:

@@ -1,6 +1,6 @@
 """Blue/green rebuild of the warehouse layers, triggered by hand: `spark-submit jobs/run_layers.py --green`
 (build the changed models and their downstream beside the live tables until caught up), then `--cutover`
-(switch every reader to them at once; refused, and retried, while they are behind). See docs/layers.md,
+(switch every reader to them at once; refused, and retried, while they are behind). See docs/guides/layers.md,
 "Blue/green rebuilds". Defined only when LAKESTREAM_LAYERS_GREEN_PROJECT names the new project folder: the
 warehouse_layers DAG keeps running the live one until the cutover (then point LAKESTREAM_LAYERS_PROJECT at it).
 

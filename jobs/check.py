@@ -1,4 +1,4 @@
-"""spark-submit entry point: check tables and publish what passed (docs/quality.md). Not named quality.py:
+"""spark-submit entry point: check tables and publish what passed (docs/guides/quality.md). Not named quality.py:
 spark-submit puts this folder first on sys.path, where a quality.py would hide the quality package.
 
     spark-submit jobs/check.py                                   # reconcile every table; no publishing

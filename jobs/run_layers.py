@@ -1,4 +1,4 @@
-"""spark-submit entry point: run the warehouse layers of a project (docs/layers.md). Not named layers.py:
+"""spark-submit entry point: run the warehouse layers of a project (docs/guides/layers.md). Not named layers.py:
 spark-submit puts this folder first on sys.path, where a layers.py would hide the layers package.
 
     spark-submit jobs/run_layers.py --project examples/tpch                      # one round of every model

@@ -449,7 +449,7 @@ def lake_offsets(metadata: TableMetadata, buckets: int, *, name: str = "", io: F
             raise LakeStateError(
                 f"lake table {name} has snapshots but none records {OFFSETS_PROPERTY}: it was written by another "
                 "tool, so lakestream cannot tell which log offsets it holds. Tier into a fresh table, or register "
-                "the offsets by hand (README, 'Tiering and union read')"
+                "the offsets by hand (docs/concepts/tiering-and-union-read.md)"
             )
         return dict.fromkeys(range(buckets), 0)
     raw = snap.summary[OFFSETS_PROPERTY] or snap.summary[OFFSETS_FILE_PROPERTY]

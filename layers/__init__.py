@@ -1,5 +1,5 @@
 """Warehouse layers: a project of Spark SQL models over lakestream tables (ODS -> DWD -> ADS), each writing its
-own table incrementally and exactly once (docs/layers.md).
+own table incrementally and exactly once (docs/guides/layers.md).
 
 The project format and its checks (`load_project`) and each model's incremental strategy (`explain`) are pure
 Python (sqlglot reads the SQL); the rounds (`layers.runner.Runner`) run their SQL on Spark.

@@ -39,7 +39,7 @@ class ProjectError(LayersError, ValueError):
 
 
 class ProjectFormatError(ProjectError):
-    """A project file is not in the documented format (docs/layers.md): a missing ``sources.yml`` or
+    """A project file is not in the documented format (docs/guides/layers.md): a missing ``sources.yml`` or
     ``models/``, YAML that does not parse, an unknown setting, an invalid primary key, bucket count, bucket
     key, partition or column type, two models or sources with one name."""
 

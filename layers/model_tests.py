@@ -1,4 +1,5 @@
-"""Model tests: a project's ``tests/<name>.yml``, each run on a throwaway warehouse (docs/layers.md, "Model tests").
+"""Model tests: a project's ``tests/<name>.yml``, each run on a throwaway warehouse (docs/guides/layers.md, "Model
+tests").
 
 A test is a list of steps. A step appends input rows to the sources' logs (inserts, updates, deletes by key),
 runs one round of every model (as `lakestream layers run --once` does) and then checks two things:

@@ -1,6 +1,6 @@
 """Which incremental strategy each model gets, why, and how its inputs' changed keys reach its output keys.
 
-Strategies (docs/layers.md has the rules):
+Strategies (docs/guides/layers.md has the rules):
 
 * ``keyed``: a filter/projection of one table, or an equi-join chain (inner or LEFT joins) from a *driving*
   table through many-to-one joins (each other table joined on its whole primary key; the driving table never the

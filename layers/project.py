@@ -1,4 +1,4 @@
-"""A warehouse-layers project: a folder of sources and models (the format is documented in docs/layers.md).
+"""A warehouse-layers project: a folder of sources and models (the format is documented in docs/guides/layers.md).
 
 ::
 
@@ -169,7 +169,7 @@ def _load_sources(root: Path) -> dict[str, Source]:
     if not file.is_file():
         raise ProjectFormatError(
             f"{where} is missing: a project declares its sources (the ODS tables producers feed) there, with "
-            "their columns and keys (see docs/layers.md)",
+            "their columns and keys (see docs/guides/layers.md)",
             path=where,
         )
     doc = _yaml(file.read_text(), where)
@@ -287,7 +287,7 @@ def _parse_model_file(file: Path, name: str) -> _Parsed:
     if not isinstance(header, dict):
         raise ProjectFormatError(
             f"{where}: the file must start with a header of '--' lines in YAML, at least '-- primary_key: [col]' "
-            "(see docs/layers.md)",
+            "(see docs/guides/layers.md)",
             path=str(file),
             model=name,
         )

@@ -17,7 +17,7 @@ Before any append the rows are checked for a key yielded twice or null (one Spar
 rows), so a model whose SQL is not keyed by its key writes nothing.
 
 Credentials reach the tasks inside the pickled task context (as in tiering and the Spark source; see
-docs/architecture.md): never in the plan's ``repr``, Spark's UI or logs.
+docs/concepts/tiering-and-union-read.md): never in the plan's ``repr``, Spark's UI or logs.
 """
 
 from __future__ import annotations

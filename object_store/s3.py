@@ -147,7 +147,7 @@ class S3Store(ObjectStore):
             # User-Agent (~30 parts, rebuilt and sanitized twice per request), are Python run under the
             # GIL on the caller's thread. Our calls are built here from keys and metadata the store has
             # validated already (`validate_key`, `validate_metadata`), so validation is off and the
-            # User-Agent fixed: a tenth less client CPU per small PUT (docs/architecture.md, "A lean botocore
+            # User-Agent fixed: a tenth less client CPU per small PUT (docs/concepts/storage.md, "A lean botocore
             # client").
             parameter_validation=False,
             user_agent=_USER_AGENT,

@@ -39,7 +39,7 @@ one send again after ``claim_seconds`` (at least once, rather than lost).
     default_owner: platform       # every other table, and failed Airflow tasks (table "dag:<dag_id>")
 
 **Payload** (generic webhook; Slack gets ``text`` and ``blocks`` made from it; e-mail a subject and the same
-lines): see `Alert.payload` and docs/quality.md.
+lines): see `Alert.payload` and docs/guides/quality.md.
 
 No Airflow here: e-mail is a callable given by the caller (``dags/_notifiers.py`` passes Airflow's).
 """
@@ -334,7 +334,7 @@ class Alert:
         return f"[lakestream] {tag} {i['check']} on {where}"
 
     def payload(self) -> dict[str, Any]:
-        """The JSON a generic webhook receives (docs/quality.md, "Alerts")."""
+        """The JSON a generic webhook receives (docs/guides/quality.md, "Alerts")."""
         i = self.incident
         return {
             "source": "lakestream",

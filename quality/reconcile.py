@@ -838,7 +838,7 @@ class _Checker:
                     "log-missing",
                     f"the log of bucket {b} starts at offset {first}, but log retention removed it only below "
                     f"offset {floor}: records [{floor}, {first}) were deleted by something other than retention "
-                    "(restore the segments; docs/quality.md says how to accept the loss)",
+                    "(restore the segments; docs/guides/quality.md says how to accept the loss)",
                     bucket=b,
                     offsets=(floor, first),
                     expected=floor,

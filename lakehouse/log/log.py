@@ -240,7 +240,7 @@ class Log:
         back. ``sends``: per bucket, the numbers of the first and last `Producer` send the rows come from."""
         # Encode every segment here, on the caller's thread, before any PUT starts: the pool threads then only
         # wait on the store, as raw PUTs of ready bodies do (encoding on the pool threads cost more CPU per
-        # append: docs/architecture.md, "The log").
+        # append: docs/concepts/log.md, "Design: why it works this way").
         self._check_open()
         bodies = {b: segment.encode(part, self.compression) for b, part in parts.items()}
         # A fresh id has no earlier attempts to remember (and one per anonymous append would grow without bound).

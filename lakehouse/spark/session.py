@@ -50,7 +50,7 @@ def spark_session(
     (tiering, maintenance: the work is in the Python workers): serial GC and the C1-only JIT then save most of
     its CPU. Otherwise (Spark SQL: layers, checks, the demo) it joins and aggregates: the full JIT (a GROUP BY
     runs about twice as fast) and G1, whose short pauses keep `layers.follow`'s rounds even (the parallel GC's
-    full collections stalled single rounds for seconds; docs/layers.md, "Spark sessions")."""
+    full collections stalled single rounds for seconds; docs/guides/layers.md, "Spark sessions")."""
     if master and not MASTER.fullmatch(master):
         raise ConfigError(
             f"Spark master {master!r} is not one Spark accepts: use local, local[N], local[*], spark://host:port, "

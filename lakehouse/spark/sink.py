@@ -28,7 +28,7 @@ rows the same way (no nondeterministic repartitioning or UDF, no ``rand()``; one
 partitions after a shuffle; ``rowsPerAppend`` unchanged). Otherwise an append whose (producer id, sequence)
 landed with other rows raises `SequenceConflict` (nothing written by it), but rows that moved to another
 append of the task can be written a second time. A replay is recognised while the bucket's newest
-``dedup_window`` (256) segments still include the first attempt's. docs/spark.md says more.
+``dedup_window`` (256) segments still include the first attempt's. docs/guides/spark.md says more.
 
 Driver-side checks (in ``writer``/``streamWriter``, before any task): the table exists, the DataFrame's
 columns are the table's (plus ``_op``), each type has an Arrow cast to the table's, the save mode is append.

@@ -19,7 +19,7 @@ from lakestream.cli.core import ConfigOpt, JsonOpt, WarehouseOpt, _fail, _lakeho
 from lakestream.console import OutputConsole, json_line, new_table
 
 layers_app = typer.Typer(
-    help="Warehouse layers: a project of Spark SQL models (see docs/layers.md).", no_args_is_help=True
+    help="Warehouse layers: a project of Spark SQL models (see docs/guides/layers.md).", no_args_is_help=True
 )
 console = OutputConsole()
 
@@ -459,7 +459,7 @@ def test_command(
         tests = select_tests(load_model_tests(loaded), test)
         if not tests:  # an empty tests/ folder is a mistake more often than a choice: say so, and fail
             raise InvalidArgument(
-                f"no model tests in {Path(project) / 'tests'} (*.yml): add one (docs/layers.md, 'Model tests')"
+                f"no model tests in {Path(project) / 'tests'} (*.yml): add one (docs/guides/layers.md, 'Model tests')"
             )
         started = time.monotonic()
         spark = _test_session(spark_master)

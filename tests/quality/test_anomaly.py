@@ -181,7 +181,7 @@ def test_a_suite_file_carries_its_anomalies_and_a_bad_one_is_refused(tmp_path: P
 
     path = tmp_path / "ods.orders.json"
     meta = {
-        "lakestream": "see docs/quality.md",
+        "lakestream": "see docs/guides/quality.md",
         "anomalies": [{"metric": "rows_added", "season": 24, "severity": "fail"}],
     }
     path.write_text(json.dumps({"name": "ods.orders", "expectations": [], "meta": meta}))

@@ -147,7 +147,7 @@ def test_a_missing_log_segment_is_named_with_its_range(lakehouse: Lakehouse) -> 
 
 
 def test_bit_rot_in_a_checked_segment_is_found_by_full_only(lakehouse: Lakehouse) -> None:
-    """docs/quality.md says so: an incremental check does not re-read a segment it already checked, so one that
+    """docs/guides/quality.md says so: an incremental check does not re-read a segment it already checked, so one that
     rots afterwards (a byte changed in place, size and header unchanged) passes it; `full` re-reads every
     retained segment, whose CRC-32C then fails, and names the bucket."""
     lh = lakehouse
