@@ -47,7 +47,7 @@ test-thorough: $(STAMP)
 	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS) \
 		$$(grep -rl --include='test_*.py' '@given' tests)
 
-# The native stack end to end (about 10 minutes): up, the DAGs under the real scheduler, a lost worker, down.
+# The native stack end to end (about 4 minutes): up, the DAGs under the real scheduler, a lost worker, down.
 test-stack: $(STAMP)
 	LAKESTREAM_TEST_STACK=1 $(BIN)/python -m pytest --durations=10 -m stack tests/deploy/test_stack_e2e.py
 
