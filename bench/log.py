@@ -54,7 +54,7 @@ from lakehouse import Lakehouse  # noqa: E402
 from lakehouse.bucketing import bucket_ids  # noqa: E402
 from lakehouse.log import Log, segment  # noqa: E402
 from lakehouse.log.batch import split_by_bucket  # noqa: E402
-from lakestream.demo.pipeline import ORDERS_SCHEMA, _orders_batch  # noqa: E402
+from lakestream.demo.pipeline import ORDERS_SCHEMA, orders_batch  # noqa: E402
 from object_store import ObjectStore  # noqa: E402
 
 BUCKETS = 4
@@ -66,7 +66,7 @@ PRODUCER_ROUND = 10
 
 def make_batches(n: int, rows: int, seed: int) -> list[pa.Table]:
     rng = np.random.default_rng(seed)
-    return [_orders_batch(rng.integers(0, 10**9, rows), rng) for _ in range(n)]
+    return [orders_batch(rng.integers(0, 10**9, rows), rng) for _ in range(n)]
 
 
 def aligned_batches(producers: int, n: int, rows: int, buckets: int, seed: int) -> list[pa.Table]:
@@ -77,7 +77,7 @@ def aligned_batches(producers: int, n: int, rows: int, buckets: int, seed: int) 
     owner = bucket_ids(pa.array(pool), buckets).to_numpy() % producers
     own = [pool[owner == i] for i in range(producers)]
     assert all(len(keys) >= n * rows for keys in own)
-    return [_orders_batch(own[i][j * rows : (j + 1) * rows], rng) for j in range(n) for i in range(producers)]
+    return [orders_batch(own[i][j * rows : (j + 1) * rows], rng) for j in range(n) for i in range(producers)]
 
 
 def bench_append(

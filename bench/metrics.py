@@ -38,7 +38,7 @@ from tiering import KEY, SCHEMA, append_all, make_dataset  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lakehouse import Lakehouse  # noqa: E402
-from quality.metrics import _is_new_for, collect_metrics  # noqa: E402
+from quality.metrics import collect_metrics, is_new_for  # noqa: E402
 from quality.metrics_store import METRICS_TABLE, append_metrics, metrics_table  # noqa: E402
 
 BUCKETS = 4
@@ -70,7 +70,7 @@ def committed(
     def reset() -> None:
         if metrics_table(lh) is not None:
             lh.catalog.drop_table(METRICS_TABLE)
-        append_metrics(lh, [], {name: (parent.snapshot_id, parent.timestamp_ms)}, _is_new_for(lh))
+        append_metrics(lh, [], {name: (parent.snapshot_id, parent.timestamp_ms)}, is_new_for(lh))
 
     return reset, start, end
 

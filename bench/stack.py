@@ -27,7 +27,7 @@ import pyarrow as pa  # noqa: E402
 
 from deploy import scenario, stack  # noqa: E402
 from deploy.airflow_api import AirflowApi  # noqa: E402
-from object_store.seaweedfs import _free_ports  # noqa: E402
+from object_store.seaweedfs import free_ports  # noqa: E402
 
 
 def _seconds(run: dict, start: str = "queued_at", end: str = "end_date") -> float:
@@ -72,7 +72,7 @@ def main() -> None:
 
     root = Path(tempfile.mkdtemp(prefix="lakestream-bench-stack-")) / ".stack"
     env = scenario.environment(
-        {var: str(p) for var, p in zip(stack.PORT_ENV, _free_ports(len(stack.PORT_ENV)), strict=True)}
+        {var: str(p) for var, p in zip(stack.PORT_ENV, free_ports(len(stack.PORT_ENV)), strict=True)}
     )
     cfg, ready, _ = scenario.stack_up(root, env)
     print(f"stack: make stack -> ready {ready:.1f} s (SeaweedFS, Spark master + worker, Airflow x4)")

@@ -20,7 +20,7 @@ import numpy as np
 
 from deploy.airflow_api import AirflowApi, AirflowApiError
 from deploy.errors import StackError
-from deploy.stack import BUCKET, REPO, Config, _master_json
+from deploy.stack import BUCKET, REPO, Config, master_json
 from object_store.seaweedfs import ACCESS_KEY, SECRET_KEY
 
 EXAMPLE = REPO / "examples" / "tpch"
@@ -182,7 +182,7 @@ def airflow_now() -> str:
 
 def active_apps(cfg: Config) -> list[dict]:
     """The Spark applications the master runs now (its JSON API)."""
-    return list(_master_json(cfg).get("activeapps", []))
+    return list(master_json(cfg).get("activeapps", []))
 
 
 def executor_log(cfg: Config, app_id: str) -> str:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deploy.errors import StackError
-from object_store.seaweedfs import _PORT_FLAGS, ACCESS_KEY, SECRET_KEY, weed_binary
+from object_store.seaweedfs import ACCESS_KEY, PORT_FLAGS, SECRET_KEY, weed_binary
 
 REPO = Path(__file__).resolve().parent.parent
 BUCKET = "lakestream"
@@ -65,7 +65,7 @@ PORT_ENV: dict[str, tuple[str, int]] = {
     "LAKESTREAM_STACK_SPARK_WORKER_UI_PORT": ("spark.worker.ui", 8091),
     "LAKESTREAM_STACK_AIRFLOW_PORT": ("airflow.api", 8080),
 }
-assert set(_PORT_FLAGS) <= {name for name, _ in PORT_ENV.values()}
+assert set(PORT_FLAGS) <= {name for name, _ in PORT_ENV.values()}
 
 
 @dataclass
@@ -341,7 +341,7 @@ def start_seaweedfs(cfg: Config) -> None:
         "-webdav=false",
         "-admin.ui=false",
         "-master.volumeSizeLimitMB=64",
-        *(f"-{flag}={cfg.ports[flag]}" for flag in _PORT_FLAGS),
+        *(f"-{flag}={cfg.ports[flag]}" for flag in PORT_FLAGS),
     ]
     _spawn(cfg, "seaweedfs", args, os.environ, cwd=work)
 
@@ -389,7 +389,7 @@ def _spark_env(cfg: Config) -> dict[str, str]:
     return env
 
 
-def _master_json(cfg: Config) -> dict:
+def master_json(cfg: Config) -> dict:
     data = _http_json(f"http://127.0.0.1:{cfg.ports['spark.master.ui']}/json/")
     assert isinstance(data, dict)
     return data
@@ -407,7 +407,7 @@ def start_spark_master(cfg: Config) -> None:
         str(cfg.ports["spark.master.ui"]),
     ]
     _spawn(cfg, "spark-master", args, _spark_env(cfg))
-    _wait(cfg, "spark-master", lambda: _master_json(cfg).get("status") == "ALIVE", cfg.timeout)
+    _wait(cfg, "spark-master", lambda: master_json(cfg).get("status") == "ALIVE", cfg.timeout)
 
 
 def start_spark_worker(cfg: Config) -> None:
@@ -432,7 +432,7 @@ def start_spark_worker(cfg: Config) -> None:
     _wait(
         cfg,
         "spark-worker",
-        lambda: any(w.get("state") == "ALIVE" for w in _master_json(cfg).get("workers", [])),
+        lambda: any(w.get("state") == "ALIVE" for w in master_json(cfg).get("workers", [])),
         cfg.timeout,
     )
 

@@ -26,8 +26,8 @@ import pyarrow as pa
 from pyiceberg.table import Table
 
 from lakehouse.errors import InvalidArgument, SchemaError, SchemaEvolutionError
-from lakehouse.lake_layout import _check_lake_type, check_lake_layout, lake_schema
-from lakehouse.tables import SYSTEM_COLUMNS, TableDefinition, _parse_type, parse_schema, split_list
+from lakehouse.lake_layout import check_lake_layout, check_lake_type, lake_schema
+from lakehouse.tables import SYSTEM_COLUMNS, TableDefinition, parse_schema, parse_type, split_list
 
 FIELD_ID = b"PARQUET:field_id"
 
@@ -81,7 +81,7 @@ def alter_definition(
         column, sep, type_name = item.partition(":")
         if not sep or not column.strip() or not type_name.strip():
             raise SchemaEvolutionError(f"{name}: bad --widen {item!r}: use column:type, e.g. v:int64")
-        widens_.append((column.strip(), _parse_type(column.strip(), type_name.strip().lower())))
+        widens_.append((column.strip(), parse_type(column.strip(), type_name.strip().lower())))
     renames = []
     for item in _items(rename):
         old, sep, new = item.partition(":")
@@ -164,7 +164,7 @@ def alter_definition(
                 f"{name}: added column {f.name!r} has the nested type {f.type}; an alter adds primitive columns "
                 "only (a struct or list would need field ids for its children too)"
             )
-        _check_lake_type(definition, f.name, f.type)
+        check_lake_type(definition, f.name, f.type)
         next_id += 1
         taken.add(f.name)
         fields[f.name], ids[f.name] = f, next_id

@@ -303,7 +303,7 @@ def check_lake_types(definition: TableDefinition) -> None:
     """Raise `SchemaError` naming the column, and what to use instead, if a column's type has no Iceberg type
     that holds all its values. `Lakehouse.create_table` checks this before anything is written."""
     for field in definition.schema:
-        _check_lake_type(definition, field.name, field.type)
+        check_lake_type(definition, field.name, field.type)
     schema = lake_schema(definition)
     try:  # what the catalog will write must load again (a lake table that cannot be loaded cannot be used)
         Schema.model_validate_json(schema.model_dump_json())
@@ -311,7 +311,7 @@ def check_lake_types(definition: TableDefinition) -> None:
         raise SchemaError(f"{definition.name}: the lake (Iceberg) cannot store this schema: {exc}") from None
 
 
-def _check_lake_type(definition: TableDefinition, column: str, t: pa.DataType) -> None:
+def check_lake_type(definition: TableDefinition, column: str, t: pa.DataType) -> None:
     advice = next((use for test, use in _LAKE_TYPE_ADVICE.items() if test(t)), None)
     if pa.types.is_timestamp(t) and t.tz is not None and t.tz not in UTC_ALIASES:
         advice = (
@@ -347,7 +347,7 @@ def _check_lake_type(definition: TableDefinition, column: str, t: pa.DataType) -
         else []
     )
     for child in children:
-        _check_lake_type(definition, column, child)
+        check_lake_type(definition, column, child)
 
 
 def lake_partition_spec(definition: TableDefinition, schema: Schema) -> PartitionSpec:
@@ -454,7 +454,7 @@ def lake_offsets(metadata: TableMetadata, buckets: int, *, name: str = "", io: F
         return dict.fromkeys(range(buckets), 0)
     raw = snap.summary[OFFSETS_PROPERTY] or snap.summary[OFFSETS_FILE_PROPERTY]
     try:
-        return _snapshot_offsets(snap, buckets, io)
+        return offsets_in_snapshot(snap, buckets, io)
     except OSError as exc:
         raise LakeStateError(
             f"lake table {name}: the offsets file {raw} of tiering snapshot {snap.snapshot_id} cannot be read "
@@ -502,7 +502,7 @@ def _offsets_text(snap: Snapshot, io: FileIO | None) -> str:
     return text
 
 
-def _snapshot_offsets(snap: Snapshot, buckets: int, io: FileIO | None = None) -> dict[int, int]:
+def offsets_in_snapshot(snap: Snapshot, buckets: int, io: FileIO | None = None) -> dict[int, int]:
     """A tiering snapshot's offsets of every bucket (0 where none is recorded). Raises TypeError, ValueError or
     AttributeError if they do not parse, IndexError if they name a bucket or offset out of range, OSError if
     their file cannot be read."""
@@ -522,7 +522,7 @@ def tiering_snapshots(
 
     def offsets_of(snap: Snapshot) -> dict[int, int] | None:
         try:
-            return _snapshot_offsets(snap, buckets, io)
+            return offsets_in_snapshot(snap, buckets, io)
         except (TypeError, ValueError, AttributeError, IndexError, OSError):
             return None
 

@@ -563,13 +563,13 @@ def parse_schema(spec: str) -> pa.Schema:
             raise SchemaError(f"bad column spec {item!r}: use name:type, e.g. o_orderkey:int64")
         nullable = not _NOT_NULL.search(type_name)
         type_name = _NOT_NULL.sub("", type_name)
-        fields.append(pa.field(name, _parse_type(name, type_name), nullable))
+        fields.append(pa.field(name, parse_type(name, type_name), nullable))
     if not fields:
         raise SchemaError("empty schema: give at least one column as name:type")
     return pa.schema(fields)
 
 
-def _parse_type(column: str, type_name: str) -> pa.DataType:
+def parse_type(column: str, type_name: str) -> pa.DataType:
     if m := _DECIMAL.fullmatch(type_name):
         precision, scale = int(m.group(1)), int(m.group(2))
         if not 1 <= precision <= 38 or scale > precision:

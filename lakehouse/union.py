@@ -62,10 +62,10 @@ from lakehouse.lake_layout import (
     COMMIT_USER_PROPERTY,
     LAKE_SYSTEM_FIELDS,
     TIERING_USER,
-    _snapshot_offsets,
     check_lake_layout,
     lake_offsets,
     log_to_lake_rows,
+    offsets_in_snapshot,
     tiering_snapshots,
 )
 from lakehouse.log import Log
@@ -170,7 +170,7 @@ def snapshot_offsets(metadata: TableMetadata, snapshot_id: int, buckets: int) ->
     while snap is not None:
         if snap.summary is not None and snap.summary[COMMIT_USER_PROPERTY] == TIERING_USER:
             try:
-                return _snapshot_offsets(snap, buckets)
+                return offsets_in_snapshot(snap, buckets)
             except (TypeError, ValueError, AttributeError, IndexError):
                 break
         snap = metadata.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None

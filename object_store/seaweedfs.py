@@ -29,7 +29,7 @@ ACCESS_KEY = "lakestream"
 SECRET_KEY = "lakestream-local-secret"
 
 # weed mini's servers and the flags naming their ports (gRPC ports included, which default to +10000).
-_PORT_FLAGS = (
+PORT_FLAGS = (
     "master.port",
     "master.port.grpc",
     "volume.port",
@@ -71,7 +71,7 @@ def _die_with_parent() -> None:
             pass
 
 
-def _free_ports(n: int) -> list[int]:
+def free_ports(n: int) -> list[int]:
     socks, ports = [], []
     try:
         while len(ports) < n:
@@ -125,7 +125,7 @@ class SeaweedFS:
                 }
             )
         )
-        self.ports = dict(zip(_PORT_FLAGS, _free_ports(len(_PORT_FLAGS)), strict=True))
+        self.ports = dict(zip(PORT_FLAGS, free_ports(len(PORT_FLAGS)), strict=True))
         args = [
             weed_binary(),
             "mini",

@@ -30,7 +30,7 @@ _NULL = np.uint64(0x9E3779B97F4A7C15)  # a null's hash (then mixed with the colu
 _ROW = np.uint64(0x100000001B3)
 
 
-def _splitmix(x: np.ndarray) -> np.ndarray:
+def splitmix(x: np.ndarray) -> np.ndarray:
     """splitmix64's finalizer: a bijective 64-bit mix."""
     with np.errstate(over="ignore"):
         x = x ^ (x >> np.uint64(30))
@@ -41,7 +41,7 @@ def _splitmix(x: np.ndarray) -> np.ndarray:
 
 
 def _fixed(values: np.ndarray) -> np.ndarray:
-    return _splitmix(np.ascontiguousarray(values).view(np.uint64).copy())
+    return splitmix(np.ascontiguousarray(values).view(np.uint64).copy())
 
 
 def _decimal(arr: pa.Array) -> np.ndarray:
@@ -52,7 +52,7 @@ def _decimal(arr: pa.Array) -> np.ndarray:
     words = np.frombuffer(arr.buffers()[1], dtype=np.uint64)[2 * arr.offset : 2 * (arr.offset + len(arr))]
     lo, hi = words[0::2], words[1::2]
     with np.errstate(over="ignore"):
-        return _splitmix(_splitmix(lo) ^ (hi * _ROW))
+        return splitmix(splitmix(lo) ^ (hi * _ROW))
 
 
 def column_hashes(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -80,14 +80,14 @@ def column_hashes(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     elif pa.types.is_decimal(t):
         h = _decimal(arr)
     elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        h = _splitmix(murmur3_binary(arr.cast(pa.large_string()).cast(pa.large_binary())).astype(np.uint64))
+        h = splitmix(murmur3_binary(arr.cast(pa.large_string()).cast(pa.large_binary())).astype(np.uint64))
     elif pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-        h = _splitmix(murmur3_binary(arr.cast(pa.large_binary())).astype(np.uint64))
+        h = splitmix(murmur3_binary(arr.cast(pa.large_binary())).astype(np.uint64))
     elif pa.types.is_struct(t):
         h = np.zeros(n, dtype=np.uint64)
         for i in range(t.num_fields):
             h = _combine(h, column_hashes(arr.field(i)), i)
-        h = _splitmix(h)
+        h = splitmix(h)
     elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_map(t):
         h = _lists(arr)
     else:
@@ -112,13 +112,13 @@ def _lists(arr: pa.Array) -> np.ndarray:
     lengths = np.diff(offsets)
     with np.errstate(over="ignore"):
         positions = np.arange(len(vh), dtype=np.int64) - np.repeat(offsets[:-1] - base, lengths)
-        mixed = _splitmix(vh ^ (positions.astype(np.uint64) * _ROW))
+        mixed = splitmix(vh ^ (positions.astype(np.uint64) * _ROW))
         sums = np.zeros(len(arr), dtype=np.uint64)
         nonempty = lengths > 0
         if nonempty.any():
             starts = (offsets[:-1] - base)[nonempty]
             sums[nonempty] = np.add.reduceat(mixed, starts)
-        return _splitmix(sums ^ _splitmix(lengths.astype(np.uint64)))
+        return splitmix(sums ^ splitmix(lengths.astype(np.uint64)))
 
 
 def _combine(acc: np.ndarray, h: np.ndarray, position: int) -> np.ndarray:
@@ -131,7 +131,7 @@ def row_hashes(table: pa.Table | pa.RecordBatch, columns: list[str]) -> np.ndarr
     acc = np.zeros(table.num_rows, dtype=np.uint64)
     for i, name in enumerate(columns):
         acc = _combine(acc, column_hashes(table.column(name)), i)
-    return _splitmix(acc)
+    return splitmix(acc)
 
 
 @dataclass(frozen=True)
@@ -165,8 +165,8 @@ def difference(expected: np.ndarray, actual: np.ndarray) -> tuple[np.ndarray, np
     # the k-th occurrence of a hash on one side matches the k-th on the other
     e_rank = _occurrence(e_sorted)
     a_rank = _occurrence(a_sorted)
-    e_keys = e_sorted ^ _splitmix(e_rank.astype(np.uint64) + _NULL)
-    a_keys = a_sorted ^ _splitmix(a_rank.astype(np.uint64) + _NULL)
+    e_keys = e_sorted ^ splitmix(e_rank.astype(np.uint64) + _NULL)
+    a_keys = a_sorted ^ splitmix(a_rank.astype(np.uint64) + _NULL)
     missing = ~np.isin(e_keys, a_keys)
     extra = ~np.isin(a_keys, e_keys)
     return e_order[missing], a_order[extra]

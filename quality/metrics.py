@@ -162,7 +162,7 @@ def collect_metrics(
             rows.extend(_rows(c, numeric_columns))
         if last is not None:
             progress[name] = last
-    written = append_metrics(lh, rows, progress, _is_new_for(lh)) if progress else 0
+    written = append_metrics(lh, rows, progress, is_new_for(lh)) if progress else 0
     if refused:
         failed.append(
             "; ".join(refused) + ": give a Spark session (lakestream metrics collect --spark-master ...) or raise the "
@@ -174,7 +174,7 @@ def collect_metrics(
     return written
 
 
-def _is_new_for(lh: Any) -> Any:
+def is_new_for(lh: Any) -> Any:
     """``is_new(table, snapshot_id, recorded)``: whether a snapshot comes after the one ``recorded`` for its
     table (by the table's ancestry; a recorded snapshot no longer retained, by commit time)."""
     cache: dict[str, tuple[Table, dict[int, int]]] = {}

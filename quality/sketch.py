@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quality.digest import _splitmix, column_hashes
+from quality.digest import column_hashes, splitmix
 
 P = 12
 M = 1 << P
@@ -101,7 +101,7 @@ def string_hashes(values: pa.Array) -> np.ndarray:
                 for j in range(width // 8):
                     h = (h ^ words[:, j]) * _MIX
                     h ^= h >> np.uint64(29)
-            return _splitmix(h)
+            return splitmix(h)
     return np.fromiter((mmh3.hash64(v, signed=False)[0] for v in values.to_pylist()), np.uint64, len(values))
 
 

@@ -171,3 +171,19 @@ def test_the_graph_sees_function_level_imports_and_skips_type_checking_ones(tmp_
     finally:
         del MODULES["lakehouse._probe"]
     assert found == ([imported] if imported else [])
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    """A name with a leading underscore is its module's own: another module that needs it needs it public."""
+    private = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                continue
+            if _owner(node.module) is None and node.module.split(".")[0] not in PACKAGES:
+                continue  # not ours (dags' helpers, `_lakestream_common`, are modules: their names are fine)
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                if alias.name.startswith("_") and not alias.name.startswith("__") and submodule not in MODULES:
+                    private.append(f"{module}: from {node.module} import {alias.name}")
+    assert not private, "\n".join(private)

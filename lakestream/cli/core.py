@@ -37,7 +37,7 @@ class _Boundary(TyperGroup):
             return super().invoke(ctx)
         except Exception as exc:
             if isinstance(exc, LakestreamError | OSError) or type(exc).__module__.startswith(FOREIGN_ERROR_MODULES):
-                _fail(exc)
+                fail(exc)
             raise
 
 
@@ -171,7 +171,7 @@ def _definition_json(d) -> dict:
     }
 
 
-def _fail(exc: Exception) -> NoReturn:
+def fail(exc: Exception) -> NoReturn:
     if isinstance(exc, LakestreamError):
         message = str(exc)
     else:  # not ours: one line, with what it is
@@ -202,7 +202,7 @@ def config(warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output
     try:
         settings = _settings(warehouse, config)
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         json_line(settings.describe(missing=None))
         return
@@ -219,7 +219,7 @@ def store_probe(warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_o
         store = _open_store(_settings(warehouse, config), create_bucket=None)
         store.ensure_conditional_writes()
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         json_line({"store": store.url, "conditional_writes": True})
         return
@@ -247,12 +247,12 @@ def store_ls(
                 continue
             table.add_row(*_cells(info.key, info.size, info.etag, modified))
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if not json_output:
         console.print(table)
 
 
-def _lakehouse(warehouse: str | None, config: Path | None, *, create: bool = False):
+def open_lakehouse(warehouse: str | None, config: Path | None, *, create: bool = False):
     """The warehouse of the settings; a missing one is an error unless ``create`` (see `_open_store`)."""
     from lakehouse.lakehouse import Lakehouse
 
@@ -322,7 +322,7 @@ def table_create(
 
     try:
         columns = parse_schema(schema)  # before the warehouse is created: a typo in --schema makes nothing
-        lh = _lakehouse(warehouse, config, create=True)  # the command that creates a warehouse
+        lh = open_lakehouse(warehouse, config, create=True)  # the command that creates a warehouse
         definition = lh.create_table(
             name,
             columns,
@@ -336,7 +336,7 @@ def table_create(
             aggregates=_aggregates(aggregate),
         )
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         json_line({**_definition_json(definition), "warehouse": lh.url})
         return
@@ -354,7 +354,7 @@ def _aggregates(spec: str | None) -> dict[str, str] | None:
     for item in split_list(spec):
         column, sep, function = item.partition(":")
         if not sep or not column.strip() or not function.strip():
-            _fail(SchemaError(f"--aggregate takes column:function pairs (e.g. amount:sum,orders:count), got {item!r}"))
+            fail(SchemaError(f"--aggregate takes column:function pairs (e.g. amount:sum,orders:count), got {item!r}"))
         out[column.strip()] = function.strip()
     return out
 
@@ -382,10 +382,10 @@ def table_alter(
     changed: narrowing a type, a NOT NULL column, a key, bucket-key or partition column, a taken or reserved
     name, or another alter committing first."""
     try:
-        lh = _lakehouse(warehouse, config)
+        lh = open_lakehouse(warehouse, config)
         definition = lh.alter_table(name, add_columns=add_column, widen=widen, rename=rename, drop_columns=drop_column)
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         json_line({**_definition_json(definition), "warehouse": lh.url})
         return
@@ -404,7 +404,7 @@ def table_drop(
     """Drop a table: its log (every segment), its Iceberg lake table and files, and its definition. Works on
     a half-created or half-dropped table too. Stop its producers, tiering and maintenance first."""
     try:
-        lh = _lakehouse(warehouse, config)
+        lh = open_lakehouse(warehouse, config)
         if not yes:
             typer.confirm(
                 f"drop {name} in {lh.url}: its log, its lake table and every file of both? This cannot be undone",
@@ -413,7 +413,7 @@ def table_drop(
             )
         r = lh.drop_table(name)
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         json_line(dataclasses.asdict(r))
         return
@@ -438,11 +438,11 @@ def table_describe(
 ) -> None:
     """Show a table's definition and its log's offsets."""
     try:
-        lh = _lakehouse(warehouse, config)
+        lh = open_lakehouse(warehouse, config)
         definition = lh.table(name)
         ends = lh.log(name).end_offsets()
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         json_line({**_definition_json(definition), "log_records": sum(ends.values()), "end_offsets": ends})
         return
@@ -459,10 +459,10 @@ def table_list(
 ) -> None:
     """List tables."""
     try:
-        lh = _lakehouse(warehouse, config)
+        lh = open_lakehouse(warehouse, config)
         names = lh.list_tables(namespace)
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     table = new_table("table", "kind", "buckets", "primary key")
     runs = []
     for run in lh.for_each_table(lh.table, names):  # a broken definition is listed, not the end of the listing
@@ -498,13 +498,13 @@ def table_location(
     from lakehouse.catalog import ObjectStoreCatalog
 
     try:
-        lh = _lakehouse(warehouse, config)
+        lh = open_lakehouse(warehouse, config)
         # the catalog as other engines load it (aliases resolved), not lakestream's own, which names physical tables
         catalog = ObjectStoreCatalog("lakestream", store=lh.store, **lh.catalog_properties())
         physical = ".".join(catalog.physical_identifier(name))
         location = catalog.table_location(physical)
     except (LakestreamError, NoSuchTableError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         json_line({"table": name, "physical": physical, "metadata_location": location})
         return
@@ -522,9 +522,9 @@ def table_register(
 ) -> None:
     """Point an Iceberg table name at an existing metadata file (also repairs a damaged pointer)."""
     try:
-        table = _lakehouse(warehouse, config).register_table(name, metadata_location, overwrite=overwrite)
+        table = open_lakehouse(warehouse, config).register_table(name, metadata_location, overwrite=overwrite)
     except (LakestreamError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         json_line({"table": name, "metadata_location": table.metadata_location})
         return
@@ -535,9 +535,9 @@ def table_register(
 def catalog_repair(warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output: JsonOpt = False) -> None:
     """Finish or roll back renames interrupted by a crash."""
     try:
-        done = _lakehouse(warehouse, config).catalog.repair()
+        done = open_lakehouse(warehouse, config).catalog.repair()
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         json_line({"resolved": list(done)})
         return
@@ -556,7 +556,7 @@ def catalog_list(
     json_output: JsonOpt = False,
 ) -> None:
     """The namespaces and Iceberg tables one level below NAMESPACE, at any depth ("com.organization")."""
-    catalog = _lakehouse(warehouse, config).catalog
+    catalog = open_lakehouse(warehouse, config).catalog
     parent = tuple(namespace.split(".")) if namespace else ()
     for kind, ident in [
         *(("namespace", child) for child in catalog.list_namespaces(parent)),
@@ -577,9 +577,9 @@ def catalog_properties(
 ) -> None:
     """Print the pyiceberg properties (for load_catalog or .pyiceberg.yaml) of this warehouse's catalog."""
     try:
-        props = _lakehouse(warehouse, config).catalog_properties()
+        props = open_lakehouse(warehouse, config).catalog_properties()
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     shown = {
         k: "****" if k.endswith(("secret-access-key", "session-token")) and not show_secrets else v
         for k, v in props.items()
@@ -597,10 +597,10 @@ def log_offsets(
 ) -> None:
     """Start and end offsets of every bucket of a table's log."""
     try:
-        log = _lakehouse(warehouse, config).log(name)
+        log = open_lakehouse(warehouse, config).log(name)
         starts, ends = log.start_offsets(), log.end_offsets()
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         for b, end in ends.items():
             json_line({"bucket": b, "start_offset": starts[b], "end_offset": end, "records": end - starts[b]})
@@ -625,14 +625,14 @@ def log_tail(
     """Print records of one bucket with their offsets, operations and append times (--json: one object per
     record, its columns with _offset, _op and _timestamp)."""
     try:
-        log = _lakehouse(warehouse, config).log(name)
+        log = open_lakehouse(warehouse, config).log(name)
         known = bucket in range(log.definition.buckets)  # else the read below says which buckets exist
         first = log.start_offsets()[bucket] if known else 0  # retention may have removed the oldest records
         end = log.end_offsets()[bucket] if known else 0
         start = max(first, end - limit) if from_offset is None else from_offset
         rows = log.read(bucket, start, start + limit)
     except (LakestreamError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         _rows_json(rows.to_pylist())
         return
@@ -668,13 +668,13 @@ def tier(
 ) -> None:
     """Tier tables' logs into their Iceberg tables, exactly once (one round per table)."""
     if local and spark_master:
-        _fail(LakestreamError("give either --spark-master or --local, not both"))
+        fail(LakestreamError("give either --spark-master or --local, not both"))
     try:
-        lh = _lakehouse(warehouse, config)
+        lh = open_lakehouse(warehouse, config)
         names = table or [str(t) for t in lh.list_tables()]
         executor = _executor(spark_master, workers)
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     out = new_table("table", "records", "files +/-", "MB", "seconds", "snapshot", "offsets")
     spark = getattr(executor, "spark", None)
     runs = []
@@ -733,12 +733,12 @@ def compact(
 ) -> None:
     """Rewrite small data files into target-sized ones (one replace snapshot per table)."""
     try:
-        lh = _lakehouse(warehouse, config)
+        lh = open_lakehouse(warehouse, config)
         size = _size(target_file_size)
         spark = _spark(spark_master)
         names = table or [str(t) for t in lh.list_tables()]
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     out = new_table("table", "files before", "files after", "rewritten", "MB read", "MB written", "seconds")
     runs = []
     work = lambda name: lh.compact(name, target_file_size=size, min_input_files=min_input_files, spark=spark)  # noqa: E731
@@ -791,7 +791,7 @@ def maintain(
     from lakehouse.maintenance.orphans import check_orphan_age
 
     try:
-        lh = _lakehouse(warehouse, config)
+        lh = open_lakehouse(warehouse, config)
         args = {
             "snapshot_age": _duration(snapshot_age),
             "retain_last": retain_last,
@@ -805,7 +805,7 @@ def maintain(
         spark = _spark(spark_master)
         names = table or [str(t) for t in lh.list_tables()]
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     runs = []
     for run in lh.for_each_table(lambda name: lh.maintain(name, spark=spark, **args), names):
         runs.append(run)
@@ -871,13 +871,13 @@ def table_read(
         if as_of is not None and ref is not None:
             raise InvalidArgument("--as-of and --ref do not go together: read as of offsets or at a ref")
         offsets = parse_offsets(as_of, "--as-of") if as_of is not None else None
-        lh = _lakehouse(warehouse, config)
+        lh = open_lakehouse(warehouse, config)
         if lake_only or ref is not None:
             data = lh.lake_read(name, cols, where, as_of=offsets, ref=ref)
         else:
             data = lh.union_read(name, cols, where, as_of=offsets)
     except (LakestreamError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     what = f"lake at {ref}" if ref is not None else "lake" if lake_only else "union read"
     _print_rows(data, limit, json_output, f"{data.num_rows:,} rows ({what}{f' as of {as_of}' if as_of else ''})")
 
@@ -905,11 +905,11 @@ def table_changes(
         from lakehouse.union import parse_offsets
 
         starts = parse_offsets(start, "--start")
-        lh = _lakehouse(warehouse, config)
+        lh = open_lakehouse(warehouse, config)
         ends = parse_offsets(end, "--end") if end is not None else lh.log(name).end_offsets()
         data = lh.changes(name, starts, ends, before_images=before_images, columns=cols)
     except (LakestreamError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     upto = ",".join(f"{b}:{o}" for b, o in sorted(ends.items()))
     _print_rows(data, limit, json_output, f"{data.num_rows:,} changes from {start} up to {upto}")
 
@@ -923,7 +923,7 @@ def subscription_list(
 ) -> None:
     """List subscriptions: table, consumer, position, records behind, last advanced."""
     try:
-        lh = _lakehouse(warehouse, config)
+        lh = open_lakehouse(warehouse, config)
         subs = lh.subscriptions(table)
         rows = []
         for sub in subs:
@@ -953,7 +953,7 @@ def subscription_list(
                 }
             )
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         return
     if rows:
@@ -972,12 +972,12 @@ def subscription_show(
 ) -> None:
     """A subscription's position, lag per bucket, last advance and what it pins (snapshots, log)."""
     try:
-        lh = _lakehouse(warehouse, config)
+        lh = open_lakehouse(warehouse, config)
         sub = lh.subscription(table, consumer, create=False)
         lag = sub.lag()
         pins = lh.subscription_pins(table)
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     who = f"subscription {sub.consumer}"
     kept = {}  # bucket -> the offset from which the log is kept for this subscription
     for b, (offset, names) in pins.log.items():
@@ -1036,7 +1036,7 @@ def subscription_drop(
 ) -> None:
     """Drop a subscription: maintenance may then delete the log and snapshots its position needed."""
     try:
-        lh = _lakehouse(warehouse, config)
+        lh = open_lakehouse(warehouse, config)
         if not yes:
             typer.confirm(
                 f"drop subscription {consumer} of {table} in {lh.url}? Its position is lost, and maintenance may "
@@ -1046,7 +1046,7 @@ def subscription_drop(
             )
         lh.drop_subscription(table, consumer)
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         json_line({"table": table, "consumer": consumer, "dropped": True})
         return
@@ -1099,7 +1099,7 @@ def demo(
             on_step=step_json if json_output else None,
         )
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         json_line(
             {

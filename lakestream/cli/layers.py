@@ -2,7 +2,7 @@
 status, test; green, cutover, rollback, cleanup: blue/green rebuilds).
 
 A typer sub-app that `lakestream.cli` adds as ``layers``. Errors end the command with one line, as everywhere in
-``lakestream`` (`lakestream.cli.core._fail`).
+``lakestream`` (`lakestream.cli.core.fail`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lakehouse.errors import LakestreamError
-from lakestream.cli.core import ConfigOpt, JsonOpt, WarehouseOpt, _fail, _lakehouse
+from lakestream.cli.core import ConfigOpt, JsonOpt, WarehouseOpt, fail, open_lakehouse
 from lakestream.console import OutputConsole, json_line, new_table
 
 layers_app = typer.Typer(
@@ -37,7 +37,7 @@ def explain_command(project: ProjectOpt, json_output: JsonOpt = False) -> None:
     try:
         plans = explain(load_project(project))
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         for plan in plans:
             json_line(
@@ -76,7 +76,7 @@ def validate_command(project: ProjectOpt, json_output: JsonOpt = False) -> None:
     try:
         loaded = load_project(project)
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     untyped = {name: m.untyped_columns for name, m in loaded.models.items() if m.untyped_columns}
     if json_output:
         json_line(
@@ -118,7 +118,7 @@ def lineage_command(
         lineage = column_lineage(load_project(project))
         columns = lineage.columns(model, column)
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         for c in columns:
             json_line(c.to_json())
@@ -158,7 +158,7 @@ def _open_layers(project: Path, warehouse, config, spark_master: str | None = "l
     from layers.project import load_project
     from layers.runner import Runner
 
-    lh = _lakehouse(warehouse, config, create=create)
+    lh = open_lakehouse(warehouse, config, create=create)
     try:
         loaded = load_project(project)
         return lh, loaded, Runner(lh, loaded, spark_master=spark_master)
@@ -204,7 +204,7 @@ def deploy_command(
             finally:
                 layers.close()
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         for name in loaded.tables:
             json_line(
@@ -233,10 +233,10 @@ def plan_command(
 
     try:
         loaded = load_project(project)
-        with _lakehouse(warehouse, config) as lh:
+        with open_lakehouse(warehouse, config) as lh:
             plan = plan_deploy(lh, loaded)
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         for t in plan.tables:
             json_line({**t.to_json(), "compared_with": "record" if plan.recorded else "tables"})
@@ -302,7 +302,7 @@ def run_command(
             finally:
                 layers.close()
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
 
 
 def _follow(
@@ -380,7 +380,7 @@ def rebuild_command(
             finally:
                 layers.close()
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         json_line(report.to_json())
     else:
@@ -411,7 +411,7 @@ def status_command(
             finally:
                 layers.close()
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         for status in statuses:
             json_line(status.to_json())
@@ -466,7 +466,7 @@ def test_command(
         spark_seconds = time.monotonic() - started
         results = run_model_tests(loaded, tests, spark, on_result=_print_test_result)
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     failed = [r for r in results if not r.passed]
     seconds = sum(r.seconds for r in results)
     summary = (
@@ -528,7 +528,7 @@ def green_command(
 
     try:
         loaded = load_project(project)
-        with _lakehouse(warehouse, config) as lh:
+        with open_lakehouse(warehouse, config) as lh:
             from lakehouse.spark import spark_session
 
             spark = spark_session(master=spark_master, app_name="lakestream-layers-green")
@@ -537,7 +537,7 @@ def green_command(
             finally:
                 spark.stop()
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     _print_green(result, "green built" if not result.behind else "green still behind (run green again)", json_output)
 
 
@@ -547,13 +547,13 @@ def _green_step(step: str, project: Path, warehouse, config, json_output: bool) 
 
     try:
         loaded = load_project(project)
-        with _lakehouse(warehouse, config) as lh:
+        with open_lakehouse(warehouse, config) as lh:
             if step == "cleanup":
                 dropped = bluegreen.cleanup(lh, loaded)
             else:
                 result = getattr(bluegreen, step)(lh, loaded)
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if step != "cleanup":
         _print_green(result, {"cutover": "switched to", "rollback": "rolled back to"}[step], json_output)
         return

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from lakehouse.errors import LakestreamError
-from lakestream.cli.core import ConfigOpt, JsonOpt, WarehouseOpt, _fail, _lakehouse, console, err
+from lakestream.cli.core import ConfigOpt, JsonOpt, WarehouseOpt, console, err, fail, open_lakehouse
 from lakestream.console import json_line, new_table
 from quality.results import ERROR, FAILED, NOT_EVALUATED, PASSED, CheckResult
 
@@ -100,7 +100,7 @@ def check(
     from quality.check import run_checks
 
     try:
-        lh = _lakehouse(warehouse, config)
+        lh = open_lakehouse(warehouse, config)
         spark = None
         if spark_master:
             from lakehouse.spark import spark_session
@@ -108,7 +108,7 @@ def check(
             spark = spark_session(master=spark_master, app_name="lakestream-check")
         run = run_checks(lh, tables=table, full=full, project=project, spark=spark, publish=publish, report_dir=out)
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if as_json:
         console.print_json(json.dumps(run.to_dict(), default=str))
     else:
@@ -165,13 +165,13 @@ def report(
     from quality.runs import load_runs
 
     try:
-        lh = _lakehouse(warehouse, config)
+        lh = open_lakehouse(warehouse, config)
         history = load_runs(lh, limit=runs)
         if not history:
             raise LakestreamError("no quality run recorded yet in this warehouse: run `lakestream check` first")
         written = write_report(lh, history[0], history=history, out_dir=out)
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         json_line({"run_id": history[0].run_id, **written})
         return
@@ -197,13 +197,13 @@ def published(
     from quality.publication import read_history, read_publication
 
     try:
-        lh = _lakehouse(warehouse, config)
+        lh = open_lakehouse(warehouse, config)
         record = read_publication(lh) if generation is None else read_history(lh, generation)
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if record is None:
         what = "no publication yet" if generation is None else f"no generation {generation} in the history"
-        _fail(LakestreamError(f"{what} in {lh.url}: `lakestream check --publish` publishes what passed"))
+        fail(LakestreamError(f"{what} in {lh.url}: `lakestream check --publish` publishes what passed"))
     if json_output:
         json_line(record.to_dict())
         return
@@ -247,7 +247,7 @@ def metrics_collect(
     from quality.metrics import collect_metrics
 
     try:
-        lh = _lakehouse(warehouse, config)
+        lh = open_lakehouse(warehouse, config)
         spark = None
         if spark_master:
             from lakehouse.spark import spark_session
@@ -255,7 +255,7 @@ def metrics_collect(
             spark = spark_session(master=spark_master, app_name="lakestream-metrics")
         written = collect_metrics(lh, tables=table, spark=spark, max_commits=max_commits)
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         json_line({"rows_written": written})
         return
@@ -282,7 +282,7 @@ def metrics_show(
     from quality.metrics import load_commits, load_series
 
     try:
-        lh = _lakehouse(warehouse, config)
+        lh = open_lakehouse(warehouse, config)
         lh.table(table)  # an unknown table fails naming it
         if metric is not None:
             series = load_series(lh, table, metric, column)
@@ -293,7 +293,7 @@ def metrics_show(
             commits = load_commits(lh, table, column=column, last=last)
             names = list(COLUMN_METRICS if column else TABLE_METRICS)
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         for c in commits:
             json_line({"table": table, "column": column, **c})
@@ -336,7 +336,7 @@ def metrics_maintain(
     from quality.metrics_store import maintain_metrics
 
     try:
-        lh = _lakehouse(warehouse, config)
+        lh = open_lakehouse(warehouse, config)
         result = maintain_metrics(
             lh,
             older_than=timedelta(hours=snapshot_age_hours),
@@ -346,7 +346,7 @@ def metrics_maintain(
             orphan_age=timedelta(hours=orphan_age_hours),
         )
     except LakestreamError as exc:
-        _fail(exc)
+        fail(exc)
     if json_output:
         json_line(result.to_dict())
         return

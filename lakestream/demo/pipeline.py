@@ -59,7 +59,7 @@ def produce(lh, ns: str, expected: Expected, changes: int, phase: int, console: 
                 n = min(chunk, changes - done)
                 keys = rng.integers(0, expected.keyspace, n)
                 deleting = (rng.random(n) < 0.08) if phase else np.zeros(n, dtype=bool)
-                batch = _orders_batch(keys[~deleting], rng)
+                batch = orders_batch(keys[~deleting], rng)
                 p_orders.send(batch, "upsert")
                 expected.alive[keys[~deleting]] = True
                 expected.status[keys[~deleting]] = batch.column("o_orderstatus").to_numpy(zero_copy_only=False)
@@ -160,7 +160,7 @@ CUSTOMER_SCHEMA = pa.schema(
 EVENTS_SCHEMA = pa.schema([("user_id", pa.int64()), ("event", pa.string()), ("ts", pa.timestamp("us", tz="UTC"))])
 
 
-def _orders_batch(keys: np.ndarray, rng: np.random.Generator) -> pa.Table:
+def orders_batch(keys: np.ndarray, rng: np.random.Generator) -> pa.Table:
     n = len(keys)
     cents = rng.integers(100, 50_000_000, n)
     return pa.table(

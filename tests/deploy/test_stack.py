@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from deploy import stack
-from object_store.seaweedfs import ACCESS_KEY, SECRET_KEY, _free_ports
+from object_store.seaweedfs import ACCESS_KEY, SECRET_KEY, free_ports
 
 
 def test_ports_default_and_from_env(tmp_path: Path) -> None:
@@ -100,7 +100,7 @@ def test_down_on_nothing_is_a_no_op_and_drops_stale_pid_files(tmp_path: Path) ->
 
 @pytest.mark.subprocess
 def test_up_seaweedfs_only_then_down_leaves_no_process(tmp_path: Path) -> None:
-    ports = _free_ports(len(stack.PORT_ENV))
+    ports = free_ports(len(stack.PORT_ENV))
     env = {var: str(port) for var, port in zip(stack.PORT_ENV, ports, strict=True)}
     cfg = stack.Config.from_env(tmp_path / ".stack", env=env)
     cfg.timeout = 60

@@ -22,7 +22,7 @@ import pytest
 
 from deploy import scenario, stack
 from deploy.airflow_api import AirflowApi
-from object_store.seaweedfs import _free_ports
+from object_store.seaweedfs import free_ports
 
 pytestmark = [
     pytest.mark.stack,
@@ -39,7 +39,7 @@ EXECUTOR_WAIT = 15  # seconds a tiering job waits without executors before it ca
 def running(tmp_path_factory):
     root = tmp_path_factory.mktemp("stack") / ".stack"
     events = root.parent / "openlineage.jsonl"
-    ports = _free_ports(len(stack.PORT_ENV))
+    ports = free_ports(len(stack.PORT_ENV))
     env = scenario.environment(
         {
             **{var: str(port) for var, port in zip(stack.PORT_ENV, ports, strict=True)},

@@ -134,9 +134,9 @@ def test_a_job_that_lost_its_worker_is_cancelled_after_the_executor_wait(tmp_pat
     import threading
 
     from deploy import stack
-    from object_store.seaweedfs import _free_ports
+    from object_store.seaweedfs import free_ports
 
-    ports = dict(zip(stack.PORT_ENV, _free_ports(len(stack.PORT_ENV)), strict=True))
+    ports = dict(zip(stack.PORT_ENV, free_ports(len(stack.PORT_ENV)), strict=True))
     cfg = stack.Config.from_env(tmp_path / "stack", env={k: str(v) for k, v in ports.items()})
     cfg.timeout = 60
     stack.up(cfg, services=("spark-master", "spark-worker"), out=lambda _: None)

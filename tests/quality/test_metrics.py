@@ -190,12 +190,12 @@ def test_collecting_again_writes_nothing_and_nothing_twice(lh: Lakehouse, monkey
     first = collect_metrics(lh, max_commits=2)
     assert 0 < first < len(stale_rows) and len(recorded_metrics(lh)) == first
     # ...and the first one, late, appends only the rows of commits not recorded meanwhile
-    late = append_metrics(lh, stale_rows, stale_progress, metrics_module._is_new_for(lh))
+    late = append_metrics(lh, stale_rows, stale_progress, metrics_module.is_new_for(lh))
     assert late == len(stale_rows) - first
     assert len(recorded_metrics(lh)) == len(stale_rows)  # each metric once (`recorded_metrics` checks)
     assert collect_metrics(lh) == 0
     snapshots = len(metrics_table(lh).metadata.snapshots)
-    assert append_metrics(lh, stale_rows, stale_progress, metrics_module._is_new_for(lh)) == 0
+    assert append_metrics(lh, stale_rows, stale_progress, metrics_module.is_new_for(lh)) == 0
     assert len(metrics_table(lh).metadata.snapshots) == snapshots  # nothing new: no commit
     first, rest = len(stale_rows), 0
     # new commits: only they are collected
