@@ -46,6 +46,7 @@ import json
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -83,6 +84,7 @@ from lakehouse.errors import CorruptCatalogError, InvalidArgument, LakestreamErr
 from lakehouse.fileio import STORE_OPTION_PROPERTIES
 from lakehouse.iceberg_table import LakeTable, apply_updates, metadata_json
 from lakehouse.tables import RESERVED_NAMESPACE, check_catalog_part, decode_catalog_part, encode_catalog_part
+from lakehouse.tiering_fence import check_tiering_fence
 from object_store import NotFound, ObjectStore, PreconditionFailed, StoreError, StoreUnavailable, open_store
 
 if TYPE_CHECKING:
@@ -118,21 +120,31 @@ DEFAULT_TABLE_PROPERTIES = {
 #: for a create) and the commit's updates; it raises to refuse the commit (nothing is written then).
 CommitCheck = Callable[..., None]
 
-#: Checks every `ObjectStoreCatalog` runs on every commit, registered by the code that needs them: the catalog
-#: itself knows nothing of lakestream's tables. `lakehouse.lakehouse` registers the tiering fence
-#: (`lakehouse.lake_layout.check_tiering_fence`) when it is imported, which importing any ``lakehouse`` module does
-#: (the package imports it), so a catalog pyiceberg's ``load_catalog`` builds from ``py-catalog-impl`` gets it too.
-_DEFAULT_COMMIT_CHECKS: list[CommitCheck] = []
+#: The checks every `ObjectStoreCatalog` runs on every commit, by construction: the tiering fence (a tiering round
+#: commits only on the tiering snapshot it was planned on, `lakehouse.tiering_fence`). Nothing registers them at
+#: import, so a catalog built directly, or by pyiceberg's ``load_catalog`` from ``py-catalog-impl``, enforces the
+#: fence whatever else the process imported. A catalog's own extra checks are added with `add_commit_check`.
+DEFAULT_COMMIT_CHECKS: tuple[CommitCheck, ...] = (check_tiering_fence,)
+
+#: Checks `register_commit_check` (deprecated) added for every catalog of the process; empty unless a caller uses it.
+_REGISTERED_COMMIT_CHECKS: list[CommitCheck] = []
 
 
 def register_commit_check(check: CommitCheck) -> None:
-    """Run ``check`` on every commit of every `ObjectStoreCatalog` (once, however often it is registered)."""
-    if check not in _DEFAULT_COMMIT_CHECKS:
-        _DEFAULT_COMMIT_CHECKS.append(check)
+    """Deprecated: run ``check`` on every commit of every `ObjectStoreCatalog` of this process.
 
-
-def default_commit_checks() -> tuple[CommitCheck, ...]:
-    return tuple(_DEFAULT_COMMIT_CHECKS)
+    Kept working for one release; add the check to the catalogs that need it with
+    `ObjectStoreCatalog.add_commit_check` instead. The tiering fence needs no registering: every catalog runs it.
+    """
+    warnings.warn(
+        "lakehouse.catalog.register_commit_check is deprecated and will be removed in the next release: "
+        "add the check to the catalog that needs it with ObjectStoreCatalog.add_commit_check "
+        "(every ObjectStoreCatalog runs the tiering fence already)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    if check not in DEFAULT_COMMIT_CHECKS and check not in _REGISTERED_COMMIT_CHECKS:
+        _REGISTERED_COMMIT_CHECKS.append(check)
 
 
 #: The FileIO of our tables unless the catalog's properties name another (``py-io-impl``).
@@ -202,14 +214,16 @@ class ObjectStoreCatalog(MetastoreCatalog):
             self.properties.setdefault(STORE_OPTION_PROPERTIES[ours], value)
 
     def add_commit_check(self, check: CommitCheck) -> None:
-        """Run ``check`` on this catalog's commits too, after the registered ones (`register_commit_check`)."""
+        """Run ``check`` on this catalog's commits too, after its defaults (`DEFAULT_COMMIT_CHECKS`)."""
         if check not in self._commit_checks:
             self._commit_checks.append(check)
 
     @property
     def commit_checks(self) -> tuple[CommitCheck, ...]:
-        """The checks a commit passes before it is staged: the registered ones, then this catalog's own."""
-        return (*_DEFAULT_COMMIT_CHECKS, *(c for c in self._commit_checks if c not in _DEFAULT_COMMIT_CHECKS))
+        """The checks a commit passes before it is staged: every catalog's (`DEFAULT_COMMIT_CHECKS`), then this
+        catalog's own (`add_commit_check`)."""
+        checks = (*DEFAULT_COMMIT_CHECKS, *_REGISTERED_COMMIT_CHECKS)
+        return (*checks, *(c for c in self._commit_checks if c not in checks))
 
     # ---- keys and names -----------------------------------------------------------------------------
 
@@ -671,7 +685,7 @@ class ObjectStoreCatalog(MetastoreCatalog):
             CommitFailedException: the pointer moved (pyiceberg retries on a fresh base) or a requirement failed.
             CommitStateUnknownException: the store never answered the CAS and the outcome cannot be read back.
             TieringConflict: a tiering snapshot planned on an older tiering snapshot (not retried by pyiceberg),
-                refused by the tiering fence a `Lakehouse` registers (`register_commit_check`).
+                refused by the tiering fence every catalog runs (`DEFAULT_COMMIT_CHECKS`).
         """
         namespace, name = self._split(table.name())
         # A table loaded by name is named by the table serving it, so only one loaded before a cutover (or staged
@@ -713,8 +727,9 @@ class ObjectStoreCatalog(MetastoreCatalog):
             current = table if same else self._table(namespace, name, pointer)
         if current is not None and not updates:
             return CommitTableResponse(metadata=current.metadata, metadata_location=current.metadata_location)
-        # The registered checks (the tiering fence: a tiering snapshot commits only on the tiering snapshot it
-        # was planned on, lakehouse.lake_layout), against the exact metadata the pointer's CAS will replace.
+        # The commit checks (the tiering fence: a tiering snapshot commits only on the tiering snapshot it was
+        # planned on, lakehouse.tiering_fence; then this catalog's own), against the exact metadata the pointer's
+        # CAS will replace.
         for check in self.commit_checks:
             check(current.metadata if current is not None else None, updates, name=f"{namespace}.{name}")
         staged = self._update_and_stage_table(current, table.name(), requirements, updates)

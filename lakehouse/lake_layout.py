@@ -14,7 +14,7 @@ metadata every commit rewrites grows with the snapshots kept, not with buckets x
 offsets are those of the newest tiering snapshot by sequence number; other commits (compaction, expiry)
 carry no offsets and do not confuse the lookup. ``lakestream.tiering-base`` names the tiering snapshot a
 commit was planned on: the catalog refuses it if the table's newest tiering snapshot is another one
-(see `check_tiering_fence`), so a tiering round is committed once or not at all.
+(`lakehouse.tiering_fence`, which every catalog runs), so a tiering round is committed once or not at all.
 """
 
 from __future__ import annotations
@@ -53,13 +53,17 @@ from pyiceberg.transforms import (
 )
 from pyiceberg.types import NestedField
 
-from lakehouse.errors import LakeStateError, SchemaError, TieringConflict
+from lakehouse.errors import LakeStateError, SchemaError
 from lakehouse.tables import TableDefinition
+from lakehouse.tiering_fence import (
+    COMMIT_USER_PROPERTY,
+    TIERING_BASE_PROPERTY,
+    TIERING_USER,
+    check_tiering_fence,
+    tiering_snapshot,
+)
 
 OFFSETS_PROPERTY = "lakestream.offsets"
-COMMIT_USER_PROPERTY = "lakestream.commit-user"
-TIERING_BASE_PROPERTY = "lakestream.tiering-base"
-TIERING_USER = "tiering"
 TABLE_UUID_PROPERTY = "lakestream.table-uuid"
 OFFSETS_FILE_PROPERTY = "lakestream.offsets-file"
 #: A tiering commit's net changes (JSON: ``inserts``, ``updates``, ``deletes`` as `lakehouse.changes` counts them)
@@ -411,30 +415,6 @@ def log_to_lake_rows(data: pa.Table | pa.RecordBatch, bucket: int, *, keep_op: b
     return pa.Table.from_arrays(arrays, names=names)
 
 
-def tiering_snapshot(metadata: TableMetadata) -> Snapshot | None:
-    """The newest tiering snapshot by sequence number (None if nothing was tiered yet)."""
-    snapshots = metadata.snapshots
-    sequence = [s.sequence_number or 0 for s in snapshots]
-    if all(a < b for a, b in zip(sequence, sequence[1:], strict=False)):
-        # Commits append their snapshot with the next sequence number (format v2), so the newest tiering
-        # snapshot is the last one in the list: found without reading every summary (a commit's tiering
-        # fence asks, and the list grows by a snapshot a round until expiry).
-        for snap in reversed(snapshots):
-            if snap.summary is not None and snap.summary[COMMIT_USER_PROPERTY] == TIERING_USER:
-                return snap
-        return None
-    best: Snapshot | None = None
-    for snap in snapshots:
-        if snap.summary is None or snap.summary[COMMIT_USER_PROPERTY] != TIERING_USER:
-            continue
-        if best is None or (snap.sequence_number or 0, snap.timestamp_ms) > (
-            best.sequence_number or 0,
-            best.timestamp_ms,
-        ):
-            best = snap
-    return best
-
-
 def lake_offsets(metadata: TableMetadata, buckets: int, *, name: str = "", io: FileIO | None = None) -> dict[int, int]:
     """The tiered offsets of every bucket (0 where nothing is tiered), from the newest tiering snapshot.
     ``io`` reads offsets files (tables of more than `INLINE_OFFSETS_BUCKETS` buckets).
@@ -596,34 +576,6 @@ def tiering_summary(
         COMMIT_USER_PROPERTY: TIERING_USER,
         TIERING_BASE_PROPERTY: str(base.snapshot_id if base is not None else -1),
     }
-
-
-def check_tiering_fence(base: TableMetadata | None, updates: Sequence[object], *, name: str = "") -> None:
-    """Refuse a tiering snapshot planned on another tiering snapshot than the base's newest one.
-
-    Called by the catalog against the exact metadata it will compare-and-swap, so a tiering round whose
-    offsets were overtaken is never re-applied on a new base (pyiceberg's own commit retry would
-    otherwise rebuild the append on top of the winner's and duplicate its offsets).
-
-    Raises:
-        TieringConflict: another tiering commit landed since this one was planned.
-    """
-    from pyiceberg.table.update import AddSnapshotUpdate
-
-    for update in updates:
-        if not isinstance(update, AddSnapshotUpdate) or update.snapshot.summary is None:
-            continue
-        expected = update.snapshot.summary[TIERING_BASE_PROPERTY]
-        if expected is None:
-            continue
-        newest = tiering_snapshot(base) if base is not None else None
-        actual = str(newest.snapshot_id if newest is not None else -1)
-        if actual != expected:
-            planned = "the table before its first tiering" if expected == "-1" else f"tiering snapshot {expected}"
-            raise TieringConflict(
-                f"{name}: another tiering run committed snapshot {actual} after this run planned on {planned}; "
-                "its offsets moved, so this run's files must not be applied. Rerun tiering to tier what is left"
-            )
 
 
 __all__ = [

@@ -18,7 +18,7 @@ from pyiceberg.table import Table
 from lakehouse import maintenance
 from lakehouse.aliases import DEFAULT_CACHE_SECONDS, AliasCache
 from lakehouse.boundaries import delete_boundary, tiering_end
-from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog, register_commit_check
+from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog
 from lakehouse.errors import (
     AlterConflict,
     CorruptCatalogError,
@@ -34,7 +34,6 @@ from lakehouse.lake_layout import (
     LAKE_TABLE_PROPERTIES,
     TABLE_UUID_PROPERTY,
     check_lake_types,
-    check_tiering_fence,
     lake_offsets,
     lake_partition_spec,
     lake_schema,
@@ -72,11 +71,6 @@ from lakehouse.union import (
 from object_store import NotFound, ObjectStore, PreconditionFailed, open_store
 
 _log = logging.getLogger(__name__)
-
-# The catalog's commits pass the tiering fence (a tiering round commits only on the tiering snapshot it planned
-# on). Registered for every ObjectStoreCatalog, also those pyiceberg's load_catalog builds: importing any
-# lakehouse module imports this one (the package does).
-register_commit_check(check_tiering_fence)
 
 
 @dataclass(frozen=True)
