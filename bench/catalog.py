@@ -6,8 +6,8 @@
 
 W writer processes each append 25 one-row batches to one table through pyiceberg, all at once. Each
 catalog runs with its shipped defaults (SqlCatalog: pyiceberg's 4 commit retries; ours: the table
-defaults our catalog sets, see lakehouse.catalog.DEFAULT_TABLE_PROPERTIES, and the FileIO it ships,
-lakehouse.fileio.LakeFileIO; SqlCatalog: pyiceberg's PyArrowFileIO). Both keep data and metadata files
+defaults our catalog sets, see lakehouse.iceberg.catalog.DEFAULT_TABLE_PROPERTIES, and the FileIO it ships,
+lakehouse.iceberg.fileio.LakeFileIO; SqlCatalog: pyiceberg's PyArrowFileIO). Both keep data and metadata files
 on the same SeaweedFS server. PostgreSQL (Debian's
 package) is started on loopback by the benchmark in a temporary directory and stopped at the end.
 
@@ -219,7 +219,7 @@ def main() -> None:
                 "s3.region": "us-east-1",
             }
             ours = {
-                "py-catalog-impl": "lakehouse.catalog.ObjectStoreCatalog",
+                "py-catalog-impl": "lakehouse.iceberg.catalog.ObjectStoreCatalog",
                 "warehouse": f"s3://{server.bucket}/ours",
                 **s3,
             }

@@ -32,7 +32,7 @@ from _common import median_of, on_both_backends, parser  # noqa: E402
 from tiering import KEY, SCHEMA, append_all, make_dataset, orders  # noqa: E402
 
 from lakehouse import Lakehouse  # noqa: E402
-from lakehouse.changes import UPDATE_BEFORE  # noqa: E402
+from lakehouse.read.changes import UPDATE_BEFORE  # noqa: E402
 
 BUCKETS = 4
 NAME = "bench.orders"

@@ -51,9 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import on_both_backends, parser, pct, run_threads, timed_each  # noqa: E402
 
 from lakehouse import Lakehouse  # noqa: E402
-from lakehouse.bucketing import bucket_ids  # noqa: E402
 from lakehouse.log import Log, segment  # noqa: E402
 from lakehouse.log.batch import split_by_bucket  # noqa: E402
+from lakehouse.table.bucketing import bucket_ids  # noqa: E402
 from lakestream.demo.pipeline import ORDERS_SCHEMA, orders_batch  # noqa: E402
 from object_store import ObjectStore  # noqa: E402
 

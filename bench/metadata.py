@@ -33,7 +33,8 @@ from unittest import mock
 import pyarrow as pa
 from _common import on_both_backends, parser  # noqa: I001 - puts the repository on sys.path first
 
-from lakehouse import Lakehouse, lake_layout  # noqa: E402
+from lakehouse import Lakehouse  # noqa: E402
+from lakehouse.iceberg import layout as lake_layout  # noqa: E402
 from object_store import ObjectStore  # noqa: E402
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])

@@ -38,7 +38,7 @@ from tiering import KEY, SCHEMA, append_all, make_dataset, orders  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lakehouse import Lakehouse  # noqa: E402
-from lakehouse.datafiles import LakeContext  # noqa: E402
+from lakehouse.iceberg.datafiles import LakeContext  # noqa: E402
 from quality.reconcile import reconcile, state_key  # noqa: E402
 
 BUCKETS = 4

@@ -62,8 +62,9 @@ def old_read_table(spark: Any, lh: Lakehouse, name: str) -> Any:
     from pyiceberg.io.pyarrow import ArrowScan, expression_to_pyarrow
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from lakehouse.lake_layout import check_lake_layout, lake_offsets
-    from lakehouse.union import merge_batches, output_columns, parse_filter, read_tail
+    from lakehouse.iceberg.layout import check_lake_layout
+    from lakehouse.iceberg.offsets import lake_offsets
+    from lakehouse.read.union import merge_batches, output_columns, parse_filter, read_tail
 
     definition = lh.table(name)
     table = lh.lake_table(name)
@@ -88,9 +89,9 @@ def old_read_table(spark: Any, lh: Lakehouse, name: str) -> Any:
     items = [(b, tuple(tasks)) for b, tasks in sorted(by_bucket.items())]
 
     def run(batches):
-        from lakehouse.datafiles import shared_store
+        from lakehouse.iceberg.datafiles import shared_store
         from lakehouse.log import Log
-        from lakehouse.tables import TableDefinition
+        from lakehouse.table.definition import TableDefinition
 
         for batch in batches:
             for i in batch.column(0).to_pylist():
@@ -116,8 +117,9 @@ def old_union_read(lh: Lakehouse, name: str) -> pa.Table:
     from pyiceberg.expressions.visitors import bind
     from pyiceberg.io.pyarrow import expression_to_pyarrow
 
-    from lakehouse.lake_layout import check_lake_layout, lake_offsets
-    from lakehouse.union import merge_batches, output_columns, parse_filter, read_tail
+    from lakehouse.iceberg.layout import check_lake_layout
+    from lakehouse.iceberg.offsets import lake_offsets
+    from lakehouse.read.union import merge_batches, output_columns, parse_filter, read_tail
 
     table, log_ = lh.lake_table(name), lh.log(name)
     definition = log_.definition

@@ -14,7 +14,7 @@ Measured, each against a baseline run in the same process on the same rows:
 * Physical baselines: pyarrow reads the rows from an uncompressed Arrow IPC stream file
   and writes one zstd Parquet file (pyarrow's writer is single-threaded), nothing else: (a) with pyarrow's
   default writer options, (b) "same bytes": the rows with the lake's three system columns already in the
-  IPC file, written with our writer options (`lakehouse.datafiles.parquet_writer_options`), i.e. the
+  IPC file, written with our writer options (`lakehouse.iceberg.datafiles.parquet_writer_options`), i.e. the
   Parquet we write. The goal is judged against the faster of the two. Rows/s and MB/s of Arrow data.
   Baselines and our log-table rounds (local, Spark) run interleaved, ``--repeats`` times; medians.
 * Anchors for primary-key changes: delta-rs ``DeltaTable.merge`` (update all / insert all) of all changes
@@ -290,7 +290,7 @@ def lake_shaped(data: pa.Table) -> pa.Table:
 def physical_baseline(data: pa.Table, tmp: Path, same_bytes: bool = False) -> Timed:
     """pyarrow: read the rows from an Arrow IPC stream file, write zstd Parquet; nothing else (one timed
     run). ``same_bytes``: the lake's columns and our writer options (the files we write)."""
-    from lakehouse.datafiles import ROW_GROUP_ROWS, parquet_writer_options
+    from lakehouse.iceberg.datafiles import ROW_GROUP_ROWS, parquet_writer_options
 
     ipc, out = tmp / "orders.arrows", tmp / "orders.parquet"
     if same_bytes:
@@ -384,7 +384,7 @@ def iceberg_anchor(ds: Dataset, tmp: Path, upsert_changes: int, res: Results) ->
 
 def tiering_available() -> bool:
     try:
-        import lakehouse.tiering  # noqa: F401
+        import lakehouse.tiering.round  # noqa: F401
     except ImportError:
         return False
     return callable(getattr(Lakehouse, "tier", None))

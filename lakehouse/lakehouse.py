@@ -16,9 +16,6 @@ from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, 
 from pyiceberg.table import Table
 
 from lakehouse import maintenance
-from lakehouse.aliases import DEFAULT_CACHE_SECONDS, AliasCache
-from lakehouse.boundaries import delete_boundary, tiering_end
-from lakehouse.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog
 from lakehouse.errors import (
     AlterConflict,
     CorruptCatalogError,
@@ -28,20 +25,31 @@ from lakehouse.errors import (
     TableAlreadyExists,
     TableNotFound,
 )
-from lakehouse.evolution import alter_definition, sync_lake_schema
 from lakehouse.executor import TaskExecutor, task_executor
-from lakehouse.lake_layout import (
+from lakehouse.iceberg.catalog import STORE_OPTION_PROPERTIES, ObjectStoreCatalog
+from lakehouse.iceberg.layout import (
     LAKE_TABLE_PROPERTIES,
     TABLE_UUID_PROPERTY,
     check_lake_types,
-    lake_offsets,
     lake_partition_spec,
     lake_schema,
     lake_sort_order,
 )
+from lakehouse.iceberg.load import load_lake_table
+from lakehouse.iceberg.offsets import lake_offsets
 from lakehouse.log import Log
 from lakehouse.log.producer import close_all
-from lakehouse.reads import lookup, read_again, stream_changes
+from lakehouse.read.replanning import lookup, read_again, stream_changes
+from lakehouse.read.union import (
+    AsOf,
+    RowFilter,
+    as_of_unavailable,
+    check_as_of,
+    lake_read,
+    plan_as_of,
+    union_batches,
+    union_read,
+)
 from lakehouse.settings import Settings, load_settings
 from lakehouse.subscriptions import (
     DEFAULT_IDLE_AGE,
@@ -55,19 +63,12 @@ from lakehouse.subscriptions import (
     pins,
     read_subscription,
 )
+from lakehouse.table.aliases import DEFAULT_CACHE_SECONDS, AliasCache
+from lakehouse.table.definition import TABLES_PREFIX, TableDefinition, TableName
+from lakehouse.table.evolution import alter_definition, sync_lake_schema
 from lakehouse.table_runs import TableRun, for_each_table
-from lakehouse.tables import TABLES_PREFIX, TableDefinition, TableName
-from lakehouse.tiering import TieringResult, load_lake_table, tier
-from lakehouse.union import (
-    AsOf,
-    RowFilter,
-    as_of_unavailable,
-    check_as_of,
-    lake_read,
-    plan_as_of,
-    union_batches,
-    union_read,
-)
+from lakehouse.tiering.boundaries import delete_boundary, tiering_end
+from lakehouse.tiering.round import TieringResult, tier
 from object_store import NotFound, ObjectStore, PreconditionFailed, open_store
 
 _log = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ class Lakehouse:
     ) -> None:
         self.store = store
         self.settings = settings
-        #: the table aliases (`lakehouse.aliases`), read again when older than ``alias_cache_seconds``
+        #: the table aliases (`lakehouse.table.aliases`), read again when older than ``alias_cache_seconds``
         self.aliases = AliasCache(store, alias_cache_seconds)
         self._logs: dict[TableName, Log] = {}
         self._catalog: ObjectStoreCatalog | None = None
@@ -139,7 +140,7 @@ class Lakehouse:
     @classmethod
     def open(cls, url: str, *, alias_cache_seconds: float = DEFAULT_CACHE_SECONDS, **store_options: Any) -> Lakehouse:
         """Open the warehouse at ``url`` (``file:///abs/path`` or ``s3://bucket/prefix``); ``alias_cache_seconds``:
-        how long the table aliases read are used (`lakehouse.aliases`)."""
+        how long the table aliases read are used (`lakehouse.table.aliases`)."""
         return cls(open_store(url, **store_options), alias_cache_seconds=alias_cache_seconds)
 
     @classmethod
@@ -151,7 +152,7 @@ class Lakehouse:
     @property
     def catalog(self) -> ObjectStoreCatalog:
         """The warehouse's Iceberg catalog (a pyiceberg catalog on the same store), naming physical tables: the
-        aliases (`lakehouse.aliases`) are resolved by this `Lakehouse`'s methods, once at their entry, never here
+        aliases (`lakehouse.table.aliases`) are resolved by this `Lakehouse`'s methods, once at their entry, never here
         (``dwd.m`` is the table of that name even while an alias serves the name by ``dwd__g1.m``). The catalog
         other engines load from `catalog_properties` resolves them."""
         with self._lock:
@@ -163,7 +164,7 @@ class Lakehouse:
 
     def catalog_properties(self) -> dict[str, str]:
         """The pyiceberg properties that load this warehouse's catalog anywhere (secrets included)."""
-        props = {"py-catalog-impl": "lakehouse.catalog.ObjectStoreCatalog", "warehouse": self.store.url}
+        props = {"py-catalog-impl": "lakehouse.iceberg.catalog.ObjectStoreCatalog", "warehouse": self.store.url}
         options = self.store.connection_options()
         props.update({theirs: options[ours] for ours, theirs in STORE_OPTION_PROPERTIES.items() if options.get(ours)})
         return props
@@ -173,7 +174,7 @@ class Lakehouse:
         return self.store.url
 
     def resolve(self, name: str | TableName) -> TableName:
-        """The physical table a name reads (`lakehouse.aliases`): a ``str`` through the table aliases (read at
+        """The physical table a name reads (`lakehouse.table.aliases`): a ``str`` through the table aliases (read at
         most every ``alias_cache_seconds``), a `TableName` as it is. Each read by name resolves once, at its
         entry, and passes the `TableName` on, so one call reads one table even while the aliases switch."""
         return self.aliases.resolve(name)
@@ -334,7 +335,7 @@ class Lakehouse:
 
     def ensure_lake_table(self, definition: TableDefinition) -> Table:
         """The Iceberg table of a lakestream table, created if missing (idempotent: safe after a crash
-        between the log definition and the lake table). Layout: see `lakehouse.lake_layout`."""
+        between the log definition and the lake table). Layout: see `lakehouse.iceberg.layout`."""
         catalog = self.catalog
         ident = (definition.name.namespace, definition.name.table)
         try:
@@ -374,7 +375,7 @@ class Lakehouse:
         rename: str | Sequence[str] | dict[str, str] | None = None,
         drop_columns: str | Sequence[str] | None = None,
     ) -> TableDefinition:
-        """Evolve a table's schema (see `lakehouse.evolution`): ``add_columns`` (``"c:string, d:int64"`` or an
+        """Evolve a table's schema (see `lakehouse.table.evolution`): ``add_columns`` (``"c:string, d:int64"`` or an
         Arrow schema; nullable only), ``widen`` (``"v:int64"``: int to a wider int, float32 to float64, a decimal's
         precision up), ``rename`` (``"old:new"``), ``drop_columns`` (names). One new schema version: the definition
         is replaced by compare-and-swap, then the lake table's Iceberg schema follows (old files and segments are
@@ -476,10 +477,10 @@ class Lakehouse:
         workers: int | None = None,
         max_split_rows: int | None = None,
     ) -> TieringResult:
-        """One tiering round of ``name`` (see `lakehouse.tiering`): on ``executor``, else on Spark if a session is
+        """One tiering round of ``name`` (see `lakehouse.tiering.round`): on ``executor``, else on Spark if a session is
         given, else on the local in-process executor (``workers`` threads).
 
-        A table whose writer holds its tiering boundary (`lakehouse.boundaries`: a warehouse-layers round does
+        A table whose writer holds its tiering boundary (`lakehouse.tiering.boundaries`: a warehouse-layers round does
         while it appends) is tiered up to the held ends, so every lake snapshot holds whole changes."""
         name = self.resolve(name)
         executor = task_executor(spark=spark, executor=executor, workers=workers)
@@ -504,7 +505,7 @@ class Lakehouse:
         ref: str | None = None,
         keep: Callable[[pa.Table], pa.Table] | None = None,
     ) -> pa.Table:
-        """The lake snapshot plus the log tail after its offsets, merged by key (see `lakehouse.union`):
+        """The lake snapshot plus the log tail after its offsets, merged by key (see `lakehouse.read.union`):
         every record whose append has returned is visible. With ``as_of={bucket: offset, ...}`` (every bucket),
         the table exactly as the log defines it below those offsets, whether the lake is ahead of them (time
         travel to a retained snapshot), behind them or both; `AsOfUnavailable` if snapshot expiry and log
@@ -555,13 +556,13 @@ class Lakehouse:
     ) -> pa.Table:
         """What changed between the offset maps ``start`` and ``end`` (every bucket, ``start`` <= ``end``): the
         log tables' records in the range; for primary-key tables one row per changed key, ``_op`` one of insert,
-        update_after, delete (and update_before, the old row, with ``before_images``). See `lakehouse.changes`.
+        update_after, delete (and update_before, the old row, with ``before_images``). See `lakehouse.read.changes`.
 
         Raises:
             InvalidArgument: a bad offset map, or ``start`` after ``end``; nothing is read.
             AsOfUnavailable: log retention (or snapshot expiry, for the old rows) removed what the range needs.
         """
-        from lakehouse.changes import plan_changes
+        from lakehouse.read.changes import plan_changes
 
         name = self.resolve(name)
         plan = plan_changes(
@@ -583,7 +584,7 @@ class Lakehouse:
         checked before the first batch. If expiry or retention removed the old rows' snapshot or log meanwhile,
         that bucket is planned again (up to ``attempts`` times) and read from what is retained, or
         `AsOfUnavailable` is raised: never a wrong change."""
-        from lakehouse.changes import plan_changes
+        from lakehouse.read.changes import plan_changes
 
         name = self.resolve(name)
         plan = plan_changes(
@@ -595,8 +596,8 @@ class Lakehouse:
         self, name: str | TableName, keys: pa.Table, *, as_of: AsOf, columns: Sequence[str] | None = None
     ) -> pa.Table:
         """The rows of a primary-key table whose keys are rows of ``keys`` (its primary-key columns), as of the
-        offset map ``as_of``, as `union_read` with ``as_of`` holds them (`lakehouse.reads.lookup`: a point lookup
-        that decodes only the row groups whose key statistics can hold a key).
+        offset map ``as_of``, as `union_read` with ``as_of`` holds them (`lakehouse.read.replanning.lookup`: a point
+        lookup that decodes only the row groups whose key statistics can hold a key).
 
         Raises:
             InvalidArgument: a table without a primary key, ``keys`` without its columns, a bad offset map.

@@ -13,7 +13,7 @@ not). Creating one is a create-only put (``If-None-Match: *``); `Subscription.ad
 `SubscriptionConflict` and nothing is written. Positions only move forward (`SubscriptionBackwards`).
 
 **Pins.** A subscription at position P needs (a) every lake snapshot an as-of read at P scans
-(`lakehouse.union.plan_as_of`: per bucket the retained snapshot holding the most of it without passing P), and
+(`lakehouse.read.union.plan_as_of`: per bucket the retained snapshot holding the most of it without passing P), and
 (b) each bucket's log from that snapshot's offset (the plan's base) on, for the as-of read's tail and for the
 changes after P. `pins` computes both for a table's subscriptions; snapshot expiry keeps those snapshots and
 log retention keeps those records (the maintenance modules receive the pins as arguments; they never read
@@ -58,8 +58,8 @@ from lakehouse.errors import (
     SubscriptionNotFound,
 )
 from lakehouse.log import Log
-from lakehouse.tables import RESERVED_NAMESPACE, TableDefinition, TableName
-from lakehouse.union import AsOf, check_as_of, plan_as_of
+from lakehouse.read.union import AsOf, check_as_of, plan_as_of
+from lakehouse.table.definition import RESERVED_NAMESPACE, TableDefinition, TableName
 from object_store import NotFound, ObjectStore, PreconditionFailed
 
 _log = logging.getLogger(__name__)

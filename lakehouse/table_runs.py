@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.errors import LakestreamError
-from lakehouse.tables import TableName
+from lakehouse.table.definition import TableName
 
 if TYPE_CHECKING:
     from lakehouse.lakehouse import Lakehouse

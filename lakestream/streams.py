@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from lakehouse.errors import InvalidArgument, SchemaError, TableNotFound
 
-#: The changes that add a row to its group, and those that take one away (`lakehouse.changes`).
+#: The changes that add a row to its group, and those that take one away (`lakehouse.read.changes`).
 ADDS, REMOVES = ("insert", "update_after"), ("update_before", "delete")
 
 

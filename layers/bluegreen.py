@@ -14,7 +14,7 @@ stopped at any point (kill -9 included) leaves the live version serving, and ``b
 ``cutover`` checks the green set has caught up (every green model's last round finished; in every input outside
 the set at or past the live model's position; every green input read to its end), tiers the green tables (so the
 lake of each holds its log: readers of the lake see a complete table from the switch on) and then switches the
-aliases (`lakehouse.aliases`) of all its models in ONE compare-and-swap: readers by name see the old set or the
+aliases (`lakehouse.table.aliases`) of all its models in ONE compare-and-swap: readers by name see the old set or the
 new one.
 Then the deployment record (`layers.deployed`) is written for the new project (the one it replaced kept for
 rollback) and the build record removed; a cutover stopped after the switch is finished by running it again.
@@ -30,9 +30,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.aliases import read_aliases, write_aliases
 from lakehouse.errors import SubscriptionNotFound, TableNotFound, TieringConflict
-from lakehouse.tables import TableName
+from lakehouse.table.aliases import read_aliases, write_aliases
+from lakehouse.table.definition import TableName
 from layers.deployed import Deployment, deployment_of, read_deployment, write_deployment
 from layers.errors import GreenBehind, GreenBuildError
 from layers.physical import generation_of, green_name, live_mapping

@@ -26,7 +26,7 @@ from layers.rounds import LAYERS_PREFIX, sql_digest
 from object_store import NotFound, ObjectStore, PreconditionFailed
 
 if TYPE_CHECKING:
-    from lakehouse.tables import TableDefinition
+    from lakehouse.table.definition import TableDefinition
     from layers.project import Project
 
 __all__ = ["DEPLOYED_KEY", "DeployedTable", "Deployment", "deployment_of", "read_deployment", "write_deployment"]

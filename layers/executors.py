@@ -74,9 +74,9 @@ class LogKeys:
 
     def read(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The keys of the records of the ranges whose indexes the task's rows (``id``) hold."""
-        from lakehouse.datafiles import shared_store
+        from lakehouse.iceberg.datafiles import shared_store
         from lakehouse.log import Log
-        from lakehouse.tables import TableDefinition
+        from lakehouse.table.definition import TableDefinition
 
         definition = TableDefinition.from_json(self.definition_json)
         schema = pa.schema([definition.schema.field(k) for k in self.key])

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThanOrEqual
 from sqlglot import exp
 
-from lakehouse.keyed_rows import semi_join
+from lakehouse.merge.keyed_rows import semi_join
 from layers.rewrite import group_terms
 from layers.spark_sql import referenced_columns
 

@@ -25,8 +25,8 @@ import pyarrow.compute as pc
 from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThanOrEqual
 from sqlglot import exp
 
-from lakehouse.keyed_rows import distinct_rows, semi_join
-from lakehouse.union import IN_LIST_LIMIT
+from lakehouse.merge.keyed_rows import distinct_rows, semi_join
+from lakehouse.read.union import IN_LIST_LIMIT
 from layers.group_rows import group_rows, groups_filter, partitions_filter
 from layers.planner import KEYED, RECOMPUTE_GROUP, WINDOW, ModelPlan, Retraction
 from layers.rewrite import SIDE, groups_query, merged, restrict_to_groups, sided

@@ -1,7 +1,7 @@
 """A project's models under physical table names (blue/green rebuilds, `layers.bluegreen`).
 
 A model's *logical* name (``dwd.m``, its file's name) is what readers use; the *physical* table that serves it
-may be another (``dwd__g2.m``, a green generation): `lakehouse.aliases` maps one to the other. `physical_project`
+may be another (``dwd__g2.m``, a green generation): `lakehouse.table.aliases` maps one to the other. `physical_project`
 gives the project with every model renamed to its physical table and every reference to a model in its SQL
 rewritten to match, so a `layers.runner.Runner` on it reads, writes and keeps its bookkeeping (round records,
 subscriptions, producer ids) by physical table: a green model's rounds are separate from its live version's. The
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from lakehouse.aliases import Aliases, read_aliases
+from lakehouse.table.aliases import Aliases, read_aliases
 
 if TYPE_CHECKING:
     from lakehouse.lakehouse import Lakehouse

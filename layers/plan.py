@@ -41,7 +41,7 @@ from layers.sql import DIALECT
 
 if TYPE_CHECKING:
     from lakehouse.lakehouse import Lakehouse
-    from lakehouse.tables import TableDefinition
+    from lakehouse.table.definition import TableDefinition
     from layers.project import Project
 
 __all__ = [

@@ -24,7 +24,7 @@ import yaml
 from sqlglot import exp
 
 from lakehouse.errors import InvalidTableName, SchemaError
-from lakehouse.tables import TableDefinition, TableName, parse_schema
+from lakehouse.table.definition import TableDefinition, TableName, parse_schema
 from layers.errors import DependencyCycleError, ModelKeyError, ModelSqlError, ProjectFormatError, UnknownTableError
 from layers.sql import (
     OutputColumn,
@@ -472,7 +472,7 @@ def _validation_schema(columns: Sequence[OutputColumn], header: Mapping) -> pa.S
 
 def _definition(name: str, schema: pa.Schema, decl: Mapping, at: str, path: str) -> TableDefinition:
     """The table definition the declaration makes (checked as `Lakehouse.create_table` checks it)."""
-    from lakehouse.lake_layout import check_lake_types, parse_partition_by
+    from lakehouse.iceberg.layout import check_lake_types, parse_partition_by
 
     primary_key = _string_list(decl.get("primary_key"), "primary_key", at, path, name)
     partition_by = _string_list(decl.get("partition_by"), "partition_by", at, path, name)

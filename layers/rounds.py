@@ -13,7 +13,7 @@ The report also feeds ``lakestream layers status``; old intents and reports are 
 moment may hold half a round. The ends *between* rounds are known exactly: round ``r``'s intent records in
 ``output`` the ends when it began, which are the ends after round ``r - 1``; and once the newest round's report
 exists, the log's end (read while no newer intent appears) is the end after it. `round_boundary` gives the newest
-such ends: a runner holds its model's tiering boundary there while a round appends (`lakehouse.boundaries`), so
+such ends: a runner holds its model's tiering boundary there while a round appends (`lakehouse.tiering.boundaries`), so
 every lake snapshot of a model holds whole rounds, and
 `boundary_round` maps a snapshot's ends back to the round that produced them (whose inputs' positions the
 snapshot reflects: quality's cross-table expectations read the inputs as of them).
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakehouse.tables import RESERVED_NAMESPACE
+from lakehouse.table.definition import RESERVED_NAMESPACE
 from layers.errors import LayerConflict, RoundUnknown
 from layers.lease import Owner, RoundLease
 from object_store import NotFound, ObjectStore, PreconditionFailed

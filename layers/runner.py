@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from lakehouse.boundaries import hold, read_boundary, release
 from lakehouse.errors import SubscriptionConflict, SubscriptionNotFound
 from lakehouse.settings import budget_rows
+from lakehouse.tiering.boundaries import hold, read_boundary, release
 from layers.deploy import Deployer
 from layers.errors import LayerConflict, ModelChanged
 from layers.executors import ExecutorRound, round_input_rows
@@ -383,7 +383,7 @@ class Runner:
 
     def _hold_boundary(self, name: str) -> None:
         """Hold tiering of M's table at its newest round boundary (`layers.rounds.round_boundary`)
-        before a round appends: tiering never takes half a round into the lake (`lakehouse.boundaries`)."""
+        before a round appends: tiering never takes half a round into the lake (`lakehouse.tiering.boundaries`)."""
         self._released[name] = False
         boundary = round_boundary(self.lh.store, name, self.lh.log(name).end_offsets)
         ends = boundary[1] if boundary is not None else self.lh.log(name).end_offsets()

@@ -10,7 +10,7 @@ at all loses its old rows.
 
 An incremental round on the executors (`layers.executors`) is written the same way (`write_keys`), restricted
 to the keys the round covers: the task rows are its new rows and those keys, and each task looks the keys' old
-rows up (`lakehouse.changes.read_bucket_rows`) instead of reading its buckets whole; a covered key without a new
+rows up (`lakehouse.read.changes.read_bucket_rows`) instead of reading its buckets whole; a covered key without a new
 row is deleted by its task.
 
 Before any append the rows are checked for a key yielded twice or null (one Spark aggregation over the persisted
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from lakehouse.lakehouse import Lakehouse
-    from lakehouse.union import ReadPlan
+    from lakehouse.read.union import ReadPlan
 
 __all__ = [
     "BucketWriter",
@@ -185,13 +185,13 @@ class BucketWriter:
     store_options: dict[str, str] = field(repr=False)
 
     def _definition(self) -> Any:
-        from lakehouse.tables import TableDefinition
+        from lakehouse.table.definition import TableDefinition
 
         return TableDefinition.from_json(self.definition_json)
 
     def tag(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Each row with its bucket of the model's table."""
-        from lakehouse.bucketing import bucket_ids
+        from lakehouse.table.bucketing import bucket_ids
 
         definition = self._definition()
         key_type = definition.schema.field(definition.bucket_key).type
@@ -200,7 +200,7 @@ class BucketWriter:
             yield batch.append_column(BUCKET, ids)
 
     def _log(self) -> Any:
-        from lakehouse.datafiles import shared_store
+        from lakehouse.iceberg.datafiles import shared_store
         from lakehouse.log import Log
 
         return Log(shared_store(self.store_url, self.store_options), self._definition(), max_workers=4)
@@ -237,15 +237,15 @@ class BucketWriter:
 @dataclass(frozen=True)
 class KeysWriter(BucketWriter):
     """What a Spark task needs to write its buckets of an incremental round on the executors: ``old`` is a point
-    lookup of the model's table as of the round's output offsets (`lakehouse.changes.plan_lookup`), ``lake``
+    lookup of the model's table as of the round's output offsets (`lakehouse.read.changes.plan_lookup`), ``lake``
     reaches its files. A task's rows are the round's new rows (``KIND`` 0) and the keys the round covers (``KIND``
     1, key columns only): their old rows are looked up, diffed against the new ones, the difference appended."""
 
-    lake: Any = None  # lakehouse.datafiles.LakeContext
+    lake: Any = None  # lakehouse.iceberg.datafiles.LakeContext
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Diff and append every bucket of this task's rows; one summary row per bucket (``rows``: its keys)."""
-        from lakehouse.changes import read_bucket_rows
+        from lakehouse.read.changes import read_bucket_rows
 
         received = [b for b in batches if b.num_rows]
         if not received:
@@ -290,7 +290,7 @@ def write_full(
     """
     from pyspark.sql import functions as F
 
-    from lakehouse.union import plan_read
+    from lakehouse.read.union import plan_read
 
     definition = lh.table(model)
     schema = definition.schema
@@ -354,8 +354,8 @@ def write_keys(
     """
     from pyspark.sql import functions as F
 
-    from lakehouse.changes import plan_lookup
-    from lakehouse.datafiles import LakeContext
+    from lakehouse.iceberg.datafiles import LakeContext
+    from lakehouse.read.changes import plan_lookup
 
     definition = lh.table(model)
     schema = definition.schema

@@ -26,7 +26,9 @@ class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.moves = dict(moves)
         self._specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
 
-    def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in self.moves:
             return None
         return importlib.util.spec_from_loader(fullname, self)

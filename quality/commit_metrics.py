@@ -2,7 +2,7 @@
 
 A bucket's partial (`BucketPartial`) is computed where the bucket's changes are read (`bucket_partial`: a
 thread of the driver under the budget, a Spark executor task above it) from the net changelog of the commit's
-offset range (`lakehouse.changes.read_bucket_changes`): counts of inserts, updates and deletes, and per column
+offset range (`lakehouse.read.changes.read_bucket_changes`): counts of inserts, updates and deletes, and per column
 of the after-images (inserted and updated rows) the rows, nulls, a distinct sketch (`quality.sketch`) and for
 numeric columns min, max, sum and the non-null count; plus the append times of the range's first and last
 record (one HEAD each, as `quality.stats` reads lags). Partials are small (counts and 4 KiB of sketch per
@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakehouse.changes import DELETE, INSERT, OP_COLUMN, UPDATE_AFTER
+from lakehouse.read.changes import DELETE, INSERT, OP_COLUMN, UPDATE_AFTER
 from quality import sketch
 
 # table-level metrics
@@ -61,7 +61,7 @@ class BucketPartial:
 
 
 def bucket_partial(changes: pa.Table, columns: list[str], appended: tuple[int | None, int | None]) -> BucketPartial:
-    """The partial of one bucket's changes (`lakehouse.changes` rows with ``_op``) over the user ``columns``;
+    """The partial of one bucket's changes (`lakehouse.read.changes` rows with ``_op``) over the user ``columns``;
     ``appended``: the append times of the range's first and last record."""
     ops = changes.column(OP_COLUMN)
     inserted, updated = pc.equal(ops, INSERT), pc.equal(ops, UPDATE_AFTER)
@@ -72,7 +72,7 @@ def bucket_partial(changes: pa.Table, columns: list[str], appended: tuple[int | 
 
 def after_images_partial(after: pa.Table, columns: list[str], appended: tuple[int | None, int | None]) -> BucketPartial:
     """The per-column partial of one bucket's after-images (inserted and updated rows) over the user
-    ``columns``, with no counts (a commit that recorded them gives them: `lakehouse.lake_layout.round_changes`);
+    ``columns``, with no counts (a commit that recorded them gives them: `lakehouse.iceberg.offsets.round_changes`);
     ``appended`` as in `bucket_partial`."""
     out = BucketPartial(oldest_us=appended[0], newest_us=appended[1])
     for name in columns:

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakehouse.bucketing import as_micros, murmur3_binary
+from lakehouse.table.bucketing import as_micros, murmur3_binary
 
 MASK = (1 << 64) - 1
 _M1 = np.uint64(0xBF58476D1CE4E5B9)

@@ -126,7 +126,7 @@ DOCS_PREFIX = "_lakestream/quality/gx/docs/"
 RESULTS_PREFIX = "_lakestream/quality/gx/results/"
 #: The key that marks a lakestream reference in a kwarg value.
 REFERENCE = "$lakestream"
-#: The columns the lake adds to every table (see `lakehouse.lake_layout`).
+#: The columns the lake adds to every table (see `lakehouse.iceberg.layout`).
 LAKE_COLUMNS = ("__bucket", "__offset", "__timestamp")
 #: Reference kinds and the fields each takes (required, optional).
 REFERENCE_KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -606,12 +606,12 @@ def _live_records(snapshot: Any) -> int:
 
 
 def _sample(lh: Lakehouse, lake: Any, table: str, sid: int, budget: int) -> pa.Table:
-    """At most ``budget`` rows of snapshot ``sid``, its data files streamed (`lakehouse.filescan`, a few batches
+    """At most ``budget`` rows of snapshot ``sid``, its data files streamed (`lakehouse.read.filescan`, a few batches
     in memory) in an order shuffled by the snapshot id, until the budget is reached: the files are a random
     choice, so the sample is not only the oldest rows; the same snapshot gives the same sample."""
     import pyarrow as pa
 
-    from lakehouse.union import plan_read
+    from lakehouse.read.union import plan_read
 
     plan = plan_read(lake, lh.table(table), lake_only=True, snapshot_id=sid)
     tasks = list(plan.tasks)
@@ -640,8 +640,8 @@ def upstream_positions(lh: Lakehouse, table: str, snapshot_id: int | None) -> di
     Raises:
         QualityError: the snapshot of a model is no retained round boundary.
     """
-    from lakehouse.aliases import read_aliases
-    from lakehouse.union import snapshot_offsets
+    from lakehouse.read.union import snapshot_offsets
+    from lakehouse.table.aliases import read_aliases
     from layers.errors import RoundUnknown
     from layers.physical import logical_inputs
     from layers.rounds import boundary_round, latest_round
@@ -858,7 +858,7 @@ def _driver_column(
     it passes ``budget`` rows (what was read is dropped)."""
     import pyarrow as pa
 
-    from lakehouse.union import plan_read
+    from lakehouse.read.union import plan_read
 
     if as_of is not None:
         batches = lh.union_batches(name, columns=[column], as_of=as_of)

@@ -41,8 +41,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThanOrEqual
 
-from lakehouse.keyed_rows import distinct_rows, semi_join
-from lakehouse.union import IN_LIST_LIMIT
+from lakehouse.merge.keyed_rows import distinct_rows, semi_join
+from lakehouse.read.union import IN_LIST_LIMIT
 from quality.errors import QualityError
 from quality.results import LAYER, CheckResult, Violation, upstream_failure
 

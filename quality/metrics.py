@@ -6,17 +6,17 @@ that adds data records in the metrics table (long format, one row per metric):
 
 - ``rows``: the table's rows after the commit, from its snapshot summary (``total-records`` less
   ``total-position-deletes``: metadata only);
-- for a tiering commit (``kind`` "tiering", or "round" for a layers model's table), from the net changes of
-  its offset range (the parent tiering snapshot's offsets to its own, as `lakehouse.changes` reads them): ``inserts``,
-  ``updates``, ``deletes``, ``changes`` (their sum), ``freshness_seconds_max`` / ``_min`` (the commit's time
-  less the append time of the range's oldest / newest records), and per column of the after-images (inserted
-  and updated rows) ``null_fraction``, ``distinct_estimate`` (`quality.sketch`: HyperLogLog, 1.6 % relative
-  standard error) and for numeric columns ``min``, ``max``, ``mean``;
+- for a tiering commit (``kind`` "tiering", or "round" for a layers model's table), from the net changes of its
+  offset range (the parent tiering snapshot's offsets to its own, as `lakehouse.read.changes` reads them):
+  ``inserts``, ``updates``, ``deletes``, ``changes`` (their sum), ``freshness_seconds_max`` / ``_min`` (the commit's
+  time less the append time of the range's oldest / newest records), and per column of the after-images (inserted
+  and updated rows) ``null_fraction``, ``distinct_estimate`` (`quality.sketch`: HyperLogLog, 1.6 % relative standard
+  error) and for numeric columns ``min``, ``max``, ``mean``;
 - any other commit that adds records (compaction, another writer: ``kind`` "other") changes no offset: only
   ``rows``.
 
 **Cost follows the changes.** A tiering commit records its net changes in its summary
-(`lakehouse.lake_layout.round_changes`: the round finds the changed keys' old rows anyway), and a merge-on-read or
+(`lakehouse.iceberg.offsets.round_changes`: the round finds the changed keys' old rows anyway), and a merge-on-read or
 log table's commit adds exactly its after-images as data files: its metrics read those files, bucket by bucket, and
 nothing of the table before it. Other commits (copy-on-write tables, commits of earlier versions) are read as a
 changes read does: the log range, and the old state of the changed keys looked up by key in the parent's files (no
@@ -48,18 +48,18 @@ from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestEntrySt
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
-from lakehouse.changes import BucketChanges, ChangesPlan, plan_changes, read_bucket_changes
-from lakehouse.datafiles import LakeContext, shared_store
 from lakehouse.errors import AsOfUnavailable, LakestreamError
 from lakehouse.executor import LocalExecutor, SparkExecutor
-from lakehouse.lake_layout import (
+from lakehouse.iceberg.datafiles import LakeContext, shared_store
+from lakehouse.iceberg.layout import BUCKET_COLUMN
+from lakehouse.iceberg.offsets import (
     AFTER_IMAGES_IN_ADDED_FILES,
-    BUCKET_COLUMN,
     COMMIT_USER_PROPERTY,
     TIERING_USER,
     round_changes,
     tiering_snapshots,
 )
+from lakehouse.read.changes import BucketChanges, ChangesPlan, plan_changes, read_bucket_changes
 from quality.commit_metrics import (
     BucketPartial,
     after_images_partial,

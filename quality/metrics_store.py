@@ -1,8 +1,8 @@
 """The metrics table: commit metrics kept in the warehouse as an Iceberg table, ``_lakestream.metrics``.
 
 It lives in the warehouse's own catalog (`Lakehouse.catalog`) under the namespace ``_lakestream``, which no
-lakestream table may use (`lakehouse.tables.check_namespace`), so the name never clashes with a user's table and
-`Lakehouse.list_tables` never lists it; the catalog keeps its objects under ``%5Flakestream/`` (its escape of
+lakestream table may use (`lakehouse.table.definition.check_namespace`), so the name never clashes with a user's table
+and `Lakehouse.list_tables` never lists it; the catalog keeps its objects under ``%5Flakestream/`` (its escape of
 that namespace). Created on first use, appended with pyiceberg, one commit per `collect_metrics` call; any
 Iceberg reader reads it (DuckDB's ``iceberg_scan`` of its metadata file, pyiceberg, and Spark through
 `metrics_dataframe`). The long format::
@@ -50,7 +50,7 @@ from pyiceberg.table import Table
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType, TimestamptzType
 
 from lakehouse.settings import budget_rows
-from lakehouse.tables import RESERVED_NAMESPACE
+from lakehouse.table.definition import RESERVED_NAMESPACE
 from quality.errors import QualityError
 
 log = logging.getLogger(__name__)
@@ -221,8 +221,8 @@ def _write_rewritten(ctx: Any, rows: pa.Table, target_file_rows: int) -> list[An
 
 def _compact(lh: Any, result: MetricsMaintenance, target_file_rows: int, cutoff_us: int | None, budget: int) -> None:
     """One compaction commit (see `maintain_metrics`), planned again after a concurrent commit."""
-    from lakehouse.commits import rewrite_files
-    from lakehouse.datafiles import LakeContext
+    from lakehouse.iceberg.commits import rewrite_files
+    from lakehouse.iceberg.datafiles import LakeContext
 
     for attempt in range(COMMIT_ATTEMPTS):
         table = metrics_table(lh)
@@ -446,7 +446,7 @@ def metrics_dataframe(spark: Any, lh: Any) -> Any:
     """The metrics table as a Spark DataFrame (lakestream's Spark has no Iceberg jars): the driver plans the
     current snapshot's data files with pyiceberg, one task per file reads it with pyarrow
     (``mapInArrow``). ``spark.createDataFrame([], SPARK_SCHEMA)`` shaped when nothing was recorded yet."""
-    from lakehouse.datafiles import LakeContext
+    from lakehouse.iceberg.datafiles import LakeContext
 
     table = metrics_table(lh)
     files = [t.file.file_path for t in table.scan().plan_files()] if table is not None else []

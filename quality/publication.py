@@ -3,8 +3,8 @@
 `quality.publish` moves each table's tag ``published`` on its own, so ``published`` of a DWD model may hold rows
 computed from ODS rows that ``published`` of the ODS table does not hold yet (or the other way round). The
 publication is the set readers take together: per table a snapshot that passed its checks, its pinned metadata
-file (`lakehouse.pinned`, for engines given a bare metadata file) and, for a model, the round that snapshot holds
-and the input positions that round read. It is *consistent*: every model's round read each input only up to
+file (`lakehouse.iceberg.pinned`, for engines given a bare metadata file) and, for a model, the round that snapshot
+holds and the input positions that round read. It is *consistent*: every model's round read each input only up to
 offsets the input's snapshot in the set holds (in snapshot terms: what the round read is an ancestor of, or
 equal to, the input's published snapshot), so no published model row comes from an input row that is not
 published.
@@ -52,8 +52,8 @@ from typing import Any
 from pyiceberg.exceptions import CommitFailedException
 
 from lakehouse.errors import SnapshotNotFound
-from lakehouse.lake_layout import COMMIT_USER_PROPERTY, TIERING_USER, tiering_snapshots
-from lakehouse.pinned import pin_metadata, pinned_location
+from lakehouse.iceberg.offsets import COMMIT_USER_PROPERTY, TIERING_USER, tiering_snapshots
+from lakehouse.iceberg.pinned import pin_metadata, pinned_location
 from object_store import NotFound, ObjectStore, PreconditionFailed
 from object_store.errors import LakestreamError
 from quality.errors import PublicationError
@@ -285,7 +285,7 @@ def plan_publication(
     """The consistent set (see the module): ``(entries, left_out)`` over ``tables`` (default: the tables of
     ``results``), their inputs, and the tables of ``previous``. Pins no metadata file yet: each entry's
     ``metadata_location`` is where its pinned file is (`publish_warehouse` writes it)."""
-    from lakehouse.aliases import read_aliases
+    from lakehouse.table.aliases import read_aliases
     from layers.errors import RoundUnknown
     from layers.physical import logical_inputs
     from layers.rounds import boundary_round, latest_round

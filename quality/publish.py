@@ -18,7 +18,7 @@ or any Iceberg engine's tag read (``VERSION AS OF 'published'``).
 
 The tag is set by a ref-only commit (``SetSnapshotRefUpdate`` of a tag, guarded by ``AssertRefSnapshotId`` on
 its previous value) through the catalog's compare-and-swap. It adds no snapshot, so the tiering fence
-(`lakehouse.tiering_fence.check_tiering_fence`) ignores it; a commit racing it is rebuilt on the new metadata by
+(`lakehouse.iceberg.offsets.check_tiering_fence`) ignores it; a commit racing it is rebuilt on the new metadata by
 pyiceberg's retry (tiering, compaction keep the tag: updates carry the refs forward), and a lost CAS of the tag
 commit itself (pyiceberg does not retry commits without a snapshot) is retried here on fresh metadata, checking
 again that the tag still moves forward. Snapshot expiry keeps every snapshot a tag points at
@@ -35,7 +35,7 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table.metadata import TableMetadata
 
 from lakehouse.errors import InvalidTableName
-from lakehouse.tables import TableName
+from lakehouse.table.definition import TableName
 from quality.errors import PublishRefused
 from quality.results import CheckResult
 

@@ -13,7 +13,7 @@ against its own offset range, by digests (`quality.digest`) of the rows it touch
 
 * tiering, log table: the added rows == the log's records of the range (as lake rows);
 * tiering, primary-key table: the added rows == the removed files' rows whose key did not change + the last
-  change of every changed key that leaves a row (copy-on-write, as `lakehouse.keyed_rows.rewrite_bucket` does),
+  change of every changed key that leaves a row (copy-on-write, as `lakehouse.merge.keyed_rows.rewrite_bucket` does),
   and no file the commit kept holds a changed key;
 * any other commit (compaction, or a rogue writer): the added rows == the removed rows.
 
@@ -56,15 +56,16 @@ from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntryStatus
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
-from lakehouse.datafiles import LakeContext, shared_store
 from lakehouse.errors import CorruptDataFileError, CorruptSegmentError, OffsetOutOfRange
-from lakehouse.evolution import project_lake_file
 from lakehouse.executor import LocalExecutor, TaskExecutor
-from lakehouse.keyed_rows import KeySet, reduce_changes, stored_rows, upserts_of
-from lakehouse.lake_layout import OFFSET_COLUMN, TIMESTAMP_COLUMN, log_to_lake_rows, tiering_snapshots
+from lakehouse.iceberg.datafiles import LakeContext, shared_store
+from lakehouse.iceberg.layout import OFFSET_COLUMN, TIMESTAMP_COLUMN, log_to_lake_rows
+from lakehouse.iceberg.offsets import tiering_snapshots
+from lakehouse.iceberg.position_deletes import deleted_positions, positions_by_path, read_marks, sorted_unique
 from lakehouse.maintenance.retention import retention_floors
 from lakehouse.merge import engine_of
-from lakehouse.position_deletes import deleted_positions, positions_by_path, read_marks, sorted_unique
+from lakehouse.merge.keyed_rows import KeySet, reduce_changes, stored_rows, upserts_of
+from lakehouse.table.evolution import project_lake_file
 from object_store.errors import NotFound
 from quality.digest import Digest, difference, row_hashes
 from quality.results import RECONCILE, CheckResult, Violation
@@ -246,7 +247,7 @@ class _Checker:
             try:
                 part = pq.read_table(self._key(f.file_path), filesystem=self._fs, columns=self.columns)
                 # by field id: in a file written before a column was dropped and another of its name added, that
-                # name is the old column (`lakehouse.evolution`); a renamed one is missing, read by pyiceberg
+                # name is the old column (`lakehouse.table.evolution`); a renamed one is missing, read by pyiceberg
                 part = project_lake_file(part, self._file_schema).cast(self.schema)
             except (KeyError, ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
                 scan = ArrowScan(self.lake.metadata, self.lake.io, self.lake.schema(), AlwaysTrue())

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from lakehouse.lake_layout import lake_offsets
+from lakehouse.iceberg.offsets import lake_offsets
 
 
 def _summary_int(summary: Any, key: str) -> int | None:

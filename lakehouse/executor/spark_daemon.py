@@ -12,8 +12,8 @@ from __future__ import annotations
 from pyspark.daemon import manager
 
 import lakehouse.maintenance.compaction  # noqa: F401 - imported for the forked workers
-import lakehouse.tiering  # noqa: F401
-import lakehouse.union  # noqa: F401
+import lakehouse.read.union  # noqa: F401
+import lakehouse.tiering.round  # noqa: F401
 
 if __name__ == "__main__":
     manager()

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from lakehouse.bucketing import bucket_ids
 from lakehouse.errors import BatchError, SchemaError
 from lakehouse.log.segment import OPS
 from lakehouse.merge import engine_of
-from lakehouse.tables import PARTIAL_UPDATE, TableDefinition
+from lakehouse.table.bucketing import bucket_ids
+from lakehouse.table.definition import PARTIAL_UPDATE, TableDefinition
 
 DEFAULT_MAX_BATCH_ROWS = 1_000_000
 DEFAULT_MAX_BATCH_BYTES = 256 * 1024 * 1024

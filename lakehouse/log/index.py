@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from lakehouse.log.segment import SegmentHeader
-from lakehouse.tables import TableName
+from lakehouse.table.definition import TableName
 from object_store import NotFound, ObjectStore
 
 #: Segments an index keeps per bucket, at least (the newest; more than the look-back of a retry needs).

@@ -43,8 +43,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from lakehouse import evolution
-from lakehouse.bucketing import bucket_ids
 from lakehouse.errors import (
     AppendIncomplete,
     BatchError,
@@ -59,7 +57,9 @@ from lakehouse.log import segment
 from lakehouse.log.batch import Limits, check_cast, conform, split_by_bucket
 from lakehouse.log.index import KEEP_SEGMENTS, BucketIndex
 from lakehouse.log.segment import SegmentHeader
-from lakehouse.tables import TableDefinition
+from lakehouse.table import evolution
+from lakehouse.table.bucketing import bucket_ids
+from lakehouse.table.definition import TableDefinition
 from object_store import NotFound, ObjectInfo, ObjectStore, PreconditionFailed
 
 if TYPE_CHECKING:
@@ -624,7 +624,7 @@ class Log:
         if header.schema_version == definition.schema_version:
             return segment.decode(obj.data, header, key=key, base_offset=base, schema=self.records_schema), header
         # written before an alter (or by a producer that had not seen it): decoded as its version, projected to
-        # the current schema by field id (`lakehouse.evolution`)
+        # the current schema by field id (`lakehouse.table.evolution`)
         evolution.check_segment_version(definition, header.schema_version, key)
         past = definition.schema_at(header.schema_version)
         old = segment.records_schema(past.schema, definition.primary_key)

@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from lakehouse import evolution
 from lakehouse.errors import AppendIncomplete, InvalidArgument, LakestreamError, ProducerError
 from lakehouse.log.batch import conform, split_by_bucket
 from lakehouse.log.segment import check_producer
+from lakehouse.table import evolution
 
 if TYPE_CHECKING:
     from lakehouse.log.log import AppendResult, Log

@@ -12,7 +12,7 @@ learns it from the same GET (and an index from one HEAD):
     lakestream-seq        the producer's sequence number of the append
     lakestream-sends      ``first-last``: the `Producer` sends whose rows for this bucket the segment holds
                           (all of them, in send order); what a resumed producer skips (only Producer segments)
-    lakestream-schema-version  the table's schema version the segment was written with (`lakehouse.evolution`);
+    lakestream-schema-version  the table's schema version the segment was written with (`lakehouse.table.evolution`);
                           absent: version 0
     lakestream-crc32c     CRC-32C (Castagnoli) of the body, hex; hardware-accelerated, several times faster
                           than zlib's CRC-32. Segments written before carry ``lakestream-crc32`` (zlib's

@@ -31,13 +31,14 @@ from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownExcept
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from lakehouse.commits import rewrite_files
-from lakehouse.datafiles import LakeContext, added_or_raise, locations
 from lakehouse.errors import InvalidArgument, LakestreamError, MaintenanceError
 from lakehouse.executor import LocalExecutor, TaskExecutor
-from lakehouse.lake_layout import COMMIT_USER_PROPERTY, OFFSET_COLUMN, check_lake_layout
-from lakehouse.position_deletes import DeleteIndex, deletes_per_file
-from lakehouse.tables import TableDefinition
+from lakehouse.iceberg.commits import rewrite_files
+from lakehouse.iceberg.datafiles import LakeContext, added_or_raise, locations
+from lakehouse.iceberg.layout import OFFSET_COLUMN, check_lake_layout
+from lakehouse.iceberg.offsets import COMMIT_USER_PROPERTY
+from lakehouse.iceberg.position_deletes import DeleteIndex, deletes_per_file
+from lakehouse.table.definition import TableDefinition
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any
 from pyiceberg.table import Table
 
 from lakehouse.errors import InvalidArgument, TieringConflict
-from lakehouse.lake_layout import OFFSETS_FILE_PROPERTY, OFFSETS_PROPERTY, tiering_snapshot, tiering_summary
+from lakehouse.iceberg.offsets import OFFSETS_FILE_PROPERTY, OFFSETS_PROPERTY, tiering_snapshot, tiering_summary
 from lakehouse.maintenance.references import referenced_files, referenced_sizes
 from object_store import NotFound, ObjectStore
 

@@ -1,6 +1,6 @@
 """Which files a lake table still needs: every snapshot's manifest list, manifests, data/delete files and
 offsets file, the metadata files of its metadata log, and the metadata files pinned to its tagged snapshots
-(`lakehouse.pinned`)."""
+(`lakehouse.iceberg.pinned`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from pyiceberg.table import Table
 
-from lakehouse.lake_layout import offsets_files
-from lakehouse.pinned import pinned_locations
+from lakehouse.iceberg.offsets import offsets_files
+from lakehouse.iceberg.pinned import pinned_locations
 
 
 def referenced_sizes(table: Table, *, include_metadata: bool = True, live_only: bool = True) -> dict[str, int | None]:

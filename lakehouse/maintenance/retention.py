@@ -42,7 +42,7 @@ from lakehouse.log import Log
 from lakehouse.log.log import MAX_INDEX_AGE
 from lakehouse.log.segment import SegmentHeader
 from lakehouse.maintenance.expiry import cutoff_of
-from lakehouse.tables import RESERVED_NAMESPACE, TableDefinition, TableName
+from lakehouse.table.definition import RESERVED_NAMESPACE, TableDefinition, TableName
 from object_store import NotFound, ObjectStore, PreconditionFailed
 
 log = logging.getLogger(__name__)

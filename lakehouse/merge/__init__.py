@@ -30,7 +30,7 @@ from lakehouse.merge.first_row import FirstRow
 from lakehouse.merge.last_row import LastRow
 from lakehouse.merge.partial_update import PartialUpdate
 from lakehouse.merge.versioned import Versioned
-from lakehouse.tables import TableDefinition
+from lakehouse.table.definition import TableDefinition
 
 ENGINES: dict[str, type[MergeEngine]] = {e.name: e for e in (LastRow, PartialUpdate, Versioned, FirstRow, Aggregate)}
 

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakehouse.errors import BatchError
-from lakehouse.keyed_rows import is_delete, upserts_of
-from lakehouse.tables import TableDefinition
+from lakehouse.merge.keyed_rows import is_delete, upserts_of
+from lakehouse.table.definition import TableDefinition
 
 ORDER = "__order"
 DELETE = "__delete"

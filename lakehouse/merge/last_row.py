@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from lakehouse.keyed_rows import reduce_changes
 from lakehouse.merge.base import MergeEngine
+from lakehouse.merge.keyed_rows import reduce_changes
 
 
 class LastRow(MergeEngine):

@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.errors import ConfigError, InvalidArgument
-from lakehouse.union import RowFilter
+from lakehouse.read.union import RowFilter
 
 # PySpark 4.2 warns at import and at every Arrow UDF that it "does not yet fully support pandas >= 3.0.0" (pandas 3
 # comes with Great Expectations); lakestream's Spark paths exchange Arrow batches, not pandas, and the warning

@@ -51,13 +51,13 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from lakehouse.errors import BatchError, InvalidArgument, SchemaError
 from lakehouse.log import append_until_complete
 from lakehouse.log.batch import check_cast
-from lakehouse.tables import PARTIAL_UPDATE
+from lakehouse.table.definition import PARTIAL_UPDATE
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from lakehouse.log import Log
-    from lakehouse.tables import TableDefinition
+    from lakehouse.table.definition import TableDefinition
 
 OP_COLUMN = "_op"
 #: Options of a write (lower case: Spark's options are case-insensitive).
@@ -185,9 +185,9 @@ def open_log(store_url: str, store_options: Mapping[str, str], definition_json: 
     id (query and partition) appends from whichever worker runs the partition's task in each batch: a `Log`
     kept in a worker from batch 2 would take batch 4's replayed appends for new ones once it recognised the
     first (its memory says the producer stopped at batch 2's). A fresh `Log` looks back in each bucket first."""
-    from lakehouse.datafiles import shared_store
+    from lakehouse.iceberg.datafiles import shared_store
     from lakehouse.log import Log
-    from lakehouse.tables import TableDefinition
+    from lakehouse.table.definition import TableDefinition
 
     store = shared_store(store_url, dict(store_options))
     return Log(store, TableDefinition.from_json(definition_json), max_workers=4)
@@ -347,7 +347,7 @@ class _SinkWriter:
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         from pyspark import TaskContext
 
-        from lakehouse.tables import TableDefinition
+        from lakehouse.table.definition import TableDefinition
 
         context = TaskContext.get()
         partition = context.partitionId() if context is not None else 0

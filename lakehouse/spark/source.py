@@ -5,7 +5,7 @@
           .option("as_of", "0:120,1:98")            # optional: every bucket's offset ("b:o,..." or JSON)
           .load("ods.orders"))
 
-The driver plans once (`lakehouse.union.plan_read`: the lake snapshot(s), each bucket's files and log range,
+The driver plans once (`lakehouse.read.union.plan_read`: the lake snapshot(s), each bucket's files and log range,
 the log ranges ending where the log ended at planning); every bucket is one input partition or more that a
 Python worker executes (`ReadPlan.execute_bucket`: the bucket's lake files merged with its log range): a
 bucket whose files pass ``maxPartitionBytes`` is split by file, each part merging its files with the bucket's
@@ -33,7 +33,8 @@ Options:
     maxPartitionBytes  the lake bytes (data and delete files) one input partition reads at most (default 128 MiB,
                     as Spark's spark.sql.files.maxPartitionBytes); a bigger file is a partition of its own
     changes         "true": the net changelog between ``start`` and ``end`` (offset maps, as ``as_of``),
-                    with ``before_images`` ("true"/"false"): `lakehouse.changes`, one partition per bucket with changes
+                    with ``before_images`` ("true"/"false"): `lakehouse.read.changes`, one partition per bucket
+                    with changes
 
 Credentials never travel as options (options are shown in the plan and the Spark UI): they come from
 lakestream's settings (`lakehouse.settings`: environment / YAML) resolved on the driver when the source is
@@ -79,7 +80,7 @@ from lakehouse.spark.stream import (
     StreamOptions,
     is_stream,
 )
-from lakehouse.tables import TableName
+from lakehouse.table.definition import TableName
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
@@ -87,7 +88,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-    from lakehouse.union import BucketRead, ReadPlan
+    from lakehouse.read.union import BucketRead, ReadPlan
 
 NAME = "lakestream"
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
@@ -106,7 +107,7 @@ OPTIONS = (
     "end",
     "before_images",
     "maxpartitionbytes",
-    "physical",  # the name is the physical table, not resolved through the table aliases (lakehouse.aliases)
+    "physical",  # the name is the physical table, not resolved through the table aliases (lakehouse.table.aliases)
     *STREAM_OPTIONS,  # spark.readStream's (lakehouse.spark.stream)
 )
 #: Spark's own default for file sources (spark.sql.files.maxPartitionBytes).
@@ -295,7 +296,7 @@ class LakestreamDataSource(DataSource):
         readStream was given a schema (``schema()`` is called only if not): checked here, a bad option fails
         ``load()``, not ``start()`` or the first micro-batch. (A batch read's are checked in ``schema()``: a
         source built for a write has other options.)"""
-        from lakehouse.union import check_offset_buckets
+        from lakehouse.read.union import check_offset_buckets
 
         if self.read_options.columns is not None:
             raise InvalidArgument("option columns is a batch read's: select the streaming DataFrame's columns")
@@ -356,13 +357,13 @@ class LakestreamDataSource(DataSource):
         lh, definition, table = self._open()
         try:
             if stream is not None:  # a readStream: the changes' columns
-                from lakehouse.changes import changes_schema
+                from lakehouse.read.changes import changes_schema
 
                 return _spark_schema(changes_schema(definition))
             _check_offset_maps(definition, self.read_options)  # at load(), not at the first action
             plan = _plan_columns(table, definition, self.read_options)
             if self.read_options.changes:
-                from lakehouse.changes import changes_schema
+                from lakehouse.read.changes import changes_schema
 
                 return _spark_schema(changes_schema(definition, self.read_options.columns))
             return _spark_schema(plan.arrow_schema)
@@ -427,7 +428,7 @@ class LakestreamDataSource(DataSource):
 def _check_offset_maps(definition: Any, options: ReadOptions) -> None:
     """A batch read's offset maps (as_of; changes' start and end) name every bucket of the table and no other:
     checked when Spark asks for the schema, at ``load()``; the log's ends when it plans the read."""
-    from lakehouse.union import check_offset_buckets
+    from lakehouse.read.union import check_offset_buckets
 
     for what, offsets in (("as_of", options.as_of), ("start", options.start), ("end", options.end)):
         if offsets is not None:
@@ -435,7 +436,7 @@ def _check_offset_maps(definition: Any, options: ReadOptions) -> None:
 
 
 def _plan_columns(table: Any, definition: Any, options: ReadOptions, columns: Sequence[str] | None = None) -> ReadPlan:
-    from lakehouse.union import known_snapshot, plan_columns, ref_snapshot
+    from lakehouse.read.union import known_snapshot, plan_columns, ref_snapshot
 
     # an unknown ref or snapshot fails when the DataFrame is made, not at its first action
     if options.ref is not None:
@@ -514,16 +515,16 @@ class LakestreamReader(DataSourceReader):
         try:
             if self.options.changes:
                 return self._changes_partitions()
-            from lakehouse.tables import TableDefinition
+            from lakehouse.table.definition import TableDefinition
 
             definition = TableDefinition.from_json(self.definition_json)
             snapshot_id = None
             if self.options.ref is not None:
-                from lakehouse.union import ref_snapshot
+                from lakehouse.read.union import ref_snapshot
 
                 snapshot_id = ref_snapshot(self._table, self.options.ref)
             elif self.options.snapshot_id is not None:  # still there (maintenance may have expired it since)
-                from lakehouse.union import known_snapshot
+                from lakehouse.read.union import known_snapshot
 
                 snapshot_id = known_snapshot(self._table, self.options.snapshot_id)
             located = self.plan.located(
@@ -576,8 +577,8 @@ class LakestreamReader(DataSourceReader):
         other buckets."""
         from dataclasses import replace
 
-        from lakehouse.changes import plan_changes
-        from lakehouse.datafiles import LakeContext, shared_store
+        from lakehouse.iceberg.datafiles import LakeContext, shared_store
+        from lakehouse.read.changes import plan_changes
 
         start = self.options.start if self.options.start is not None else self._log.start_offsets()
         plan = plan_changes(
@@ -595,7 +596,7 @@ class LakestreamReader(DataSourceReader):
         return parts or [LakestreamPartition("none", -1, None)]
 
     def _read_changes(self, partition: LakestreamPartition) -> Iterator[pa.RecordBatch]:
-        from lakehouse.changes import read_bucket_changes
+        from lakehouse.read.changes import read_bucket_changes
 
         plan, item, ctx = partition.payload
         log_ = self.open_log()
@@ -606,9 +607,9 @@ class LakestreamReader(DataSourceReader):
 
     def open_log(self) -> Any:
         """The table's log on a worker (the process' shared store; close it after use)."""
-        from lakehouse.datafiles import shared_store
+        from lakehouse.iceberg.datafiles import shared_store
         from lakehouse.log import Log
-        from lakehouse.tables import TableDefinition
+        from lakehouse.table.definition import TableDefinition
 
         store = shared_store(self.store_url, self._store_options)
         return Log(store, TableDefinition.from_json(self.definition_json), max_workers=4)

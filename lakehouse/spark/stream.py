@@ -7,10 +7,10 @@
          .load("ods.orders")
          .writeStream...)
 
-Every row is a change, in `lakehouse.changes`' vocabulary: the table's columns, ``__bucket``, ``__offset``,
+Every row is a change, in `lakehouse.read.changes`' vocabulary: the table's columns, ``__bucket``, ``__offset``,
 ``__timestamp`` and ``_op`` (``insert``, ``update_before``, ``update_after``, ``delete``; ``update_before`` rows
 with ``.option("beforeImages", "true")``). Spark's offsets are the per-bucket log offsets, so a micro-batch is an
-offset range of every bucket and holds that range's net changes (`lakehouse.changes`: one row per changed key of a
+offset range of every bucket and holds that range's net changes (`lakehouse.read.changes`: one row per changed key of a
 primary-key table, every record of a log table): applied batch after batch they give the table's state at each
 batch's end, and a restart from the checkpoint reads the same ranges again.
 
@@ -227,7 +227,7 @@ class LakestreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             return _offset(self._log().end_offsets())
         if options.starting == "earliest":
             return _offset(dict.fromkeys(range(self._buckets()), 0), LAKE)
-        from lakehouse.union import check_as_of
+        from lakehouse.read.union import check_as_of
 
         log_ = self._log()
         return _offset(check_as_of(options.starting, log_.definition, log_, what="startingOffsets"))
@@ -277,7 +277,7 @@ class LakestreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def _snapshot_partitions(self, at: dict[int, int]) -> list[InputPartition]:
         from dataclasses import replace
 
-        from lakehouse.union import plan_columns
+        from lakehouse.read.union import plan_columns
 
         lh = self._lakehouse()
         definition = lh.table(self.table_name)
@@ -296,8 +296,8 @@ class LakestreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def _changes_partitions(self, start: dict[int, int], end: dict[int, int]) -> list[InputPartition]:
         from dataclasses import replace
 
-        from lakehouse.changes import plan_changes
-        from lakehouse.datafiles import LakeContext, shared_store
+        from lakehouse.iceberg.datafiles import LakeContext, shared_store
+        from lakehouse.read.changes import plan_changes
 
         lh, log_ = self._lakehouse(), self._log()
         first = log_.start_offsets()
@@ -364,10 +364,10 @@ class LakestreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             yield pa.RecordBatch.from_arrays([columns[n] for n in names], names=names)
 
     def _changes(self, partition: StreamPartition) -> Iterator[pa.RecordBatch]:
-        from lakehouse.changes import read_bucket_changes
-        from lakehouse.datafiles import shared_store
+        from lakehouse.iceberg.datafiles import shared_store
         from lakehouse.log import Log
-        from lakehouse.tables import TableDefinition
+        from lakehouse.read.changes import read_bucket_changes
+        from lakehouse.table.definition import TableDefinition
 
         plan, items, ctx = partition.payload
         log_ = Log(shared_store(self.store_url, self._store_options), TableDefinition.from_json(self.definition_json))

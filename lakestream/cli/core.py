@@ -318,7 +318,7 @@ def table_create(
 ) -> None:
     """Create a table (a log table without --primary-key; a primary-key table with it). Columns may be
     given as `table describe` prints them."""
-    from lakehouse.tables import parse_schema, split_list
+    from lakehouse.table.definition import parse_schema, split_list
 
     try:
         columns = parse_schema(schema)  # before the warehouse is created: a typo in --schema makes nothing
@@ -349,7 +349,7 @@ def _aggregates(spec: str | None) -> dict[str, str] | None:
     if not spec:
         return None
     out = {}
-    from lakehouse.tables import split_list
+    from lakehouse.table.definition import split_list
 
     for item in split_list(spec):
         column, sep, function = item.partition(":")
@@ -495,7 +495,7 @@ def table_location(
     blue/green cutover, the file of the table serving the name (its physical name in --json)."""
     from pyiceberg.exceptions import NoSuchTableError
 
-    from lakehouse.catalog import ObjectStoreCatalog
+    from lakehouse.iceberg.catalog import ObjectStoreCatalog
 
     try:
         lh = open_lakehouse(warehouse, config)
@@ -866,7 +866,7 @@ def table_read(
     of log offsets; --ref published reads the table as published (the lake at that tag, no log tail)."""
     cols = [c.strip() for c in columns.split(",")] if columns else None
     try:
-        from lakehouse.union import parse_offsets
+        from lakehouse.read.union import parse_offsets
 
         if as_of is not None and ref is not None:
             raise InvalidArgument("--as-of and --ref do not go together: read as of offsets or at a ref")
@@ -902,7 +902,7 @@ def table_changes(
     (_op: insert, update_before, update_after, delete)."""
     cols = [c.strip() for c in columns.split(",")] if columns else None
     try:
-        from lakehouse.union import parse_offsets
+        from lakehouse.read.union import parse_offsets
 
         starts = parse_offsets(start, "--start")
         lh = open_lakehouse(warehouse, config)

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from lakehouse import Lakehouse
-from lakehouse.tables import TableDefinition
+from lakehouse.table.definition import TableDefinition
 
 GOOD = ["ods.a", "ods.c"]
 BROKEN = ["ods.b", "ods.bad"]

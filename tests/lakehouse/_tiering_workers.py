@@ -78,7 +78,7 @@ def main() -> None:
         definition = lh.table(table)
         compact(lh.store, lh.lake_table(table), definition, executor=KillingExecutor(point), min_input_files=2)
     else:
-        from lakehouse.tiering import tier
+        from lakehouse.tiering.round import tier
 
         tier(lh.store, lh.catalog, lh.log(table), executor=KillingExecutor(point), max_split_rows=50)
     print("survived", flush=True)

@@ -27,10 +27,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from lakehouse import Lakehouse, lake_layout
-from lakehouse.changes import apply_changes
+from lakehouse import Lakehouse
 from lakehouse.errors import AsOfUnavailable
-from lakehouse.lake_layout import OFFSETS_PROPERTY, offsets_files
+from lakehouse.iceberg import offsets as lake_offsets_protocol
+from lakehouse.iceberg.offsets import OFFSETS_PROPERTY, offsets_files
+from lakehouse.read.changes import apply_changes
 from quality.reconcile import reconcile
 from tests.conftest import duckdb_connection
 from tests.support.profiles import examples
@@ -89,7 +90,7 @@ def run(steps: list[tuple], pk: bool, write_mode: str | None = None, compact_met
             else:
                 lh.create_table(NAME, SCHEMA, bucket_key="k", buckets=BUCKETS)
             if compact_metadata:  # offsets in files, manifests merged from two on: what large tables do
-                stack.enter_context(mock.patch.object(lake_layout, "INLINE_OFFSETS_BUCKETS", 0))
+                stack.enter_context(mock.patch.object(lake_offsets_protocol, "INLINE_OFFSETS_BUCKETS", 0))
                 with lh.lake_table(NAME).transaction() as txn:
                     txn.set_properties({"commit.manifest.min-count-to-merge": "2"})
             log = lh.log(NAME)

@@ -1,5 +1,5 @@
-"""Tiering boundaries (`lakehouse.boundaries`): a held table is tiered up to the held ends, a released one to its
-log's end, a table created again is not held by its predecessor's boundary, and a hold that lands while tiering
+"""Tiering boundaries (`lakehouse.tiering.boundaries`): a held table is tiered up to the held ends, a released one
+to its log's end, a table created again is not held by its predecessor's boundary, and a hold that lands while tiering
 reads the log's end is never crossed."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import dataclasses
 
 import pyarrow as pa
 
-from lakehouse.boundaries import hold, read_boundary, release, tiering_end
 from lakehouse.lakehouse import Lakehouse
+from lakehouse.tiering.boundaries import hold, read_boundary, release, tiering_end
 
 SCHEMA = pa.schema([pa.field("k", pa.int64(), False), pa.field("v", pa.string())])
 

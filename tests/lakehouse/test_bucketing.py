@@ -22,8 +22,8 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from lakehouse.bucketing import bucket_ids
 from lakehouse.errors import SchemaError
+from lakehouse.table.bucketing import bucket_ids
 from tests.support.profiles import examples
 
 EPOCH = dt.datetime(1970, 1, 1)
@@ -109,7 +109,7 @@ def test_decimal_at_byte_boundaries(unscaled) -> None:
 
 def test_spec_reference_values() -> None:
     """Hashes from the Iceberg spec's appendix (bucket hash of 34 and of 'iceberg')."""
-    from lakehouse.bucketing import murmur3
+    from lakehouse.table.bucketing import murmur3
 
     assert int(murmur3(pa.array([34], pa.int32()))[0]) == 2017239379
     assert int(murmur3(pa.array(["iceberg"]))[0]) == 1210000089

@@ -27,10 +27,10 @@ from pyiceberg.exceptions import (
 )
 from pyiceberg.table import StaticTable, Transaction
 
-from lakehouse import iceberg_table
-from lakehouse.catalog import ObjectStoreCatalog
 from lakehouse.errors import CorruptCatalogError, LakestreamError
-from lakehouse.iceberg_table import CachingTransaction, LakeTable, apply_updates, metadata_json
+from lakehouse.iceberg import lake_table as iceberg_table
+from lakehouse.iceberg.catalog import ObjectStoreCatalog
+from lakehouse.iceberg.lake_table import CachingTransaction, LakeTable, apply_updates, metadata_json
 from tests.conftest import duckdb_connection
 from tests.lakehouse._catalog_workers import append_rows
 
@@ -423,7 +423,7 @@ def test_pyiceberg_yaml_configuration(tmp_path) -> None:
     # pyiceberg 0.12 reads py-catalog-impl only from load_catalog's arguments; the rest comes from the file
     script = (
         "from pyiceberg.catalog import load_catalog; "
-        "c = load_catalog('lake', **{'py-catalog-impl': 'lakehouse.catalog.ObjectStoreCatalog'}); "
+        "c = load_catalog('lake', **{'py-catalog-impl': 'lakehouse.iceberg.catalog.ObjectStoreCatalog'}); "
         "c.create_namespace('ods'); print(type(c).__name__, c.warehouse.startswith('file://'), c.list_namespaces())"
     )
     env = {**os.environ, "PYICEBERG_HOME": str(home)}
@@ -476,7 +476,9 @@ def test_identifiers_other_catalogs_accept_map_onto_keys_inside_the_warehouse(ca
 
 def test_unopenable_warehouse() -> None:
     with pytest.raises(LakestreamError, match="cannot open warehouse"):
-        load_catalog("lake", **{"py-catalog-impl": "lakehouse.catalog.ObjectStoreCatalog", "warehouse": "ftp://x/y"})
+        load_catalog(
+            "lake", **{"py-catalog-impl": "lakehouse.iceberg.catalog.ObjectStoreCatalog", "warehouse": "ftp://x/y"}
+        )
     with pytest.raises(LakestreamError, match="set the 'warehouse' property"):
         ObjectStoreCatalog("lake")
 
@@ -489,7 +491,7 @@ def test_views_are_not_supported(catalog) -> None:
 
 def test_duckdb_reads_what_pyiceberg_reads(tmp_path) -> None:
     catalog = load_catalog(
-        "lake", **{"py-catalog-impl": "lakehouse.catalog.ObjectStoreCatalog", "warehouse": tmp_path.as_uri()}
+        "lake", **{"py-catalog-impl": "lakehouse.iceberg.catalog.ObjectStoreCatalog", "warehouse": tmp_path.as_uri()}
     )
     catalog.create_namespace("ods")
     t = catalog.create_table("ods.t", pa.schema([("id", pa.int64()), ("name", pa.string())]))

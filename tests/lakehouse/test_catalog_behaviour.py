@@ -152,12 +152,12 @@ def with_namespace(cat: Catalog, identifier: str | Identifier) -> Identifier:
 def default_location(cat: Catalog, name: Identifier) -> str:
     """Where a table's files go by default: ``<warehouse>/<namespace>/<table>``. The one place the catalogs
     differ on purpose: ours percent-encodes what would make a new key segment or cut a location short
-    (``% / \\ # ?``, and '.' in a table name; `lakehouse.tables.encode_catalog_part`), so that ("a/b", "c/d")
+    (``% / \\ # ?``, and '.' in a table name; `lakehouse.table.definition.encode_catalog_part`), so that ("a/b", "c/d")
     cannot land in the folder of table ("a", "b") of namespace ("a",) nor a name escape the warehouse;
     SqlCatalog puts the names there as they are."""
     if isinstance(cat, SqlCatalog):
         return f"{warehouse(cat)}/{dotted(name[:-1])}/{name[-1]}"
-    from lakehouse.tables import encode_catalog_part
+    from lakehouse.table.definition import encode_catalog_part
 
     return f"{warehouse(cat)}/{'.'.join(encode_catalog_part(p) for p in name[:-1])}/{encode_catalog_part(name[-1])}"
 

@@ -12,7 +12,7 @@ from botocore.exceptions import ReadTimeoutError
 from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import CommitStateUnknownException
 
-from lakehouse.catalog import TABLES_PREFIX, ObjectStoreCatalog
+from lakehouse.iceberg.catalog import TABLES_PREFIX, ObjectStoreCatalog
 from object_store import ObjectStore, StoreUnavailable
 from tests.support.stores import catalog_properties
 
@@ -124,7 +124,7 @@ class FaultyPointerPuts:
 
 def test_100_randomized_interleavings_keep_the_chain_intact(tmp_path) -> None:
     rng = random.Random(20261122)
-    props = {"py-catalog-impl": "lakehouse.catalog.ObjectStoreCatalog", "warehouse": tmp_path.as_uri()}
+    props = {"py-catalog-impl": "lakehouse.iceberg.catalog.ObjectStoreCatalog", "warehouse": tmp_path.as_uri()}
     clients = [load_catalog("lake", **props) for _ in range(3)]
     clients[0].create_namespace("ods")
     clients[0].create_table("ods.t", SCHEMA)

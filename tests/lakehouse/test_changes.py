@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from lakehouse import Lakehouse
-from lakehouse.changes import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE, apply_changes
-from lakehouse.datafiles import LakeContext
 from lakehouse.errors import AsOfUnavailable, InvalidArgument, SchemaError
+from lakehouse.iceberg.datafiles import LakeContext
+from lakehouse.read.changes import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE, apply_changes
 from lakestream.cli import app
 from tests.support.keyed_tables import BUCKETS, NAME, SCHEMA, USER, batch, build, oracle
 
@@ -203,7 +203,7 @@ def test_old_rows_are_looked_up_in_the_files_that_can_hold_them(lakehouse: Lakeh
     keys from the second range reads only the second round's files, in them only the row groups whose key range
     holds a changed key, and whole rows only of the row groups holding one."""
     lh = lakehouse
-    monkeypatch.setattr("lakehouse.datafiles.ROW_GROUP_ROWS", 100)
+    monkeypatch.setattr("lakehouse.iceberg.datafiles.ROW_GROUP_ROWS", 100)
     lh.create_table(NAME, SCHEMA, primary_key=["k"], buckets=2)
     log = lh.log(NAME)
     for r in range(3):
@@ -245,8 +245,8 @@ def test_a_lookup_decodes_whole_rows_batch_by_batch_and_keeps_exactly_its_keys(
     """Row groups of 100 rows decoded 7 rows at a time (a row group's mask is cut at batch boundaries): the rows
     found are exactly those of the keys, with their values; no batch of whole rows is larger than 7."""
     lh = lakehouse
-    monkeypatch.setattr("lakehouse.datafiles.ROW_GROUP_ROWS", 100)
-    monkeypatch.setattr("lakehouse.changes.LOOKUP_BATCH_ROWS", 7)
+    monkeypatch.setattr("lakehouse.iceberg.datafiles.ROW_GROUP_ROWS", 100)
+    monkeypatch.setattr("lakehouse.read.changes.LOOKUP_BATCH_ROWS", 7)
     lh.create_table(NAME, SCHEMA, primary_key=["k"], buckets=2)
     log = lh.log(NAME)
     log.append(batch(range(1000), "lake"), op="upsert")

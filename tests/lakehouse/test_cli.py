@@ -322,7 +322,7 @@ def test_table_drop_asks_first_and_drops_a_half_created_table(tmp_path) -> None:
     import pyarrow as pa
 
     from lakehouse import Lakehouse
-    from lakehouse.tables import TableDefinition
+    from lakehouse.table.definition import TableDefinition
 
     wh = ["-w", tmp_path.as_uri()]
     lh = Lakehouse.open(tmp_path.as_uri())

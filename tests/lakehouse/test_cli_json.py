@@ -146,7 +146,7 @@ def test_catalog(wh) -> None:
     lines("tier", *wh, "--local")
     assert lines("catalog", "list", *wh) == [{"kind": "namespace", "name": "ods", "identifier": ["ods"]}]
     assert lines("catalog", "list", "ods", *wh) == [{"kind": "table", "name": NAME, "identifier": ["ods", "orders"]}]
-    assert one("catalog", "properties", *wh)["py-catalog-impl"] == "lakehouse.catalog.ObjectStoreCatalog"
+    assert one("catalog", "properties", *wh)["py-catalog-impl"] == "lakehouse.iceberg.catalog.ObjectStoreCatalog"
     assert one("catalog", "repair", *wh) == {"resolved": []}
 
 

@@ -21,10 +21,9 @@ import pytest
 from pyiceberg.catalog import load_catalog
 
 import lakehouse
-import lakehouse.catalog
+import lakehouse.iceberg.catalog
 from lakehouse.errors import TieringConflict
-from lakehouse.lake_layout import check_tiering_fence
-from lakehouse.tiering_fence import COMMIT_USER_PROPERTY, TIERING_BASE_PROPERTY, TIERING_USER
+from lakehouse.iceberg.offsets import COMMIT_USER_PROPERTY, TIERING_BASE_PROPERTY, TIERING_USER, check_tiering_fence
 
 SCHEMA = pa.schema([("id", pa.int64())])
 ROWS = pa.table({"id": pa.array([1], pa.int64())})
@@ -34,18 +33,18 @@ FIRST_ROUND = {COMMIT_USER_PROPERTY: TIERING_USER, TIERING_BASE_PROPERTY: "-1"}
 
 
 def test_the_catalog_imports_no_lake_code() -> None:
-    tree = ast.parse(Path(lakehouse.catalog.__file__).read_text())
+    tree = ast.parse(Path(lakehouse.iceberg.catalog.__file__).read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     lake_code = {
-        "lakehouse.lake_layout",
-        "lakehouse.tiering",
+        "lakehouse.iceberg.layout",
+        "lakehouse.tiering.round",
         "lakehouse.lakehouse",
-        "lakehouse.union",
-        "lakehouse.keyed_rows",
+        "lakehouse.read.union",
+        "lakehouse.merge.keyed_rows",
     }
     assert not imported & lake_code, imported & lake_code
-    assert "lakehouse.tiering_fence" in imported  # the fence's own module: pyiceberg and lakehouse.errors only
+    assert "lakehouse.iceberg.offsets" in imported  # the fence's own module: pyiceberg and lakehouse.errors only
 
 
 def test_no_module_registers_a_commit_check() -> None:
@@ -60,9 +59,9 @@ def test_no_module_registers_a_commit_check() -> None:
 
 
 def test_every_catalog_runs_the_tiering_fence_by_construction(tmp_path) -> None:
-    catalog = lakehouse.catalog.ObjectStoreCatalog("x", warehouse=tmp_path.as_uri())
-    assert catalog.commit_checks == lakehouse.catalog.DEFAULT_COMMIT_CHECKS == (check_tiering_fence,)
-    assert not hasattr(lakehouse.catalog, "default_commit_checks")  # no process-wide registry to consult
+    catalog = lakehouse.iceberg.catalog.ObjectStoreCatalog("x", warehouse=tmp_path.as_uri())
+    assert catalog.commit_checks == lakehouse.iceberg.catalog.DEFAULT_COMMIT_CHECKS == (check_tiering_fence,)
+    assert not hasattr(lakehouse.iceberg.catalog, "default_commit_checks")  # no process-wide registry to consult
 
 
 @contextmanager
@@ -87,11 +86,11 @@ def _lakehouse_imported_afresh() -> Iterator[None]:
 def test_a_catalog_built_without_lakehouse_lakehouse_refuses_a_commit_across_the_fence(tmp_path) -> None:
     """Subprocess-free: the catalog is imported afresh with nothing of lakestream's facade imported."""
     with _lakehouse_imported_afresh():
-        catalog_module = importlib.import_module("lakehouse.catalog")
+        catalog_module = importlib.import_module("lakehouse.iceberg.catalog")
         conflict = sys.modules["lakehouse.errors"].TieringConflict
-        fence = sys.modules["lakehouse.tiering_fence"].check_tiering_fence
-        for name in ("lakehouse.lakehouse", "lakehouse.lake_layout", "lakehouse.tiering"):
-            assert name not in sys.modules, f"importing lakehouse.catalog imported {name}"
+        fence = sys.modules["lakehouse.iceberg.offsets"].check_tiering_fence
+        for name in ("lakehouse.lakehouse", "lakehouse.iceberg.layout", "lakehouse.tiering.round"):
+            assert name not in sys.modules, f"importing lakehouse.iceberg.catalog imported {name}"
         catalog = catalog_module.ObjectStoreCatalog("fresh", warehouse=tmp_path.as_uri())
         assert fence in catalog.commit_checks
         catalog.create_namespace("ods")
@@ -107,7 +106,7 @@ def test_a_catalog_built_without_lakehouse_lakehouse_refuses_a_commit_across_the
         assert catalog.load_table("ods.t").scan().to_arrow().num_rows == 1
         assert "lakehouse.lakehouse" not in sys.modules
     assert conflict is not TieringConflict  # the afresh import was one indeed; the process's modules are back
-    assert sys.modules["lakehouse.catalog"] is lakehouse.catalog
+    assert sys.modules["lakehouse.iceberg.catalog"] is lakehouse.iceberg.catalog
 
 
 @pytest.mark.subprocess
@@ -115,9 +114,9 @@ def test_the_tiering_fence_is_run_by_catalogs_load_catalog_builds(tmp_path) -> N
     """In a fresh process that imports nothing of lakestream itself: pyiceberg imports the catalog's module."""
     script = (
         "from pyiceberg.catalog import load_catalog\n"
-        f"c = load_catalog('x', **{{'py-catalog-impl': 'lakehouse.catalog.ObjectStoreCatalog', "
+        f"c = load_catalog('x', **{{'py-catalog-impl': 'lakehouse.iceberg.catalog.ObjectStoreCatalog', "
         f"'warehouse': {tmp_path.as_uri()!r}}})\n"
-        "from lakehouse.lake_layout import check_tiering_fence\n"
+        "from lakehouse.iceberg.layout import check_tiering_fence\n"
         "print(check_tiering_fence in c.commit_checks)\n"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=os.environ)
@@ -136,14 +135,14 @@ def test_a_catalog_load_catalog_builds_refuses_a_commit_across_the_fence(catalog
 
 
 def test_register_commit_check_is_deprecated_and_still_runs_its_check(catalog_props, monkeypatch) -> None:
-    monkeypatch.setattr(lakehouse.catalog, "_REGISTERED_COMMIT_CHECKS", [])
+    monkeypatch.setattr(lakehouse.iceberg.catalog, "_REGISTERED_COMMIT_CHECKS", [])
     catalog = load_catalog("a", **catalog_props)
 
     def refuse(base, updates, *, name: str) -> None:
         raise RuntimeError(f"{name}: refused")
 
     with pytest.warns(DeprecationWarning, match="add_commit_check"):
-        lakehouse.catalog.register_commit_check(refuse)
+        lakehouse.iceberg.catalog.register_commit_check(refuse)
     assert catalog.commit_checks == (check_tiering_fence, refuse)
     catalog.create_namespace("ods")
     table = catalog.create_table("ods.t", SCHEMA)
@@ -167,7 +166,7 @@ def test_a_check_added_to_one_catalog_refuses_its_commits_and_nothing_is_written
 
     ours.add_commit_check(refuse)
     ours.add_commit_check(refuse)  # once, however often it is added
-    assert ours.commit_checks == (*lakehouse.catalog.DEFAULT_COMMIT_CHECKS, refuse)
+    assert ours.commit_checks == (*lakehouse.iceberg.catalog.DEFAULT_COMMIT_CHECKS, refuse)
     assert refuse not in theirs.commit_checks
     before = ours.load_table("ods.t").metadata_location
     with pytest.raises(Refused, match="ods.t: refused"):

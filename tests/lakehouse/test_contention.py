@@ -9,8 +9,8 @@ import time
 import pyarrow as pa
 import pytest
 
-from lakehouse.catalog import DEFAULT_TABLE_PROPERTIES
-from lakehouse.contention import QUIET_MAX_MS, QUIET_MS, quiet_settings, wait_until_quiet
+from lakehouse.iceberg.catalog import DEFAULT_TABLE_PROPERTIES
+from lakehouse.iceberg.contention import QUIET_MAX_MS, QUIET_MS, quiet_settings, wait_until_quiet
 from object_store import PreconditionFailed
 
 SCHEMA = pa.schema([("worker", pa.int32()), ("seq", pa.int32())])

@@ -11,7 +11,7 @@ import pytest
 
 from lakehouse import Lakehouse
 from lakehouse.errors import SchemaError, TableNotFound
-from lakehouse.tables import TableDefinition
+from lakehouse.table.definition import TableDefinition
 from object_store import ObjectStore, StoreUnavailable
 from tests.lakehouse._faults import FailingPuts
 

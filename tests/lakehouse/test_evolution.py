@@ -1,4 +1,4 @@
-"""Schema evolution (`lakehouse.evolution`, `Lakehouse.alter_table`): refusals that change nothing, the
+"""Schema evolution (`lakehouse.table.evolution`, `Lakehouse.alter_table`): refusals that change nothing, the
 compare-and-swap, an alter that stops before its lake step, other readers (pyiceberg, DuckDB), and a property:
 random alters and appends (of producers holding the new and the old schema) with tiering, compaction and expiry
 between, read by the union read, the lake read and pyiceberg's scan, equal an oracle kept by field id."""
@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from lakehouse import Lakehouse
 from lakehouse.errors import AlterConflict, InvalidArgument, SchemaEvolutionError
 from lakehouse.log import Log
-from lakehouse.tables import TableDefinition
+from lakehouse.table.definition import TableDefinition
 from lakestream.cli import app
 from quality.reconcile import reconcile
 from tests.conftest import duckdb_connection

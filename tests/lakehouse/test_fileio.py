@@ -13,7 +13,7 @@ from pyiceberg.catalog import load_catalog
 from pyiceberg.io import load_file_io
 from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 
-from lakehouse.fileio import LakeFileIO, StoreOutputFile
+from lakehouse.iceberg.fileio import LakeFileIO, StoreOutputFile
 from object_store import MiB, open_store
 from tests.support.stores import catalog_properties
 
@@ -31,7 +31,7 @@ def s3(seaweedfs):
 
 def test_loaded_by_configuration_and_writes_through_the_store(s3, seaweedfs) -> None:
     props, store, prefix = s3
-    io = load_file_io({**props, "py-io-impl": "lakehouse.fileio.LakeFileIO"})
+    io = load_file_io({**props, "py-io-impl": "lakehouse.iceberg.fileio.LakeFileIO"})
     assert isinstance(io, LakeFileIO) and isinstance(io, PyArrowFileIO)
     location = f"s3://{seaweedfs.bucket}/{prefix}/a.bin"
     out = io.new_output(location)

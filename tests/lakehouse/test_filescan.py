@@ -1,8 +1,8 @@
-"""Streaming lake reads (`lakehouse.filescan`): the same rows as pyiceberg's ArrowScan for a filtered, projected scan
-(and the parallel whole-table read, `read_tasks`, the same rows in the same order); files opened one after another
-as the consumer asks (not all decoded before the first batch); a file pyiceberg must map (one lacking a column)
-still read right; `union_read(keep=...)` narrows every batch as it arrives and returns exactly the rows a filter of
-the whole read would. Both backends."""
+"""Streaming lake reads (`lakehouse.read.filescan`): the same rows as pyiceberg's ArrowScan for a filtered,
+projected scan (and the parallel whole-table read, `read_tasks`, the same rows in the same order); files opened one
+after another as the consumer asks (not all decoded before the first batch); a file pyiceberg must map (one lacking
+a column) still read right; `union_read(keep=...)` narrows every batch as it arrives and returns exactly the rows a
+filter of the whole read would. Both backends."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from pyiceberg.expressions import GreaterThanOrEqual
 from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 
-from lakehouse import Lakehouse, filescan
+from lakehouse import Lakehouse
+from lakehouse.read import filescan
 from tests.support.keyed_tables import NAME, SCHEMA, USER, batch
 
 
@@ -52,7 +53,7 @@ def test_streamed_files_give_pyiceberg_s_rows(lakehouse: Lakehouse, monkeypatch)
 def test_files_with_position_deletes_give_pyiceberg_s_rows(lakehouse: Lakehouse, monkeypatch) -> None:
     """Merge-on-read: files whose rows later rounds marked deleted stream without those rows, batch edges and
     row-group pruning included, as pyiceberg's scan gives them."""
-    from lakehouse import datafiles
+    from lakehouse.iceberg import datafiles
 
     lh = lakehouse
     monkeypatch.setattr(filescan, "BATCH_ROWS", 64)

@@ -24,7 +24,7 @@ def test_create_table_creates_the_iceberg_table_too(lakehouse: Lakehouse) -> Non
         "__bucket",
         "__offset",
         "__timestamp",
-    ]  # the lake layout: the log's columns plus the system columns (lakehouse.lake_layout)
+    ]  # the lake layout: the log's columns plus the system columns (lakehouse.iceberg.layout)
     assert [f.name for f in lake.spec().fields] == ["o_orderkey_bucket"]
     assert lake.properties["write.update.isolation-level"] == "snapshot"
     assert lake.properties["lakestream.table-uuid"] == d.table_uuid
@@ -62,6 +62,6 @@ def test_cli_location_register_repair_properties(tmp_path) -> None:
     result = runner.invoke(app, ["catalog", "repair", *wh])
     assert result.exit_code == 0 and "0 interrupted rename(s) resolved" in result.output
     result = runner.invoke(app, ["catalog", "properties", *wh])
-    assert "py-catalog-impl: lakehouse.catalog.ObjectStoreCatalog" in result.output
+    assert "py-catalog-impl: lakehouse.iceberg.catalog.ObjectStoreCatalog" in result.output
     result = runner.invoke(app, ["table", "location", "ods.nope", *wh])
     assert result.exit_code == 1 and "does not exist" in result.output

@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lakehouse import Lakehouse
-from lakehouse.bucketing import bucket_ids
 from lakehouse.errors import (
     BatchError,
     CorruptSegmentError,
@@ -31,6 +30,7 @@ from lakehouse.errors import (
     TableNotFound,
 )
 from lakehouse.log import AppendIncomplete, Limits, Log, segment
+from lakehouse.table.bucketing import bucket_ids
 from object_store import ObjectStore, StoreUnavailable
 from tests.lakehouse._faults import CountingPuts, FailingPuts
 from tests.lakehouse._workers import append_batches

@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 
 from lakehouse import Lakehouse
 from lakehouse.errors import InvalidArgument, MaintenanceError, OffsetOutOfRange, TableNotFound
-from lakehouse.lake_layout import COMMIT_USER_PROPERTY, tiering_snapshot
+from lakehouse.iceberg.offsets import COMMIT_USER_PROPERTY, tiering_snapshot
 from lakehouse.log import Log
 from lakehouse.log.log import MAX_INDEX_AGE
 from lakehouse.maintenance.retention import record_retention_floors, retention_floors, retention_key
-from lakehouse.tables import TableName
+from lakehouse.table.definition import TableName
 from lakestream.cli import app
 from tests.lakehouse._faults import ThenRun
 from tests.support.crash import crash
@@ -314,7 +314,7 @@ def test_an_orphan_age_below_the_floor_is_refused_unless_forced(tmp_path) -> Non
     lh.log(name).append(orders(range(100)))
     maintained = []
     between = lambda: maintained.append(CliRunner().invoke(app, ["maintain", "-w", wh, "--orphan-age", "0s"]))  # noqa: E731
-    from lakehouse.tiering import tier
+    from lakehouse.tiering.round import tier
 
     tier(lh.store, lh.catalog, lh.log(name), executor=ThenRun(between))
     assert maintained[0].exit_code == 1, maintained[0].output
@@ -424,7 +424,7 @@ def test_maintain_command_runs_everything_in_order(tmp_path) -> None:
 
 def test_union_read_survives_retention_racing_it(tmp_path, monkeypatch) -> None:
     """A union read that loaded the lake just before a tiering commit + retention retries on the new lake."""
-    from lakehouse.union import union_read
+    from lakehouse.read.union import union_read
 
     lh = Lakehouse.open(tmp_path.as_uri())
     lh.create_table("ods.t", ORDERS, primary_key=["o_orderkey"], buckets=1)

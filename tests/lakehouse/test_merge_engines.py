@@ -14,7 +14,7 @@ from lakehouse.errors import BatchError, SchemaError
 from lakehouse.log.batch import Limits, conform
 from lakehouse.log.segment import OP_TYPE, OPS
 from lakehouse.merge import engine_of
-from lakehouse.tables import TableDefinition
+from lakehouse.table.definition import TableDefinition
 from tests.lakehouse.merge_oracle import fold_all
 from tests.support.profiles import examples
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from lakehouse import Lakehouse
-from lakehouse.changes import apply_changes
+from lakehouse.read.changes import apply_changes
 from lakehouse.spark.source import register
 from tests.support.spark_reads import lakestream as reader
 

@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from lakehouse import Lakehouse
-from lakehouse.changes import apply_changes
 from lakehouse.errors import AsOfUnavailable, BatchError
+from lakehouse.read.changes import apply_changes
 from quality.reconcile import reconcile
 from tests.conftest import duckdb_connection
 from tests.lakehouse.merge_oracle import fold

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lakehouse import Lakehouse
-from lakehouse.datafiles import LakeContext
 from lakehouse.errors import CorruptDataFileError
-from lakehouse.keyed_rows import KeySet, may_hold
-from lakehouse.position_deletes import DeleteIndex, deleted_positions, in_sorted, sorted_unique
+from lakehouse.iceberg.datafiles import LakeContext
+from lakehouse.iceberg.position_deletes import DeleteIndex, deleted_positions, in_sorted, sorted_unique
+from lakehouse.merge.keyed_rows import KeySet, may_hold
 from tests.support.profiles import examples
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.int64())])

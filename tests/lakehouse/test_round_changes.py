@@ -1,5 +1,5 @@
-"""A tiering commit records its net changes (`lakehouse.lake_layout.ROUND_CHANGES_PROPERTY`): inserts, updates and
-deletes as `lakehouse.changes` counts them for the commit's offset range, found while the round looks the changed
+"""A tiering commit records its net changes (`lakehouse.iceberg.offsets.ROUND_CHANGES_PROPERTY`): inserts, updates and
+deletes as `lakehouse.read.changes` counts them for the commit's offset range, found while the round looks the changed
 keys up anyway; and, for merge-on-read and log tables, that its added data files are exactly the after-images.
 
 For random upserts and deletes (repeated keys, deletes of absent keys) of every merge engine, merge-on-read and
@@ -25,7 +25,7 @@ from pyiceberg.manifest import DataFileContent, ManifestEntryStatus
 from lakehouse import Lakehouse
 from lakehouse.errors import BatchError
 from lakehouse.executor import LocalExecutor
-from lakehouse.lake_layout import AFTER_IMAGES_IN_ADDED_FILES, round_changes, tiering_snapshots
+from lakehouse.iceberg.offsets import AFTER_IMAGES_IN_ADDED_FILES, round_changes, tiering_snapshots
 from tests.support.profiles import examples
 
 SCHEMA = pa.schema([("k", pa.int64()), ("a", pa.int64()), ("v", pa.int64())])

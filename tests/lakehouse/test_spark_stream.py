@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 from lakehouse import Lakehouse
-from lakehouse.changes import apply_changes
 from lakehouse.errors import InvalidArgument
+from lakehouse.read.changes import apply_changes
 from tests.support.keyed_tables import SCHEMA, batch
 
 pytestmark = pytest.mark.slow  # Spark queries: make test runs them, the quick selection does not

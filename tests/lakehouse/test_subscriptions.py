@@ -16,7 +16,6 @@ import pytest
 from typer.testing import CliRunner
 
 from lakehouse import Lakehouse
-from lakehouse.changes import apply_changes
 from lakehouse.errors import (
     AsOfUnavailable,
     InvalidArgument,
@@ -26,9 +25,10 @@ from lakehouse.errors import (
     SubscriptionNotFound,
     TableNotFound,
 )
+from lakehouse.read.changes import apply_changes
+from lakehouse.read.union import plan_as_of
 from lakehouse.subscriptions import SUBSCRIPTIONS_PREFIX, check_consumer
-from lakehouse.tables import TableName
-from lakehouse.union import plan_as_of
+from lakehouse.table.definition import TableName
 from lakestream.cli import app
 from tests.lakehouse._subscription_workers import advance_once
 

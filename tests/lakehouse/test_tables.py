@@ -8,7 +8,7 @@ import pytest
 
 from lakehouse import Lakehouse
 from lakehouse.errors import InvalidTableName, SchemaError, TableAlreadyExists, TableNotFound
-from lakehouse.tables import TableDefinition, TableName, parse_schema
+from lakehouse.table.definition import TableDefinition, TableName, parse_schema
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64())])
 

@@ -25,9 +25,9 @@ from pyiceberg.types import StringType
 from lakehouse import Lakehouse
 from lakehouse.errors import InvalidArgument, LakeStateError, LakestreamError, SchemaError, TieringConflict
 from lakehouse.executor import LocalExecutor
-from lakehouse.lake_layout import COMMIT_USER_PROPERTY, OFFSETS_PROPERTY, tiering_snapshot
+from lakehouse.iceberg.offsets import COMMIT_USER_PROPERTY, OFFSETS_PROPERTY, tiering_snapshot
 from lakehouse.log import Log
-from lakehouse.tiering import TieringError, plan_splits
+from lakehouse.tiering.round import TieringError, plan_splits
 from tests.conftest import duckdb_connection
 from tests.lakehouse._faults import ThenRun
 from tests.lakehouse._tiering_workers import tier_once
@@ -158,8 +158,8 @@ def test_primary_key_tiering_applies_upserts_and_deletes_copy_on_write(lakehouse
 def test_primary_key_tiering_merge_on_read_writes_what_changed(lakehouse: Lakehouse) -> None:
     """The default for a primary-key table: a round adds the new versions and a position delete file per changed
     bucket marking the old ones; no data file is rewritten, and every reader applies the deletes."""
-    from lakehouse.datafiles import LakeContext
-    from lakehouse.position_deletes import deleted_positions
+    from lakehouse.iceberg.datafiles import LakeContext
+    from lakehouse.iceberg.position_deletes import deleted_positions
 
     lh = lakehouse
     assert lh.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=4).write_mode == "merge-on-read"
@@ -196,7 +196,7 @@ def test_primary_key_tiering_merge_on_read_writes_what_changed(lakehouse: Lakeho
 def test_a_merge_on_read_round_splits_a_bucket_by_file_across_cores(lakehouse: Lakehouse) -> None:
     """One bucket, four cores: the round runs as several tasks, each finding old versions in its share of the
     bucket's files; the new rows are written once, each old file gets at most one delete file, readers agree."""
-    from lakehouse.tiering import tier
+    from lakehouse.tiering.round import tier
 
     lh = lakehouse
     lh.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=1)
@@ -459,7 +459,7 @@ def test_a_tiering_run_overtaken_by_another_deletes_its_files_and_commits_nothin
     lh.log("ods.events").append(orders(range(100)))
     winner = {}
     racing = ThenRun(lambda: winner.setdefault("result", lh.tier("ods.events")))
-    from lakehouse.tiering import tier
+    from lakehouse.tiering.round import tier
 
     with pytest.raises(TieringConflict, match="another tiering run .* planned on the table before its first tiering"):
         tier(lh.store, lh.catalog, lh.log("ods.events"), executor=racing)
@@ -868,7 +868,7 @@ def test_composite_primary_key(tmp_path) -> None:
     ],
 )
 def test_key_set_membership(keys, rows, expected) -> None:
-    from lakehouse.keyed_rows import KeySet
+    from lakehouse.merge.keyed_rows import KeySet
 
     pk = tuple(keys)
     assert KeySet(pa.table(keys), pk).hits(pa.table(rows)).to_pylist() == expected

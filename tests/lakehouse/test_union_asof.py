@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from lakehouse import Lakehouse
 from lakehouse.errors import AsOfUnavailable, CorruptDataFileError, InvalidArgument
-from lakehouse.lake_layout import COMMIT_USER_PROPERTY, TIERING_USER
-from lakehouse.union import plan_as_of, plan_read, snapshot_offsets
+from lakehouse.iceberg.offsets import COMMIT_USER_PROPERTY, TIERING_USER
+from lakehouse.read.union import plan_as_of, plan_read, snapshot_offsets
 from lakestream.cli import app
 from tests.support.keyed_tables import BUCKETS, NAME, SCHEMA, USER, batch, build, oracle
 
@@ -206,7 +206,7 @@ def test_a_malformed_offsets_property_is_an_error_for_the_newest_and_skipped_amo
     from pyiceberg.table.snapshots import Operation, Snapshot, Summary
 
     from lakehouse.errors import LakeStateError
-    from lakehouse.lake_layout import (
+    from lakehouse.iceberg.offsets import (
         COMMIT_USER_PROPERTY,
         OFFSETS_PROPERTY,
         TIERING_USER,

@@ -12,9 +12,9 @@ from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import TableAlreadyExistsError
 from typer.testing import CliRunner
 
-from lakehouse.aliases import AliasedTableError, read_aliases
 from lakehouse.lakehouse import Lakehouse
-from lakehouse.tables import TableName
+from lakehouse.table.aliases import AliasedTableError, read_aliases
+from lakehouse.table.definition import TableName
 from layers.bluegreen import GREEN_KEY, build_green, cleanup, cutover, rollback
 from layers.errors import GreenBehind
 from layers.project import load_project

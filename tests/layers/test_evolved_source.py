@@ -1,4 +1,4 @@
-"""A layers project over an evolved source (`lakehouse.evolution`): a model reading a dropped or renamed column
+"""A layers project over an evolved source (`lakehouse.table.evolution`): a model reading a dropped or renamed column
 fails at ``layers validate`` naming it; a ``SELECT *`` model's table gets an added column at the next deploy."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from jobs import check as job
 from lakehouse import Lakehouse
-from lakehouse.datafiles import LakeContext
+from lakehouse.iceberg.datafiles import LakeContext
 from lakestream.cli import app
 from quality.check import publish_run, run_checks
 from quality.publish import published_snapshot

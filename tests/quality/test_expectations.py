@@ -144,8 +144,8 @@ def test_a_model_is_tiered_to_round_boundaries_and_a_snapshot_off_them_is_an_err
     """Half a round in a model's log (a round appending, or a runner that died in it) is not tiered; a snapshot
     that holds one anyway (tiered without the boundary: an older version) is an error for the suite, not a
     violation."""
-    from lakehouse.boundaries import hold
-    from lakehouse.tiering import tier
+    from lakehouse.tiering.boundaries import hold
+    from lakehouse.tiering.round import tier
     from layers.lease import Owner
     from layers.rounds import RoundRecord, create_round, latest_round
 
@@ -338,7 +338,7 @@ def no_rows_in_the_driver():
     from pyiceberg.table import DataScan
     from pyspark.sql import SparkSession
 
-    import lakehouse.union as union
+    import lakehouse.read.union as union
 
     def refuse(what):
         def raising(*args, **kwargs):

@@ -14,7 +14,7 @@ import pytest
 from pyiceberg.table.snapshots import ancestors_of
 
 from lakehouse import Lakehouse
-from lakehouse.lake_layout import tiering_snapshots
+from lakehouse.iceberg.offsets import tiering_snapshots
 from object_store import open_store
 from quality import metrics as metrics_module
 from quality.metrics import MetricsError, collect_metrics, load_series, metrics_dataframe

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from lakehouse import Lakehouse
 from lakehouse.errors import InvalidArgument, RefNotFound
-from lakehouse.lake_layout import COMMIT_USER_PROPERTY, TIERING_USER
+from lakehouse.iceberg.offsets import COMMIT_USER_PROPERTY, TIERING_USER
 from quality.errors import PublishRefused
 from quality.publish import PUBLISHED, publish, published_snapshot
 from quality.results import RECONCILE, CheckResult, Violation
@@ -231,7 +231,7 @@ def test_published_never_moves_past_a_snapshot_reconcile_fails(lakehouse) -> Non
     drops a row, reconcile names it and `published` stays on the clean snapshot, whose rows reads still get."""
     import pyarrow.compute as pc
 
-    from lakehouse.datafiles import LakeContext
+    from lakehouse.iceberg.datafiles import LakeContext
     from quality.check import run_checks
     from quality.reconcile import reconcile
 

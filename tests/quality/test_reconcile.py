@@ -13,8 +13,8 @@ import pyarrow.compute as pc
 import pytest
 
 from lakehouse import Lakehouse
-from lakehouse.datafiles import LakeContext
-from lakehouse.lake_layout import tiering_snapshot, tiering_summary
+from lakehouse.iceberg.datafiles import LakeContext
+from lakehouse.iceberg.offsets import tiering_snapshot, tiering_summary
 from quality.reconcile import reconcile, state_key
 from tests.support.keyed_tables import BUCKETS, NAME, SCHEMA, batch, build
 from tests.support.rogue import live_files, rewrite, rogue_commit
@@ -223,7 +223,7 @@ def tiered_and_checked(lh: Lakehouse):
 
 def test_a_tiering_commit_that_keeps_a_stale_row_is_caught(lakehouse: Lakehouse) -> None:
     """A (buggy) tiering commit adds a key's new row but keeps the file with its old one: the key is twice."""
-    from lakehouse.lake_layout import log_to_lake_rows
+    from lakehouse.iceberg.layout import log_to_lake_rows
 
     lh = lakehouse
     table, f, ctx, key = tiered_and_checked(lh)
@@ -315,8 +315,8 @@ def test_a_log_segment_deleted_by_hand_is_told_from_retention(lakehouse: Lakehou
 def test_a_rogue_position_delete_is_named_by_both_checks(lakehouse: Lakehouse) -> None:
     """Merge-on-read: a commit that marks a live row deleted (no log change says so) loses that row. The
     incremental check names it as a commit that is not tiering marking rows; the full one as a missing row."""
-    from lakehouse.commits import append_row_changes
-    from lakehouse.position_deletes import write_position_deletes
+    from lakehouse.iceberg.commits import append_row_changes
+    from lakehouse.iceberg.position_deletes import write_position_deletes
 
     lh = lakehouse
     table, f, ctx, key = tiered_and_checked(lh)

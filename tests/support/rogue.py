@@ -5,7 +5,7 @@ data files (`live_files`). What reconciliation and the checks built on it must c
 from __future__ import annotations
 
 from lakehouse import Lakehouse
-from lakehouse.datafiles import LakeContext
+from lakehouse.iceberg.datafiles import LakeContext
 from tests.support.keyed_tables import NAME
 
 

@@ -24,8 +24,8 @@ def new_store_spec(backend: str, tmp_path: Path, request: pytest.FixtureRequest)
 
 def catalog_properties(url: str, options: dict[str, str]) -> dict[str, str]:
     """pyiceberg properties for an ObjectStoreCatalog on (url, store options): what a user configures."""
-    from lakehouse.catalog import STORE_OPTION_PROPERTIES
+    from lakehouse.iceberg.catalog import STORE_OPTION_PROPERTIES
 
-    props = {"py-catalog-impl": "lakehouse.catalog.ObjectStoreCatalog", "warehouse": url}
+    props = {"py-catalog-impl": "lakehouse.iceberg.catalog.ObjectStoreCatalog", "warehouse": url}
     props.update({theirs: options[ours] for ours, theirs in STORE_OPTION_PROPERTIES.items() if options.get(ours)})
     return props

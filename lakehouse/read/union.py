@@ -47,7 +47,6 @@ from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.metadata import TableMetadata
 from pyparsing import ParseException
 
-from lakehouse.datafiles import LakeContext
 from lakehouse.errors import (
     AsOfUnavailable,
     CorruptDataFileError,
@@ -56,21 +55,20 @@ from lakehouse.errors import (
     SchemaError,
     SnapshotNotFound,
 )
-from lakehouse.filescan import read_tasks, stream_tasks
-from lakehouse.keyed_rows import KeySet, reduce_changes, stored_rows, upserts_of
-from lakehouse.lake_layout import (
+from lakehouse.iceberg.datafiles import LakeContext
+from lakehouse.iceberg.layout import LAKE_SYSTEM_FIELDS, check_lake_layout, log_to_lake_rows
+from lakehouse.iceberg.offsets import (
     COMMIT_USER_PROPERTY,
-    LAKE_SYSTEM_FIELDS,
     TIERING_USER,
-    check_lake_layout,
     lake_offsets,
-    log_to_lake_rows,
     offsets_in_snapshot,
     tiering_snapshots,
 )
 from lakehouse.log import Log
 from lakehouse.merge import MergeEngine, engine_of
-from lakehouse.tables import TableDefinition
+from lakehouse.merge.keyed_rows import KeySet, reduce_changes, stored_rows, upserts_of
+from lakehouse.read.filescan import read_tasks, stream_tasks
+from lakehouse.table.definition import TableDefinition
 
 RowFilter = str | BooleanExpression | None
 AsOf = Mapping[int, int]

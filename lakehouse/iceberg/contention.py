@@ -9,7 +9,7 @@ rounds per 200 commits, each a reload, a manifest list, a metadata file and requ
 all on the cores the winner needs), and when the winner stops, everyone may still be asleep for up to
 the longest wait (a second): no commit for over 100 ms during 35-40% of the run.
 
-So our tables (`lakehouse.iceberg_table.LakeTable`) do what Ethernet does before sending (carrier sense):
+So our tables (`lakehouse.iceberg.lake_table.LakeTable`) do what Ethernet does before sending (carrier sense):
 after a lost commit, the reload that pyiceberg's retry starts with first waits until the pointer has not
 changed for ``quiet`` seconds (HEAD requests on the pointer, a few hundred bytes each, every ``quiet``
 seconds +-25%), for at most ``limit`` seconds. Writers then stay out of a busy writer's way and
@@ -22,7 +22,7 @@ the pointer, and the others wait up to ``limit`` per round.
 quiet pointer that is not and collide with it: that only costs a lost round, never correctness. ``limit``
 bounds how long a busy writer can keep the others waiting: after it, the waiter tries anyway (and with
 pyiceberg's retries, eventually wins a round). Both are table properties (`QUIET_MS`, `QUIET_MAX_MS`);
-the catalog writes the defaults into every table it creates (``lakehouse.catalog.DEFAULT_TABLE_PROPERTIES``).
+the catalog writes the defaults into every table it creates (``lakehouse.iceberg.catalog.DEFAULT_TABLE_PROPERTIES``).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ the resolved `TableName` on; a `TableName` is taken as the physical table and ne
 cached for `DEFAULT_CACHE_SECONDS` (``Lakehouse(..., alias_cache_seconds=...)``): a switch reaches a running
 reader within that time. A name without an alias is its own physical table (no record: nothing changes).
 
-The catalog other engines load (`lakehouse.catalog.ObjectStoreCatalog`, as pyiceberg's ``load_catalog`` builds it)
-resolves a name through the same record, so pyiceberg, ``lakestream table location`` and DuckDB on that location
+The catalog other engines load (`lakehouse.iceberg.catalog.ObjectStoreCatalog`, as pyiceberg's ``load_catalog`` builds
+it) resolves a name through the same record, so pyiceberg, ``lakestream table location`` and DuckDB on that location
 see the table serving the name; what would change the table behind an aliased name through the catalog (drop,
 rename, create, register, a commit of a table loaded before the switch) raises `AliasedTableError`. The
 `Lakehouse`'s own catalog (``lh.catalog``) names physical tables: it sits below this resolution.
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pyiceberg.exceptions import TableAlreadyExistsError
 
 from lakehouse.errors import LakestreamError
-from lakehouse.tables import RESERVED_NAMESPACE, TableName
+from lakehouse.table.definition import RESERVED_NAMESPACE, TableName
 from object_store import NotFound, ObjectStore, PreconditionFailed
 
 __all__ = [

@@ -8,7 +8,7 @@ Readers apply them (pyiceberg's scan, DuckDB's ``iceberg_scan``, lakestream's ow
 
 pyiceberg 0.12 reads position deletes but has no API that writes them or commits them; `write_position_deletes`
 writes the file with the Iceberg field ids and statistics a reader needs (the referenced paths' bounds let
-readers skip a delete file for other data files); `lakehouse.commits` commits them.
+readers skip a delete file for other data files); `lakehouse.iceberg.commits` commits them.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pyiceberg.typedef import Record
 from lakehouse.errors import CorruptDataFileError
 
 if TYPE_CHECKING:
-    from lakehouse.datafiles import LakeContext
+    from lakehouse.iceberg.datafiles import LakeContext
 
 __all__ = [
     "FILE_PATH_ID",

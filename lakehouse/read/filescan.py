@@ -13,7 +13,7 @@ pyiceberg's parallel read 0.4 s). A file with position deletes (merge-on-read) i
 group by row group (those whose statistics can match the filter), its deleted positions dropped before the
 filter; each delete file is read once per scan. A task pyiceberg must read itself (a column the file lacks, a
 format other than Parquet, a file written before a schema change whose names or field ids differ from the
-current schema's: `lakehouse.evolution`) still goes through `ArrowScan`, which projects it by field id.
+current schema's: `lakehouse.table.evolution`) still goes through `ArrowScan`, which projects it by field id.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask
 from pyiceberg.table.metadata import TableMetadata
 
-from lakehouse.position_deletes import check_positions, positions_by_path, read_marks
+from lakehouse.iceberg.position_deletes import check_positions, positions_by_path, read_marks
 
 #: Files a whole-table read (`read_tasks`) decodes at once.
 READ_FILES = 4

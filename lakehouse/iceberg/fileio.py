@@ -11,9 +11,9 @@ pyarrow's, unchanged, so scans and everything else keep working as with `PyArrow
 
 Any pyiceberg user can choose it by configuration::
 
-    load_catalog("x", **{"py-io-impl": "lakehouse.fileio.LakeFileIO", "s3.endpoint": ..., ...})
+    load_catalog("x", **{"py-io-impl": "lakehouse.iceberg.fileio.LakeFileIO", "s3.endpoint": ..., ...})
 
-`lakehouse.catalog.ObjectStoreCatalog` uses it for its tables unless ``py-io-impl`` is set. Writes
+`lakehouse.iceberg.catalog.ObjectStoreCatalog` uses it for its tables unless ``py-io-impl`` is set. Writes
 use the properties in `STORE_OPTION_PROPERTIES` (endpoint, region, static credentials; else boto3's
 credential chain); pyiceberg's other S3 properties (``s3.role-arn``, ``s3.proxy-uri``, ...) reach only
 the pyarrow reads, so set ``py-io-impl`` to ``pyiceberg.io.pyarrow.PyArrowFileIO`` if writes need them.

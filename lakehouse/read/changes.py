@@ -47,13 +47,13 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from lakehouse.errors import AsOfUnavailable, InvalidArgument, OffsetOutOfRange, SchemaError
-from lakehouse.keyed_rows import KeySet, file_bounds, group_bounds, may_hold, reduce_changes, upserts_of
-from lakehouse.lake_layout import BUCKET_COLUMN, check_lake_layout, lake_arrow_schema, log_to_lake_rows
+from lakehouse.iceberg.layout import BUCKET_COLUMN, check_lake_layout, lake_arrow_schema, log_to_lake_rows
+from lakehouse.iceberg.position_deletes import DeleteIndex
 from lakehouse.log import Log
 from lakehouse.merge import engine_of
-from lakehouse.position_deletes import DeleteIndex
-from lakehouse.tables import TableDefinition
-from lakehouse.union import AsOf, check_as_of, plan_as_of
+from lakehouse.merge.keyed_rows import KeySet, file_bounds, group_bounds, may_hold, reduce_changes, upserts_of
+from lakehouse.read.union import AsOf, check_as_of, plan_as_of
+from lakehouse.table.definition import TableDefinition
 
 OP_COLUMN = "_op"
 INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "insert", "update_before", "update_after", "delete"
@@ -214,7 +214,7 @@ def read_bucket_rows(plan: ChangesPlan, item: BucketChanges, log_: Log, ctx: Any
 
 def read_bucket_changes(plan: ChangesPlan, item: BucketChanges, log_: Log, ctx: Any) -> pa.Table:
     """One bucket's changes (see the module docstring). ``ctx`` reads the lake's data files
-    (`lakehouse.datafiles.LakeContext`).
+    (`lakehouse.iceberg.datafiles.LakeContext`).
 
     Raises:
         AsOfUnavailable: log retention removed records of the range.

@@ -33,38 +33,37 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from pydantic import ValidationError as PydanticValidationError
 from pyiceberg.exceptions import (
     CommitFailedException,
     CommitStateUnknownException,
-    NoSuchTableError,
     ValidationException,
 )
-from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from lakehouse.commits import append_row_changes, rewrite_files
-from lakehouse.datafiles import LakeContext, added_or_raise, locations
 from lakehouse.errors import InvalidArgument, LakeStateError, LakestreamError, TieringConflict
-from lakehouse.evolution import sync_lake_schema
 from lakehouse.executor import LocalExecutor, TaskExecutor
-from lakehouse.keyed_rows import KeySet, mark_bucket, reduce_changes, rewrite_bucket, round_counts, stored_rows
-from lakehouse.lake_layout import (
-    AFTER_IMAGES_IN_ADDED_FILES,
-    ROUND_CHANGES_PROPERTY,
-    TABLE_UUID_PROPERTY,
+from lakehouse.iceberg.commits import append_row_changes, rewrite_files
+from lakehouse.iceberg.datafiles import LakeContext, added_or_raise, locations
+from lakehouse.iceberg.layout import (
     check_lake_layout,
-    lake_offsets,
     log_to_lake_rows,
     parse_partition_by,
     partition_groups,
+)
+from lakehouse.iceberg.load import load_lake_table
+from lakehouse.iceberg.offsets import (
+    AFTER_IMAGES_IN_ADDED_FILES,
+    ROUND_CHANGES_PROPERTY,
+    lake_offsets,
     tiering_snapshot,
     write_tiering_summary,
 )
 from lakehouse.log import Log
 from lakehouse.merge import engine_of
-from lakehouse.tables import TableDefinition
+from lakehouse.merge.keyed_rows import KeySet, mark_bucket, reduce_changes, rewrite_bucket, round_counts, stored_rows
+from lakehouse.table.definition import TableDefinition
+from lakehouse.table.evolution import sync_lake_schema
 
 log = logging.getLogger(__name__)
 
@@ -274,42 +273,6 @@ def _round_changes(definition: TableDefinition, outcomes: Sequence[_TaskResult])
     return json.dumps(counts, separators=(",", ":"))
 
 
-def load_lake_table(catalog: Any, definition: TableDefinition) -> Table:
-    """The lake table of ``definition``; `LakeStateError` if it is missing or belongs to another table."""
-    ident = (definition.name.namespace, definition.name.table)
-    try:
-        table = catalog.load_table(ident)
-    except NoSuchTableError:
-        newest = catalog.newest_metadata_file(ident) if hasattr(catalog, "newest_metadata_file") else None
-        if newest is None:
-            raise LakeStateError(
-                f"log table {definition.name} has no lake table in the catalog (dropped, or a crash during create?). "
-                f"Recreate it with lh.ensure_lake_table(lh.table({str(definition.name)!r})), then tier again"
-            ) from None
-        raise LakeStateError(
-            f"log table {definition.name} has no lake table in the catalog, but its metadata files remain (its "
-            "catalog pointer was deleted or the table dropped). To get it back with its tiered data and offsets, "
-            f"re-register the newest one: lakestream table register {definition.name} {newest}. Only to start the "
-            f"lake over: lh.ensure_lake_table(lh.table({str(definition.name)!r})) creates an empty one, and "
-            "tiering then starts again from the log's first offsets (records already removed by log retention "
-            "would be missing from the new lake)"
-        ) from None
-    except (IcebergValidationError, PydanticValidationError) as exc:
-        raise LakeStateError(
-            f"{definition.name}: the lake table's metadata cannot be loaded ({type(exc).__name__}: {exc}). A create "
-            "that failed halfway (before lakestream refused such types) leaves one: drop it (lakestream table drop "
-            f"{definition.name}) and create it again; otherwise restore a loadable metadata file (lakestream table "
-            "register NAME METADATA --overwrite)"
-        ) from None
-    if table.properties.get(TABLE_UUID_PROPERTY) != definition.table_uuid:
-        raise LakeStateError(
-            f"the Iceberg table {definition.name} does not belong to this lakestream table (its "
-            f"{TABLE_UUID_PROPERTY} is {table.properties.get(TABLE_UUID_PROPERTY)!r}, the log's is "
-            f"{definition.table_uuid!r}); drop or rename it, then recreate the lake table"
-        )
-    return table
-
-
 def check_offsets(name: str, lake: dict[int, int], log_end: dict[int, int]) -> None:
     ahead = {b: (lake[b], log_end.get(b, 0)) for b in lake if lake[b] > log_end.get(b, 0)}
     if ahead:
@@ -385,7 +348,7 @@ def tier(
     end: Mapping[int, int] | None = None,
 ) -> TieringResult:
     """One tiering round of ``log_``'s table. See the module docstring. ``end`` caps the offsets tiered per
-    bucket (default: the log's end): the boundary the table's writer declared (`lakehouse.boundaries`), so
+    bucket (default: the log's end): the boundary the table's writer declared (`lakehouse.tiering.boundaries`), so
     that its lake snapshots hold whole changes.
 
     Raises:

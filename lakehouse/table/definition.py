@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 
-from lakehouse.bucketing import check_bucket_key_type
 from lakehouse.errors import InvalidTableName, SchemaError
+from lakehouse.table.bucketing import check_bucket_key_type
 
 #: The top-level folder of lakestream's own objects (definitions, the catalog): no namespace may be named so
 #: (a table ``_lakestream.tables`` put its log among the definitions, and every table listing failed).
@@ -117,7 +117,7 @@ class SchemaVersion:
 @dataclass(frozen=True)
 class TableDefinition:
     """What a table is. Its name, keys, buckets and partitions are fixed at creation; its schema evolves by
-    versions (`Lakehouse.alter_table`, `lakehouse.evolution`)."""
+    versions (`Lakehouse.alter_table`, `lakehouse.table.evolution`)."""
 
     name: TableName
     schema: pa.Schema
@@ -137,7 +137,7 @@ class TableDefinition:
     version_column: str | None = None
     #: The `AGGREGATE` engine's functions, as (column, function) pairs.
     aggregates: tuple[tuple[str, str], ...] = ()
-    #: Schema evolution (`lakehouse.evolution`): the version of ``schema`` (0: as created), the field ids of its
+    #: Schema evolution (`lakehouse.table.evolution`): the version of ``schema`` (0: as created), the field ids of its
     #: columns (empty: 1..n, as the lake table was created), the earlier versions (oldest first) and the highest
     #: field id any version used (0: none beyond those the lake table was created with).
     schema_version: int = 0

@@ -34,7 +34,7 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _FastAppendFiles, _ManifestMergeManager, _OverwriteFiles
 from pyiceberg.utils.properties import property_as_bool, property_as_int
 
-from lakehouse.position_deletes import is_delete_file
+from lakehouse.iceberg.position_deletes import is_delete_file
 
 if TYPE_CHECKING:
     from pyiceberg.table import Transaction

@@ -37,7 +37,7 @@ from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 
 from lakehouse.errors import InvalidArgument
-from lakehouse.evolution import project_lake_file
+from lakehouse.table.evolution import project_lake_file
 from object_store import ObjectStore, open_store
 
 log = logging.getLogger(__name__)
@@ -184,7 +184,7 @@ class LakeContext:
 
     def read(self, location: str, columns: list[str] | None = None) -> pa.Table:
         """Read a data file written by `write` (our own files, no deletes) as the current schema: a file written
-        before a schema change is projected by field id (`lakehouse.evolution.project_lake_file`)."""
+        before a schema change is projected by field id (`lakehouse.table.evolution.project_lake_file`)."""
         target = self.arrow_schema if columns is None else pa.schema([self.arrow_schema.field(c) for c in columns])
         try:
             rows = pq.read_table(self.key_of(location), filesystem=self.fs, columns=columns)

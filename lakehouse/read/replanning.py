@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakehouse.errors import CorruptDataFileError, InvalidArgument, OffsetOutOfRange
-from lakehouse.keyed_rows import distinct_rows
 from lakehouse.log import Log
-from lakehouse.tables import TableName
-from lakehouse.union import AsOf, as_of_unavailable
+from lakehouse.merge.keyed_rows import distinct_rows
+from lakehouse.read.union import AsOf, as_of_unavailable
+from lakehouse.table.definition import TableName
 
 if TYPE_CHECKING:
     from lakehouse.lakehouse import Lakehouse
@@ -57,7 +57,7 @@ def stream_changes(lh: Lakehouse, name: str | TableName, plan: Any, attempts: in
     """The buckets' changes in bucket order, up to ``CHANGES_WORKERS`` buckets read at once."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from lakehouse.datafiles import LakeContext
+    from lakehouse.iceberg.datafiles import LakeContext
 
     ctx = LakeContext.of(lh.store, lh.lake_table(name))
     items = list(plan.buckets)
@@ -76,7 +76,7 @@ def stream_changes(lh: Lakehouse, name: str | TableName, plan: Any, attempts: in
 def _bucket_changes(lh: Lakehouse, name: str | TableName, plan: Any, item: Any, ctx: Any, attempts: int) -> pa.Table:
     """One bucket's changes; planned again if expiry or retention removed its old rows' snapshot or log
     meanwhile (`AsOfUnavailable` once nothing retained can serve them)."""
-    from lakehouse.changes import plan_changes, read_bucket_changes
+    from lakehouse.read.changes import plan_changes, read_bucket_changes
 
     def replan(table: Any, log: Log) -> Any:
         return plan_changes(table, log, plan.start, plan.end, before_images=plan.before_images, columns=plan.columns)
@@ -86,7 +86,7 @@ def _bucket_changes(lh: Lakehouse, name: str | TableName, plan: Any, item: Any, 
 
 def _bucket_rows(lh: Lakehouse, name: str | TableName, plan: Any, item: Any, ctx: Any, keys: pa.Table) -> pa.Table:
     """One bucket's rows of `lookup`, planned again as `_bucket_changes` is."""
-    from lakehouse.changes import plan_lookup, read_bucket_rows
+    from lakehouse.read.changes import plan_lookup, read_bucket_rows
 
     return _old_state(
         lh,
@@ -106,7 +106,7 @@ def _old_state(
     """``read(plan, item, log, ctx)`` of a read that needs the state as of ``plan.start`` (a snapshot's
     files and the log after it); if expiry or retention removed them meanwhile, ``replan(table, log)`` and
     read again (`AsOfUnavailable` once nothing retained can serve ``plan.start``)."""
-    from lakehouse.datafiles import LakeContext
+    from lakehouse.iceberg.datafiles import LakeContext
 
     log = lh.log(name)
     for attempt in range(attempts):
@@ -132,14 +132,14 @@ def lookup(
     offset map ``as_of``, as `union_read` with ``as_of`` holds them (keys absent then are absent here; a
     key given twice comes once). A point lookup: per bucket of the keys, only the lake files whose key
     statistics can hold one, their key column first and whole rows only of row groups holding one, plus the
-    log between that snapshot and ``as_of`` (see `lakehouse.changes.read_bucket_rows`); for keys spread
+    log between that snapshot and ``as_of`` (see `lakehouse.read.changes.read_bucket_rows`); for keys spread
     over the table it decodes the row groups once, without union reads' filter and merge passes.
 
     Raises:
         InvalidArgument: a table without a primary key, ``keys`` without its columns, a bad offset map.
         AsOfUnavailable: snapshot expiry and log retention removed what ``as_of`` needs.
     """
-    from lakehouse.changes import plan_lookup
+    from lakehouse.read.changes import plan_lookup
 
     log = lh.log(name)
     definition = log.definition
@@ -165,7 +165,7 @@ def lookup(
     plan = plan_lookup(table, log, as_of, list(by_bucket))
     from concurrent.futures import ThreadPoolExecutor
 
-    from lakehouse.datafiles import LakeContext
+    from lakehouse.iceberg.datafiles import LakeContext
 
     ctx = LakeContext.of(lh.store, table)
     with ThreadPoolExecutor(CHANGES_WORKERS, thread_name_prefix="lakestream-lookup") as pool:

@@ -21,7 +21,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from lakehouse.tables import RESERVED_NAMESPACE, TableDefinition, TableName
+from lakehouse.table.definition import RESERVED_NAMESPACE, TableDefinition, TableName
 from object_store import NotFound, ObjectStore, PreconditionFailed
 
 __all__ = ["BOUNDARIES_PREFIX", "Boundary", "delete_boundary", "hold", "read_boundary", "release", "tiering_end"]

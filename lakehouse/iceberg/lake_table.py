@@ -9,7 +9,7 @@ measured with one writer at ~175 snapshots, the deep copies were half of an appe
 - `apply_updates` is ``update_table_metadata`` without that final copy. Every pyiceberg update builds
   new containers (``base.snapshots + [snapshot]``, ``{**base.refs, ...}``) inside frozen models and
   never mutates its base, so the result can share the untouched parts with it. The catalog stages
-  commits with it (`lakehouse.catalog.ObjectStoreCatalog._update_and_stage_table`).
+  commits with it (`lakehouse.iceberg.catalog.ObjectStoreCatalog._update_and_stage_table`).
 - `CachingTransaction` computes ``table_metadata`` once per state: the result is cached on the
   identity of its two inputs (the table's metadata and the tuple of staged updates), both rebound,
   never mutated, whenever they change (a staged update, a refresh, a commit), so a stale value cannot
@@ -22,9 +22,9 @@ measured with one writer at ~175 snapshots, the deep copies were half of an appe
   round until expiry, and serializing all of it again each time made a commit's cost grow with the history.
 
 - After a commit lost to another writer, `LakeTable.refresh` (the reload pyiceberg's retry starts with)
-  first waits for the table's pointer to go quiet (`lakehouse.contention`).
+  first waits for the table's pointer to go quiet (`lakehouse.iceberg.contention`).
 
-Everything else is pyiceberg's: tables loaded through `lakehouse.catalog.ObjectStoreCatalog` are
+Everything else is pyiceberg's: tables loaded through `lakehouse.iceberg.catalog.ObjectStoreCatalog` are
 `LakeTable` instances, which any pyiceberg code uses as a `Table`. A test checks `apply_updates`
 against pyiceberg's own function, so a pyiceberg upgrade that changes the semantics fails loudly.
 """

@@ -18,9 +18,9 @@ import pyarrow.compute as pc
 from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import DataFile
 
-from lakehouse.lake_layout import log_to_lake_rows, parse_partition_by, partition_groups
-from lakehouse.position_deletes import DeleteIndex, in_sorted, sorted_unique, write_position_deletes
-from lakehouse.tables import TableDefinition
+from lakehouse.iceberg.layout import log_to_lake_rows, parse_partition_by, partition_groups
+from lakehouse.iceberg.position_deletes import DeleteIndex, in_sorted, sorted_unique, write_position_deletes
+from lakehouse.table.definition import TableDefinition
 
 
 def reduce_changes(data: pa.Table, primary_key: tuple[str, ...]) -> pa.Table:
@@ -308,7 +308,7 @@ class FoundKeys:
 
 
 def round_counts(upsert_keys: int, found_updates: int, found_deletes: int) -> dict[str, int]:
-    """A round's net changes, as `lakehouse.changes` classifies them: upserted keys that were live are updates,
+    """A round's net changes, as `lakehouse.read.changes` classifies them: upserted keys that were live are updates,
     the others inserts; deleted keys that were live are deletes (a delete of an absent key changes nothing)."""
     return {"inserts": upsert_keys - found_updates, "updates": found_updates, "deletes": found_deletes}
 

@@ -26,8 +26,8 @@ import pyarrow as pa
 from pyiceberg.table import Table
 
 from lakehouse.errors import InvalidArgument, SchemaError, SchemaEvolutionError
-from lakehouse.lake_layout import check_lake_layout, check_lake_type, lake_schema
-from lakehouse.tables import SYSTEM_COLUMNS, TableDefinition, parse_schema, parse_type, split_list
+from lakehouse.iceberg.layout import check_lake_layout, check_lake_type, lake_schema
+from lakehouse.table.definition import SYSTEM_COLUMNS, TableDefinition, parse_schema, parse_type, split_list
 
 FIELD_ID = b"PARQUET:field_id"
 

@@ -1,4 +1,4 @@
-"""The lake side of a table: its Iceberg layout and the log offsets its snapshots record.
+"""How a table lies in Iceberg: its schema, partition spec and sort order, and its rows as lake rows.
 
 Layout (as Fluss does): the log's columns plus ``__bucket`` (int), ``__offset`` (long) and
 ``__timestamp`` (timestamptz). Partition spec: the table's own transforms (``partition_by``, e.g.
@@ -6,26 +6,14 @@ Layout (as Fluss does): the log's columns plus ``__bucket`` (int), ``__offset`` 
 lake partition ``bucket = i`` and tiering needs no shuffle; a table without a bucket key partitions by
 ``identity(__bucket)``. Data files are sorted by ``__offset``.
 
-Offsets: every tiering commit stores the complete map of tiered offsets (bucket -> next offset), marked
-``lakestream.commit-user = tiering``: in its snapshot summary under ``lakestream.offsets`` for a table of
-up to `INLINE_OFFSETS_BUCKETS` buckets, else in a small JSON file beside the table's metadata named by
-``lakestream.offsets-file`` (written before the commit, immutable, removed with its snapshot), so the
-metadata every commit rewrites grows with the snapshots kept, not with buckets x snapshots. The lake's
-offsets are those of the newest tiering snapshot by sequence number; other commits (compaction, expiry)
-carry no offsets and do not confuse the lookup. ``lakestream.tiering-base`` names the tiering snapshot a
-commit was planned on: the catalog refuses it if the table's newest tiering snapshot is another one
-(`lakehouse.tiering_fence`, which every catalog runs), so a tiering round is committed once or not at all.
+Which log offsets a lake snapshot holds is the offsets protocol's (`lakehouse.iceberg.offsets`).
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import re
-import threading
-import uuid
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,12 +23,10 @@ import pyarrow.compute as pc
 from pydantic import ValidationError as PydanticValidationError
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import ValidationError as IcebergValidationError
-from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import UTC_ALIASES, UnsupportedPyArrowTypeException
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import (
     BucketTransform,
@@ -54,28 +40,10 @@ from pyiceberg.transforms import (
 from pyiceberg.types import NestedField
 
 from lakehouse.errors import LakeStateError, SchemaError
-from lakehouse.tables import TableDefinition
-from lakehouse.tiering_fence import (
-    COMMIT_USER_PROPERTY,
-    TIERING_BASE_PROPERTY,
-    TIERING_USER,
-    check_tiering_fence,
-    tiering_snapshot,
-)
+from lakehouse.table.definition import TableDefinition
 
-OFFSETS_PROPERTY = "lakestream.offsets"
 TABLE_UUID_PROPERTY = "lakestream.table-uuid"
-OFFSETS_FILE_PROPERTY = "lakestream.offsets-file"
-#: A tiering commit's net changes (JSON: ``inserts``, ``updates``, ``deletes`` as `lakehouse.changes` counts them)
-#: and whether its added data files are exactly the after-images (``after_images``: "added-files"; merge-on-read
-#: and log tables) or not (copy-on-write: they also hold the rewritten files' other rows). Readers of a commit's
-#: figures (metrics) take them from here instead of looking the changed keys up in the lake.
-ROUND_CHANGES_PROPERTY = "lakestream.round-changes"
-AFTER_IMAGES_IN_ADDED_FILES = "added-files"
 
-#: Tables of up to this many buckets keep their offsets in the snapshot summary (about 250 bytes, as much
-#: as Iceberg's own summary fields); larger ones in an offsets file per tiering snapshot.
-INLINE_OFFSETS_BUCKETS = 16
 
 #: Properties of every lake table. Snapshot isolation for overwrites: a compaction must not fail because
 #: tiering appended new files meanwhile (pyiceberg's default, serializable, refuses any concurrent append).
@@ -210,7 +178,7 @@ def lake_arrow_schema(definition: TableDefinition) -> pa.Schema:
 
 def lake_schema(definition: TableDefinition) -> Schema:
     """The Iceberg schema of the lake table: as created, field ids 1..n in column order (the user columns, then
-    the system columns); after schema evolution (`lakehouse.evolution`) the columns of the definition's current
+    the system columns); after schema evolution (`lakehouse.table.evolution`) the columns of the definition's current
     version under their field ids, in field-id order (Iceberg adds a column after the others): a kept column as
     created (its nested ids too), renamed or widened; an added one optional, under the id the alter gave it.
 
@@ -415,189 +383,17 @@ def log_to_lake_rows(data: pa.Table | pa.RecordBatch, bucket: int, *, keep_op: b
     return pa.Table.from_arrays(arrays, names=names)
 
 
-def lake_offsets(metadata: TableMetadata, buckets: int, *, name: str = "", io: FileIO | None = None) -> dict[int, int]:
-    """The tiered offsets of every bucket (0 where nothing is tiered), from the newest tiering snapshot.
-    ``io`` reads offsets files (tables of more than `INLINE_OFFSETS_BUCKETS` buckets).
-
-    Raises:
-        LakeStateError: the table has snapshots but no tiering snapshot (written by another tool), or the
-            newest tiering snapshot's offsets are missing, malformed or their file unreadable.
-    """
-    snap = tiering_snapshot(metadata)
-    if snap is None:
-        if metadata.current_snapshot_id is not None:
-            raise LakeStateError(
-                f"lake table {name} has snapshots but none records {OFFSETS_PROPERTY}: it was written by another "
-                "tool, so lakestream cannot tell which log offsets it holds. Tier into a fresh table, or register "
-                "the offsets by hand (docs/concepts/tiering-and-union-read.md)"
-            )
-        return dict.fromkeys(range(buckets), 0)
-    raw = snap.summary[OFFSETS_PROPERTY] or snap.summary[OFFSETS_FILE_PROPERTY]
-    try:
-        return offsets_in_snapshot(snap, buckets, io)
-    except OSError as exc:
-        raise LakeStateError(
-            f"lake table {name}: the offsets file {raw} of tiering snapshot {snap.snapshot_id} cannot be read "
-            f"({type(exc).__name__}: {exc}); the table's tiered offsets are unknown. Restore the file from a "
-            "backup, or re-tier into a fresh table"
-        ) from None
-    except (TypeError, ValueError, AttributeError):
-        raise LakeStateError(
-            f"lake table {name}: tiering snapshot {snap.snapshot_id} has no valid {OFFSETS_PROPERTY} "
-            f"({raw!r}); the table's tiered offsets are unknown. Restore the property or re-tier into a fresh table"
-        ) from None
-    except IndexError:
-        raise LakeStateError(
-            f"lake table {name}: {OFFSETS_PROPERTY} of snapshot {snap.snapshot_id} names buckets or offsets outside "
-            f"the table's {buckets} buckets: {raw}"
-        ) from None
-
-
-#: Offsets files by location: immutable once written, so a process reads each one once.
-_OFFSETS_FILES: dict[str, str] = {}
-_OFFSETS_FILES_MAX = 4096
-_OFFSETS_LOCK = threading.Lock()
-
-
-def _offsets_text(snap: Snapshot, io: FileIO | None) -> str:
-    """The JSON of a tiering snapshot's offsets: its summary's, or its offsets file's (cached)."""
-    inline = snap.summary[OFFSETS_PROPERTY]
-    if inline is not None:
-        return inline
-    path = snap.summary[OFFSETS_FILE_PROPERTY]
-    if path is None:
-        raise ValueError(f"snapshot {snap.snapshot_id} records no offsets")
-    with _OFFSETS_LOCK:
-        cached = _OFFSETS_FILES.get(path)
-    if cached is not None:
-        return cached
-    if io is None:
-        raise ValueError(f"snapshot {snap.snapshot_id} keeps its offsets in {path}: reading them needs the table's io")
-    with io.new_input(path).open() as f:
-        text = f.read().decode()
-    with _OFFSETS_LOCK:
-        if len(_OFFSETS_FILES) >= _OFFSETS_FILES_MAX:
-            _OFFSETS_FILES.clear()
-        _OFFSETS_FILES[path] = text
-    return text
-
-
-def offsets_in_snapshot(snap: Snapshot, buckets: int, io: FileIO | None = None) -> dict[int, int]:
-    """A tiering snapshot's offsets of every bucket (0 where none is recorded). Raises TypeError, ValueError or
-    AttributeError if they do not parse, IndexError if they name a bucket or offset out of range, OSError if
-    their file cannot be read."""
-    parsed = {int(b): int(o) for b, o in json.loads(_offsets_text(snap, io)).items()}
-    if any(b < 0 or b >= buckets or o < 0 for b, o in parsed.items()):
-        raise IndexError(f"offsets outside the table's {buckets} buckets: {parsed}")
-    return {b: parsed.get(b, 0) for b in range(buckets)}
-
-
-def tiering_snapshots(
-    metadata: TableMetadata, buckets: int, io: FileIO | None = None
-) -> list[tuple[Snapshot, dict[int, int]]]:
-    """Every retained tiering snapshot with its offsets of every bucket (0 where none is recorded), newest
-    first by sequence number; snapshots whose offsets do not parse or cannot be read are left out
-    (`lake_offsets` reports the newest one's). Offsets files are read in parallel, each once per process."""
-    snaps = [s for s in metadata.snapshots if s.summary is not None and s.summary[COMMIT_USER_PROPERTY] == TIERING_USER]
-
-    def offsets_of(snap: Snapshot) -> dict[int, int] | None:
-        try:
-            return offsets_in_snapshot(snap, buckets, io)
-        except (TypeError, ValueError, AttributeError, IndexError, OSError):
-            return None
-
-    with _OFFSETS_LOCK:  # files not read yet by this process; inline offsets and cached files need no threads
-        unread = [
-            s for s in snaps if (path := s.summary[OFFSETS_FILE_PROPERTY]) is not None and path not in _OFFSETS_FILES
-        ]
-    if len(unread) > 1:
-        with ThreadPoolExecutor(min(16, len(unread))) as pool:
-            parsed = list(pool.map(offsets_of, snaps))
-    else:
-        parsed = [offsets_of(s) for s in snaps]
-    out = [(s, o) for s, o in zip(snaps, parsed, strict=True) if o is not None]
-    out.sort(key=lambda so: (so[0].sequence_number or 0, so[0].timestamp_ms), reverse=True)
-    return out
-
-
-def offsets_json(offsets: dict[int, int]) -> str:
-    """A tiering snapshot's offsets as stored (inline or in its file): {"bucket": next offset}, sorted."""
-    return json.dumps({str(b): o for b, o in sorted(offsets.items())}, separators=(",", ":"))
-
-
-def write_tiering_summary(
-    io: FileIO, metadata: TableMetadata, offsets: dict[int, int], base: Snapshot | None
-) -> tuple[dict[str, str], str | None]:
-    """The snapshot summary of a tiering commit of ``offsets`` planned on ``base``, and the offsets file it
-    names, written first (None when the offsets go inline). The caller deletes the file if the commit
-    certainly failed; one left by a crash is an orphan (nothing names it) for orphan removal."""
-    if len(offsets) <= INLINE_OFFSETS_BUCKETS:
-        return tiering_summary(offsets, base), None
-    location = f"{metadata.location.rstrip('/')}/metadata/lakestream-offsets-{uuid.uuid4()}.json"
-    text = offsets_json(offsets)
-    with io.new_output(location).create(overwrite=False) as f:
-        f.write(text.encode())
-    with _OFFSETS_LOCK:
-        _OFFSETS_FILES[location] = text
-    return tiering_summary(offsets, base, offsets_file=location), location
-
-
-def round_changes(snap: Snapshot) -> dict[str, Any] | None:
-    """The net changes a tiering snapshot recorded (`ROUND_CHANGES_PROPERTY`), or None (not recorded: a commit of
-    an earlier version, or not a tiering commit)."""
-    text = snap.summary[ROUND_CHANGES_PROPERTY] if snap.summary is not None else None
-    if not text:
-        return None
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(doc, dict) or any(not isinstance(doc.get(k), int) for k in ("inserts", "updates", "deletes")):
-        return None
-    return doc
-
-
-def offsets_files(metadata: TableMetadata) -> set[str]:
-    """The offsets files the retained snapshots of ``metadata`` name."""
-    return {
-        path
-        for s in metadata.snapshots
-        if s.summary is not None and (path := s.summary[OFFSETS_FILE_PROPERTY]) is not None
-    }
-
-
-def tiering_summary(
-    offsets: dict[int, int], base: Snapshot | None, *, offsets_file: str | None = None
-) -> dict[str, str]:
-    """Snapshot summary properties of a tiering commit: its offsets inline, or the offsets file holding them."""
-    where = {OFFSETS_FILE_PROPERTY: offsets_file} if offsets_file else {OFFSETS_PROPERTY: offsets_json(offsets)}
-    return {
-        **where,
-        COMMIT_USER_PROPERTY: TIERING_USER,
-        TIERING_BASE_PROPERTY: str(base.snapshot_id if base is not None else -1),
-    }
-
-
 __all__ = [
     "BUCKET_COLUMN",
-    "INLINE_OFFSETS_BUCKETS",
-    "OFFSETS_FILE_PROPERTY",
-    "OFFSETS_PROPERTY",
+    "LAKE_TABLE_PROPERTIES",
     "OFFSET_COLUMN",
-    "ROUND_CHANGES_PROPERTY",
+    "TABLE_UUID_PROPERTY",
     "TIMESTAMP_COLUMN",
-    "check_tiering_fence",
     "lake_arrow_schema",
-    "lake_offsets",
     "lake_partition_spec",
     "lake_schema",
     "lake_sort_order",
-    "offsets_files",
+    "log_to_lake_rows",
     "parse_partition_by",
     "partition_groups",
-    "round_changes",
-    "tiering_snapshot",
-    "tiering_snapshots",
-    "tiering_summary",
-    "write_tiering_summary",
 ]

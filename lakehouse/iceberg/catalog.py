@@ -2,7 +2,7 @@
 
 Any pyiceberg user can load it with configuration alone::
 
-    load_catalog("lake", **{"py-catalog-impl": "lakehouse.catalog.ObjectStoreCatalog",
+    load_catalog("lake", **{"py-catalog-impl": "lakehouse.iceberg.catalog.ObjectStoreCatalog",
                             "warehouse": "s3://bucket/wh", "s3.endpoint": "http://127.0.0.1:8333",
                             "s3.access-key-id": "...", "s3.secret-access-key": "..."})
 
@@ -27,7 +27,7 @@ fences commits that started before it); (2) create the new pointer create-only, 
 a commit, ``lakestream catalog repair``) finishes it forward, or rolls it back if the new name was
 taken by someone else.
 
-**Aliases** (`lakehouse.aliases`, blue/green rebuilds): a name the warehouse's aliases serve by another table
+**Aliases** (`lakehouse.table.aliases`, blue/green rebuilds): a name the warehouse's aliases serve by another table
 (``dwd.m`` -> ``dwd__g2.m`` after ``lakestream layers cutover``) is that table here, as for lakestream's readers:
 ``load_table``, ``table_exists``, ``table_location`` of the name give the live table, named by its physical
 identifier, so commits through it, and its ``refresh``, go to the live table's pointer. ``list_tables`` lists the
@@ -71,8 +71,8 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.utils.config import Config
 
-from lakehouse.aliases import ALIASES_KEY, DEFAULT_CACHE_SECONDS, AliasCache, AliasedTableError, AliasedTableExists
-from lakehouse.contention import (
+from lakehouse.errors import CorruptCatalogError, InvalidArgument, LakestreamError
+from lakehouse.iceberg.contention import (
     DEFAULT_QUIET_MAX_MS,
     DEFAULT_QUIET_MS,
     QUIET_MAX_MS,
@@ -80,11 +80,17 @@ from lakehouse.contention import (
     quiet_settings,
     wait_until_quiet,
 )
-from lakehouse.errors import CorruptCatalogError, InvalidArgument, LakestreamError
-from lakehouse.fileio import STORE_OPTION_PROPERTIES
-from lakehouse.iceberg_table import LakeTable, apply_updates, metadata_json
-from lakehouse.tables import RESERVED_NAMESPACE, check_catalog_part, decode_catalog_part, encode_catalog_part
-from lakehouse.tiering_fence import check_tiering_fence
+from lakehouse.iceberg.fileio import STORE_OPTION_PROPERTIES
+from lakehouse.iceberg.lake_table import LakeTable, apply_updates, metadata_json
+from lakehouse.iceberg.offsets import check_tiering_fence
+from lakehouse.table.aliases import (
+    ALIASES_KEY,
+    DEFAULT_CACHE_SECONDS,
+    AliasCache,
+    AliasedTableError,
+    AliasedTableExists,
+)
+from lakehouse.table.definition import RESERVED_NAMESPACE, check_catalog_part, decode_catalog_part, encode_catalog_part
 from object_store import NotFound, ObjectStore, PreconditionFailed, StoreError, StoreUnavailable, open_store
 
 if TYPE_CHECKING:
@@ -106,7 +112,7 @@ TABLES_PREFIX = CATALOG_PREFIX + "tables/"
 #: One writer wins each round and pyiceberg's retries are not fair: a writer whose rebuild is slow keeps
 #: losing: 32 retries still lost appends when 16 writers raced on 2 cores (BENCHMARKS.md, the catalog); 100
 #: retries lose none, and pyiceberg's total timeout (30 min) still bounds a commit. The pacing between rounds
-#: is our tables' wait for a quiet pointer (`lakehouse.contention`), so pyiceberg's own waits are short: with
+#: is our tables' wait for a quiet pointer (`lakehouse.iceberg.contention`), so pyiceberg's own waits are short: with
 #: its longer defaults waiters could still be asleep when the pointer went idle.
 DEFAULT_TABLE_PROPERTIES = {
     "commit.retry.num-retries": "100",
@@ -121,7 +127,7 @@ DEFAULT_TABLE_PROPERTIES = {
 CommitCheck = Callable[..., None]
 
 #: The checks every `ObjectStoreCatalog` runs on every commit, by construction: the tiering fence (a tiering round
-#: commits only on the tiering snapshot it was planned on, `lakehouse.tiering_fence`). Nothing registers them at
+#: commits only on the tiering snapshot it was planned on, `lakehouse.iceberg.offsets`). Nothing registers them at
 #: import, so a catalog built directly, or by pyiceberg's ``load_catalog`` from ``py-catalog-impl``, enforces the
 #: fence whatever else the process imported. A catalog's own extra checks are added with `add_commit_check`.
 DEFAULT_COMMIT_CHECKS: tuple[CommitCheck, ...] = (check_tiering_fence,)
@@ -137,7 +143,7 @@ def register_commit_check(check: CommitCheck) -> None:
     `ObjectStoreCatalog.add_commit_check` instead. The tiering fence needs no registering: every catalog runs it.
     """
     warnings.warn(
-        "lakehouse.catalog.register_commit_check is deprecated and will be removed in the next release: "
+        "lakehouse.iceberg.catalog.register_commit_check is deprecated and will be removed in the next release: "
         "add the check to the catalog that needs it with ObjectStoreCatalog.add_commit_check "
         "(every ObjectStoreCatalog runs the tiering fence already)",
         DeprecationWarning,
@@ -148,7 +154,7 @@ def register_commit_check(check: CommitCheck) -> None:
 
 
 #: The FileIO of our tables unless the catalog's properties name another (``py-io-impl``).
-DEFAULT_FILE_IO = "lakehouse.fileio.LakeFileIO"
+DEFAULT_FILE_IO = "lakehouse.iceberg.fileio.LakeFileIO"
 
 
 @dataclass(frozen=True)
@@ -228,8 +234,8 @@ class ObjectStoreCatalog(MetastoreCatalog):
     # ---- keys and names -----------------------------------------------------------------------------
 
     # Identifiers follow pyiceberg's SqlCatalog: a namespace is its parts, stripped, joined by '.' (so ("a.b",)
-    # is ("a", "b")); each part non-blank and printable (`lakehouse.tables.check_catalog_part`); a table name is
-    # the identifier's last part as given (a '.' inside a tuple's last part included). Empty and blank parts
+    # is ("a", "b")); each part non-blank and printable (`lakehouse.table.definition.check_catalog_part`); a table
+    # name is the identifier's last part as given (a '.' inside a tuple's last part included). Empty and blank parts
     # raise pyiceberg's own `namespace_to_string` errors, with the exception type SqlCatalog gives each method.
     # In object keys and default locations each part is encoded (`encode_catalog_part`).
 
@@ -485,7 +491,7 @@ class ObjectStoreCatalog(MetastoreCatalog):
         self, metadata: TableMetadata, location: str, committed: TableMetadata | None = None
     ) -> None:
         """Write ``metadata`` at ``location`` create-only; ``committed``: the metadata it updates (its
-        snapshots' JSON is reused, `lakehouse.iceberg_table.metadata_json`)."""
+        snapshots' JSON is reused, `lakehouse.iceberg.lake_table.metadata_json`)."""
         key = self._key_of(location)
         if location.endswith(".gz.metadata.json") or key is None:
             # outside our warehouse (a registered table) or compressed: pyiceberg's FileIO writes it
@@ -728,7 +734,7 @@ class ObjectStoreCatalog(MetastoreCatalog):
         if current is not None and not updates:
             return CommitTableResponse(metadata=current.metadata, metadata_location=current.metadata_location)
         # The commit checks (the tiering fence: a tiering snapshot commits only on the tiering snapshot it was
-        # planned on, lakehouse.tiering_fence; then this catalog's own), against the exact metadata the pointer's
+        # planned on, lakehouse.iceberg.offsets; then this catalog's own), against the exact metadata the pointer's
         # CAS will replace.
         for check in self.commit_checks:
             check(current.metadata if current is not None else None, updates, name=f"{namespace}.{name}")
@@ -786,7 +792,7 @@ class ObjectStoreCatalog(MetastoreCatalog):
 
     def wait_for_quiet_pointer(self, table: Table, etag: str, lost_at: float) -> None:
         """After a commit of ``table`` lost (the pointer had ``etag`` at ``lost_at``, monotonic), wait until
-        the pointer stops changing (`lakehouse.contention`); a note older than the longest wait is ignored."""
+        the pointer stops changing (`lakehouse.iceberg.contention`); a note older than the longest wait is ignored."""
         quiet, limit = quiet_settings(table.metadata.properties)
         if quiet <= 0 or time.monotonic() - lost_at > limit:
             return
