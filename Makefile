@@ -49,7 +49,7 @@ test-thorough: $(STAMP)
 
 # The native stack end to end (about 4 minutes): up, the DAGs under the real scheduler, a lost worker, down.
 test-stack: $(STAMP)
-	LAKESTREAM_TEST_STACK=1 $(BIN)/python -m pytest --durations=10 -m stack tests/deploy/test_stack_e2e.py
+	LAKESTREAM_TEST_STACK=1 $(BIN)/python -m pytest --durations=10 -m stack tests/stack/test_stack_e2e.py
 
 demo: $(STAMP)
 	$(BIN)/lakestream demo $(DEMO_ARGS)
@@ -60,13 +60,13 @@ s3: $(STAMP)
 
 # The native stack (no Docker) under .stack/: SeaweedFS, a Spark master and worker, Airflow; see docs/guides/deploy.md.
 stack: $(STAMP)
-	$(BIN)/python -m deploy.stack up $(STACK_ARGS)
+	$(BIN)/python -m stack up $(STACK_ARGS)
 
 stack-down: $(STAMP)
-	$(BIN)/python -m deploy.stack down $(STACK_ARGS)
+	$(BIN)/python -m stack down $(STACK_ARGS)
 
 stack-status: $(STAMP)
-	$(BIN)/python -m deploy.stack status $(STACK_ARGS)
+	$(BIN)/python -m stack status $(STACK_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'

@@ -1,4 +1,4 @@
-"""The native stack, measured (issue 27): time from ``deploy.stack up`` to ready; trigger -> success of each DAG
+"""The native stack, measured (issue 27): time from ``python -m stack up`` to ready; trigger -> success of each DAG
 under the real scheduler; ODS append -> ADS visible under the scheduler; tiering throughput on the standalone
 cluster against ``local[2]``, in the same run.
 
@@ -20,14 +20,15 @@ import tempfile
 import time
 from pathlib import Path
 
+# First, before bench/: there this file, stack.py, would hide the repository's `stack` package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from deploy import scenario, stack  # noqa: E402
-from deploy.airflow_api import AirflowApi  # noqa: E402
 from object_store.seaweedfs import free_ports  # noqa: E402
+from stack import scenario, services  # noqa: E402
+from stack.airflow_api import AirflowApi  # noqa: E402
 
 
 def _seconds(run: dict, start: str = "queued_at", end: str = "end_date") -> float:
@@ -42,7 +43,7 @@ def _ads_orders(lh) -> int:
     return int(sum(v.as_py() or 0 for v in table.column("order_count")))
 
 
-def _tier_with(cfg: stack.Config, env: dict, master: str, table: str) -> dict:
+def _tier_with(cfg: services.Config, env: dict, master: str, table: str) -> dict:
     """``spark-submit --master M jobs/tiering.py --table T``: wall seconds and the job's own result line."""
     command = [
         str(cfg.bin_dir / "spark-submit"),
@@ -50,7 +51,7 @@ def _tier_with(cfg: stack.Config, env: dict, master: str, table: str) -> dict:
         master,
         "--conf",
         "spark.cores.max=2",
-        str(stack.REPO / "jobs" / "tiering.py"),
+        str(services.REPO / "jobs" / "tiering.py"),
         "--table",
         table,
     ]
@@ -72,7 +73,7 @@ def main() -> None:
 
     root = Path(tempfile.mkdtemp(prefix="lakestream-bench-stack-")) / ".stack"
     env = scenario.environment(
-        {var: str(p) for var, p in zip(stack.PORT_ENV, free_ports(len(stack.PORT_ENV)), strict=True)}
+        {var: str(p) for var, p in zip(services.PORT_ENV, free_ports(len(services.PORT_ENV)), strict=True)}
     )
     cfg, ready, _ = scenario.stack_up(root, env)
     print(f"stack: make stack -> ready {ready:.1f} s (SeaweedFS, Spark master + worker, Airflow x4)")

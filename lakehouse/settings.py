@@ -13,7 +13,7 @@ Environment variables:
     LAKESTREAM_LAYERS_DRIVER_BUDGET_ROWS
                             the changed input rows up to which a layers round runs in the driver (default
                             100000; 0: always on Spark's executors); a larger round runs in executor tasks
-                            (`layers.executors`)
+                            (`layers.executor_rounds`)
     LAKESTREAM_CONFIG       path of an optional YAML file
 
 YAML file (every key optional)::
@@ -107,7 +107,7 @@ class Settings:
     quality_driver_budget_rows: int = DEFAULT_QUALITY_DRIVER_BUDGET_ROWS
     #: A layers round whose inputs changed by up to this many rows (records in the round's log ranges) may run in
     #: the driver (seconds-fresh rounds of ``layers run --follow``); above it the round's changed keys, hops, old
-    #: rows, diff and appends run in Spark's executor tasks (`layers.executors`), whatever starting them costs.
+    #: rows, diff and appends run in Spark's executor tasks (`layers.executor_rounds`), whatever starting them costs.
     #: ``0``: every round on the executors.
     layers_driver_budget_rows: int = DEFAULT_LAYERS_DRIVER_BUDGET_ROWS
 

@@ -13,21 +13,34 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from object_store.moved import keep_old_paths
+
+# Renamed so that a name says what is inside (issue 58); the old paths work for one more release.
+keep_old_paths(
+    {
+        "layers.executors": "layers.executor_rounds",
+        "layers.plan": "layers.deploy_plan",
+        "layers.planner": "layers.strategy",
+        "layers.deploy": "layers.deployer",
+        "layers.deployed": "layers.deploy_record",
+    }
+)
+
 _EXPORTS = {
-    "KEYED": "planner",
-    "RECOMPUTE": "planner",
-    "REGROUP": "planner",
-    "RETRACT": "planner",
-    "WINDOW": "planner",
-    "Aggregate": "planner",
-    "GroupKey": "planner",
-    "Hop": "planner",
-    "InputMapping": "planner",
-    "ModelPlan": "planner",
-    "explain": "planner",
+    "KEYED": "strategy",
+    "RECOMPUTE": "strategy",
+    "REGROUP": "strategy",
+    "RETRACT": "strategy",
+    "WINDOW": "strategy",
+    "Aggregate": "strategy",
+    "GroupKey": "strategy",
+    "Hop": "strategy",
+    "InputMapping": "strategy",
+    "ModelPlan": "strategy",
+    "explain": "strategy",
     "Lineage": "lineage",
     "column_lineage": "lineage",
-    "plan_model": "planner",
+    "plan_model": "strategy",
     "Model": "project",
     "Project": "project",
     "Source": "project",
@@ -56,7 +69,8 @@ __all__ = [  # the names of _EXPORTS
 
 if TYPE_CHECKING:
     from layers.lineage import Lineage, column_lineage
-    from layers.planner import (
+    from layers.project import Model, Project, Source, load_project
+    from layers.strategy import (
         KEYED,
         RECOMPUTE,
         REGROUP,
@@ -70,7 +84,6 @@ if TYPE_CHECKING:
         explain,
         plan_model,
     )
-    from layers.project import Model, Project, Source, load_project
 
 
 def __getattr__(name: str) -> object:

@@ -16,7 +16,7 @@ the set at or past the live model's position; every green input read to its end)
 lake of each holds its log: readers of the lake see a complete table from the switch on) and then switches the
 aliases (`lakehouse.table.aliases`) of all its models in ONE compare-and-swap: readers by name see the old set or the
 new one.
-Then the deployment record (`layers.deployed`) is written for the new project (the one it replaced kept for
+Then the deployment record (`layers.deploy_record`) is written for the new project (the one it replaced kept for
 rollback) and the build record removed; a cutover stopped after the switch is finished by running it again.
 ``rollback`` switches the aliases back to the previous tables (one compare-and-swap), ``cleanup`` drops the
 physical tables of the project's models that neither the aliases, their previous mapping (the rollback target)
@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 from lakehouse.errors import SubscriptionNotFound, TableNotFound, TieringConflict
 from lakehouse.table.aliases import read_aliases, write_aliases
 from lakehouse.table.definition import TableName
-from layers.deployed import Deployment, deployment_of, read_deployment, write_deployment
+from layers.deploy_plan import CARRY_ON, REBUILD, SOURCE_CHANGED, plan_deploy
+from layers.deploy_record import Deployment, deployment_of, read_deployment, write_deployment
 from layers.errors import GreenBehind, GreenBuildError
 from layers.physical import generation_of, green_name, live_mapping
-from layers.plan import CARRY_ON, REBUILD, SOURCE_CHANGED, plan_deploy
 from layers.rounds import LAYERS_PREFIX, RoundReport, consumer_of, latest_round, report_exists, sql_digest
 from object_store import NotFound, ObjectStore, PreconditionFailed
 

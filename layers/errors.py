@@ -91,7 +91,7 @@ class RoundUnknown(LayersError):
 
 
 class DeploymentRecordError(LayersError):
-    """The record of the deployed project (``_lakestream/layers/deployed.json``, `layers.deployed`) could not be
+    """The record of the deployed project (``_lakestream/layers/deployed.json``, `layers.deploy_record`) could not be
     read, or other deploys kept replacing it while a deploy tried to write it."""
 
 

@@ -28,10 +28,10 @@ from sqlglot import exp
 from lakehouse.merge.keyed_rows import distinct_rows, semi_join
 from lakehouse.read.union import IN_LIST_LIMIT
 from layers.group_rows import group_rows, groups_filter, partitions_filter
-from layers.planner import KEYED, RECOMPUTE_GROUP, WINDOW, ModelPlan, Retraction
 from layers.rewrite import SIDE, groups_query, merged, restrict_to_groups, sided
 from layers.rounds import RoundRecord
 from layers.spark_sql import Filtered, SparkSql, read_columns, referenced_columns
+from layers.strategy import KEYED, RECOMPUTE_GROUP, WINDOW, ModelPlan, Retraction
 from layers.writer import check_keys, diff_rows
 
 if TYPE_CHECKING:

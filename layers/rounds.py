@@ -124,7 +124,7 @@ class RoundRecord:
     input_uuids: dict[str, str] = field(default_factory=dict)
     #: why a full round is full (its report says it)
     reason: str = ""
-    #: an incremental round run on Spark's executors (`layers.executors`), decided once when the round began: a
+    #: an incremental round run on Spark's executors (`layers.executor_rounds`), decided once when the round began: a
     #: resumed round runs where it first ran, whatever the budget is now, so it appends the same chunks
     on_executors: bool = False
 

@@ -15,13 +15,13 @@ M's table to M's log (tiering then moves them into the lake as for any table):
    under the same sequences, and the log recognises the buckets that already hold them.
 3. Only then each input subscription advances to the round's end (a compare-and-swap), which ends the round.
 
-Which keys a range affects follows the model's plan (`layers.planner`); an incremental round's rows are computed
+Which keys a range affects follows the model's plan (`layers.strategy`); an incremental round's rows are computed
 by `layers.incremental` in the driver while its input ranges hold at most ``driver_budget_rows`` records (the
 setting ``layers_driver_budget_rows``, ``LAKESTREAM_LAYERS_DRIVER_BUDGET_ROWS``: seconds-fresh small rounds),
-else in Spark's executor tasks (`layers.executors`: the driver holds plans and counts only). A ``recompute``
+else in Spark's executor tasks (`layers.executor_rounds`: the driver holds plans and counts only). A ``recompute``
 model's every round, every model's first round and a rebuild compute the whole SQL, diffed against the whole
 table bucket by bucket in Spark tasks, which append their buckets themselves (`layers.writer`). Who may run a
-round: `layers.lease`; the tables' checks before it: `layers.deploy`.
+round: `layers.lease`; the tables' checks before it: `layers.deployer`.
 """
 
 from __future__ import annotations
@@ -38,14 +38,13 @@ import pyarrow as pa
 from lakehouse.errors import SubscriptionConflict, SubscriptionNotFound
 from lakehouse.settings import budget_rows
 from lakehouse.tiering.boundaries import hold, read_boundary, release
-from layers.deploy import Deployer
+from layers.deployer import Deployer
 from layers.errors import LayerConflict, ModelChanged
-from layers.executors import ExecutorRound, round_input_rows
+from layers.executor_rounds import ExecutorRound, round_input_rows
 from layers.follow import follow
 from layers.incremental import Handover, RoundRows, contiguous_end
 from layers.lease import Owner, RoundLease, take_over
 from layers.physical import live_mapping, physical_project
-from layers.planner import RECOMPUTE, ModelPlan, explain
 from layers.rounds import (
     RoundRecord,
     RoundReport,
@@ -64,6 +63,7 @@ from layers.rounds import (
 from layers.selection import select_models
 from layers.spark_sql import SparkSql
 from layers.status import ModelStatus, model_statuses
+from layers.strategy import RECOMPUTE, ModelPlan, explain
 from layers.writer import append_round
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ class Runner:
     # ---- deploy and status ---------------------------------------------------------------------------
 
     def deploy(self) -> list[str]:
-        """Create the project's missing tables (`layers.deploy.Deployer.deploy`); the names created."""
+        """Create the project's missing tables (`layers.deployer.Deployer.deploy`); the names created."""
         return self.deployer.deploy()
 
     def status(self) -> list[ModelStatus]:

@@ -4,7 +4,7 @@
 returns the result as Arrow. A view is an offset map (the table as of those offsets, read by the
 ``lakestream`` Spark data source on the executors: one task per bucket), an Arrow table the round already
 restricted to the rows it needs (changed keys and what they join to), or a DataFrame of such rows (a round on
-the executors, `layers.executors`: the rows never reach the driver). Names that are not tables of the query
+the executors, `layers.executor_rounds`: the rows never reach the driver). Names that are not tables of the query
 (``__groups``) are registered as they are, for the round's own joins.
 """
 

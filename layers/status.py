@@ -12,8 +12,8 @@ from layers.rounds import RoundReport, consumer_of, read_report
 
 if TYPE_CHECKING:
     from lakehouse.lakehouse import Lakehouse
-    from layers.planner import ModelPlan
     from layers.project import Project
+    from layers.strategy import ModelPlan
 
 __all__ = ["ModelStatus", "model_statuses"]
 

@@ -8,7 +8,7 @@ to those buckets itself, under the round's producer id and sequences: so a retri
 appends nothing twice. Every bucket gets a task (a marker row per bucket joins the rows): one with no new row
 at all loses its old rows.
 
-An incremental round on the executors (`layers.executors`) is written the same way (`write_keys`), restricted
+An incremental round on the executors (`layers.executor_rounds`) is written the same way (`write_keys`), restricted
 to the keys the round covers: the task rows are its new rows and those keys, and each task looks the keys' old
 rows up (`lakehouse.read.changes.read_bucket_rows`) instead of reading its buckets whole; a covered key without a new
 row is deleted by its task.

@@ -55,4 +55,6 @@ def keep_old_paths(moves: Mapping[str, str]) -> None:
         if isinstance(finder, _OldPaths):
             finder.moves.update(moves)
             return
-    sys.meta_path.append(_OldPaths(moves))
+    # First, so that no stale copy of an old module is found instead: an editable install's finder maps the
+    # package to its checkout, which may still hold the old file (another worktree's, or one an upgrade left).
+    sys.meta_path.insert(0, _OldPaths(moves))

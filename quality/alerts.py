@@ -8,7 +8,7 @@ on two columns is two incidents; a reconciliation is one, whatever its violation
 
 **De-duplication.** Incidents live in the warehouse in one JSON record, ``_lakestream/quality/alerts/incidents.json``,
 written only by compare-and-swap (``If-None-Match: *`` to create it, ``If-Match`` its ETag to replace it; retried
-on a lost race, as ``layers.deployed``). A run (`send_alerts`):
+on a lost race, as ``layers.deploy_record``). A run (`send_alerts`):
 
 1. reads the record, opens the incidents of its findings, marks *recovered* the open incidents of the checks that
    ran and found nothing for them, and *claims* (its run id and time) every incident whose owner has not yet been

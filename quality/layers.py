@@ -412,8 +412,8 @@ def _expected_of_keys(
     model whose driving table is read once, the driving rows are restricted in its read (the output key is the
     driving row's key); otherwise Spark filters the result by the key values (and pushes that down where it
     can). Either way the result is then matched exactly."""
-    from layers.planner import KEYED, explain
     from layers.spark_sql import Filtered
+    from layers.strategy import KEYED, explain
 
     definition = project.models[model]
     if keys.num_rows == 0:

@@ -1,7 +1,7 @@
 """The import graph of lakestream's packages (docs/architecture.md): data flows one way.
 
     object_store < lakehouse (the table format) < lakehouse.spark (its Spark adapter) < layers < quality
-        < lakestream (the application: CLI, demo) < jobs, dags, deploy
+        < lakestream (the application: CLI, demo) < jobs, dags, stack
 
 A module imports only modules of its own layer or of lower ones, and no two modules import each other through any
 chain (imports inside functions count; those under ``if TYPE_CHECKING:`` do not, they never run). The graph is
@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("layers",),
     ("quality",),
     ("lakestream",),
-    ("jobs", "dags", "deploy"),
+    ("jobs", "dags", "stack"),
 ]
 PACKAGES = [p for layer in LAYERS for p in layer if "." not in p]
 

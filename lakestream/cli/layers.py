@@ -31,8 +31,8 @@ ProjectOpt = Annotated[
 @layers_app.command("explain")
 def explain_command(project: ProjectOpt, json_output: JsonOpt = False) -> None:
     """Each model's incremental strategy and why, in dependency order."""
-    from layers.planner import explain
     from layers.project import load_project
+    from layers.strategy import explain
 
     try:
         plans = explain(load_project(project))
@@ -228,7 +228,7 @@ def plan_command(
 ) -> None:
     """What deploying the project would change since the deployed version, per table: the change, the action
     (create, rebuild, carry on, unchanged, ...), why, and the rows a rebuild reads. Writes nothing."""
-    from layers.plan import CREATE, UNCHANGED, plan_deploy
+    from layers.deploy_plan import CREATE, UNCHANGED, plan_deploy
     from layers.project import load_project
 
     try:

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from lakehouse import Lakehouse
 from lakehouse.errors import AsOfUnavailable
-from lakehouse.iceberg import offsets as lake_offsets_protocol
+from lakehouse.iceberg import offsets as protocol
 from lakehouse.iceberg.offsets import OFFSETS_PROPERTY, offsets_files
 from lakehouse.read.changes import apply_changes
 from quality.reconcile import reconcile
@@ -90,7 +90,7 @@ def run(steps: list[tuple], pk: bool, write_mode: str | None = None, compact_met
             else:
                 lh.create_table(NAME, SCHEMA, bucket_key="k", buckets=BUCKETS)
             if compact_metadata:  # offsets in files, manifests merged from two on: what large tables do
-                stack.enter_context(mock.patch.object(lake_offsets_protocol, "INLINE_OFFSETS_BUCKETS", 0))
+                stack.enter_context(mock.patch.object(protocol, "INLINE_OFFSETS_BUCKETS", 0))
                 with lh.lake_table(NAME).transaction() as txn:
                     txn.set_properties({"commit.manifest.min-count-to-merge": "2"})
             log = lh.log(NAME)

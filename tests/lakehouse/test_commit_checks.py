@@ -50,7 +50,7 @@ def test_the_catalog_imports_no_lake_code() -> None:
 def test_no_module_registers_a_commit_check() -> None:
     """Nothing registers at import (docs/architecture.md): no project module calls `register_commit_check`."""
     callers = []
-    for package in ("object_store", "lakehouse", "layers", "quality", "lakestream", "jobs", "dags", "deploy"):
+    for package in ("object_store", "lakehouse", "layers", "quality", "lakestream", "jobs", "dags", "stack"):
         for path in sorted((REPO / package).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 if isinstance(node, ast.Call) and "register_commit_check" in ast.unparse(node.func):
@@ -116,7 +116,7 @@ def test_the_tiering_fence_is_run_by_catalogs_load_catalog_builds(tmp_path) -> N
         "from pyiceberg.catalog import load_catalog\n"
         f"c = load_catalog('x', **{{'py-catalog-impl': 'lakehouse.iceberg.catalog.ObjectStoreCatalog', "
         f"'warehouse': {tmp_path.as_uri()!r}}})\n"
-        "from lakehouse.iceberg.layout import check_tiering_fence\n"
+        "from lakehouse.iceberg.offsets import check_tiering_fence\n"
         "print(check_tiering_fence in c.commit_checks)\n"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=os.environ)

@@ -10,7 +10,7 @@ import pytest
 
 from lakehouse import Lakehouse
 from lakehouse.errors import LakeStateError, TieringConflict
-from lakehouse.iceberg import offsets as lake_offsets_protocol
+from lakehouse.iceberg import offsets as protocol
 from lakehouse.iceberg.offsets import (
     INLINE_OFFSETS_BUCKETS,
     OFFSETS_FILE_PROPERTY,
@@ -75,7 +75,7 @@ def test_a_table_of_many_buckets_keeps_its_offsets_in_files(lakehouse: Lakehouse
     with table.io.new_input(table.metadata_location).open() as f:
         metadata = json.loads(f.read())
     assert all(OFFSETS_PROPERTY not in s["summary"] for s in metadata["snapshots"])
-    lake_offsets_protocol._OFFSETS_FILES.clear()  # as a new process: the files are read, not the cache
+    protocol._OFFSETS_FILES.clear()  # as a new process: the files are read, not the cache
     assert state(lh.union_read("ods.wide", as_of=points[0])) == [(k, f"r0-{k}") for k in range(30)]
     assert offsets_files_in_store(lh, "ods.wide") == offsets_files(table.metadata)
     lh.expire_snapshots("ods.wide", older_than=timedelta(0), retain_last=1)
@@ -130,7 +130,7 @@ def test_a_round_whose_offsets_file_cannot_be_written_commits_nothing(lakehouse:
     with table.io.new_output(f"{table.metadata.location}/metadata/lakestream-offsets-{taken}.json").create() as f:
         f.write(b"{}")
     log.append(batch(range(20, 60), "u"), op="upsert")
-    monkeypatch.setattr(lake_offsets_protocol.uuid, "uuid4", lambda: taken)
+    monkeypatch.setattr(protocol.uuid, "uuid4", lambda: taken)
     with pytest.raises(TieringError, match="offsets file could not be written.*nothing was committed"):
         lh.tier("ods.wide")
     monkeypatch.undo()
@@ -147,7 +147,7 @@ def test_a_missing_offsets_file_fails_naming_it(lakehouse: Lakehouse) -> None:
     lh.tier("ods.wide")
     path = tiering_snapshot(lh.lake_table("ods.wide").metadata).summary[OFFSETS_FILE_PROPERTY]
     lh.store.delete(path.removeprefix(lh.store.url.rstrip("/") + "/"))
-    lake_offsets_protocol._OFFSETS_FILES.clear()
+    protocol._OFFSETS_FILES.clear()
     with pytest.raises(LakeStateError, match=f"the offsets file {path} of tiering snapshot .* cannot be read"):
         lh.lake_offsets("ods.wide")
     with pytest.raises(LakeStateError, match="cannot be read"):
@@ -200,7 +200,7 @@ def test_a_table_tiered_by_the_previous_version_keeps_working(lakehouse: Lakehou
     log.append(batch(range(40), tag="old-"), op="upsert")
     old_point = log.end_offsets()
     with monkeypatch.context() as m:  # the previous version: offsets inline whatever the bucket count
-        m.setattr(lake_offsets_protocol, "INLINE_OFFSETS_BUCKETS", 1 << 30)
+        m.setattr(protocol, "INLINE_OFFSETS_BUCKETS", 1 << 30)
         lh.tier("ods.wide")
     [old] = lh.lake_table("ods.wide").metadata.snapshots
     assert old.summary[OFFSETS_PROPERTY] is not None and old.summary[OFFSETS_FILE_PROPERTY] is None
@@ -227,8 +227,8 @@ def test_the_newest_tiering_snapshot_is_found_from_the_end_and_in_any_order(lake
         lh.tier("ods.order")
     lh.compact("ods.order", min_input_files=2)
     metadata = lh.lake_table("ods.order").metadata
-    assert metadata.snapshots[-1].summary[lake_offsets_protocol.COMMIT_USER_PROPERTY] != lake_offsets_protocol.TIERING_USER
-    rounds = [s for s in metadata.snapshots if s.summary[lake_offsets_protocol.COMMIT_USER_PROPERTY] == lake_offsets_protocol.TIERING_USER]
+    assert metadata.snapshots[-1].summary[protocol.COMMIT_USER_PROPERTY] != protocol.TIERING_USER
+    rounds = [s for s in metadata.snapshots if s.summary[protocol.COMMIT_USER_PROPERTY] == protocol.TIERING_USER]
     assert len(rounds) == 3
     assert tiering_snapshot(metadata) == rounds[-1]
     shuffled = metadata.model_copy(

@@ -144,7 +144,7 @@ def test_quality_driver_budget_from_yaml_environment_and_arguments(tmp_path: Pat
 
 
 def test_layers_driver_budget_from_yaml_environment_and_arguments(tmp_path: Path) -> None:
-    """The changed input rows up to which a layers round runs in the driver (layers.executors): default, YAML,
+    """The changed input rows up to which a layers round runs in the driver (layers.executor_rounds): default, YAML,
     environment, argument, in that precedence; anything but a whole number >= 0 is refused naming where it came
     from and what it bounds."""
     from lakehouse.settings import DEFAULT_LAYERS_DRIVER_BUDGET_ROWS

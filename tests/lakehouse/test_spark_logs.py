@@ -133,13 +133,13 @@ def test_a_job_that_lost_its_worker_is_cancelled_after_the_executor_wait(tmp_pat
     import signal
     import threading
 
-    from deploy import stack
     from object_store.seaweedfs import free_ports
+    from stack import services
 
-    ports = dict(zip(stack.PORT_ENV, free_ports(len(stack.PORT_ENV)), strict=True))
-    cfg = stack.Config.from_env(tmp_path / "stack", env={k: str(v) for k, v in ports.items()})
+    ports = dict(zip(services.PORT_ENV, free_ports(len(services.PORT_ENV)), strict=True))
+    cfg = services.Config.from_env(tmp_path / "stack", env={k: str(v) for k, v in ports.items()})
     cfg.timeout = 60
-    stack.up(cfg, services=("spark-master", "spark-worker"), out=lambda _: None)
+    services.up(cfg, services=("spark-master", "spark-worker"), out=lambda _: None)
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(REPO)}
     proc: subprocess.Popen[str] | None = None
     try:
@@ -165,7 +165,7 @@ def test_a_job_that_lost_its_worker_is_cancelled_after_the_executor_wait(tmp_pat
         finally:
             timer.cancel()
         assert lines and lines[-1].strip() == "RUNNING", "".join(lines)
-        os.killpg(stack.running(cfg, "spark-worker"), signal.SIGKILL)  # the worker and its executors
+        os.killpg(services.running(cfg, "spark-worker"), signal.SIGKILL)  # the worker and its executors
         killed = time.monotonic()
         rest, _ = proc.communicate(timeout=120)
         output = "".join(lines) + rest
@@ -173,7 +173,7 @@ def test_a_job_that_lost_its_worker_is_cancelled_after_the_executor_wait(tmp_pat
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
-        stack.down(cfg, out=lambda _: None)
+        services.down(cfg, out=lambda _: None)
     assert proc.returncode == 3, output
     assert "no Spark executor for 3s while a job waited, after every executor was lost" in output, output
     assert f"master {cfg.spark_master}" in output and "spark.lakestream.executorWaitSeconds" in output

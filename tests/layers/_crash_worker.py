@@ -1,6 +1,6 @@
 """Runs one `Runner.run_once` of the example project and is killed with SIGKILL at a chosen point (run as a
 module by tests/layers/test_runner.py): a fault-injecting wrapper around the real runner, not a mock. In a full
-round, and in an incremental round on the executors (`layers.executors`), the appends run in Spark tasks, and
+round, and in an incremental round on the executors (`layers.executor_rounds`), the appends run in Spark tasks, and
 "between_appends" has a task kill the driver after it appended."""
 
 from __future__ import annotations
@@ -66,9 +66,9 @@ def _arm_tasks(owner: object, function: str, killer: type, point: str, model: st
 
 def arm_executors(point: str, model: str) -> None:
     """Kill at ``point`` of ``model``'s incremental round on the executors (its appends run in Spark tasks)."""
-    from layers import executors as executors_module
+    from layers import executor_rounds as executor_rounds_module
 
-    _arm_tasks(executors_module, "write_keys", KillingKeysWriter, point, model)
+    _arm_tasks(executor_rounds_module, "write_keys", KillingKeysWriter, point, model)
 
 
 def arm_full(point: str, model: str) -> None:

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from lakehouse import Lakehouse
 from lakestream.cli.layers import layers_app
 from layers import load_project
-from layers.deploy import Deployer
+from layers.deployer import Deployer
 from layers.errors import DeployMismatch, ModelSqlError
 from tests.support.projects import make_project, model
 

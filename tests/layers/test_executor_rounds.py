@@ -1,4 +1,4 @@
-"""Incremental rounds on Spark's executors (`layers.executors`): above the driver's budget a round's changed keys,
+"""Incremental rounds on Spark's executors (`layers.executor_rounds`): above the driver's budget a round's changed keys,
 hops, old rows, diff and appends run in Spark tasks. Every strategy (keyed over an inner and a left join, retract
 of one input, GROUP BY over a join, regroup, SELECT DISTINCT, window functions) gives what the driver's round
 gives and what a rebuild gives; the driver reads no table data and holds no round rows; a retried write appends
@@ -13,7 +13,7 @@ import pytest
 from lakehouse.lakehouse import Lakehouse
 from lakehouse.log import Log
 from layers.errors import ModelKeyError
-from layers.executors import round_input_rows
+from layers.executor_rounds import round_input_rows
 from layers.incremental import RoundRows
 from layers.project import load_project
 from layers.rounds import latest_round
@@ -193,7 +193,7 @@ def test_the_budget_counts_the_rounds_input_records(tmp_path, spark, project):
 def test_a_retried_write_appends_nothing_twice(tmp_path, spark, project, monkeypatch):
     """Every task's appends carry the round's producer id and sequences: a round that died after its tasks
     appended (before its subscriptions advanced) is resumed with the same rows, and the log recognises them."""
-    import layers.executors
+    import layers.executor_rounds
 
     lh = Lakehouse.open((tmp_path / "wh").as_uri())
     runner = Runner(lh, project, spark, driver_budget_rows=0)
@@ -202,14 +202,14 @@ def test_a_retried_write_appends_nothing_twice(tmp_path, spark, project, monkeyp
     runner.run_once(["dwd.f_named"])
     change(lh, 1)
     ends_before = lh.log("dwd.f_named").end_offsets()
-    real = layers.executors.write_keys
+    real = layers.executor_rounds.write_keys
 
     def write_then_die(*args, **kwargs):
         real(*args, **kwargs)
         raise RuntimeError("killed after the appends")
 
     with monkeypatch.context() as m:
-        m.setattr(layers.executors, "write_keys", write_then_die)
+        m.setattr(layers.executor_rounds, "write_keys", write_then_die)
         with pytest.raises(RuntimeError, match="killed after the appends"):
             runner.run_once(["dwd.f_named"])
     appended = lh.log("dwd.f_named").end_offsets()
@@ -265,7 +265,7 @@ def test_a_full_round_that_empties_buckets_deletes_their_rows_in_tasks(tmp_path,
 def test_a_round_resumes_where_it_began_whatever_the_budget_is_now(tmp_path, spark, project, monkeypatch):
     """The choice is recorded in the round's intent: a round begun on the executors and resumed by a runner whose
     budget would keep it in the driver still runs on the executors (the same chunks, the same sequences)."""
-    import layers.executors
+    import layers.executor_rounds
 
     lh = Lakehouse.open((tmp_path / "wh").as_uri())
     runner = Runner(lh, project, spark, driver_budget_rows=0)
@@ -274,7 +274,7 @@ def test_a_round_resumes_where_it_began_whatever_the_budget_is_now(tmp_path, spa
     runner.run_once(["ads.by_dim"])
     change(lh, 1)
 
-    real = layers.executors.write_keys
+    real = layers.executor_rounds.write_keys
 
     def write_then_die(*args, **kwargs):
         real(*args, **kwargs)
@@ -284,7 +284,7 @@ def test_a_round_resumes_where_it_began_whatever_the_budget_is_now(tmp_path, spa
         raise AssertionError("the resumed round ran in the driver")
 
     with monkeypatch.context() as m:
-        m.setattr(layers.executors, "write_keys", write_then_die)
+        m.setattr(layers.executor_rounds, "write_keys", write_then_die)
         with pytest.raises(RuntimeError, match="killed after the appends"):
             runner.run_once(["ads.by_dim"])
     assert latest_round(lh.store, "ads.by_dim").on_executors

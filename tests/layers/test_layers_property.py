@@ -35,7 +35,7 @@ from .strategies import PROJECT, SOURCES, Change, batch, scenarios
 #: Random scenarios per run of the property test: ~8 s each on Spark local[2] on an idle 2-core machine (the file,
 #: slow tests aside, ~1:45); two to three times that under load (12 examples took 206 s at load average 8).
 EXAMPLES = examples(10)
-#: The same with every round on the executors (`layers.executors`; more Spark jobs per round).
+#: The same with every round on the executors (`layers.executor_rounds`; more Spark jobs per round).
 EXAMPLES_ON_EXECUTORS = examples(3)
 #: Facts a single dimension change fans out to in `test_dimension_change_fans_out_to_every_fact` (the issue
 #: asks for 100,000: `test_dimension_change_fans_out_to_100k_facts`, marked slow).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from layers.planner import RECOMPUTE_GROUP, Retraction
+from layers.strategy import RECOMPUTE_GROUP, Retraction
 
 R = Retraction(("g",), (("g", "key"), ("n", "count"), ("s", "sum"), ("m", "max"), ("lo", "min")), "n")
 

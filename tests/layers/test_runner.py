@@ -206,7 +206,7 @@ def test_an_unknown_model_is_a_clear_error(tmp_path, spark, project):
     "point", ["before_append", "between_appends", "before_advance", "between_advances", "before_report"]
 )
 def test_kill_9_in_a_round_then_rerun_loses_and_doubles_nothing(tmp_path, spark, project, never_killed, point, first):
-    """Killed at each point of a round (round 1 in the driver or on the executors, ``layers.executors``, whose
+    """Killed at each point of a round (round 1 in the driver or on the executors, ``layers.executor_rounds``, whose
     tasks append; round 0, a full round whose tasks append), then run again: the same records as a run never
     killed."""
     if first is True and point != "between_appends":

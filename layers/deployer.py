@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from lakehouse.errors import TableAlreadyExists, TableNotFound
-from layers.deployed import deployment_of, write_deployment
+from layers.deploy_record import deployment_of, write_deployment
 from layers.drift import table_differences
 from layers.errors import DeployMismatch, ModelSchemaChanged
 from layers.spark_sql import SparkSql
@@ -59,7 +59,7 @@ class Deployer:
     def deploy(self) -> list[str]:
         """Create every table the project declares that does not exist yet (sources, then models in dependency
         order); returns the names created. Idempotent; a concurrent deploy that created a table first is fine.
-        Then records the project as deployed (`layers.deployed`: each model's SQL, the tables' columns and keys),
+        Then records the project as deployed (`layers.deploy_record`: each model's SQL, the tables' columns and keys),
         which ``lakestream layers plan`` compares a changed project with.
 
         Raises:

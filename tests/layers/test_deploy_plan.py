@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 from lakehouse import Lakehouse
 from lakestream.cli.layers import layers_app
 from layers import load_project
-from layers.deploy import Deployer
-from layers.deployed import DEPLOYED_KEY, Deployment, read_deployment, write_deployment
+from layers.deploy_plan import CARRY_ON, CREATE, REBUILD, REMOVED, SOURCE_CHANGED, UNCHANGED, plan_deploy
+from layers.deploy_record import DEPLOYED_KEY, Deployment, read_deployment, write_deployment
+from layers.deployer import Deployer
 from layers.errors import ModelSchemaChanged
-from layers.plan import CARRY_ON, CREATE, REBUILD, REMOVED, SOURCE_CHANGED, UNCHANGED, plan_deploy
 from layers.rounds import RoundRecord, sql_digest
 from tests.support.projects import model
 

@@ -39,10 +39,10 @@ import pyarrow as pa
 from pyiceberg.expressions import And, GreaterThanOrEqual, LessThanOrEqual
 from sqlglot import exp
 
-from layers.planner import KEYED, WINDOW, ModelPlan
 from layers.rewrite import groups_query, merged, restrict_to_groups
 from layers.rounds import RoundRecord, producer_of
 from layers.spark_sql import Filtered, SparkSql, read_columns, referenced_columns
+from layers.strategy import KEYED, WINDOW, ModelPlan
 from layers.writer import write_keys
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
-"""Driving the native stack from outside, as a user does: ``python -m deploy.stack up``, the example project
+"""Driving the native stack from outside, as a user does: ``python -m stack up``, the example project
 deployed with ``lakestream``, data produced into the ODS, DAG runs through Airflow's REST API.
 
-Shared by the end-to-end test (tests/deploy/test_stack_e2e.py, ``make test-stack``) and the benchmark
+Shared by the end-to-end test (tests/stack/test_stack_e2e.py, ``make test-stack``) and the benchmark
 (bench/stack.py).
 """
 
@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from deploy.airflow_api import AirflowApi, AirflowApiError
-from deploy.errors import StackError
-from deploy.stack import BUCKET, REPO, Config, master_json
 from object_store.seaweedfs import ACCESS_KEY, SECRET_KEY
+from stack.airflow_api import AirflowApi, AirflowApiError
+from stack.errors import StackError
+from stack.services import BUCKET, REPO, Config, master_json
 
 EXAMPLE = REPO / "examples" / "tpch"
 ODS = ("ods.nation", "ods.customer", "ods.orders")
@@ -31,7 +31,7 @@ N_NATIONS, N_CUSTOMERS = 25, 1_000
 
 def _stack_command(command: str, root: Path, env: Mapping[str, str], timeout: float = 600) -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "deploy.stack", command, "--dir", str(root)],
+        [sys.executable, "-m", "stack", command, "--dir", str(root)],
         cwd=REPO,
         env=dict(env),
         capture_output=True,
@@ -40,12 +40,12 @@ def _stack_command(command: str, root: Path, env: Mapping[str, str], timeout: fl
         check=False,
     )
     if result.returncode:
-        raise StackError(f"deploy.stack {command} failed ({result.returncode}):\n{result.stdout}{result.stderr}")
+        raise StackError(f"python -m stack {command} failed ({result.returncode}):\n{result.stdout}{result.stderr}")
     return result.stdout
 
 
 def stack_up(root: Path, env: Mapping[str, str]) -> tuple[Config, float, str]:
-    """``python -m deploy.stack up`` (what ``make stack`` runs) with ``env``: the config, seconds to ready, output."""
+    """``python -m stack up`` (what ``make stack`` runs) with ``env``: the config, seconds to ready, output."""
     started = time.monotonic()
     out = _stack_command("up", root, env)
     return Config.from_env(root, env), time.monotonic() - started, out

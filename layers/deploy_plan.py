@@ -1,7 +1,7 @@
 """A plan before deploy: what a changed project changes in a warehouse, and what each model must do about it.
 
 `plan_deploy` compares the project with what is deployed: the tables themselves (columns and types, key,
-buckets: what the rounds write) and the record of the last deploy (`layers.deployed`: each model's SQL text, and
+buckets: what the rounds write) and the record of the last deploy (`layers.deploy_record`: each model's SQL text, and
 which models the deployed project had). A warehouse deployed by an earlier version has no record; the plan then
 knows a model's deployed SQL only by the digest its newest round recorded (changed or not, the text unknown),
 and a removed model by its round records.
@@ -35,7 +35,7 @@ import sqlglot
 from sqlglot import exp
 
 from lakehouse.errors import TableNotFound
-from layers.deployed import DeployedTable, Deployment, read_deployment
+from layers.deploy_record import DeployedTable, Deployment, read_deployment
 from layers.rounds import LAYERS_PREFIX, latest_round, sql_digest
 from layers.sql import DIALECT
 

@@ -17,7 +17,7 @@ Strategies (docs/guides/layers.md has the rules):
 * ``recompute``: anything else: the whole model is recomputed and diffed against its table (``reason`` says
   what forced it).
 
-The planner only reads the project; the runner (`layers.runner`) acts on the `ModelPlan`s.
+Choosing a strategy only reads the project; the runner (`layers.runner`) acts on the `ModelPlan`s.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The native stack end to end (``make test-stack``; skipped unless LAKESTREAM_TEST_STACK=1): ``deploy.stack up``
+"""The native stack end to end (``make test-stack``; skipped unless LAKESTREAM_TEST_STACK=1): ``python -m stack up``
 brings up SeaweedFS, a Spark master and worker and Airflow's real scheduler; orders are produced into the ODS; the
 scheduler runs every DAG (layers and tiering triggered, quality on the assets, maintenance), and then lake == log,
 the layers == their SQL, each layers task reported its model's column lineage to OpenLineage, and the quality run
@@ -20,9 +20,9 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
-from deploy import scenario, stack
-from deploy.airflow_api import AirflowApi
 from object_store.seaweedfs import free_ports
+from stack import scenario, services
+from stack.airflow_api import AirflowApi
 
 pytestmark = [
     pytest.mark.stack,
@@ -39,10 +39,10 @@ EXECUTOR_WAIT = 15  # seconds a tiering job waits without executors before it ca
 def running(tmp_path_factory):
     root = tmp_path_factory.mktemp("stack") / ".stack"
     events = root.parent / "openlineage.jsonl"
-    ports = free_ports(len(stack.PORT_ENV))
+    ports = free_ports(len(services.PORT_ENV))
     env = scenario.environment(
         {
-            **{var: str(port) for var, port in zip(stack.PORT_ENV, ports, strict=True)},
+            **{var: str(port) for var, port in zip(services.PORT_ENV, ports, strict=True)},
             "LAKESTREAM_TASK_RETRIES": "2",
             "LAKESTREAM_TASK_RETRY_DELAY_SECONDS": "5",
             "LAKESTREAM_SPARK_EXECUTOR_WAIT_SECONDS": str(EXECUTOR_WAIT),
@@ -70,22 +70,22 @@ def running(tmp_path_factory):
             "lh": scenario.open_lakehouse(cfg),
         }
     finally:
-        for service in stack.SERVICES:  # whatever the tests did, leave nothing running
-            pid = stack.read_pid(cfg, service)
-            if pid is not None and stack._alive(pid):
-                stack.stop_service(cfg, service, timeout=5)
+        for service in services.SERVICES:  # whatever the tests did, leave nothing running
+            pid = services.read_pid(cfg, service)
+            if pid is not None and services._alive(pid):
+                services.stop_service(cfg, service, timeout=5)
 
 
 def test_up_is_ready_and_a_second_up_starts_nothing(running) -> None:
     cfg, env = running["cfg"], running["env"]
     assert "stack ready in" in running["out"]
-    assert all(stack.running(cfg, s) for s in stack.SERVICES)
+    assert all(services.running(cfg, s) for s in services.SERVICES)
     dags = running["api"].dags()
     assert {"lake_tiering", "warehouse_layers", "lake_quality", "lake_maintenance"} <= set(dags)
-    pids = {s: stack.running(cfg, s) for s in stack.SERVICES}
+    pids = {s: services.running(cfg, s) for s in services.SERVICES}
     out = scenario._stack_command("up", running["root"], env)
     assert "already running" in out
-    assert {s: stack.running(cfg, s) for s in stack.SERVICES} == pids
+    assert {s: services.running(cfg, s) for s in services.SERVICES} == pids
 
 
 def test_the_scheduler_runs_every_dag_and_publishes(running, spark) -> None:
@@ -134,7 +134,7 @@ def test_the_scheduler_runs_every_dag_and_publishes(running, spark) -> None:
     assert newest.ok and lh.store.exists(f"_lakestream/quality/reports/{newest.run_id}.html")
     assert maintenance["state"] == "success"
     assert_no_failed_run(api)
-    assert_layers_lineage(running["events"], load_project(scenario.EXAMPLE), f"s3://{stack.BUCKET}/warehouse")
+    assert_layers_lineage(running["events"], load_project(scenario.EXAMPLE), f"s3://{services.BUCKET}/warehouse")
 
 
 def assert_layers_lineage(events: Path, project, namespace: str) -> None:
@@ -204,7 +204,7 @@ def test_a_lost_worker_fails_the_task_and_the_retry_recovers(running) -> None:
             break
         assert time.monotonic() < deadline, "no tiering app ran a task"
         time.sleep(0.1)
-    os.killpg(stack.running(cfg, "spark-worker"), signal.SIGKILL)  # the worker and its executors: a lost machine
+    os.killpg(services.running(cfg, "spark-worker"), signal.SIGKILL)  # the worker and its executors: a lost machine
     killed = time.monotonic()
     lake_before = lh.lake_offsets("ods.orders")
     [run] = [r for r in api.runs("lake_tiering", limit=5) if r["state"] == "running"]
@@ -221,7 +221,7 @@ def test_a_lost_worker_fails_the_task_and_the_retry_recovers(running) -> None:
     assert lh.lake_offsets("ods.orders") == lake_before  # nothing of the failed try was committed
 
     out = scenario._stack_command("up", running["root"], env)  # a second `make stack` brings the worker back
-    assert "starting the rest" in out and stack.running(cfg, "spark-worker")
+    assert "starting the rest" in out and services.running(cfg, "spark-worker")
     run = scenario.wait_success(api, "lake_tiering", run_id, 600)
     assert run["state"] == "success"
     [ti] = api.task_instances("lake_tiering", run_id)
@@ -239,10 +239,10 @@ def test_a_lost_worker_fails_the_task_and_the_retry_recovers(running) -> None:
 
 def test_down_leaves_no_process(running) -> None:
     cfg = running["cfg"]
-    pids = {s: stack.read_pid(cfg, s) for s in stack.SERVICES}
+    pids = {s: services.read_pid(cfg, s) for s in services.SERVICES}
     running["lh"].close()
     out = scenario.stack_down(running["root"], running["env"])
     for service, pid in pids.items():
         assert f"stopped {service}" in out
-        assert pid is not None and not stack._group_members(pid), f"{service}: a process of its group is left"
+        assert pid is not None and not services._group_members(pid), f"{service}: a process of its group is left"
     assert not any(Path(cfg.root).glob("*.pid"))

@@ -1,4 +1,4 @@
-"""deploy/stack.py: configuration, env file, status/down on nothing, and a real SeaweedFS-only up/down."""
+"""stack/services.py: configuration, env file, status/down on nothing, and a real SeaweedFS-only up/down."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from deploy import stack
 from object_store.seaweedfs import ACCESS_KEY, SECRET_KEY, free_ports
+from stack import services
 
 
 def test_ports_default_and_from_env(tmp_path: Path) -> None:
-    cfg = stack.Config.from_env(tmp_path, env={})
+    cfg = services.Config.from_env(tmp_path, env={})
     assert cfg.ports["s3.port"] == 8333
     assert cfg.ports["spark.master"] == 7077
     assert cfg.ports["spark.master.ui"] == 8090
@@ -23,7 +23,7 @@ def test_ports_default_and_from_env(tmp_path: Path) -> None:
     assert cfg.ports["airflow.api"] == 8080
     assert len(set(cfg.ports.values())) == len(cfg.ports), "default ports clash"
 
-    cfg = stack.Config.from_env(
+    cfg = services.Config.from_env(
         tmp_path,
         env={
             "LAKESTREAM_STACK_S3_PORT": "18000",
@@ -37,13 +37,13 @@ def test_ports_default_and_from_env(tmp_path: Path) -> None:
     assert cfg.airflow_url == "http://127.0.0.1:18002"
     assert cfg.worker_cores == 3
     for bad in ("x", "0", "70000"):
-        with pytest.raises(stack.StackError, match="LAKESTREAM_STACK_S3_PORT"):
-            stack.Config.from_env(tmp_path, env={"LAKESTREAM_STACK_S3_PORT": bad})
+        with pytest.raises(services.StackError, match="LAKESTREAM_STACK_S3_PORT"):
+            services.Config.from_env(tmp_path, env={"LAKESTREAM_STACK_S3_PORT": bad})
 
 
 @pytest.mark.subprocess
 def test_env_file_sources_to_the_stack(tmp_path: Path) -> None:
-    cfg = stack.Config.from_env(
+    cfg = services.Config.from_env(
         tmp_path / "st ack",
         env={
             "LAKESTREAM_STACK_S3_PORT": "18333",
@@ -77,40 +77,40 @@ def test_env_file_sources_to_the_stack(tmp_path: Path) -> None:
 
 
 def test_status_of_an_empty_dir(tmp_path: Path) -> None:
-    cfg = stack.Config.from_env(tmp_path, env={})
+    cfg = services.Config.from_env(tmp_path, env={})
     lines: list[str] = []
-    assert stack.status(cfg, lines.append) == {s: None for s in stack.SERVICES}
-    assert len(lines) == len(stack.SERVICES)
+    assert services.status(cfg, lines.append) == {s: None for s in services.SERVICES}
+    assert len(lines) == len(services.SERVICES)
     assert all("stopped" in line for line in lines)
 
 
 @pytest.mark.subprocess
 def test_down_on_nothing_is_a_no_op_and_drops_stale_pid_files(tmp_path: Path) -> None:
-    cfg = stack.Config.from_env(tmp_path, env={})
-    assert stack.down(cfg, lambda _: None) == []
+    cfg = services.Config.from_env(tmp_path, env={})
+    assert services.down(cfg, lambda _: None) == []
     dead = subprocess.Popen(["true"], start_new_session=True)
     dead.wait()
     cfg.pid_file("spark-master").write_text(f"{dead.pid}\n")
     lines: list[str] = []
-    assert stack.status(cfg, lines.append)["spark-master"] is None
+    assert services.status(cfg, lines.append)["spark-master"] is None
     assert any("stale" in line for line in lines)
-    assert stack.down(cfg, lambda _: None) == []
+    assert services.down(cfg, lambda _: None) == []
     assert not cfg.pid_file("spark-master").exists()
 
 
 @pytest.mark.subprocess
 def test_up_seaweedfs_only_then_down_leaves_no_process(tmp_path: Path) -> None:
-    ports = free_ports(len(stack.PORT_ENV))
-    env = {var: str(port) for var, port in zip(stack.PORT_ENV, ports, strict=True)}
-    cfg = stack.Config.from_env(tmp_path / ".stack", env=env)
+    ports = free_ports(len(services.PORT_ENV))
+    env = {var: str(port) for var, port in zip(services.PORT_ENV, ports, strict=True)}
+    cfg = services.Config.from_env(tmp_path / ".stack", env=env)
     cfg.timeout = 60
     try:
-        assert stack.up(cfg, services=("seaweedfs",), out=lambda _: None) is True
-        pid = stack.running(cfg, "seaweedfs")
+        assert services.up(cfg, services=("seaweedfs",), out=lambda _: None) is True
+        pid = services.running(cfg, "seaweedfs")
         assert pid is not None
         assert (cfg.root / "env").read_text() == cfg.env_file_text()
-        assert stack.up(cfg, services=("seaweedfs",), out=lambda _: None) is False, "started twice"
-        assert stack.running(cfg, "seaweedfs") == pid
+        assert services.up(cfg, services=("seaweedfs",), out=lambda _: None) is False, "started twice"
+        assert services.running(cfg, "seaweedfs") == pid
 
         from object_store import open_store
 
@@ -124,14 +124,14 @@ def test_up_seaweedfs_only_then_down_leaves_no_process(tmp_path: Path) -> None:
         store.put("probe/x", b"1")
         assert store.get("probe/x").data == b"1"
     finally:
-        pid_started = stack.read_pid(cfg, "seaweedfs")
-        stopped = stack.down(cfg, lambda _: None)
-        if pid_started is not None and stack._alive(pid_started):  # down failed: leave nothing behind anyway
+        pid_started = services.read_pid(cfg, "seaweedfs")
+        stopped = services.down(cfg, lambda _: None)
+        if pid_started is not None and services._alive(pid_started):  # down failed: leave nothing behind anyway
             os.killpg(pid_started, 9)
     assert stopped == ["seaweedfs"]
     assert not cfg.pid_file("seaweedfs").exists()
     time.sleep(0.2)
-    assert not stack._group_members(pid), "a process of the stopped group is left"
+    assert not services._group_members(pid), "a process of the stopped group is left"
     deadline = time.monotonic() + 5  # the group is gone once its leader (our child here) is reaped
     while True:
         try:
@@ -149,10 +149,10 @@ def test_up_seaweedfs_only_then_down_leaves_no_process(tmp_path: Path) -> None:
 def test_one_up_or_down_at_a_time(tmp_path: Path) -> None:
     """Two `make stack` at once would both find nothing running and start everything twice: the second one is
     refused, naming the directory, and starts nothing."""
-    cfg = stack.Config.from_env(tmp_path / ".stack", env={})
-    with stack.exclusive(cfg):
-        for command in (lambda: stack.up(cfg, out=lambda _: None), lambda: stack.down(cfg, out=lambda _: None)):
-            with pytest.raises(stack.StackError, match="another `deploy.stack up` or `down` is running on"):
+    cfg = services.Config.from_env(tmp_path / ".stack", env={})
+    with services.exclusive(cfg):
+        for command in (lambda: services.up(cfg, out=lambda _: None), lambda: services.down(cfg, out=lambda _: None)):
+            with pytest.raises(services.StackError, match="another `python -m stack up` or `down` is running on"):
                 command()
     assert not any(cfg.root.glob("*.pid"))
-    assert stack.down(cfg, out=lambda _: None) == []  # free again
+    assert services.down(cfg, out=lambda _: None) == []  # free again

@@ -1,4 +1,4 @@
-"""The errors of the deployed stack (``deploy/``), under lakestream's one root."""
+"""The errors of the native stack (``stack/``), under lakestream's one root."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """The record of the version of a project last deployed to a warehouse, for ``lakestream layers plan``.
 
 A table tells its columns, key and buckets, but not the SQL that computes it: a round records only a digest of
-it (`layers.rounds.sql_digest`). So after every successful deploy (`layers.deploy.Deployer.deploy`) the project
+it (`layers.rounds.sql_digest`). So after every successful deploy (`layers.deployer.Deployer.deploy`) the project
 as deployed is written to ``_lakestream/layers/deployed.json``: per model its SQL text and digest, its output
 columns with their types (the table's, so types Spark inferred at deploy too), key, buckets and inputs; per
-source its declared columns and key. `layers.plan` compares a changed project with it.
+source its declared columns and key. `layers.deploy_plan` compares a changed project with it.
 
 One object holds the whole project: a deploy writes the project it deployed, complete, so two concurrent
 deploys can only mean "the last one wins". Each write is a compare-and-swap on the version it read (``If-Match``

@@ -1,6 +1,6 @@
 """The native stack (no Docker): SeaweedFS, a Spark standalone master and worker, Airflow, on loopback.
 
-    python -m deploy.stack up|down|status [--dir .stack]     (make stack / stack-down / stack-status)
+    python -m stack up|down|status [--dir .stack]     (make stack / stack-down / stack-status)
 
 Everything lives under one directory (default ``.stack/``): per service a PID file (``<name>.pid``), a log
 file (``logs/<name>.log``) and its state and work dirs, plus ``env``, a file a shell can ``source`` so that
@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from deploy.errors import StackError
 from object_store.seaweedfs import ACCESS_KEY, PORT_FLAGS, SECRET_KEY, weed_binary
+from stack.errors import StackError
 
 REPO = Path(__file__).resolve().parent.parent
 BUCKET = "lakestream"
@@ -173,7 +173,7 @@ class Config:
 
     def env_file_text(self) -> str:
         lines = [
-            "# The lakestream native stack (python -m deploy.stack): `source` this file.",
+            "# The lakestream native stack (python -m stack): `source` this file.",
             "# The S3 credentials are fixed, local-only ones: the stack listens on 127.0.0.1 only.",
         ]
         lines += [f"export {k}={shlex.quote(v)}" for k, v in self.stack_env().items()]
@@ -546,7 +546,7 @@ def exclusive(cfg: Config) -> Iterator[None]:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise StackError(f"another `deploy.stack up` or `down` is running on {cfg.root}; wait for it") from None
+            raise StackError(f"another `python -m stack up` or `down` is running on {cfg.root}; wait for it") from None
         try:
             yield
         finally:
@@ -630,7 +630,7 @@ def _down(cfg: Config, out: Callable[[str], None]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deploy.stack", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m stack", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=("up", "down", "status"))
     parser.add_argument("--dir", default=".stack", help="the stack's directory (default: .stack)")
     parser.add_argument("--no-airflow", action="store_true", help="up: SeaweedFS and Spark only")

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from deploy.errors import StackError
+from stack.errors import StackError
 
 FINISHED = frozenset({"success", "failed"})
 

@@ -1,1 +1,0 @@
-"""Deployment helpers: the native stack (deploy/stack.py)."""
