@@ -26,7 +26,9 @@ class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.moves = dict(moves)
         self._specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
 
-    def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in self.moves:
             return None
         return importlib.util.spec_from_loader(fullname, self)
@@ -53,4 +55,6 @@ def keep_old_paths(moves: Mapping[str, str]) -> None:
         if isinstance(finder, _OldPaths):
             finder.moves.update(moves)
             return
-    sys.meta_path.append(_OldPaths(moves))
+    # First on the path: an old path is the new module even where a copy of the old file is still found (an
+    # editable install of another checkout, a stale file of an older version left in place).
+    sys.meta_path.insert(0, _OldPaths(moves))

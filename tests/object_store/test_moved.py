@@ -59,3 +59,12 @@ def test_paths_not_listed_are_not_found(package):
     keep_old_paths({"movedpkg.place": "movedpkg.new.place"})
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("movedpkg.elsewhere")
+
+
+def test_an_old_path_is_the_new_module_even_where_its_old_file_is_left(package, tmp_path):
+    (tmp_path / "movedpkg" / "place.py").write_text("STALE = True\n")
+    keep_old_paths({"movedpkg.place": "movedpkg.new.place"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old = importlib.import_module("movedpkg.place")
+    assert old is importlib.import_module("movedpkg.new.place") and not hasattr(old, "STALE")
