@@ -1,5 +1,5 @@
 """A publisher killed with SIGKILL at one point of `quality.warehouse_publication.publish_warehouse` (tests/quality/
-test_publication.py): ``python -m tests.quality._publication_worker STORE_URL POINT``, every table's current
+test_warehouse_publication.py): ``python -m tests.quality._publication_worker STORE_URL POINT``, every table's current
 snapshot taken as passed.
 
 POINT: ``planned`` (the set planned, nothing tagged), ``protected`` (pending tags and pinned files written,
