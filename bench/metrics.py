@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lakehouse import Lakehouse  # noqa: E402
 from quality.metrics import collect_metrics, is_new_for  # noqa: E402
-from quality.metrics_store import METRICS_TABLE, append_metrics, metrics_table  # noqa: E402
+from quality.metrics.table import METRICS_TABLE, append_metrics, metrics_table  # noqa: E402
 
 BUCKETS = 4
 failures: list[str] = []

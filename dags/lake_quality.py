@@ -5,7 +5,7 @@ Scheduled by the assets the `lake_tiering` and `warehouse_layers` tasks produce 
 them). Three tasks: `check` (`spark-submit jobs/check.py`: reconcile, suites, layer checks; records the run
 and its report under `_lakestream/quality/`; fails on a violation) and then `publish` (`jobs/check.py
 --publish`: moves each table's tag `published` to the snapshot the run passed on, then records the warehouse
-publication, `quality.publication`), which runs only after `check` succeeded; and `alerts`, after `check`
+publication, `quality.warehouse_publication`), which runs only after `check` succeeded; and `alerts`, after `check`
 whatever its outcome: the latest run's alerts to the tables' owners (`quality.alerts`: once per incident,
 routed by the project's alerts.yml; e-mail through Airflow's SMTP notifier). A `check` or `publish` that fails
 is alerted too (`_notifiers.LakestreamNotifier`), once; its next success closes the incident.

@@ -69,7 +69,7 @@ def publish_latest(lh, tables: list[str]) -> int:
         emit({"error": "no quality run recorded yet: run the checks first", "type": "QualityError"})
         return 1
     run = latest[0]
-    from quality.publication import read_publication
+    from quality.warehouse_publication import read_publication
 
     moved = publish_run(lh, run, tables=tables or None)
     record = read_publication(lh)

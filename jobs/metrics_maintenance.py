@@ -4,7 +4,7 @@
 
 Compacts its small data files (one per `lakestream metrics collect`) keeping what was recorded, drops rows
 older than --retention-days if given, expires old snapshots and deletes unreferenced files
-(`quality.metrics_store.maintain_metrics`). Prints one JSON line; exits non-zero on an error.
+(`quality.metrics.table.maintain_metrics`). Prints one JSON line; exits non-zero on an error.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
 
     def work(lh) -> int:
-        from quality.metrics_store import maintain_metrics
+        from quality.metrics.table import maintain_metrics
 
         result = maintain_metrics(
             lh,

@@ -193,7 +193,7 @@ class SubscriptionBackwards(InvalidArgument):
 
 class RefNotFound(LakestreamError, KeyError):
     """A read named an Iceberg tag or branch (``ref=``) the table's lake table does not have. The message lists
-    the refs it has; ``published`` appears after the first passing ``lakestream check`` (`quality.publish`)."""
+    the refs it has; ``published`` appears after the first passing ``lakestream check`` (`quality.published_tag`)."""
 
     def __str__(self) -> str:  # KeyError would otherwise repr() the message
         return str(self.args[0]) if self.args else ""

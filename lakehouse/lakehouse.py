@@ -616,7 +616,7 @@ class Lakehouse:
     ) -> pa.Table:
         """The lake only (what other engines see). With ``as_of``, the lake as it held exactly those offsets
         (offsets a tiering round committed, still retained), else `AsOfUnavailable`. With ``ref`` (an Iceberg
-        tag or branch of the lake table, e.g. ``"published"``, which `quality.publish` moves only to snapshots
+        tag or branch of the lake table, e.g. ``"published"``, which `quality.published_tag` moves only to snapshots
         whose checks all passed), the lake exactly at the snapshot it points at, whatever was committed since.
 
         Raises:

@@ -55,6 +55,6 @@ def keep_old_paths(moves: Mapping[str, str]) -> None:
         if isinstance(finder, _OldPaths):
             finder.moves.update(moves)
             return
-    # First, so that no stale copy of an old module is found instead: an editable install's finder maps the
-    # package to its checkout, which may still hold the old file (another worktree's, or one an upgrade left).
+    # First on the path: an old path is the new module even where a copy of the old file is still found (an
+    # editable install of another checkout, a stale file of an older version left in place).
     sys.meta_path.insert(0, _OldPaths(moves))

@@ -367,7 +367,7 @@ def anomaly_results(
 
     ``snapshots`` (table -> the snapshot the run checked, its reconciliation's) ends each table's series at
     that snapshot's point, and the result is made on that snapshot, so that ``published`` can move there
-    (`quality.publish` wants every result of a table on one snapshot). A table whose series has no point for
+    (`quality.published_tag` wants every result of a table on one snapshot). A table whose series has no point for
     it (its metrics not recorded yet) is not judged (``details["skipped"]``), which does not hold it back."""
     wanted = set(tables) if tables is not None else None
     out = []

@@ -18,8 +18,8 @@
    anomaly checks (`quality.anomaly`, ``meta.anomalies``) on the tables' metrics series, each cut at the
    snapshot just reconciled;
 3. unless ``publish=False``: the tag ``published`` of each table whose checks all passed on one snapshot moves
-   there (`quality.publish`); a table with a failing check keeps its tag, and the run says why; then the
-   warehouse publication (`quality.publication`): one consistent set of checked snapshots across the layers,
+   there (`quality.published_tag`); a table with a failing check keeps its tag, and the run says why; then the
+   warehouse publication (`quality.warehouse_publication`): one consistent set of checked snapshots across the layers,
    recorded as its next generation;
 4. the figures of each table (`quality.stats`), the run record (`quality.runs`, in the warehouse) and its HTML
    page and index (`quality.report`), with the tables' metrics charts and the open incidents
@@ -224,7 +224,7 @@ def _collect_metrics(lh: Any, names: list[str], spark: Any) -> None:
 def _publish(lh: Any, names: list[str], results: list[CheckResult]) -> dict[str, int | None]:
     """Move ``published`` of each table whose checks all passed on one snapshot; say why for the others."""
     from quality.errors import PublishRefused
-    from quality.publish import publish, published_snapshot
+    from quality.published_tag import publish, published_snapshot
 
     out: dict[str, int | None] = {}
     for name in names:
@@ -255,10 +255,10 @@ def publish_run(lh: Any, run: QualityRun, *, tables: Sequence[str] | None = None
 
 
 def _publish_warehouse(lh: Any, names: list[str], results: list[CheckResult], run_id: str) -> Any:
-    """After the tags ``published``: the warehouse publication (`quality.publication`) of the consistent set
+    """After the tags ``published``: the warehouse publication (`quality.warehouse_publication`) of the consistent set
     these results (and earlier passes) allow. A publication that cannot be written is logged, not raised: the
     run is recorded either way, and the previous publication stands."""
-    from quality.publication import publish_warehouse
+    from quality.warehouse_publication import publish_warehouse
 
     try:
         publication = publish_warehouse(lh, results, tables=names, run_id=run_id)
@@ -276,7 +276,7 @@ def _published(lh: Any, names: list[str]) -> dict[str, int | None]:
 
 
 def _published_or_none(lh: Any, name: str) -> int | None:
-    from quality.publish import published_snapshot
+    from quality.published_tag import published_snapshot
 
     try:
         return published_snapshot(lh, name)

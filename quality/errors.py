@@ -23,5 +23,5 @@ class PublishRefused(QualityError):
 
 
 class PublicationError(QualityError):
-    """The warehouse publication (`quality.publication`) was not written: other publishers won every
+    """The warehouse publication (`quality.warehouse_publication`) was not written: other publishers won every
     compare-and-swap, or its record cannot be read. The previous publication stays as it was."""

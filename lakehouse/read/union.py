@@ -18,7 +18,7 @@ snapshot's offset up to ``as_of``. Buckets are grouped by snapshot (one scan eac
 `AsOfUnavailable`, never an approximate state.
 
 Reads at a ref (``ref="published"``: an Iceberg tag or branch of the lake table) return the lake exactly at the
-snapshot the ref points at, and nothing of the log: a published state (`quality.publish`) is a lake snapshot
+snapshot the ref points at, and nothing of the log: a published state (`quality.published_tag`) is a lake snapshot
 whose checks passed, and the log after it was not checked. So a union read at a ref equals a lake read at it;
 ``ref`` and ``as_of`` together are refused (`InvalidArgument`), an unknown ref raises `RefNotFound`.
 
@@ -136,8 +136,8 @@ def ref_snapshot(table: Table, ref: str) -> int:
         have = ", ".join(sorted(table.metadata.refs)) or "none (nothing was committed yet)"
         raise RefNotFound(
             f"lake table {'.'.join(table.name())} has no tag or branch {ref!r}; its refs: {have}. The tag "
-            "'published' appears after the first passing `lakestream check` (quality.publish), and 'publication' "
-            "once the table is in the warehouse publication (quality.publication, `lakestream published`)"
+            "'published' appears after the first passing `lakestream check` (quality.published_tag), and 'publication' "
+            "once the table is in the warehouse publication (quality.warehouse_publication, `lakestream published`)"
         )
     return found.snapshot_id
 

@@ -26,7 +26,7 @@ Options:
     as_of           every bucket's offset: "0:120,1:98" (as the CLI's --as-of) or JSON {"0": 120, "1": 98}
     lake_only       "true": the lake snapshot only (with as_of: offsets a tiering round committed)
     ref             the lake at an Iceberg tag or branch, e.g. "published" (the newest snapshot whose checks all
-                    passed, `quality.publish`): that snapshot's files only, no log tail; not with as_of or changes
+                    passed, `quality.published_tag`): that snapshot's files only, no log tail; not with as_of or changes
     snapshot_id     the lake at the snapshot of that id: its files only, no log tail, whenever Spark plans the
                     read (a quality suite validates exactly the snapshot it names, `quality.expectations`); not
                     with as_of, ref or changes; an unknown id fails when the DataFrame is made (SnapshotNotFound)

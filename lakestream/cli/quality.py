@@ -137,7 +137,7 @@ def check(
 
 
 def _print_publication(lh) -> None:
-    from quality.publication import read_publication
+    from quality.warehouse_publication import read_publication
 
     try:
         record = read_publication(lh)
@@ -194,7 +194,7 @@ def published(
     snapshot, metadata file and, for a model, its round), and the tables left out with why."""
     from datetime import UTC, datetime
 
-    from quality.publication import read_history, read_publication
+    from quality.warehouse_publication import read_history, read_publication
 
     try:
         lh = open_lakehouse(warehouse, config)
@@ -278,8 +278,8 @@ def metrics_show(
 ) -> None:
     """Show the recorded metrics of TABLE: one row per commit (its table-level metrics, or with --column that
     column's), or with --metric that metric's series."""
-    from quality.commit_metrics import COLUMN_METRICS, TABLE_METRICS
     from quality.metrics import load_commits, load_series
+    from quality.metrics.partials import COLUMN_METRICS, TABLE_METRICS
 
     try:
         lh = open_lakehouse(warehouse, config)
@@ -333,7 +333,7 @@ def metrics_maintain(
     was), drop rows older than --retention-days if given, expire old snapshots and delete unreferenced files."""
     from datetime import timedelta
 
-    from quality.metrics_store import maintain_metrics
+    from quality.metrics.table import maintain_metrics
 
     try:
         lh = open_lakehouse(warehouse, config)

@@ -70,7 +70,7 @@ def test_dag_test_checks_then_publishes_and_a_violation_stops_publishing(run_pro
     import pyarrow as pa
 
     from lakehouse import Lakehouse
-    from quality.publish import published_snapshot
+    from quality.published_tag import published_snapshot
     from tests.support.rogue import rogue_commit
 
     schema = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.string())])

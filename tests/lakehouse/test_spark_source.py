@@ -353,7 +353,7 @@ def test_spark_reads_changes(tmp_path, spark) -> None:
 def _published(lh: Lakehouse) -> int:
     """Tag the current snapshot ``published`` (as a passing `lakestream check` does), then tier the tail: the
     lake moves on, the tag stays."""
-    from quality.publish import publish
+    from quality.published_tag import publish
     from quality.results import CheckResult
 
     snapshot = lh.lake_table(NAME).metadata.current_snapshot_id
@@ -382,8 +382,8 @@ def test_reader_at_a_ref_reads_the_lake_at_its_snapshot(tmp_path) -> None:
         reader.plan.located(reader._table, lh.table(NAME), as_of=None, log_=None, fix_ends=False, snapshot_id=snapshot)
     )
     # the warehouse publication's tag: the snapshot the checks passed on, after the lake moved on again
-    from quality.publication import PUBLICATION, publish_warehouse
     from quality.results import CheckResult
+    from quality.warehouse_publication import PUBLICATION, publish_warehouse
 
     lh.tier(NAME)
     passed = lh.lake_table(NAME).metadata.current_snapshot_id

@@ -20,8 +20,8 @@ from layers.errors import GreenBehind
 from layers.project import load_project
 from layers.runner import Runner
 from quality.layers import check_layers
-from quality.publication import publish_warehouse
 from quality.results import RECONCILE, CheckResult
+from quality.warehouse_publication import publish_warehouse
 from tests.conftest import duckdb_connection
 from tests.support.crash import crash
 

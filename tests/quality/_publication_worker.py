@@ -1,5 +1,5 @@
-"""A publisher killed with SIGKILL at one point of `quality.publication.publish_warehouse` (tests/quality/
-test_publication.py): ``python -m tests.quality._publication_worker STORE_URL POINT``, every table's current
+"""A publisher killed with SIGKILL at one point of `quality.warehouse_publication.publish_warehouse` (tests/quality/
+test_warehouse_publication.py): ``python -m tests.quality._publication_worker STORE_URL POINT``, every table's current
 snapshot taken as passed.
 
 POINT: ``planned`` (the set planned, nothing tagged), ``protected`` (pending tags and pinned files written,
@@ -12,7 +12,7 @@ import sys
 
 from lakehouse import Lakehouse
 from object_store import open_store
-from quality import publication
+from quality import warehouse_publication as publication
 from quality.results import RECONCILE, CheckResult
 from tests.support.crash import die
 

@@ -16,10 +16,10 @@ from pyiceberg.table.snapshots import ancestors_of
 from lakehouse import Lakehouse
 from lakehouse.iceberg.offsets import tiering_snapshots
 from object_store import open_store
-from quality import metrics as metrics_module
 from quality.metrics import MetricsError, collect_metrics, load_series, metrics_dataframe
-from quality.metrics_store import METRICS_TABLE, append_metrics, metrics_table, recorded
-from quality.sketch import RELATIVE_ERROR
+from quality.metrics import collect as metrics_module
+from quality.metrics.sketch import RELATIVE_ERROR
+from quality.metrics.table import METRICS_TABLE, append_metrics, metrics_table, recorded
 from tests.conftest import duckdb_connection
 
 NAME = "ods.m"
@@ -285,7 +285,7 @@ def test_the_commits_of_a_layers_models_table_are_rounds(lh: Lakehouse) -> None:
 
 
 def test_string_hashes_tell_values_apart_whatever_their_length() -> None:
-    from quality.sketch import PADDED_BYTES, string_hashes
+    from quality.metrics.sketch import PADDED_BYTES, string_hashes
 
     # padding never makes two values equal (a trailing space, the empty string), multi-byte characters count
     # by bytes, and values longer than the padded width (hashed one by one) too

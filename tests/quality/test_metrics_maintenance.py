@@ -1,4 +1,4 @@
-"""Maintenance of the metrics table (`quality.metrics_store.maintain_metrics`): after several collects the
+"""Maintenance of the metrics table (`quality.metrics.table.maintain_metrics`): after several collects the
 compaction leaves fewer files and snapshots and exactly the same rows, the recorded map survives it (the next
 collect records nothing twice), a collect racing the compaction loses no row and doubles none, and the
 retention drops old rows without making the next collect record them again. Local backend, no Spark."""
@@ -13,9 +13,9 @@ import pytest
 
 from lakehouse import Lakehouse
 from object_store import open_store
-from quality import metrics_store
 from quality.metrics import collect_metrics
-from quality.metrics_store import RECORDED_PROPERTY, maintain_metrics, metrics_table, recorded
+from quality.metrics import table as metrics_store
+from quality.metrics.table import RECORDED_PROPERTY, maintain_metrics, metrics_table, recorded
 from tests.conftest import duckdb_connection
 
 NAME = "ods.mm"

@@ -711,7 +711,7 @@ def test_write_report_locally_and_to_the_warehouse(lakehouse, tmp_path: Path) ->
     # the metrics table holds ods.orders' changes (one commit after the run: not the run's) and rows; the
     # alerts record an open incident
     from quality.alerts import parse_routing, send_alerts
-    from quality.metrics_store import append_metrics
+    from quality.metrics.table import append_metrics
 
     points = series_points(120)
     rows = [

@@ -118,7 +118,7 @@ def test_the_scheduler_runs_every_dag_and_publishes(running, spark) -> None:
 
     from layers.project import load_project
     from quality.layers import check_layers
-    from quality.publish import published_snapshot
+    from quality.published_tag import published_snapshot
     from quality.reconcile import reconcile
     from quality.runs import load_runs
 

@@ -14,7 +14,7 @@ from lakehouse import Lakehouse
 from lakehouse.errors import InvalidArgument, RefNotFound
 from lakehouse.iceberg.offsets import COMMIT_USER_PROPERTY, TIERING_USER
 from quality.errors import PublishRefused
-from quality.publish import PUBLISHED, publish, published_snapshot
+from quality.published_tag import PUBLISHED, publish, published_snapshot
 from quality.results import RECONCILE, CheckResult, Violation
 
 NAME = "ods.t"

@@ -23,12 +23,12 @@ from lakehouse import Lakehouse
 from lakestream.cli import app
 from layers.lease import Owner
 from layers.rounds import RoundRecord, RoundReport, create_round, latest_round, write_report
-from quality import publication as pub
+from quality import warehouse_publication as pub
 from quality.check import publish_run
 from quality.errors import PublicationError
-from quality.publication import PUBLICATION, publish_warehouse, read_history, read_publication
-from quality.publish import PUBLISHED
+from quality.published_tag import PUBLISHED
 from quality.results import RECONCILE, CheckResult, QualityRun, Violation
+from quality.warehouse_publication import PUBLICATION, publish_warehouse, read_history, read_publication
 from tests.conftest import duckdb_connection
 from tests.support.crash import crash
 

@@ -1,6 +1,6 @@
 """The warehouse publication: one consistent set of checked snapshots across the layers, recorded atomically.
 
-`quality.publish` moves each table's tag ``published`` on its own, so ``published`` of a DWD model may hold rows
+`quality.published_tag` moves each table's tag ``published`` on its own, so ``published`` of a DWD model may hold rows
 computed from ODS rows that ``published`` of the ODS table does not hold yet (or the other way round). The
 publication is the set readers take together: per table a snapshot that passed its checks, its pinned metadata
 file (`lakehouse.iceberg.pinned`, for engines given a bare metadata file) and, for a model, the round that snapshot
@@ -57,7 +57,7 @@ from lakehouse.iceberg.pinned import pin_metadata, pinned_location
 from object_store import NotFound, ObjectStore, PreconditionFailed
 from object_store.errors import LakestreamError
 from quality.errors import PublicationError
-from quality.publish import PUBLISHED
+from quality.published_tag import PUBLISHED
 from quality.results import CheckResult
 from quality.runs import QUALITY_PREFIX
 
@@ -178,7 +178,7 @@ def _parse(data: bytes, key: str) -> Publication:
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise PublicationError(
             f"the publication record {key} cannot be read ({type(exc).__name__}: {exc}): it was not written by "
-            "this version's quality.publication. Move it aside and publish again (lakestream check --publish)"
+            "this version's quality.warehouse_publication. Move it aside and publish again (lakestream check --publish)"
         ) from None
 
 

@@ -1,7 +1,7 @@
 """Metrics per commit: for every lake commit of every table, figures computed from that commit's changes.
 
 ``collect_metrics(lh, tables=None, spark=None)`` walks each table's lake snapshots after the last one recorded
-(`quality.metrics_store`: the metrics table's own summary says where each table stands), and for each snapshot
+(`quality.metrics.table`: the metrics table's own summary says where each table stands), and for each snapshot
 that adds data records in the metrics table (long format, one row per metric):
 
 - ``rows``: the table's rows after the commit, from its snapshot summary (``total-records`` less
@@ -10,8 +10,8 @@ that adds data records in the metrics table (long format, one row per metric):
   offset range (the parent tiering snapshot's offsets to its own, as `lakehouse.read.changes` reads them):
   ``inserts``, ``updates``, ``deletes``, ``changes`` (their sum), ``freshness_seconds_max`` / ``_min`` (the commit's
   time less the append time of the range's oldest / newest records), and per column of the after-images (inserted
-  and updated rows) ``null_fraction``, ``distinct_estimate`` (`quality.sketch`: HyperLogLog, 1.6 % relative standard
-  error) and for numeric columns ``min``, ``max``, ``mean``;
+  and updated rows) ``null_fraction``, ``distinct_estimate`` (`quality.metrics.sketch`: HyperLogLog, 1.6 % relative
+  standard error) and for numeric columns ``min``, ``max``, ``mean``;
 - any other commit that adds records (compaction, another writer: ``kind`` "other") changes no offset: only
   ``rows``.
 
@@ -22,7 +22,7 @@ nothing of the table before it. Other commits (copy-on-write tables, commits of 
 changes read does: the log range, and the old state of the changed keys looked up by key in the parent's files (no
 before-images: no metric needs the old values, and a delete's old row comes anyway); with changes spread over the
 keys that lookup reads the key column of most of the table. Each bucket's read becomes a tiny partial (counts, sums,
-min/max, the sketch's registers; `quality.commit_metrics`), merged on the driver. Where: a commit of up to
+min/max, the sketch's registers; `quality.metrics.partials`), merged on the driver. Where: a commit of up to
 ``quality_driver_budget_rows`` changed records (the records of its offset range, known from the offsets without
 reading; the setting every quality check's driver shortcut uses) is read by threads of this process; a larger
 one by Spark's executors (one ``mapInArrow`` task per bucket, `lakehouse.executor.SparkExecutor`) when a session
@@ -60,7 +60,8 @@ from lakehouse.iceberg.offsets import (
     tiering_snapshots,
 )
 from lakehouse.read.changes import BucketChanges, ChangesPlan, plan_changes, read_bucket_changes
-from quality.commit_metrics import (
+from quality.errors import QualityError
+from quality.metrics.partials import (
     BucketPartial,
     after_images_partial,
     bucket_partial,
@@ -68,16 +69,7 @@ from quality.commit_metrics import (
     metric_rows,
     numeric,
 )
-from quality.errors import QualityError
-from quality.metrics_store import (
-    Recorded,
-    append_metrics,
-    load_commits,
-    load_series,
-    metrics_dataframe,
-    metrics_table,
-    recorded,
-)
+from quality.metrics.table import Recorded, append_metrics, metrics_table, recorded
 
 log = logging.getLogger(__name__)
 
@@ -429,4 +421,4 @@ class _BucketTask:
         return after_images_partial(after, columns, appended)
 
 
-__all__ = ["MAX_COMMITS", "MetricsError", "collect_metrics", "load_commits", "load_series", "metrics_dataframe"]
+__all__ = ["MAX_COMMITS", "OTHER", "ROUND", "TIERING", "MetricsError", "collect_metrics", "is_new_for"]

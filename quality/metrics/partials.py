@@ -3,7 +3,7 @@
 A bucket's partial (`BucketPartial`) is computed where the bucket's changes are read (`bucket_partial`: a
 thread of the driver under the budget, a Spark executor task above it) from the net changelog of the commit's
 offset range (`lakehouse.read.changes.read_bucket_changes`): counts of inserts, updates and deletes, and per column
-of the after-images (inserted and updated rows) the rows, nulls, a distinct sketch (`quality.sketch`) and for
+of the after-images (inserted and updated rows) the rows, nulls, a distinct sketch (`quality.metrics.sketch`) and for
 numeric columns min, max, sum and the non-null count; plus the append times of the range's first and last
 record (one HEAD each, as `quality.stats` reads lags). Partials are small (counts and 4 KiB of sketch per
 column, compressed), whatever the commit's size; `merge_partials` adds them up and `metric_rows` turns the total
@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakehouse.read.changes import DELETE, INSERT, OP_COLUMN, UPDATE_AFTER
-from quality import sketch
+from quality.metrics import sketch
 
 # table-level metrics
 ROWS, INSERTS, UPDATES, DELETES, CHANGES = "rows", "inserts", "updates", "deletes", "changes"
@@ -41,7 +41,7 @@ class ColumnPartial:
 
     rows: int = 0
     nulls: int = 0
-    registers: bytes | None = None  # `quality.sketch.pack`ed; None: no value added
+    registers: bytes | None = None  # `quality.metrics.sketch.pack`ed; None: no value added
     count: int = 0  # non-null values counted in min/max/sum (numeric columns)
     total: float = 0.0
     low: float | None = None
