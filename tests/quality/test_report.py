@@ -16,6 +16,7 @@ import zlib
 from datetime import UTC, datetime, timedelta
 from html import escape as html_escape
 from html.parser import HTMLParser
+from importlib.resources import files
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -596,6 +597,16 @@ def test_sections_collapse_and_the_filter_only_enhances() -> None:
     empty = render_run(QualityRun("r0", "", ""), [])
     assert 'id="filter"' not in empty and "<script" not in empty
     assert_self_contained(empty)
+
+
+def test_style_and_script_are_the_package_s_assets() -> None:
+    """The style and the script are files of the package (package data, read with importlib.resources): the page
+    carries each file's text, the script's exactly as its hash allows."""
+    assets = files("quality.report") / "assets"
+    css, js = (assets / "report.css").read_text(encoding="utf-8"), (assets / "report.js").read_text(encoding="utf-8")
+    assert FILTER_JS == js.rstrip("\n") and FILTER_JS.startswith("(function () {")
+    page = render_run(the_run(), [])
+    assert f"<style>\n{css}</style>" in page and f"<script>{FILTER_JS}</script>" in page
 
 
 def test_details_are_small_tables_with_long_values_cut() -> None:
