@@ -6,9 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lakehouse.spark  # noqa: F401  (first: it silences PySpark's pandas FutureWarning before pyspark is imported)
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 
 def parser(prog: str, doc: str) -> argparse.ArgumentParser:
@@ -24,7 +27,7 @@ def emit(obj: dict) -> None:
     print(json.dumps(obj, default=str), flush=True)
 
 
-def with_lakehouse(args: argparse.Namespace, work: Callable[[Any], int]) -> int:
+def with_lakehouse(args: argparse.Namespace, work: Callable[[Lakehouse], int]) -> int:
     """``work(lakehouse)`` on the settings' (``--config``, ``--warehouse``) lakehouse; an error of ours becomes one
     line ``{"error": ..., "type": ...}`` and exit code 1. Settings are read before Spark starts (in ``work``),
     so a bad configuration fails at once."""
@@ -39,7 +42,7 @@ def with_lakehouse(args: argparse.Namespace, work: Callable[[Any], int]) -> int:
         return 1
 
 
-def run_per_table(args: argparse.Namespace, app_name: str, work: Callable[[Any, str, Any], Any]) -> int:
+def run_per_table(args: argparse.Namespace, app_name: str, work: Callable[[Lakehouse, str, Any], Any]) -> int:
     """``work(lakehouse, table, spark)`` for each table (``--table`` or all); returns the exit code."""
     from lakehouse import Lakehouse
     from lakehouse.spark import spark_session

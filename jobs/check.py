@@ -17,15 +17,20 @@ result and a summary line; an error that keeps the job from running is one line 
 
 from __future__ import annotations
 
+import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from jobs._common import emit, submitted_app_name, with_lakehouse
 from jobs._common import parser as common_parser
 
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
+
 APP_NAME = "lakestream-check"
 
 
-def parser():
+def parser() -> argparse.ArgumentParser:
     p = common_parser("jobs/check.py", __doc__)
     p.add_argument("--full", action="store_true", help="re-check everything, not only what is new")
     p.add_argument("--project", default=None, help="a layers project: its suites and layer checks run too")
@@ -39,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     return with_lakehouse(args, lambda lh: publish_latest(lh, args.table) if args.publish else check(lh, args))
 
 
-def check(lh, args) -> int:
+def check(lh: Lakehouse, args: argparse.Namespace) -> int:
     from lakehouse.spark import spark_session
     from quality.check import run_checks
 
@@ -60,7 +65,7 @@ def check(lh, args) -> int:
     return 0 if run.ok else 1
 
 
-def publish_latest(lh, tables: list[str]) -> int:
+def publish_latest(lh: Lakehouse, tables: list[str]) -> int:
     from quality.check import publish_run
     from quality.runs import load_runs
 

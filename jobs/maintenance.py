@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import sys
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from jobs._common import parser, run_per_table
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 
 def main(argv: list[str] | None = None, *, compact_only: bool = False) -> int:
@@ -40,7 +44,7 @@ def main(argv: list[str] | None = None, *, compact_only: bool = False) -> int:
     args = p.parse_args(argv)
     compaction = {"target_file_size": args.target_file_size_mib << 20, "min_input_files": args.min_input_files}
 
-    def work(lh, name, spark):
+    def work(lh: Lakehouse, name: str, spark: Any) -> dict[str, Any]:
         if args.compact_only:
             return lh.compact(name, spark=spark, **compaction)
         return lh.maintain(

@@ -12,8 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from jobs._common import emit, with_lakehouse
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 
 def parser() -> argparse.ArgumentParser:
@@ -31,7 +35,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
 
-    def work(lh) -> int:
+    def work(lh: Lakehouse) -> int:
         from quality.metrics.table import maintain_metrics
 
         result = maintain_metrics(

@@ -25,8 +25,12 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jobs._common import emit, submitted_app_name, with_lakehouse
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 REPO = Path(__file__).resolve().parents[1]
 APP_NAME = "lakestream-layers"
@@ -70,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     return with_lakehouse(args, lambda lh: run(lh, args))
 
 
-def run(lh, args: argparse.Namespace) -> int:
+def run(lh: Lakehouse, args: argparse.Namespace) -> int:
     from layers.project import load_project
     from layers.selection import select_models
 

@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from jobs._common import emit, submitted_app_name, with_lakehouse
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 APP_NAME = "lakestream-stream-aggregate"
 
@@ -39,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     group_by = [c.strip() for c in args.group_by.split(",") if c.strip()]
 
-    def work(lh) -> int:
+    def work(lh: Lakehouse) -> int:
         from lakehouse.spark import spark_session
         from lakehouse.spark.source import register
         from lakestream.streams import aggregate_changes

@@ -20,11 +20,14 @@ query runs until stopped.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from lakehouse.errors import InvalidArgument, SchemaError, TableNotFound
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 #: The changes that add a row to its group, and those that take one away (`lakehouse.read.changes`).
 ADDS, REMOVES = ("insert", "update_after"), ("update_before", "delete")
@@ -63,7 +66,7 @@ def aggregate_changes(
     sums: Sequence[str] = (),
     checkpoint: str,
     warehouse: str | None = None,
-    lakehouse: Any = None,
+    lakehouse: Lakehouse | None = None,
     available_now: bool = True,
 ) -> Any:
     """Start the streaming query that keeps ``target`` equal to ``SELECT group_by, count(*), sum(c)... FROM
@@ -122,7 +125,7 @@ def aggregate_changes(
     return writer.start()
 
 
-def target_table(lh: Any, source: str, target: str, group_by: Sequence[str], sums: Sequence[str]) -> pa.Schema:
+def target_table(lh: Lakehouse, source: str, target: str, group_by: Sequence[str], sums: Sequence[str]) -> pa.Schema:
     """The aggregate's columns; ``target`` created with them (keyed by ``group_by``) if missing.
 
     Raises:

@@ -36,13 +36,16 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lakehouse.executor import SparkExecutor
 from object_store.errors import LakestreamError
 from quality.anomaly import ANOMALY
 from quality.reconcile import reconcile
 from quality.results import GX, LAYER, RECONCILE, CheckResult, QualityRun, upstream_failure
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +66,7 @@ def _guarded(check: str, table: str, run: Callable[[], CheckResult | list[CheckR
 
 
 def run_checks(
-    lh: Any,
+    lh: Lakehouse,
     *,
     tables: Sequence[str] | None = None,
     full: bool = False,
@@ -121,7 +124,7 @@ def run_checks(
     return run
 
 
-def _anomalies(lh: Any, project: Path, names: list[str], done: list[CheckResult]) -> list[CheckResult]:
+def _anomalies(lh: Lakehouse, project: Path, names: list[str], done: list[CheckResult]) -> list[CheckResult]:
     """The project's anomaly checks (suites' ``meta.anomalies``) of ``names``, on the metrics series recorded in
     ``_lakestream.metrics``, each cut at the snapshot its table's reconciliation checked (so a result is made on
     the snapshot ``published`` would move to)."""
@@ -146,7 +149,7 @@ def _anomalies(lh: Any, project: Path, names: list[str], done: list[CheckResult]
     return anomaly_results(suites, series, now=datetime.now(UTC), tables=names, snapshots=snapshots)
 
 
-def _checked_at(lh: Any, snapshots: dict[str, int | None], table: str) -> datetime | None:
+def _checked_at(lh: Lakehouse, snapshots: dict[str, int | None], table: str) -> datetime | None:
     """When the snapshot the run checked of ``table`` was committed (None: not known; now is used)."""
     sid = snapshots.get(table)
     if sid is None:
@@ -159,7 +162,7 @@ def _checked_at(lh: Any, snapshots: dict[str, int | None], table: str) -> dateti
 
 
 def _project_checks(
-    lh: Any,
+    lh: Lakehouse,
     project: Path,
     names: list[str],
     done: list[CheckResult],
@@ -212,7 +215,7 @@ def _project_checks(
             )
 
 
-def _collect_metrics(lh: Any, names: list[str], spark: Any) -> None:
+def _collect_metrics(lh: Lakehouse, names: list[str], spark: Any) -> None:
     from quality.metrics import collect_metrics
 
     try:
@@ -221,7 +224,7 @@ def _collect_metrics(lh: Any, names: list[str], spark: Any) -> None:
         log.warning("%s (`lakestream metrics collect` goes on where this stopped)", exc)
 
 
-def _publish(lh: Any, names: list[str], results: list[CheckResult]) -> dict[str, int | None]:
+def _publish(lh: Lakehouse, names: list[str], results: list[CheckResult]) -> dict[str, int | None]:
     """Move ``published`` of each table whose checks all passed on one snapshot; say why for the others."""
     from quality.errors import PublishRefused
     from quality.published_tag import publish, published_snapshot
@@ -244,7 +247,7 @@ def _publish(lh: Any, names: list[str], results: list[CheckResult]) -> dict[str,
     return out
 
 
-def publish_run(lh: Any, run: QualityRun, *, tables: Sequence[str] | None = None) -> dict[str, int | None]:
+def publish_run(lh: Lakehouse, run: QualityRun, *, tables: Sequence[str] | None = None) -> dict[str, int | None]:
     """Publish from a recorded run (``jobs/check.py --publish``, the DAG's task after a passing check): each
     table (of ``tables``, default all of the run's) whose checks in ``run`` all passed on one snapshot gets
     ``published`` there. Returns where ``published`` points per table afterwards."""
@@ -254,7 +257,7 @@ def publish_run(lh: Any, run: QualityRun, *, tables: Sequence[str] | None = None
     return moved
 
 
-def _publish_warehouse(lh: Any, names: list[str], results: list[CheckResult], run_id: str) -> Any:
+def _publish_warehouse(lh: Lakehouse, names: list[str], results: list[CheckResult], run_id: str) -> Any:
     """After the tags ``published``: the warehouse publication (`quality.warehouse_publication`) of the consistent set
     these results (and earlier passes) allow. A publication that cannot be written is logged, not raised: the
     run is recorded either way, and the previous publication stands."""
@@ -271,11 +274,11 @@ def _publish_warehouse(lh: Any, names: list[str], results: list[CheckResult], ru
     return publication
 
 
-def _published(lh: Any, names: list[str]) -> dict[str, int | None]:
+def _published(lh: Lakehouse, names: list[str]) -> dict[str, int | None]:
     return {name: _published_or_none(lh, name) for name in names}
 
 
-def _published_or_none(lh: Any, name: str) -> int | None:
+def _published_or_none(lh: Lakehouse, name: str) -> int | None:
     from quality.published_tag import published_snapshot
 
     try:
@@ -284,7 +287,7 @@ def _published_or_none(lh: Any, name: str) -> int | None:
         return None
 
 
-def _stats(lh: Any, name: str) -> dict[str, Any]:
+def _stats(lh: Lakehouse, name: str) -> dict[str, Any]:
     from quality.stats import table_stats
 
     try:
@@ -293,7 +296,7 @@ def _stats(lh: Any, name: str) -> dict[str, Any]:
         return {"table": name, "error": f"{type(exc).__name__}: {exc}"}
 
 
-def _report(lh: Any, run: QualityRun, report_dir: str | Path | None) -> None:
+def _report(lh: Lakehouse, run: QualityRun, report_dir: str | Path | None) -> None:
     from quality.report import report_data, write_report
 
     try:

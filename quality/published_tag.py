@@ -29,7 +29,7 @@ state stays readable through maintenance.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table.metadata import TableMetadata
@@ -38,6 +38,9 @@ from lakehouse.errors import InvalidTableName
 from lakehouse.table.definition import TableName
 from quality.errors import PublishRefused
 from quality.results import CheckResult
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 #: The tag readers read audited data at.
 PUBLISHED = "published"
@@ -53,7 +56,7 @@ def _name(table: str | TableName) -> str:
         return str(table)
 
 
-def published_snapshot(lh: Any, table: str | TableName) -> int | None:
+def published_snapshot(lh: Lakehouse, table: str | TableName) -> int | None:
     """The snapshot id ``published`` points at in ``table``'s lake table (None: never published)."""
     ref = lh.lake_table(table).metadata.refs.get(PUBLISHED)
     return ref.snapshot_id if ref is not None else None
@@ -98,7 +101,7 @@ def _stays(published: int | None) -> str:
     return f"`{PUBLISHED}` stays at snapshot {published}" if published is not None else f"`{PUBLISHED}` stays unset"
 
 
-def publish(lh: Any, table: str | TableName, snapshot_id: int, results: Sequence[CheckResult]) -> int:
+def publish(lh: Lakehouse, table: str | TableName, snapshot_id: int, results: Sequence[CheckResult]) -> int:
     """Move ``table``'s tag ``published`` to ``snapshot_id`` if every check result of ``table`` passed and was
     made on that snapshot, and the move is forward (see the module docstring). Returns ``snapshot_id``.
 

@@ -9,11 +9,14 @@ import logging
 import re
 import secrets
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from object_store import NotFound, PreconditionFailed
 from quality.errors import InvalidArgument, QualityError
 from quality.results import QualityRun
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 _log = logging.getLogger(__name__)
 
@@ -45,7 +48,7 @@ def run_key(run_id: str) -> str:
     return f"{RUNS_PREFIX}{check_run_id(run_id)}.json"
 
 
-def save_run(lh: Any, run: QualityRun) -> str:
+def save_run(lh: Lakehouse, run: QualityRun) -> str:
     """Keep ``run`` in the warehouse (create-only); returns its key.
 
     Raises:
@@ -64,7 +67,7 @@ def save_run(lh: Any, run: QualityRun) -> str:
     return key
 
 
-def load_run(lh: Any, run_id: str) -> QualityRun:
+def load_run(lh: Lakehouse, run_id: str) -> QualityRun:
     """The kept run ``run_id``. Raises `QualityError` if there is none or it is unreadable."""
     key = run_key(run_id)
     try:
@@ -81,7 +84,7 @@ def _parse(data: bytes, source: str) -> QualityRun:
         raise QualityError(f"quality run {source} is unreadable ({type(exc).__name__}: {exc})") from None
 
 
-def load_runs(lh: Any, limit: int | None = 30) -> list[QualityRun]:
+def load_runs(lh: Lakehouse, limit: int | None = 30) -> list[QualityRun]:
     """The newest ``limit`` kept runs (all if None), newest first. An unreadable run is skipped with a
     warning (a listing must not fail on it)."""
     if limit is not None and (not isinstance(limit, int) or limit < 0):

@@ -7,9 +7,12 @@ grow with the table."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lakehouse.iceberg.offsets import lake_offsets
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 
 def _summary_int(summary: Any, key: str) -> int | None:
@@ -27,7 +30,7 @@ def _summary_int(summary: Any, key: str) -> int | None:
         return None
 
 
-def table_stats(lh: Any, name: Any, *, now: datetime | None = None) -> dict[str, Any]:
+def table_stats(lh: Lakehouse, name: Any, *, now: datetime | None = None) -> dict[str, Any]:
     """The report's figures for table ``name`` of the `Lakehouse` ``lh``, as JSON values::
 
         {"table": "ods.orders", "snapshot_id": 123 | None,

@@ -47,7 +47,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyiceberg.exceptions import CommitFailedException
 
@@ -60,6 +60,9 @@ from quality.errors import PublicationError
 from quality.published_tag import PUBLISHED
 from quality.results import CheckResult
 from quality.runs import QUALITY_PREFIX
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +193,7 @@ def _read(store: ObjectStore) -> tuple[Publication | None, str | None]:
     return _parse(obj.data, PUBLICATION_KEY), obj.etag
 
 
-def read_publication(lh: Any) -> Publication | None:
+def read_publication(lh: Lakehouse) -> Publication | None:
     """The current warehouse publication, or None before the first.
 
     Raises:
@@ -199,7 +202,7 @@ def read_publication(lh: Any) -> Publication | None:
     return _read(lh.store)[0]
 
 
-def read_history(lh: Any, generation: int) -> Publication | None:
+def read_history(lh: Lakehouse, generation: int) -> Publication | None:
     """The publication of ``generation`` as it was recorded (None: not kept)."""
     try:
         return _parse(lh.store.get(history_key(generation)).data, history_key(generation))
@@ -259,7 +262,7 @@ def _order(names: Iterable[str], inputs: Mapping[str, Sequence[str]]) -> list[st
 class _Runs:
     """The passes of the recent recorded runs, read once and only when a model walks back that far."""
 
-    def __init__(self, lh: Any) -> None:
+    def __init__(self, lh: Lakehouse) -> None:
         self.lh = lh
         self._passes: list[dict[str, int]] | None = None
 
@@ -276,7 +279,7 @@ class _Runs:
 
 
 def plan_publication(
-    lh: Any,
+    lh: Lakehouse,
     results: Sequence[CheckResult],
     *,
     previous: Publication | None = None,
@@ -412,7 +415,7 @@ def _mismatch(
 # ---- writing it -------------------------------------------------------------------------------------------
 
 
-def _tag_commit(lh: Any, table: str, change: Any) -> bool:
+def _tag_commit(lh: Lakehouse, table: str, change: Any) -> bool:
     """Apply ``change(metadata, manage_snapshots) -> bool`` (False: nothing to commit) as one ref-only commit,
     retried on fresh metadata while other writers win the catalog's compare-and-swap. Returns whether it
     committed."""
@@ -430,7 +433,7 @@ def _tag_commit(lh: Any, table: str, change: Any) -> bool:
     return False
 
 
-def _protect(lh: Any, entries: Mapping[str, Entry], tag: str) -> list[str]:
+def _protect(lh: Lakehouse, entries: Mapping[str, Entry], tag: str) -> list[str]:
     """Tag each entry's snapshot ``tag`` unless its ``publication`` tag already points there (step 2); write
     its pinned metadata file. Returns the tables tagged."""
     tagged = []
@@ -451,7 +454,7 @@ def _protect(lh: Any, entries: Mapping[str, Entry], tag: str) -> list[str]:
     return tagged
 
 
-def _unprotect(lh: Any, tables: Iterable[str], tag: str) -> None:
+def _unprotect(lh: Lakehouse, tables: Iterable[str], tag: str) -> None:
     for name in tables:
         try:
             _tag_commit(lh, name, lambda m, manage: tag in m.refs and (manage.remove_tag(tag) or True))
@@ -466,7 +469,7 @@ def _pending_generation(tag: str) -> int | None:
     return int(number) if number.isdigit() else None
 
 
-def _sync_tags(lh: Any, record: Publication, left_before: Iterable[str] = ()) -> None:
+def _sync_tags(lh: Lakehouse, record: Publication, left_before: Iterable[str] = ()) -> None:
     """Move each entry's tag ``publication`` to its snapshot and drop pending tags of this generation and older
     (step 4); drop the tag of tables left out. Stops when a newer record appears (its writer moves the tags)."""
     names = [*record.entries, *(t for t in dict.fromkeys([*record.left_out, *left_before]) if t not in record.entries)]
@@ -516,7 +519,7 @@ def _write_record(store: ObjectStore, record: Publication, etag: str | None) -> 
 
 
 def publish_warehouse(
-    lh: Any,
+    lh: Lakehouse,
     results: Sequence[CheckResult],
     *,
     tables: Sequence[str] | None = None,

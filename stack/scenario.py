@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from object_store.seaweedfs import ACCESS_KEY, SECRET_KEY
 from stack.airflow_api import AirflowApi, AirflowApiError
 from stack.errors import StackError
 from stack.services import BUCKET, REPO, Config, master_json
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 EXAMPLE = REPO / "examples" / "tpch"
 ODS = ("ods.nation", "ods.customer", "ods.orders")
@@ -94,7 +97,7 @@ def deploy_example(cfg: Config, env: Mapping[str, str]) -> str:
 class Producer:
     """Feeds the example's ODS: the nations and customers once, then orders with new keys."""
 
-    lh: Any
+    lh: Lakehouse
     seed: int = 20261126
     next_order: int = 0
     dimensions_loaded: bool = False

@@ -7,7 +7,7 @@ metadata cannot be loaded, or an Iceberg table of the same name that belongs to 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError as PydanticValidationError
 from pyiceberg.exceptions import NoSuchTableError
@@ -18,8 +18,11 @@ from lakehouse.errors import LakeStateError
 from lakehouse.iceberg.layout import TABLE_UUID_PROPERTY
 from lakehouse.table.definition import TableDefinition
 
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
 
-def load_lake_table(catalog: Any, definition: TableDefinition) -> Table:
+
+def load_lake_table(catalog: Catalog, definition: TableDefinition) -> Table:
     """The lake table of ``definition``; `LakeStateError` if it is missing or belongs to another table."""
     ident = (definition.name.namespace, definition.name.table)
     try:

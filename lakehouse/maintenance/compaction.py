@@ -23,7 +23,7 @@ import traceback
 import uuid
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +39,9 @@ from lakehouse.iceberg.layout import OFFSET_COLUMN, check_lake_layout
 from lakehouse.iceberg.offsets import COMMIT_USER_PROPERTY
 from lakehouse.iceberg.position_deletes import DeleteIndex, deletes_per_file
 from lakehouse.table.definition import TableDefinition
+
+if TYPE_CHECKING:
+    from object_store.base import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +231,7 @@ def check_arguments(target_file_size: int, min_input_files: int) -> None:
 
 
 def compact(
-    store: Any,
+    store: ObjectStore,
     table: Table,
     definition: TableDefinition,
     *,

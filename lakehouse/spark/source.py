@@ -85,10 +85,13 @@ from lakehouse.table.definition import TableName
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
+    from lakehouse.lakehouse import Lakehouse
     from lakehouse.read.union import BucketRead, ReadPlan
+    from lakehouse.table.definition import TableDefinition
 
 NAME = "lakestream"
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
@@ -336,7 +339,7 @@ class LakestreamDataSource(DataSource):
 
         return load_settings(warehouse=url).store_options()  # this process' environment (an executor's own)
 
-    def _open(self, *, lake: bool = True) -> tuple[Any, Any, Any]:
+    def _open(self, *, lake: bool = True) -> tuple[Lakehouse, TableDefinition, Table | None]:
         """(Lakehouse, definition, lake table or None if not ``lake``), opened in the planning process."""
         from lakehouse.lakehouse import Lakehouse
 
@@ -636,7 +639,7 @@ class LakestreamPushdownReader(LakestreamReader):
 # ---- registration ----------------------------------------------------------------------------------------
 
 
-def register(spark: SparkSession, lakehouse: Any = None) -> None:
+def register(spark: SparkSession, lakehouse: Lakehouse | None = None) -> None:
     """Register the ``lakestream`` format in ``spark``, binding the stores it may open: the warehouse of
     lakestream's settings (environment / YAML, resolved here, on the driver) and, if given, the store of
     ``lakehouse``. Registering again adds to the bound stores (the last registration replaces the source)."""

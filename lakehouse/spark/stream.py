@@ -46,6 +46,8 @@ from lakehouse.errors import AsOfUnavailable, InvalidArgument
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
+    from lakehouse.lakehouse import Lakehouse
+
 #: Log records one task of a micro-batch reads at most, buckets packed together up to it (a bucket with more is
 #: a task of its own): a small micro-batch is one task, whatever the bucket count (each task costs a Python
 #: worker's round trip, the bulk of a small micro-batch's time), a large one a task per bucket or more.
@@ -184,7 +186,7 @@ class LakestreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._store_options = source._store_options(self.store_url)
         self.target = to_arrow_schema(spark_schema, timezone="UTC")
         self._source = source
-        self._lh: Any = None
+        self._lh: Lakehouse | None = None
         self._available_now: dict[int, int] | None = None  # trigger(availableNow=True): the log's end when it began
         self._ends: dict[int, int] | None = None  # the log's ends at the last latestOffset
         lh = self._lakehouse()
@@ -208,7 +210,7 @@ class LakestreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     # ---- the driver --------------------------------------------------------------------------------------
 
-    def _lakehouse(self) -> Any:
+    def _lakehouse(self) -> Lakehouse:
         if self._lh is None:
             from lakehouse.lakehouse import Lakehouse
 

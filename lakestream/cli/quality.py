@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -15,6 +15,9 @@ from lakehouse.errors import LakestreamError
 from lakestream.cli.core import ConfigOpt, JsonOpt, WarehouseOpt, console, err, fail, open_lakehouse
 from lakestream.console import json_line, new_table
 from quality.results import ERROR, FAILED, NOT_EVALUATED, PASSED, CheckResult
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 __all__ = ["register"]
 
@@ -136,7 +139,7 @@ def check(
         raise typer.Exit(1)
 
 
-def _print_publication(lh) -> None:
+def _print_publication(lh: Lakehouse) -> None:
     from quality.warehouse_publication import read_publication
 
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +17,9 @@ from rich.progress import Progress
 from lakestream.console import new_table
 from lakestream.demo.common import DemoResult
 from lakestream.demo.common import check as _check
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 __all__ = ["Expected", "create_tables", "offsets_table", "produce", "start_spark", "tier", "union"]
 
@@ -35,14 +39,14 @@ class Expected:
         self.status = np.zeros(self.keyspace, dtype="<U1")
 
 
-def create_tables(lh, ns: str) -> str:
+def create_tables(lh: Lakehouse, ns: str) -> str:
     lh.create_table(f"{ns}.orders", ORDERS_SCHEMA, primary_key=["o_orderkey"], buckets=8)
     lh.create_table(f"{ns}.customers", CUSTOMER_SCHEMA, primary_key=["c_custkey"], buckets=4)
     lh.create_table(f"{ns}.events", EVENTS_SCHEMA, buckets=4)
     return "orders (pk, 8 buckets), customers (pk, 4), events (keyless, 4), each with its Iceberg table"
 
 
-def produce(lh, ns: str, expected: Expected, changes: int, phase: int, console: Console) -> str:
+def produce(lh: Lakehouse, ns: str, expected: Expected, changes: int, phase: int, console: Console) -> str:
     """Phase 0 inserts most orders; phase 1 updates and deletes them (and inserts a few more)."""
     rng = np.random.default_rng(7 + phase)
     sent = {"upsert": 0, "delete": 0, "events": 0, "customers": 0}
@@ -97,7 +101,7 @@ def start_spark(state: dict, master: str | None) -> str:
     return f"{master}, no jars (tasks do their IO with pyarrow in mapInArrow)"
 
 
-def tier(lh, ns: str, state: dict, console: Console) -> str:
+def tier(lh: Lakehouse, ns: str, state: dict, console: Console) -> str:
     parts = []
     rows = 0
     for table in ("orders", "customers", "events"):
@@ -109,7 +113,7 @@ def tier(lh, ns: str, state: dict, console: Console) -> str:
     return f"{rows:,} log records, exactly once; lake offsets == log end"
 
 
-def union(lh, ns: str, expected: Expected, console: Console, *, lake_behind: bool) -> str:
+def union(lh: Lakehouse, ns: str, expected: Expected, console: Console, *, lake_behind: bool) -> str:
     name = f"{ns}.orders"
     t0 = time.perf_counter()
     union = lh.union_read(name, columns=["o_orderkey", "o_orderstatus"])

@@ -40,7 +40,7 @@ import os
 import threading
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyiceberg.conversions import from_bytes
@@ -70,6 +70,9 @@ from quality.metrics.partials import (
     numeric,
 )
 from quality.metrics.table import Recorded, append_metrics, metrics_table, recorded
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +115,7 @@ class _AfterImages:
 
 
 def collect_metrics(
-    lh: Any,
+    lh: Lakehouse,
     *,
     tables: list[str] | None = None,
     spark: Any = None,
@@ -166,7 +169,7 @@ def collect_metrics(
     return written
 
 
-def is_new_for(lh: Any) -> Any:
+def is_new_for(lh: Lakehouse) -> Any:
     """``is_new(table, snapshot_id, recorded)``: whether a snapshot comes after the one ``recorded`` for its
     table (by the table's ancestry; a recorded snapshot no longer retained, by commit time)."""
     cache: dict[str, tuple[Table, dict[int, int]]] = {}
@@ -192,7 +195,7 @@ def is_new_for(lh: Any) -> Any:
 
 
 def _new_commits(
-    lh: Any, name: str, lake: Table, last: tuple[int, int] | None, limit: int
+    lh: Lakehouse, name: str, lake: Table, last: tuple[int, int] | None, limit: int
 ) -> tuple[list[_Commit], tuple[int, int] | None]:
     """The commits of ``name`` (its lake table ``lake``) after ``last`` (oldest first, at most ``limit``), and
     the snapshot they reach (None: nothing new)."""
@@ -234,7 +237,7 @@ def _new_commits(
     return commits, (reached.snapshot_id, reached.timestamp_ms)
 
 
-def _is_model(lh: Any, name: str) -> bool:
+def _is_model(lh: Lakehouse, name: str) -> bool:
     """Whether a layers model writes table ``name`` (its rounds are recorded in the warehouse)."""
     from layers.rounds import LAYERS_PREFIX
 
@@ -269,7 +272,7 @@ def _rows(c: _Commit, numeric_columns: set[str]) -> list[dict[str, Any]]:
 
 
 def _read_changes(
-    lh: Any, name: str, lake: Table, commits: list[_Commit], spark: Any, budget: int
+    lh: Lakehouse, name: str, lake: Table, commits: list[_Commit], spark: Any, budget: int
 ) -> tuple[list[_Commit], str | None]:
     """Read the changes of ``commits`` into their partials: those up to ``budget`` changed records in this
     process, larger ones on Spark's executors. Returns the commits kept (all, or those before the first one
@@ -369,7 +372,7 @@ class _BucketTask:
     """The task of one bucket of one commit: its changes read (`read_bucket_changes`) into a `BucketPartial`
     (None if log retention removed the range). Pickled to Spark's workers without the driver's `Lakehouse`."""
 
-    def __init__(self, lh: Any, name: str, ctx: LakeContext) -> None:
+    def __init__(self, lh: Lakehouse, name: str, ctx: LakeContext) -> None:
         self.lh, self.name, self.ctx = lh, name, ctx
         self._log: Any = None
         self._lock = threading.Lock()

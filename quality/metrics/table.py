@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -52,6 +52,9 @@ from pyiceberg.types import DoubleType, LongType, NestedField, StringType, Times
 from lakehouse.settings import budget_rows
 from lakehouse.table.definition import RESERVED_NAMESPACE
 from quality.errors import QualityError
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +92,7 @@ SPARK_SCHEMA = (
 Recorded = dict[str, tuple[int, int]]
 
 
-def metrics_table(lh: Any, *, create: bool = False) -> Table | None:
+def metrics_table(lh: Lakehouse, *, create: bool = False) -> Table | None:
     """The metrics table of ``lh``'s warehouse (None if it does not exist and not ``create``)."""
     catalog = lh.catalog
     try:
@@ -130,7 +133,7 @@ def recorded(table: Table | None) -> Recorded:
 
 
 def append_metrics(
-    lh: Any, rows: list[dict[str, Any]], progress: Recorded, is_new: Callable[[str, int, Recorded], bool]
+    lh: Lakehouse, rows: list[dict[str, Any]], progress: Recorded, is_new: Callable[[str, int, Recorded], bool]
 ) -> int:
     """Append ``rows`` (dicts of the schema's columns) and record ``progress`` (per table, the last snapshot
     they cover), in one commit. If another collector committed meanwhile, the rows of snapshots it recorded
@@ -219,7 +222,9 @@ def _write_rewritten(ctx: Any, rows: pa.Table, target_file_rows: int) -> list[An
     ]
 
 
-def _compact(lh: Any, result: MetricsMaintenance, target_file_rows: int, cutoff_us: int | None, budget: int) -> None:
+def _compact(
+    lh: Lakehouse, result: MetricsMaintenance, target_file_rows: int, cutoff_us: int | None, budget: int
+) -> None:
     """One compaction commit (see `maintain_metrics`), planned again after a concurrent commit."""
     from lakehouse.iceberg.commits import rewrite_files
     from lakehouse.iceberg.datafiles import LakeContext
@@ -296,7 +301,7 @@ def _compact(lh: Any, result: MetricsMaintenance, target_file_rows: int, cutoff_
 
 
 def maintain_metrics(
-    lh: Any,
+    lh: Lakehouse,
     *,
     older_than: timedelta | datetime = DEFAULT_METRICS_SNAPSHOT_AGE,
     target_file_rows: int = DEFAULT_TARGET_FILE_ROWS,
@@ -342,7 +347,7 @@ def maintain_metrics(
 
 
 def load_series(
-    lh: Any,
+    lh: Lakehouse,
     table: str,
     metric: str,
     column: str | None = None,
@@ -411,7 +416,7 @@ def _aware(at: datetime) -> datetime:
     return at.astimezone(UTC) if at.tzinfo else at.replace(tzinfo=UTC)
 
 
-def _commit_interval(lh: Any, table: str) -> timedelta:
+def _commit_interval(lh: Lakehouse, table: str) -> timedelta:
     """The mean time between the retained commits of lake table ``table`` (metadata only; 1 minute if it has
     fewer than two, or cannot be read)."""
     try:
@@ -423,7 +428,7 @@ def _commit_interval(lh: Any, table: str) -> timedelta:
     return timedelta(milliseconds=max(1000.0, (stamps[-1] - stamps[0]) / (len(stamps) - 1)))
 
 
-def load_commits(lh: Any, table: str, *, column: str | None = None, last: int = 20) -> list[dict[str, Any]]:
+def load_commits(lh: Lakehouse, table: str, *, column: str | None = None, last: int = 20) -> list[dict[str, Any]]:
     """The newest ``last`` recorded commits of lake table ``table``, oldest first, each as
     ``{"committed_at", "snapshot_id", "kind", <metric>: value, ...}``: its table-level metrics, or those of
     ``column``."""
@@ -442,7 +447,7 @@ def load_commits(lh: Any, table: str, *, column: str | None = None, last: int = 
     return ordered[-last:] if last > 0 else ordered
 
 
-def metrics_dataframe(spark: Any, lh: Any) -> Any:
+def metrics_dataframe(spark: Any, lh: Lakehouse) -> Any:
     """The metrics table as a Spark DataFrame (lakestream's Spark has no Iceberg jars): the driver plans the
     current snapshot's data files with pyiceberg, one task per file reads it with pyarrow
     (``mapInArrow``). ``spark.createDataFrame([], SPARK_SCHEMA)`` shaped when nothing was recorded yet."""

@@ -10,7 +10,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +25,9 @@ from lakehouse.iceberg.layout import OFFSET_COLUMN
 from quality.digest import Digest, difference, row_hashes
 from quality.reconcile.reader import TableReader
 from quality.results import Violation
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 #: Sample keys named per violation.
 SAMPLE_KEYS = 5
@@ -93,7 +96,7 @@ class Checker:
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, lh: Any, name: str) -> Checker:
+    def open(cls, lh: Lakehouse, name: str) -> Checker:
         """A checker of table ``name``.
 
         Raises:

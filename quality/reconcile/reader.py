@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +31,9 @@ from lakehouse.merge import engine_of
 from lakehouse.merge.keyed_rows import KeySet, reduce_changes, stored_rows
 from lakehouse.table.evolution import project_lake_file
 
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
+
 
 @dataclass
 class Commit:
@@ -48,7 +51,7 @@ class TableReader:
     the log. Shared by the checks of one run and, in an executor's worker, by the tasks of one check; holds no
     findings."""
 
-    def __init__(self, lh: Any, name: str) -> None:
+    def __init__(self, lh: Lakehouse, name: str) -> None:
         self.lh = lh
         self.definition = lh.table(name)
         self.name = str(self.definition.name)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pyiceberg.table.snapshots import ancestors_of
 
@@ -17,8 +17,11 @@ from quality.reconcile.full import check_full
 from quality.reconcile.state import check_retention, load_state, save_state
 from quality.results import RECONCILE, CheckResult
 
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
-def reconcile(lh: Any, table: str, full: bool = False, *, executor: TaskExecutor | None = None) -> CheckResult:
+
+def reconcile(lh: Lakehouse, table: str, full: bool = False, *, executor: TaskExecutor | None = None) -> CheckResult:
     """Check ``table``'s lake against its log (see `quality.reconcile`). A found difference is a `Violation`
     in the result, never an exception; the result's ``snapshot_id`` is the lake snapshot checked. ``executor``
     runs the buckets' content checks (`lakehouse.executor.task_executor`: Spark's executors given a session);

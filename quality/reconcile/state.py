@@ -11,11 +11,14 @@ whose log starts above it lost records to something other than retention.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lakehouse.maintenance.retention import retention_floors
 from object_store.errors import NotFound
 from quality.reconcile.checker import Checker
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 STATE_PREFIX = "_lakestream/quality/reconcile/"
 
@@ -25,7 +28,7 @@ def state_key(table: str) -> str:
     return f"{STATE_PREFIX}{table}.json"
 
 
-def load_state(lh: Any, name: str) -> dict[str, Any] | None:
+def load_state(lh: Lakehouse, name: str) -> dict[str, Any] | None:
     """The record of the last clean run of table ``name``; None if there is none or it cannot be read."""
     try:
         return json.loads(lh.store.get(state_key(name)).data)
@@ -35,7 +38,7 @@ def load_state(lh: Any, name: str) -> dict[str, Any] | None:
         return None  # unreadable: check in full and write it again
 
 
-def save_state(lh: Any, name: str, state: dict[str, Any]) -> None:
+def save_state(lh: Lakehouse, name: str, state: dict[str, Any]) -> None:
     lh.store.put(state_key(name), json.dumps(state, indent=1, sort_keys=True).encode())
 
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quality.report.figures import ANOMALY_PREFIX
 from quality.report.format import parse_time
 from quality.results import QualityRun
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +46,7 @@ def charted_series(run: QualityRun) -> dict[str, list[tuple[str, str | None]]]:
     return {t: list(dict.fromkeys([*((m, None) for m in CHART_METRICS), *anomalies.get(t, [])])) for t in tables}
 
 
-def metric_series(lh: Any, run: QualityRun, *, points: int = METRIC_POINTS) -> dict[str, list[dict[str, Any]]]:
+def metric_series(lh: Lakehouse, run: QualityRun, *, points: int = METRIC_POINTS) -> dict[str, list[dict[str, Any]]]:
     """The metrics series a run's page charts (`charted_series`), from the metrics table (`quality.metrics.table`):
     per table ``[{"metric", "column", "points": [[committed_at ISO, snapshot_id, value], ...]}]``, each the newest
     ``points`` up to the run's end (a page rendered again later shows what the run saw), each series read back
@@ -69,7 +72,7 @@ def metric_series(lh: Any, run: QualityRun, *, points: int = METRIC_POINTS) -> d
     return out
 
 
-def open_incident_list(lh: Any, *, limit: int = MAX_INCIDENTS) -> list[dict[str, Any]]:
+def open_incident_list(lh: Lakehouse, *, limit: int = MAX_INCIDENTS) -> list[dict[str, Any]]:
     """The open incidents of the alerts record (`quality.alerts`), oldest first, each reduced to what a page
     shows: table, check, column, kind, severity, opened_at, last_seen, sent, delivered, message."""
     from quality.alerts import OPEN, open_incidents
@@ -80,7 +83,7 @@ def open_incident_list(lh: Any, *, limit: int = MAX_INCIDENTS) -> list[dict[str,
     return found[:limit] + ([{"more": len(found) - limit}] if len(found) > limit else [])
 
 
-def report_data(lh: Any, run: QualityRun) -> dict[str, Any]:
+def report_data(lh: Lakehouse, run: QualityRun) -> dict[str, Any]:
     """What a run's page shows beyond the run record, read from the warehouse as plain data: ``{"metrics":
     metric_series(...), "incidents": open_incident_list(...)}``. What cannot be read is logged and left out
     (None: the page says it was not read); the page is written either way."""

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quality.report.data import report_data
 from quality.report.pages import render_index, render_run
 from quality.results import QualityRun
 from quality.runs import QUALITY_PREFIX, check_run_id, load_runs
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
 
 REPORTS_PREFIX = f"{QUALITY_PREFIX}reports/"
 
@@ -18,7 +21,7 @@ INDEX_KEY = f"{QUALITY_PREFIX}index.html"
 
 
 def write_report(
-    lh: Any,
+    lh: Lakehouse,
     run: QualityRun,
     *,
     history: list[QualityRun] | None = None,
