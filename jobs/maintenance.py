@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None, *, compact_only: bool = False) -> int:
     args = p.parse_args(argv)
     compaction = {"target_file_size": args.target_file_size_mib << 20, "min_input_files": args.min_input_files}
 
-    def work(lh: Lakehouse, name: str, spark: Any) -> dict[str, Any]:
+    def work(lh: Lakehouse, name: str, spark: Any) -> object:
         if args.compact_only:
             return lh.compact(name, spark=spark, **compaction)
         return lh.maintain(

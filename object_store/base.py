@@ -8,6 +8,7 @@ the one-time capability probe, and the streaming multipart writer.
 from __future__ import annotations
 
 import abc
+import builtins
 import itertools
 import logging
 import re
@@ -278,7 +279,7 @@ class ObjectStore(abc.ABC):
             count += len(batch)
         return count
 
-    def _delete_many(self, keys: list[str]) -> None:
+    def _delete_many(self, keys: builtins.list[str]) -> None:  # `list` here is the method
         """Delete up to `DELETE_BATCH` valid keys; backends with a bulk request override this."""
         for key in keys:
             self._delete(key, if_match=None)

@@ -40,6 +40,7 @@ import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow.fs as pafs
 
@@ -165,7 +166,7 @@ class LocalStore(ObjectStore):
             raise NotFound(f"no object at {key!r} in {self.url}", key) from None
         if not path.is_file():
             raise NotFound(f"no object at {key!r} in {self.url} (it is a prefix of other keys)", key)
-        side: dict = {}
+        side: dict[str, Any] = {}
         with contextlib.suppress(FileNotFoundError, NotADirectoryError, ValueError):
             side = json.loads(self._meta_path(key).read_text())
         if side.get("size") != st.st_size or side.get("mtime_ns") != st.st_mtime_ns:

@@ -421,7 +421,9 @@ class S3Store(ObjectStore):
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full(key)}
         if metadata:
             kwargs["Metadata"] = metadata
-        return self._call("CreateMultipartUpload", key, self.client.create_multipart_upload, **kwargs)["UploadId"]
+        created = self._call("CreateMultipartUpload", key, self.client.create_multipart_upload, **kwargs)
+        upload_id: str = created["UploadId"]
+        return upload_id
 
     def _upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> str:
         r = self._call(
@@ -434,7 +436,8 @@ class S3Store(ObjectStore):
             PartNumber=part_number,
             Body=data,
         )
-        return r["ETag"]
+        etag: str = r["ETag"]
+        return etag
 
     def _complete_multipart(
         self, key: str, upload_id: str, parts: list[tuple[int, str]], *, if_none_match: bool

@@ -72,7 +72,8 @@ def _die_with_parent() -> None:
 
 
 def free_ports(n: int) -> list[int]:
-    socks, ports = [], []
+    socks: list[socket.socket] = []
+    ports: list[int] = []
     try:
         while len(ports) < n:
             s = socket.socket()
