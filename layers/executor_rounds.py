@@ -66,7 +66,7 @@ class LogKeys:
     """What a Spark task needs to read the keys of log ranges (pickled to the executors): range ``i`` is
     ``ranges[i]`` = (bucket, start, end)."""
 
-    definition_json: str
+    definition_json: bytes
     key: tuple[str, ...]
     ranges: tuple[tuple[int, int, int], ...]
     store_url: str

@@ -175,7 +175,7 @@ class BucketWriter:
     """What a Spark task needs to write its buckets of a full round (pickled to the executors)."""
 
     model: str
-    definition_json: str
+    definition_json: bytes
     schema: pa.Schema
     key: tuple[str, ...]
     old: ReadPlan

@@ -167,7 +167,7 @@ class _RewriteFiles(_MergingManifests, _OverwriteFiles):
     still refuses the commit if a delete file was added meanwhile for a data file this one removes."""
 
     def _existing_manifests(self) -> list[ManifestFile]:
-        out = []
+        out: list[ManifestFile] = []
         snapshot = self._transaction.table_metadata.snapshot_by_name(name=self._target_branch)
         if snapshot is None:
             return out

@@ -146,11 +146,12 @@ class LakeContext:
                 writer.write_table(data, row_group_size=ROW_GROUP_ROWS)
             if writer is None:
                 return None
+            assert out is not None and location is not None  # opened with the writer
             writer.close()
             size = out.tell()
             out.close()
         except BaseException:
-            if out is not None:
+            if out is not None and location is not None:  # out is opened at location
                 out.close()
                 self.delete([location])
             raise

@@ -54,7 +54,8 @@ class LakeFileIO(PyArrowFileIO):
         self._stores: dict[str, ObjectStore] = {}
         self._stores_lock = threading.Lock()
 
-    def new_output(self, location: str) -> OutputFile:
+    # pyiceberg narrows PyArrowFileIO.new_output to PyArrowFile; FileIO's contract, which callers rely on, is OutputFile
+    def new_output(self, location: str) -> OutputFile:  # type: ignore[override]
         parsed = urlparse(location)
         if parsed.scheme not in S3_SCHEMES:
             return super().new_output(location)

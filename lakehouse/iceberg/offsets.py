@@ -27,7 +27,7 @@ from typing import Any
 
 from pyiceberg.io import FileIO
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.table.snapshots import Snapshot, Summary
 
 from lakehouse.errors import LakeStateError, TieringConflict
 
@@ -70,6 +70,12 @@ def tiering_snapshot(metadata: TableMetadata) -> Snapshot | None:
         ):
             best = snap
     return best
+
+
+def summary_of(snap: Snapshot) -> Summary:
+    """The summary of a tiering snapshot (one has a summary: it is found by its commit user)."""
+    assert snap.summary is not None
+    return snap.summary
 
 
 def check_tiering_fence(base: TableMetadata | None, updates: Sequence[object], *, name: str = "") -> None:
@@ -117,7 +123,7 @@ def lake_offsets(metadata: TableMetadata, buckets: int, *, name: str = "", io: F
                 "the offsets by hand (docs/concepts/tiering-and-union-read.md)"
             )
         return dict.fromkeys(range(buckets), 0)
-    raw = snap.summary[OFFSETS_PROPERTY] or snap.summary[OFFSETS_FILE_PROPERTY]
+    raw = summary_of(snap)[OFFSETS_PROPERTY] or summary_of(snap)[OFFSETS_FILE_PROPERTY]
     try:
         return offsets_in_snapshot(snap, buckets, io)
     except OSError as exc:
@@ -146,10 +152,10 @@ _OFFSETS_LOCK = threading.Lock()
 
 def _offsets_text(snap: Snapshot, io: FileIO | None) -> str:
     """The JSON of a tiering snapshot's offsets: its summary's, or its offsets file's (cached)."""
-    inline = snap.summary[OFFSETS_PROPERTY]
+    inline = summary_of(snap)[OFFSETS_PROPERTY]
     if inline is not None:
         return inline
-    path = snap.summary[OFFSETS_FILE_PROPERTY]
+    path = summary_of(snap)[OFFSETS_FILE_PROPERTY]
     if path is None:
         raise ValueError(f"snapshot {snap.snapshot_id} records no offsets")
     with _OFFSETS_LOCK:
@@ -193,7 +199,9 @@ def tiering_snapshots(
 
     with _OFFSETS_LOCK:  # files not read yet by this process; inline offsets and cached files need no threads
         unread = [
-            s for s in snaps if (path := s.summary[OFFSETS_FILE_PROPERTY]) is not None and path not in _OFFSETS_FILES
+            s
+            for s in snaps
+            if (path := summary_of(s)[OFFSETS_FILE_PROPERTY]) is not None and path not in _OFFSETS_FILES
         ]
     if len(unread) > 1:
         with ThreadPoolExecutor(min(16, len(unread))) as pool:

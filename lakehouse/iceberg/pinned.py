@@ -52,7 +52,8 @@ def pin_metadata(table: Table, snapshot_id: int) -> str:
     output = table.io.new_output(location)
     if output.exists():
         return location
-    main = SnapshotRef(snapshot_id=snapshot_id, snapshot_ref_type=SnapshotRefType.BRANCH)
+    # mypy reads pyiceberg's pydantic fields as __init__ (the real __init__ takes these arguments)
+    main = SnapshotRef(snapshot_id=snapshot_id, snapshot_ref_type=SnapshotRefType.BRANCH)  # type: ignore[call-arg]
     pinned = metadata.model_copy(update={"current_snapshot_id": snapshot_id, "refs": {MAIN_BRANCH: main}})
     try:
         with output.create(overwrite=False) as stream:

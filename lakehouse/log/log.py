@@ -434,6 +434,7 @@ class Log:
         if known is None:
             known = self._look_back(state, bucket, producer, sequence)
             history = state.buckets[bucket]
+        assert history is not None  # the bucket's history is known once a segment of it was looked for
         if known is not None:
             base, theirs = known
             self._check_same_rows(bucket, base, theirs, part, ours)

@@ -623,8 +623,8 @@ def close_all(items: Iterable[Producer | Log]) -> ProducerError | None:
             item.close()
         except ProducerError as exc:
             errors.append(exc)
-    for exc in errors[1:]:
-        log.error("%s", exc)
+    for other in errors[1:]:
+        log.error("%s", other)
     return errors[0] if errors else None
 
 

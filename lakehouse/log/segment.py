@@ -51,7 +51,7 @@ _PRODUCER_ID = re.compile(r"[!-~]{1,128}")
 MAX_SEQUENCE = 2**63 - 1
 
 
-def check_producer(producer_id: str | None, sequence: int) -> tuple[str | None, int]:
+def check_producer(producer_id: str | None, sequence: int | None) -> tuple[str | None, int]:
     """Return a caller-given producer id (None: one is generated later) and sequence as a header holds
     them, or raise `InvalidArgument`: a header the log could not read back would make its bucket unreadable."""
     if producer_id is not None and (not isinstance(producer_id, str) or not _PRODUCER_ID.fullmatch(producer_id)):

@@ -303,7 +303,9 @@ def compact(
             "marked rows of them deleted meanwhile. The table is unchanged and this run's files were deleted; run "
             "compaction again"
         ) from exc
-    result.snapshot_id = table.current_snapshot().snapshot_id
+    committed = table.current_snapshot()
+    assert committed is not None  # the commit above made one
+    result.snapshot_id = committed.snapshot_id
     result.files_rewritten = len(removed)
     result.delete_files_removed = len(folded)
     result.files_after = len(live) - len(removed) + len(added)

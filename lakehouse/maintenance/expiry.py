@@ -22,7 +22,13 @@ from typing import Any
 from pyiceberg.table import Table
 
 from lakehouse.errors import InvalidArgument, TieringConflict
-from lakehouse.iceberg.offsets import OFFSETS_FILE_PROPERTY, OFFSETS_PROPERTY, tiering_snapshot, tiering_summary
+from lakehouse.iceberg.offsets import (
+    OFFSETS_FILE_PROPERTY,
+    OFFSETS_PROPERTY,
+    summary_of,
+    tiering_snapshot,
+    tiering_summary,
+)
 from lakehouse.maintenance.references import referenced_files, referenced_sizes
 from object_store import NotFound, ObjectStore
 
@@ -73,12 +79,12 @@ def _checkpoint_offsets(table: Table, cutoff_ms: int) -> None:
     newest = tiering_snapshot(metadata)
     if newest is None or newest.snapshot_id == metadata.current_snapshot_id or newest.timestamp_ms >= cutoff_ms:
         return
-    try:
-        offsets = {int(b): int(o) for b, o in json.loads(newest.summary[OFFSETS_PROPERTY]).items()}
+    try:  # no inline offsets (None): TypeError, as malformed ones
+        offsets = {int(b): int(o) for b, o in json.loads(summary_of(newest)[OFFSETS_PROPERTY]).items()}  # type: ignore[arg-type]
     except (TypeError, ValueError, AttributeError):
         offsets = None
     # an offsets file is immutable: the checkpoint names the same file, which it then keeps alive
-    offsets_file = newest.summary[OFFSETS_FILE_PROPERTY]
+    offsets_file = summary_of(newest)[OFFSETS_FILE_PROPERTY]
     if offsets is None and offsets_file is None:
         return  # unreadable offsets: keep the snapshot, lake_offsets reports the problem
     try:

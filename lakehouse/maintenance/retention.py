@@ -246,7 +246,7 @@ def record_retention_floors(
     for _ in range(_RECORD_ATTEMPTS):
         doc, etag = _read_record(store, key)
         ours = doc is not None and doc.get("table_uuid") == definition.table_uuid
-        current = {int(b): int(o) for b, o in doc["floors"].items()} if ours else {}
+        current = {int(b): int(o) for b, o in doc["floors"].items()} if doc is not None and ours else {}
         merged = {b: max(current.get(b, 0), int(floors.get(b, 0))) for b in range(definition.buckets)}
         if ours and all(current.get(b, 0) == o for b, o in merged.items()):
             return merged  # nothing moves: nothing to write

@@ -412,7 +412,7 @@ def mark_bucket(
         if positions.size:
             partition = tuple(data_file.partition[i] for i in range(len(data_file.partition)))
             marks.setdefault(partition, []).append((data_file.file_path, positions))
-    for partition, deletes in marks.items():
-        result.added.append(write_position_deletes(ctx, partition, stem, deletes))
+    for partition, marked in marks.items():
+        result.added.append(write_position_deletes(ctx, partition, stem, marked))
     if write_rows:
         _write_upserts(ctx, definition, bucket, changes, stem, result, by_key=True)

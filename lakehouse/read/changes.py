@@ -155,7 +155,7 @@ def plan_changes(
 
 def _old_state_files(
     table: Table, definition: TableDefinition, starts: dict[int, int], buckets: Sequence[int]
-) -> tuple[dict[int, int], dict[int, list[DataFile]]]:
+) -> tuple[dict[int, int], dict[int, list[tuple[DataFile, tuple[DataFile, ...]]]]]:
     """Per bucket, the offset of the lake snapshot an as-of read at ``starts`` would use (0: no lake part)
     and that snapshot's data files of the bucket, each with its delete files (those of ``buckets`` only:
     partition pruning)."""
@@ -167,7 +167,8 @@ def _old_state_files(
         if not wanted:
             continue
         # partition pruning: only the wanted buckets' manifest entries
-        scan = table.scan(snapshot_id=snapshot_id, row_filter=In(BUCKET_COLUMN, set(wanted)))
+        # mypy reads pyiceberg's pydantic fields as __init__ (the real __init__ takes these arguments)
+        scan = table.scan(snapshot_id=snapshot_id, row_filter=In(BUCKET_COLUMN, set(wanted)))  # type: ignore[arg-type,call-arg]
         for task in scan.plan_files():
             partition = task.file.partition
             bucket = partition[len(partition) - 1]

@@ -43,7 +43,7 @@ from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.io.pyarrow import expression_to_pyarrow, schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
-from pyiceberg.table import FileScanTask, Table
+from pyiceberg.table import DataScan, FileScanTask, Table
 from pyiceberg.table.metadata import TableMetadata
 from pyparsing import ParseException
 
@@ -618,6 +618,7 @@ class ReadPlan:
         fields = tuple(f.name for f in self.projected.fields)
         buckets, name, expr = definition.buckets, self.name, self.expr
         ends: dict[int, int] | None
+        scans: list[tuple[DataScan, frozenset[int] | None]]
         if snapshot_id is not None:
             if as_of is not None or self.union:
                 raise InvalidArgument(f"a read of {name} at a ref or snapshot is a lake read: no as_of, no log tail")
@@ -696,12 +697,12 @@ class ReadPlan:
     def _tail(self, log_: Log, buckets: Sequence[int], table: Table | None = None) -> pa.Table:
         reads = [self.buckets[b] for b in buckets]
         if self.captures:  # the raw tail: merged as the lake streams by
-            ends = None if any(r.end is None for r in reads) else {r.bucket: r.end for r in reads}  # type: ignore[misc]
+            ends = None if any(r.end is None for r in reads) else {r.bucket: r.end for r in reads if r.end is not None}
             return read_tail(log_, {r.bucket: r.base for r in reads}, ends=ends)
         if self.engine is not None:
             parts = [self._merged_tail(log_, read, table) for read in reads]
             return pa.concat_tables(parts) if parts else read_tail(log_, {}, primary_key=self.primary_key)
-        ends = None if any(r.end is None for r in reads) else {r.bucket: r.end for r in reads}  # type: ignore[misc]
+        ends = None if any(r.end is None for r in reads) else {r.bucket: r.end for r in reads if r.end is not None}
         return read_tail(log_, {r.bucket: r.base for r in reads}, primary_key=self.primary_key, ends=ends)
 
     def _merged_tail(self, log_: Log, read: BucketRead, table: Table | None) -> pa.Table:

@@ -177,6 +177,7 @@ def quiet_logs(spark: SparkSession) -> None:
     spark.sparkContext.setLogLevel("WARN")
     try:
         jvm = spark.sparkContext._jvm
+        assert jvm is not None  # a driver's context has its JVM
         level = jvm.org.apache.logging.log4j.Level.ERROR
         for name in NOISY_LOGGERS:
             jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
@@ -261,7 +262,7 @@ def filter_text(row_filter: RowFilter) -> str:
 
     if isinstance(row_filter, str):
         return row_filter
-    ops = {
+    ops: dict[type, str] = {
         ex.EqualTo: "=",
         ex.NotEqualTo: "!=",
         ex.LessThan: "<",

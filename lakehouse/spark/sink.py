@@ -177,7 +177,7 @@ def _hash(*parts: str) -> str:
 # ---- the task's side -------------------------------------------------------------------------------------
 
 
-def open_log(store_url: str, store_options: Mapping[str, str], definition_json: str) -> Log:
+def open_log(store_url: str, store_options: Mapping[str, str], definition_json: bytes) -> Log:
     """The table's `Log` for one task (close it after), on the process' shared store.
 
     One per task, never one per worker process: a `Log` trusts what it remembers of a producer id (the newest
@@ -316,7 +316,7 @@ class _SinkWriter:
 
     def __init__(
         self,
-        definition_json: str,
+        definition_json: bytes,
         options: WriteOptions,
         has_op: bool,
         *,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import mmh3
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.utils.decimal import bytes_required
@@ -42,7 +43,7 @@ def _mix_h(h: np.ndarray, k: np.ndarray) -> np.ndarray:
     return _rotl(h ^ _mix_k(k), 13) * np.uint32(5) + np.uint32(0xE6546B64)
 
 
-def _fmix(h: np.ndarray, length: np.ndarray | int) -> np.ndarray:
+def _fmix(h: npt.NDArray[np.uint32], length: np.ndarray | int) -> npt.NDArray[np.uint32]:
     h = h ^ np.asarray(length, dtype=np.uint32)
     h ^= h >> np.uint32(16)
     h *= np.uint32(0x85EBCA6B)

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import pyarrow as pa
 
@@ -189,7 +190,7 @@ class TableDefinition:
         }
 
     @staticmethod
-    def _evolution_fields(doc: dict) -> dict[str, object]:
+    def _evolution_fields(doc: dict[str, Any]) -> dict[str, Any]:
         """The schema-evolution fields of a definition document (none: version 0)."""
         if "schema-version" not in doc:
             return {}
