@@ -341,7 +341,8 @@ class ExecutorRound:
         if low is None:  # no value: no row joins (Spark plans an empty relation, no task reads)
             return self.sql.frame(table, view, columns=chosen).limit(0)
         if all(isinstance(v, int | str) and not isinstance(v, bool) for v in (low, high)):
-            view = Filtered(dict(offsets), And(GreaterThanOrEqual(first, low), LessThanOrEqual(first, high)))
+            # mypy reads pyiceberg's pydantic fields as __init__ (the real __init__ takes these arguments)
+            view = Filtered(dict(offsets), And(GreaterThanOrEqual(first, low), LessThanOrEqual(first, high)))  # type: ignore[arg-type,call-arg]
         frame = self.sql.frame(table, view, columns=chosen)
         return frame.join(values.distinct(), on=list(values.columns), how="left_semi")
 

@@ -38,12 +38,13 @@ def partitions_filter(column: str, values: pa.ChunkedArray | pa.Array) -> Any:
     present = values.drop_null()
     out: Any = None
     if len(present) and len(present) <= GROUPS_FILTER_LIMIT:
-        out = In(column, present.to_pylist())
+        # mypy reads pyiceberg's pydantic fields as __init__ (the real __init__ takes these arguments)
+        out = In(column, present.to_pylist())  # type: ignore[arg-type,call-arg]
     elif len(present):
         low, high = pc.min_max(present).values()
-        out = And(GreaterThanOrEqual(column, low.as_py()), LessThanOrEqual(column, high.as_py()))
+        out = And(GreaterThanOrEqual(column, low.as_py()), LessThanOrEqual(column, high.as_py()))  # type: ignore[arg-type,call-arg]
     if values.null_count:
-        out = IsNull(column) if out is None else Or(out, IsNull(column))
+        out = IsNull(column) if out is None else Or(out, IsNull(column))  # type: ignore[arg-type,call-arg]
     return out
 
 
@@ -66,11 +67,11 @@ def groups_filter(select: exp.Select, groups: pa.Table) -> Any:
         for i, column, kind in terms:
             value = row[f"__g{i}"]
             if kind == "eq":
-                part: Any = IsNull(column) if value is None else EqualTo(column, value)
+                part: Any = IsNull(column) if value is None else EqualTo(column, value)  # type: ignore[arg-type,call-arg]
             elif isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
                 first = value.replace(day=1)
                 following = (first + datetime.timedelta(days=32)).replace(day=1)
-                part = And(GreaterThanOrEqual(column, first.isoformat()), LessThan(column, following.isoformat()))
+                part = And(GreaterThanOrEqual(column, first.isoformat()), LessThan(column, following.isoformat()))  # type: ignore[arg-type,call-arg]
             else:
                 continue
             conjunct = part if isinstance(conjunct, AlwaysTrue) else And(conjunct, part)
@@ -126,18 +127,18 @@ def group_rows(
                     for d in range(31)
                     if (month + datetime.timedelta(days=d)).month == month.month
                 ]
-                conditions.append(In(column, days))
+                conditions.append(In(column, days))  # type: ignore[arg-type,call-arg]
             else:
                 following = (distinct[-1] + datetime.timedelta(days=32)).replace(day=1)
-                conditions.append(GreaterThanOrEqual(column, distinct[0].isoformat()))
-                conditions.append(LessThan(column, following.isoformat()))
+                conditions.append(GreaterThanOrEqual(column, distinct[0].isoformat()))  # type: ignore[arg-type,call-arg]
+                conditions.append(LessThan(column, following.isoformat()))  # type: ignore[arg-type,call-arg]
             wanted[f"__k{i}"] = months
         else:
             try:
                 values = values.cast(column_type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 return None
-            conditions.append(In(column, set(pc.unique(values).to_pylist())))
+            conditions.append(In(column, set(pc.unique(values).to_pylist())))  # type: ignore[arg-type,call-arg]
             wanted[f"__k{i}"] = values
     columns = referenced_columns(select, table)
     row_filter = conditions[0]

@@ -333,7 +333,8 @@ class RoundRows:
             return self.lh.lookup(table, values, as_of=dict(offsets), columns=names).select(names)
         keep = None
         if len(wanted) <= IN_LIST_LIMIT:
-            row_filter = In(first, wanted.to_pylist())
+            # mypy reads pyiceberg's pydantic fields as __init__ (the real __init__ takes these arguments)
+            row_filter = In(first, wanted.to_pylist())  # type: ignore[call-arg]
         else:
             # pyiceberg binds and evaluates an IN list literal by literal, per data file (thousands of keys cost
             # seconds of planning): push the range for file and row-group pruning, match exactly each batch as it

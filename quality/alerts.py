@@ -47,6 +47,7 @@ No Airflow here: e-mail is a callable given by the caller (``dags/_notifiers.py`
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import logging
 import os
@@ -414,8 +415,8 @@ def _deliver(alert: Alert, channels: Channels, skip: Iterable[str], post: Post, 
     done = set(skip)
     payload = alert.payload()
     targets: list[tuple[str, Callable[[], None]]] = []
-    targets += [(f"webhook:{u}", lambda u=u: post(u, payload)) for u in channels.webhooks]
-    targets += [(f"slack:{u}", lambda u=u: post(u, slack_payload(alert))) for u in channels.slack]
+    targets += [(f"webhook:{u}", functools.partial(post, u, payload)) for u in channels.webhooks]
+    targets += [(f"slack:{u}", functools.partial(post, u, slack_payload(alert))) for u in channels.slack]
     if channels.emails:
         lines = alert.lines()
 

@@ -72,7 +72,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
 from object_store.errors import LakestreamError
 from quality.errors import SuiteError
@@ -202,6 +202,10 @@ def _spec(item: Any, *, table: str, path: str, at: str) -> AnomalySpec:
             raise bad(field, f"a number {'>' if strict else '>='} {minimum:g}" + (" or null" if nullable else ""))
         return float(v)
 
+    @overload
+    def integer(field: str, default: int, minimum: int) -> int: ...
+    @overload
+    def integer(field: str, default: None, minimum: int) -> int | None: ...
     def integer(field: str, default: int | None, minimum: int) -> int | None:
         if field not in item or (item[field] is None and default is None):
             return default
@@ -316,6 +320,7 @@ def judge(values: Sequence[float], t: int, spec: AnomalySpec) -> Judgement:
         reference = [float(v) for v in values[max(0, t - spec.window) : t]]
         centre = statistics.median(reference)
         scale, points = MAD_SIGMA * _mad(reference, centre), len(reference)
+    assert scale is not None  # set with the centre
     anomaly = False
     low = high = None
     if spec.k is not None:
@@ -335,7 +340,7 @@ def judge(values: Sequence[float], t: int, spec: AnomalySpec) -> Judgement:
 def _describe(spec: AnomalySpec, j: Judgement, at: datetime, snapshot_id: int) -> str:
     what = f"{spec.metric}" + (f" of column {spec.column}" if spec.column else "")
     why = []
-    if j.low is not None and not (j.low <= j.value <= j.high):
+    if j.low is not None and j.high is not None and not (j.low <= j.value <= j.high):
         basis = (
             f"its phase in a season of {spec.season} commits"
             if j.method == "seasonal"
@@ -427,9 +432,10 @@ def _result(spec: AnomalySpec, series: Sequence[tuple[datetime, int, float]], st
             entry["skipped"] = j.reason
             details["skipped"] = j.reason
         else:
-            change = j.relative_change
-            if change is not None and not math.isfinite(change):
-                change = str(change)  # from a centre of 0; JSON has no infinity
+            relative = j.relative_change
+            change: float | str | None = relative
+            if relative is not None and not math.isfinite(relative):
+                change = str(relative)  # from a centre of 0; JSON has no infinity
             entry.update(centre=j.centre, scale=j.scale, low=j.low, high=j.high, relative_change=change)
         details["judged"].append(entry)
         if not j.anomaly:

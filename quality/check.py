@@ -31,6 +31,7 @@ exception: the other tables are still checked, and the run is not ok.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -101,7 +102,7 @@ def run_checks(
         _collect_metrics(lh, names, spark)
     executor = SparkExecutor(spark) if spark is not None else None  # the buckets' reads on Spark's executors
     for name in names:
-        add(_guarded(RECONCILE, name, lambda name=name: reconcile(lh, name, full=full, executor=executor)))
+        add(_guarded(RECONCILE, name, functools.partial(reconcile, lh, name, full=full, executor=executor)))
     if project is not None:
         _project_checks(lh, Path(project), names, results, add, spark, full=full, sample=sample)
         add(_guarded(ANOMALY, "(suites)", lambda: _anomalies(lh, Path(project), names, results)))
@@ -198,9 +199,7 @@ def _project_checks(
                     _guarded(
                         GX,
                         name,
-                        lambda name=name, suite=suite: run_suite(
-                            lh, name, suite, snapshot_id=snapshots.get(name), spark=spark
-                        ),
+                        functools.partial(run_suite, lh, name, suite, snapshot_id=snapshots.get(name), spark=spark),
                     )
                 )
         if spark is not None and loaded is not None and name in loaded.models:
@@ -208,8 +207,8 @@ def _project_checks(
                 _guarded(
                     LAYER,
                     name,
-                    lambda name=name: check_layers(
-                        lh, loaded, spark=spark, models=[name], prior=done, full=full, sample=sample
+                    functools.partial(
+                        check_layers, lh, loaded, spark=spark, models=[name], prior=done, full=full, sample=sample
                     ),
                 )
             )

@@ -384,9 +384,10 @@ def _key_filter(values: pa.Array | pa.ChunkedArray, column: str) -> tuple[Any, b
     (an IN list) or a range (to be matched exactly after the read)."""
     wanted = pc.unique(values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values).drop_null()
     if len(wanted) <= IN_LIST_LIMIT:
-        return In(column, wanted.to_pylist()), True
+        # mypy reads pyiceberg's pydantic fields as __init__ (the real __init__ takes these arguments)
+        return In(column, wanted.to_pylist()), True  # type: ignore[arg-type,call-arg]
     low, high = pc.min_max(wanted).values()
-    return And(GreaterThanOrEqual(column, low.as_py()), LessThanOrEqual(column, high.as_py())), False
+    return And(GreaterThanOrEqual(column, low.as_py()), LessThanOrEqual(column, high.as_py())), False  # type: ignore[arg-type,call-arg]
 
 
 def _read_keys(lh: Lakehouse, model: str, offsets: Mapping[int, int], keys: pa.Table) -> pa.Table:
@@ -515,7 +516,7 @@ def _first_of_each_key(rows: pa.Table, key: list[str]) -> tuple[pa.Table, dict[t
     kept = rows.take(pa.array(np.sort(first.to_numpy())))
     samples = semi_join(rows, twice.select(key), key).to_pylist()
     times = {tuple(r[k] for k in key): r["count_all"] for r in twice.to_pylist()}
-    repeated = {}
+    repeated: dict[tuple[Any, ...], Any] = {}
     for row in samples:
         k = tuple(row[c] for c in key)
         repeated.setdefault(k, (row, times[k]))

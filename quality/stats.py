@@ -74,7 +74,7 @@ def table_stats(lh: Lakehouse, name: Any, *, now: datetime | None = None) -> dic
                 "lag_seconds": seconds,
             }
         )
-    subscriptions = []
+    subscriptions: list[dict[str, Any]] = []
     for sub in lh.subscriptions(definition.name):
         if sub.stale:
             subscriptions.append(

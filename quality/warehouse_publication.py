@@ -219,11 +219,11 @@ def _passes(results: Iterable[CheckResult]) -> dict[str, int]:
     by_table: dict[str, list[CheckResult]] = {}
     for r in results:
         by_table.setdefault(str(r.table), []).append(r)
-    out = {}
+    out: dict[str, int] = {}
     for table, mine in by_table.items():
         snapshots = {r.snapshot_id for r in mine}
         if all(r.ok for r in mine) and len(snapshots) == 1 and None not in snapshots:
-            out[table] = snapshots.pop()
+            (out[table],) = {s for s in snapshots if s is not None}
     return out
 
 

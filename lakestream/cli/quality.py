@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -290,7 +290,9 @@ def metrics_show(
         if metric is not None:
             series = load_series(lh, table, metric, column)
             series = series[-last:] if last > 0 else series
-            commits = [{"committed_at": at, "snapshot_id": sid, metric: value} for at, sid, value in series]
+            commits: list[dict[str, Any]] = [
+                {"committed_at": at, "snapshot_id": sid, metric: value} for at, sid, value in series
+            ]
             names = [metric]
         else:
             commits = load_commits(lh, table, column=column, last=last)

@@ -8,6 +8,7 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
@@ -101,7 +102,7 @@ def _aborted(store: ObjectStore, key: str) -> str:
     except RuntimeError:
         pass
     _check(not store.exists(key), f"{key} became visible after an aborted write")
-    uploads = getattr(store, "open_uploads", lambda: [])()
+    uploads: list[Any] = getattr(store, "open_uploads", lambda: [])()
     _check(not uploads, f"multipart uploads left open: {uploads}")
     return "aborted upload leaves nothing"
 

@@ -431,7 +431,7 @@ def _validate(
             gx.ValidationDefinition(name=f"{table}@{sid}", data=batch, suite=gx_suite)
         )
         run_id = RunIdentifier(run_name=f"snapshot-{sid}", run_time=datetime.datetime.now(datetime.UTC))
-        frame = None
+        frame: Any = None  # a Spark DataFrame, or pandas'
         try:
             if use_spark:
                 from lakehouse.spark import read_table

@@ -61,7 +61,7 @@ def sample_rows(lh: Lakehouse, lake: Any, table: str, sid: int, budget: int) -> 
             if kept >= budget:
                 break
     finally:
-        stream.close()  # the files not read yet stay unread
+        stream.close()  # type: ignore[attr-defined]  # a generator (stream=True): the files not read yet stay unread
     return pa.Table.from_batches(batches, schema=plan.arrow_schema)
 
 

@@ -97,7 +97,7 @@ def violation_of(table: str, sid: int | None, config: Any, result: Mapping[str, 
         pct = result.get("unexpected_percent")
         share = f" ({pct:.1f}%)" if isinstance(pct, int | float) else ""
         message = f"{kind}{on} failed: {count} of {total} values unexpected{share}, e.g. {show(sample)}"
-        actual = {"unexpected_count": count, "element_count": total, "unexpected_values": sample}
+        actual: Any = {"unexpected_count": count, "element_count": total, "unexpected_values": sample}
     else:
         observed = result.get("observed_value")
         wanted = ", ".join(f"{k}={show(v)}" for k, v in expected.items() if k not in ("column", "result_format"))

@@ -38,15 +38,17 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
+from pyiceberg.types import PrimitiveType
 
 from lakehouse.errors import AsOfUnavailable, LakestreamError
 from lakehouse.executor import LocalExecutor, SparkExecutor
@@ -293,7 +295,9 @@ def _read_changes(
                     f"budget of {budget:,}"
                 )
                 break
-            work = _after_images_work(lake, c, user_columns)
+            work: Sequence[_AfterImages | tuple[ChangesPlan, BucketChanges]] | None = _after_images_work(
+                lake, c, user_columns
+            )
             if work is None:
                 try:
                     plan = plan_changes(lake, log_, c.start, c.end)
@@ -308,7 +312,7 @@ def _read_changes(
             (local if changed <= budget else remote).extend((index, w) for w in work)
         kept.append(c)
     task = _BucketTask(lh, name, ctx)
-    parts: dict[int, list[BucketPartial]] = {}
+    parts: dict[int, list[BucketPartial | None]] = {}
     for items, executor in (
         (local, lambda: LocalExecutor(min(WORKERS, len(local)))),
         (remote, lambda: SparkExecutor(spark)),
@@ -322,7 +326,7 @@ def _read_changes(
         if c.total is None:
             continue
         mine = parts.get(index, [])
-        c.total = None if any(p is None for p in mine) else merge_partials(mine)
+        c.total = None if any(p is None for p in mine) else merge_partials([p for p in mine if p is not None])
         if c.total is None:
             log.warning("%s: log retention removed changes of snapshot %s: rows only", name, c.snapshot.snapshot_id)
         elif c.recorded is not None:
@@ -353,7 +357,8 @@ def _after_images_work(lake: Table, c: _Commit, columns: tuple[str, ...]) -> lis
             lower, upper = entry.data_file.lower_bounds or {}, entry.data_file.upper_bounds or {}
             if bucket_id not in lower or lower.get(bucket_id) != upper.get(bucket_id):
                 return None  # a file whose bucket its statistics do not say: read the changes
-            bucket = from_bytes(lake.metadata.schema().find_field(bucket_id).field_type, lower[bucket_id])
+            bucket_type = cast(PrimitiveType, lake.metadata.schema().find_field(bucket_id).field_type)  # an int
+            bucket = from_bytes(bucket_type, lower[bucket_id])
             files.setdefault(int(bucket), []).append(entry.data_file.file_path)
     c.recorded = recorded
     return [

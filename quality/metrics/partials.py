@@ -154,6 +154,7 @@ def metric_rows(
         registers = sketch.unpack(c.registers) if c.registers is not None else sketch.empty()
         out.append((DISTINCT, name, sketch.estimate(registers)))
         if name in numeric_columns and c.count:
+            assert c.low is not None and c.high is not None  # a column with values has bounds
             out += [(MIN, name, float(c.low)), (MAX, name, float(c.high)), (MEAN, name, c.total / c.count)]
     return out
 

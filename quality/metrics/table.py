@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,13 +47,15 @@ from pyiceberg.exceptions import (
 from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, IsNull
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.types import DoubleType, LongType, NestedField, StringType, TimestamptzType
+from pyiceberg.types import DoubleType, LongType, NestedField, PrimitiveType, StringType, TimestamptzType
 
 from lakehouse.settings import budget_rows
 from lakehouse.table.definition import RESERVED_NAMESPACE
 from quality.errors import QualityError
 
 if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
+
     from lakehouse.lakehouse import Lakehouse
 
 log = logging.getLogger(__name__)
@@ -209,7 +211,7 @@ def _committed_at_bounds(data_file: Any) -> tuple[int, int] | None:
     high = (data_file.upper_bounds or {}).get(field_id)
     if low is None or high is None:
         return None
-    kind = SCHEMA.find_field("committed_at").field_type
+    kind = cast(PrimitiveType, SCHEMA.find_field("committed_at").field_type)
     return int(from_bytes(kind, low)), int(from_bytes(kind, high))
 
 
@@ -244,21 +246,22 @@ def _compact(
         bounds = {f.file_path: _committed_at_bounds(f) for f in files}
         # Whole files older than the retention go without being read; files across it are rewritten, filtered.
         dropped = [
-            f for f in files if cutoff_us is not None and bounds[f.file_path] and bounds[f.file_path][1] < cutoff_us
+            f for f in files if cutoff_us is not None and (span := bounds[f.file_path]) and span[1] < cutoff_us
         ]
         crossing = [
             f
             for f in files
             if cutoff_us is not None
             and f not in dropped
-            and (bounds[f.file_path] is None or bounds[f.file_path][0] < cutoff_us)
+            and ((span := bounds[f.file_path]) is None or span[0] < cutoff_us)
         ]
         small = sorted(
             (f for f in files if f not in dropped and f not in crossing and f.record_count < target_file_rows),
             key=lambda f: f.record_count,
         )
         # The driver reads what it rewrites: at most the budget's rows per call (the next call goes on).
-        chosen, rows_read = [], 0
+        chosen: list[DataFile] = []
+        rows_read = 0
         for f in [*crossing, *small]:
             if chosen and rows_read + f.record_count > budget:
                 break
@@ -288,7 +291,9 @@ def _compact(
             result.retries += 1
             log.info("metrics compaction lost to a concurrent commit (attempt %d): planning again", attempt + 1)
             continue
-        result.snapshot_id = table.current_snapshot().snapshot_id
+        committed = table.current_snapshot()
+        assert committed is not None  # the commit above made one
+        result.snapshot_id = committed.snapshot_id
         result.files_rewritten = len(dropped) + len(chosen)
         result.rows_rewritten = kept.num_rows
         result.rows_dropped = sum(f.record_count for f in dropped) + rows.num_rows - kept.num_rows
@@ -338,6 +343,7 @@ def maintain_metrics(
     budget = max(1, budget_rows(getattr(lh, "settings", None), "quality_driver_budget_rows"))
     _compact(lh, result, target_file_rows, cutoff_us, budget)
     table = metrics_table(lh)
+    assert table is not None  # it existed above, and nothing here drops it
     result.expiry = expire_snapshots(lh.store, table, older_than=older_than, retain_last=keep_snapshots).to_dict()
     result.orphans = remove_orphans(
         lh.store, table, older_than=orphan_age or DEFAULT_ORPHAN_AGE, unsafe_orphan_age=unsafe_orphan_age
@@ -365,8 +371,9 @@ def load_series(
     metrics = metrics_table(lh)
     if metrics is None or metrics.current_snapshot() is None:
         return []
-    where = And(EqualTo("table", str(table)), EqualTo("metric", metric))
-    where = And(where, IsNull("column") if column is None else EqualTo("column", column))
+    # mypy reads pyiceberg's pydantic fields as __init__ (the real __init__ takes these arguments)
+    where = And(EqualTo("table", str(table)), EqualTo("metric", metric))  # type: ignore[arg-type,call-arg]
+    where = And(where, IsNull("column") if column is None else EqualTo("column", column))  # type: ignore[arg-type,call-arg]
     if last is None:
         return _series(metrics, where)
     end = _aware(until or datetime.now(UTC))
@@ -378,7 +385,7 @@ def load_series(
         since = end - span
         if since <= oldest:  # the bound would keep everything: read it all
             return _series(metrics, where)
-        points = _series(metrics, And(where, GreaterThanOrEqual("committed_at", since.isoformat())))
+        points = _series(metrics, And(where, GreaterThanOrEqual("committed_at", since.isoformat())))  # type: ignore[arg-type,call-arg]
         if sum(1 for at, _, _ in points if at <= end) >= last:
             return points
         span *= 4
@@ -435,7 +442,7 @@ def load_commits(lh: Lakehouse, table: str, *, column: str | None = None, last: 
     metrics = metrics_table(lh)
     if metrics is None or metrics.current_snapshot() is None:
         return []
-    where = And(EqualTo("table", str(table)), IsNull("column") if column is None else EqualTo("column", column))
+    where = And(EqualTo("table", str(table)), IsNull("column") if column is None else EqualTo("column", column))  # type: ignore[arg-type,call-arg]
     rows = metrics.scan(row_filter=where).to_arrow().to_pylist()
     commits: dict[int, dict[str, Any]] = {}
     for r in rows:
@@ -457,6 +464,7 @@ def metrics_dataframe(spark: Any, lh: Lakehouse) -> Any:
     files = [t.file.file_path for t in table.scan().plan_files()] if table is not None else []
     if not files:
         return spark.createDataFrame([], SPARK_SCHEMA)
+    assert table is not None  # it has files
     ctx = LakeContext.of(lh.store, table)
 
     def read(batches):  # runs on the Spark Python workers

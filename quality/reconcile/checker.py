@@ -378,16 +378,17 @@ class Checker:
         first = sample[0] if sample else None
         exp_row = m_by_key.get(first) if first is not None else None
         act_row = e_by_key.get(first) if first is not None else None
+        shown = _show(first) if first is not None else ""
         detail = ""
         if exp_row is not None and act_row is not None:
             diffs = [c for c in self.reader.columns if exp_row.get(c) != act_row.get(c)]
             if diffs:
                 c = diffs[0]
-                detail = f"; key {_show(first)}: {c} expected {exp_row[c]!r}, got {act_row[c]!r}"
+                detail = f"; key {shown}: {c} expected {exp_row[c]!r}, got {act_row[c]!r}"
         elif exp_row is not None:
-            detail = f"; key {_show(first)} is missing"
+            detail = f"; key {shown} is missing"
         elif act_row is not None:
-            detail = f"; key {_show(first)} should not be there"
+            detail = f"; key {shown} should not be there"
         self.violate(
             "content",
             f"{what}: rows differ ({', '.join(parts) or 'digests differ'}){detail}",
@@ -432,7 +433,7 @@ def _take(parts: Sequence[pa.Table], positions: np.ndarray) -> list[dict[str, An
     return rows
 
 
-def _show(key: tuple) -> str:
+def _show(key: tuple[Any, ...]) -> str:
     return repr(key[0]) if len(key) == 1 else repr(key)
 
 

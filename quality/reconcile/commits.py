@@ -113,14 +113,14 @@ def check_commits(
         new = offsets_of.get(snap.snapshot_id)
         if new is not None and not r.key:
             claimed = sum(new[b] - prev[b] for b in range(r.buckets))
-            added = int((snap.summary["added-records"] if snap.summary else None) or 0)
-            if added != claimed:
+            added_records = int((snap.summary["added-records"] if snap.summary else None) or 0)
+            if added_records != claimed:
                 c.violate(
                     "records-count",
-                    f"the tiering commit's summary adds {added} records for a range of {claimed} log records",
+                    f"the tiering commit's summary adds {added_records} records for a range of {claimed} log records",
                     snapshot=snap,
                     expected=claimed,
-                    actual=added,
+                    actual=added_records,
                 )
         items += commit_items(c, commit, parent, prev, new)
         if new is not None:

@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +22,7 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntryStatus
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.types import PrimitiveType
 
 from lakehouse.iceberg.datafiles import LakeContext
 from lakehouse.iceberg.layout import OFFSET_COLUMN, TIMESTAMP_COLUMN, log_to_lake_rows
@@ -124,7 +125,7 @@ class TableReader:
 
     def live_entries(self, snapshot: Snapshot) -> list[DataFile]:
         """The data and delete files live in ``snapshot``."""
-        files = []
+        files: list[DataFile] = []
         for manifest in snapshot.manifests(self.lake.io):
             files.extend(e.data_file for e in manifest.fetch_manifest_entry(self.lake.io, discard_deleted=True))
         return files
@@ -161,8 +162,9 @@ class TableReader:
                 out.append(f)
                 continue
             try:
-                low = pa.scalar(from_bytes(field.field_type, lo), values.type)
-                high = pa.scalar(from_bytes(field.field_type, hi), values.type)
+                kind = cast(PrimitiveType, field.field_type)  # only primitive columns have bounds
+                low = pa.scalar(from_bytes(kind, lo), values.type)
+                high = pa.scalar(from_bytes(kind, hi), values.type)
             except (TypeError, ValueError, pa.ArrowException):
                 out.append(f)
                 continue

@@ -57,6 +57,7 @@ def reconcile(lh: Lakehouse, table: str, full: bool = False, *, executor: TaskEx
         check_full(c, current, newest_offsets, start)
         commits = len(ancestry)
     else:
+        assert state is not None  # resumable
         c.details["mode"] = "incremental"
         commits = check_commits(c, ancestry, ids.index(state["snapshot_id"]) + 1, offsets_of)
         c.details["from_snapshot"] = state["snapshot_id"]
@@ -64,7 +65,7 @@ def reconcile(lh: Lakehouse, table: str, full: bool = False, *, executor: TaskEx
     if c.unverified:
         c.details["unverified_buckets"] = sorted(c.unverified)
     c.details["offsets"] = {str(b): o for b, o in newest_offsets.items()}
-    order = {s.snapshot_id: i for i, s in enumerate(ancestry)}
+    order: dict[int | None, int] = {s.snapshot_id: i for i, s in enumerate(ancestry)}
     result.violations = sorted(
         c.violations, key=lambda v: (order.get(v.snapshot_id, -1), v.bucket if v.bucket is not None else -1)
     )

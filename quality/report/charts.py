@@ -177,10 +177,10 @@ def metric_chart(
             f"{esc(label(v))}</text>"
         )
     for i, anchor in ((0, "start"), (len(points) - 1, "end")):
-        at = parse_time(points[i][0])
+        tick = parse_time(points[i][0])
         svg.append(
             f'<text x="{xs[i]:.1f}" y="{h - 5}" text-anchor="{anchor}" font-size="10" fill="#6b7280">'
-            f"{esc(f'{at:%m-%d %H:%M}' if at is not None else points[i][0])}</text>"
+            f"{esc(f'{tick:%m-%d %H:%M}' if tick is not None else points[i][0])}</text>"
         )
     line = " ".join(f"{x:.1f},{y(v):.1f}" for x, v in zip(xs, values, strict=True))
     if len(points) > 1:
