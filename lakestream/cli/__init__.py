@@ -20,7 +20,7 @@ from object_store.moved import keep_old_paths
 __all__ = ["app", "fail", "open_lakehouse"]
 
 app = typer.Typer(help="lakestream: a stream-lake pipeline on object storage.", no_args_is_help=True, cls=BoundaryGroup)
-# `lakestream --help` lists the commands in this order, then the groups in theirs.
+# `lakestream --help` lists the commands in the order they are added here, then the groups in theirs.
 app.command()(config.config)
 app.command()(pipeline.tier)
 app.command()(pipeline.compact)
@@ -34,5 +34,6 @@ app.add_typer(subscription_app, name="subscription")
 app.add_typer(layers_app, name="layers")
 quality.register(app)  # check, report, published; the metrics group
 
-# Until the next release: the module that held the commands, its shared options and `fail`/`open_lakehouse`.
+# Until the next release: the module that held the commands (``from lakestream.cli.core import app, fail,
+# open_lakehouse`` still works; its options and output helpers are in `lakestream.cli.common`).
 keep_old_paths({"lakestream.cli.core": "lakestream.cli"})
