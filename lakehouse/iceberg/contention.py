@@ -18,12 +18,11 @@ wait does the pacing) contending writers lose a fraction of the rounds they lost
 pointer stands idle far less (BENCHMARKS.md, the catalog). The price is fairness: a writer that keeps committing keeps
 the pointer, and the others wait up to ``limit`` per round.
 
-``quiet`` must exceed the time between two commits of one busy writer (tens of milliseconds on a local store), or waiters see a
-quiet pointer that is not and collide with it: that only costs a lost round, never correctness. ``limit``
-bounds how long a busy writer can keep the others waiting: after it, the waiter tries anyway (and with
-pyiceberg's retries, eventually wins a round). Both are table properties (`QUIET_MS`, `QUIET_MAX_MS`);
-the catalog writes the defaults into every table it creates (``lakehouse.iceberg.catalog.DEFAULT_TABLE_PROPERTIES``).
-"""
+``quiet`` must exceed the time between two commits of one busy writer (tens of milliseconds on a local store), or
+waiters see a quiet pointer that is not and collide with it: that only costs a lost round, never correctness.
+``limit`` bounds how long a busy writer can keep the others waiting: after it, the waiter tries anyway (and with
+pyiceberg's retries, eventually wins a round). Both are table properties (`QUIET_MS`, `QUIET_MAX_MS`); the catalog
+writes the defaults into every table it creates (``lakehouse.iceberg.catalog.DEFAULT_TABLE_PROPERTIES``). """
 
 from __future__ import annotations
 
