@@ -22,6 +22,8 @@ $(STAMP): pyproject.toml
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 		&& (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium) >/dev/null 2>&1 \
 		|| echo "chromium not installed: the report's browser test will be skipped"; }
+	@# Spark's classes dumped once as a class-data-sharing archive the suite's drivers map (tests/support/spark_cds.py)
+	@$(BIN)/python -m tests.support.spark_cds || echo "no Spark class archive: the tests run without it"
 	@touch $@
 
 lint: $(STAMP)

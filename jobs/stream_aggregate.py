@@ -1,5 +1,5 @@
 """spark-submit entry point: keep an aggregate of a table's changes in another table, with a Structured
-Streaming query (`lakestream.streams.aggregate_changes`).
+Streaming query (`lakehouse.spark.aggregate.aggregate_changes`).
 
     spark-submit jobs/stream_aggregate.py --source ods.orders --target ads.orders_by_status \\
         --group-by o_orderstatus --sum o_totalprice --checkpoint /var/lib/lakestream/checkpoints/orders_by_status
@@ -45,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def work(lh: Lakehouse) -> int:
         from lakehouse.spark import spark_session
+        from lakehouse.spark.aggregate import aggregate_changes
         from lakehouse.spark.source import register
-        from lakestream.streams import aggregate_changes
 
         spark = spark_session(app_name=submitted_app_name(APP_NAME))
         register(spark, lh)  # the format opens this lakehouse's store (its credentials ride in the source)

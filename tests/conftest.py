@@ -14,6 +14,7 @@ import pytest
 from object_store import ObjectStore, open_store
 from object_store.seaweedfs import SeaweedFS
 from tests.support.profiles import load_profile
+from tests.support.spark_cds import driver_options
 from tests.support.stores import catalog_properties, new_store_spec
 from tests.support.tiers import guard_fast_tier, mark_tiers
 
@@ -22,9 +23,10 @@ load_profile()
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Every Spark driver JVM the suite starts (the shared session, crash workers, `dag.test()`'s spark-submits, the demo)
-# lives seconds on small data: the C1-only JIT compiles far less and saved ~20% of such a test's CPU
-# (tests/README.md). Only the JIT: a GC flag here would clash with the G1 a SQL session asks for itself.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+# lives seconds on small data: the C1-only JIT compiles far less, and Spark's classes come mapped from the archive
+# `make install` dumped (tests/support/spark_cds.py) instead of being loaded and verified again (tests/README.md).
+# Only these: a GC flag here would clash with the G1 a SQL session asks for itself.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", driver_options())
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # xdist's workers inherit COLUMNS=80 / LINES=24 from their launcher; the CLI honours COLUMNS (it is how a user
     # asks for a width), so without this the CLI tests would read tables folded to 80 columns.

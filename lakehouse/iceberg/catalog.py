@@ -110,8 +110,8 @@ TABLES_PREFIX = CATALOG_PREFIX + "tables/"
 #: Defaults for tables this catalog creates. pyiceberg 0.12 retries a commit that lost its CAS
 #: (``commit.retry.num-retries``, default 4) after min-wait * 2^attempt (capped at max-wait, jitter 10%).
 #: One writer wins each round and pyiceberg's retries are not fair: a writer whose rebuild is slow keeps
-#: losing: 32 retries still lost appends when 16 writers raced on 2 cores (BENCHMARKS.md, the catalog); 100
-#: retries lose none, and pyiceberg's total timeout (30 min) still bounds a commit. The pacing between rounds
+#: losing: a few dozen retries still lost appends when 16 writers raced on 2 cores (BENCHMARKS.md, the catalog);
+#: 100 retries lose none, and pyiceberg's total timeout (30 min) still bounds a commit. The pacing between rounds
 #: is our tables' wait for a quiet pointer (`lakehouse.iceberg.contention`), so pyiceberg's own waits are short: with
 #: its longer defaults waiters could still be asleep when the pointer went idle.
 DEFAULT_TABLE_PROPERTIES = {

@@ -14,16 +14,15 @@ after a lost commit, the reload that pyiceberg's retry starts with first waits u
 changed for ``quiet`` seconds (HEAD requests on the pointer, a few hundred bytes each, every ``quiet``
 seconds +-25%), for at most ``limit`` seconds. Writers then stay out of a busy writer's way and
 take over within about ``quiet`` of it stopping. With pyiceberg's own waits shortened (the quiet
-wait does the pacing) the same 8 writers lost 22-28 rounds per 200 commits and the pointer stood idle
-during ~22% of the run (BENCHMARKS.md). The price is fairness: a writer that keeps committing keeps
+wait does the pacing) contending writers lose a fraction of the rounds they lost without it and the
+pointer stands idle far less (BENCHMARKS.md, the catalog). The price is fairness: a writer that keeps committing keeps
 the pointer, and the others wait up to ``limit`` per round.
 
-``quiet`` must exceed the time between two commits of one busy writer (40-70 ms here), or waiters see a
-quiet pointer that is not and collide with it: that only costs a lost round, never correctness. ``limit``
-bounds how long a busy writer can keep the others waiting: after it, the waiter tries anyway (and with
-pyiceberg's retries, eventually wins a round). Both are table properties (`QUIET_MS`, `QUIET_MAX_MS`);
-the catalog writes the defaults into every table it creates (``lakehouse.iceberg.catalog.DEFAULT_TABLE_PROPERTIES``).
-"""
+``quiet`` must exceed the time between two commits of one busy writer (tens of milliseconds on a local store), or
+waiters see a quiet pointer that is not and collide with it: that only costs a lost round, never correctness.
+``limit`` bounds how long a busy writer can keep the others waiting: after it, the waiter tries anyway (and with
+pyiceberg's retries, eventually wins a round). Both are table properties (`QUIET_MS`, `QUIET_MAX_MS`); the catalog
+writes the defaults into every table it creates (``lakehouse.iceberg.catalog.DEFAULT_TABLE_PROPERTIES``). """
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 An Iceberg append writes three small files before its commit (data file, manifest, manifest list), and a
 retried commit writes the last two again, all inside the window between reading the table's state and
-the pointer CAS. pyarrow's S3 output stream took ~19 ms per small file on SeaweedFS where one boto3
-PutObject takes ~7.5 ms (measured; BENCHMARKS.md, catalog). `LakeFileIO` writes ``s3://`` locations
+the pointer CAS. pyarrow's S3 output stream costs a small file several times what one boto3 PutObject
+does (BENCHMARKS.md, the catalog). `LakeFileIO` writes ``s3://`` locations
 with `object_store.ObjectStore.open_writer`: one PUT up to 8 MiB, a multipart upload above (memory
 stays bounded), nothing visible if the writer fails. ``create(overwrite=False)`` is atomic
 (``If-None-Match: *``) where pyarrow checks and then writes. Reads, deletes and other schemes are

@@ -6,6 +6,7 @@ or an executor as an argument and never starts Spark itself).
     stream.py   spark.readStream.format("lakestream"): a table's net changes, micro-batch by micro-batch
     sink.py     df.write / df.writeStream .format("lakestream"): appends from the tasks, exactly once
     options.py  what they share about options (names checked, offset maps, flags)
+    aggregate.py aggregate_changes: a Structured Streaming aggregate of a table's changes kept in another table
 
 The task executor that runs tiering and compaction tasks on Spark is a backend of the core's executors
 (`lakehouse.executor.spark`): it needs a session, not this package.

@@ -2,7 +2,7 @@
 status, test; green, cutover, rollback, cleanup: blue/green rebuilds).
 
 A typer sub-app that `lakestream.cli` adds as ``layers``. Errors end the command with one line, as everywhere in
-``lakestream`` (`lakestream.cli.core.fail`).
+``lakestream`` (`lakestream.cli.common.command_errors`).
 """
 
 from __future__ import annotations
@@ -14,14 +14,12 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from lakehouse.errors import LakestreamError
-from lakestream.cli.core import ConfigOpt, JsonOpt, WarehouseOpt, fail, open_lakehouse
-from lakestream.console import OutputConsole, json_line, new_table
+from lakestream.cli.common import ConfigOpt, JsonOpt, WarehouseOpt, command_errors, console, emit, open_lakehouse
+from lakestream.console import json_line, new_table
 
 layers_app = typer.Typer(
     help="Warehouse layers: a project of Spark SQL models (see docs/guides/layers.md).", no_args_is_help=True
 )
-console = OutputConsole()
 
 ProjectOpt = Annotated[
     Path, typer.Option("--project", "-p", help="the project folder (sources.yml, models/)", show_default=False)
@@ -34,26 +32,27 @@ def explain_command(project: ProjectOpt, json_output: JsonOpt = False) -> None:
     from layers.project import load_project
     from layers.strategy import explain
 
-    try:
+    with command_errors():
         plans = explain(load_project(project))
-    except LakestreamError as exc:
-        fail(exc)
-    if json_output:
-        for plan in plans:
-            json_line(
-                {
-                    "order": plan.order,
-                    "model": plan.model,
-                    "inputs": list(plan.inputs),
-                    "strategy": plan.strategy,
-                    "reason": plan.reason,
-                    "driving": plan.driving,
-                    "group_by": [g.output or g.expression for g in plan.group_by],
-                    "partition_by": list(plan.partition_by),
-                    "key_mapping": [m.describe() for m in plan.mappings],
-                }
-            )
-        return
+    records = (
+        {
+            "order": plan.order,
+            "model": plan.model,
+            "inputs": list(plan.inputs),
+            "strategy": plan.strategy,
+            "reason": plan.reason,
+            "driving": plan.driving,
+            "group_by": [g.output or g.expression for g in plan.group_by],
+            "partition_by": list(plan.partition_by),
+            "key_mapping": [m.describe() for m in plan.mappings],
+        }
+        for plan in plans
+    )
+    emit(json_output, records, lambda: _print_plans(plans))
+
+
+def _print_plans(plans) -> None:
+    """`layers explain` for people: a row per model, its key mappings, groups and window partitions."""
     table = new_table("order", "model", "inputs", "strategy", "reason", "key mapping", show_lines=True)
     for plan in plans:
         lines = [m.describe() for m in plan.mappings]
@@ -73,29 +72,27 @@ def validate_command(project: ProjectOpt, json_output: JsonOpt = False) -> None:
     error."""
     from layers.project import load_project
 
-    try:
+    with command_errors():
         loaded = load_project(project)
-    except LakestreamError as exc:
-        fail(exc)
     untyped = {name: m.untyped_columns for name, m in loaded.models.items() if m.untyped_columns}
-    if json_output:
-        json_line(
-            {
-                "ok": True,
-                "sources": list(loaded.sources),
-                "models": list(loaded.models),
-                "order": list(loaded.order),
-                "untyped_columns": {name: list(columns) for name, columns in untyped.items()},
-            }
+
+    def render() -> None:
+        console.print(
+            f"[green]ok[/] {len(loaded.sources)} sources, {len(loaded.models)} models; order: "
+            f"{' -> '.join(loaded.order) or '-'}",
+            soft_wrap=True,
         )
-        return
-    console.print(
-        f"[green]ok[/] {len(loaded.sources)} sources, {len(loaded.models)} models; order: "
-        f"{' -> '.join(loaded.order) or '-'}",
-        soft_wrap=True,
-    )
-    for name, columns in untyped.items():
-        console.print(Text(f"{name}: types of {', '.join(columns)} are checked at deploy"), soft_wrap=True)
+        for name, columns in untyped.items():
+            console.print(Text(f"{name}: types of {', '.join(columns)} are checked at deploy"), soft_wrap=True)
+
+    record = {
+        "ok": True,
+        "sources": list(loaded.sources),
+        "models": list(loaded.models),
+        "order": list(loaded.order),
+        "untyped_columns": {name: list(columns) for name, columns in untyped.items()},
+    }
+    emit(json_output, record, render)
 
 
 @layers_app.command("lineage")
@@ -114,15 +111,14 @@ def lineage_command(
     from layers.lineage import column_lineage
     from layers.project import load_project
 
-    try:
+    with command_errors():
         lineage = column_lineage(load_project(project))
         columns = lineage.columns(model, column)
-    except LakestreamError as exc:
-        fail(exc)
-    if json_output:
-        for c in columns:
-            json_line(c.to_json())
-        return
+    emit(json_output, (c.to_json() for c in columns), lambda: _print_lineage(lineage, columns, column))
+
+
+def _print_lineage(lineage, columns: list, column: str | None) -> None:
+    """`layers lineage` for people: a row per output column, then what decides each model's rows."""
     table = new_table("model", "column", "kind", "direct sources", "ultimate sources", show_lines=True)
     for c in columns:
         cells = (
@@ -196,27 +192,27 @@ def deploy_command(
     project: ProjectOpt, warehouse: WarehouseOpt = None, config: ConfigOpt = None, json_output: JsonOpt = False
 ) -> None:
     """Create every table the project declares (sources and models) that does not exist yet; idempotent."""
-    try:
+    with command_errors():
         lh, loaded, layers = _open_layers(project, warehouse, config, create=True)
         with lh:
             try:
                 created = set(layers.deploy())
             finally:
                 layers.close()
-    except LakestreamError as exc:
-        fail(exc)
-    if json_output:
+
+    def render() -> None:
+        table = new_table("table", "kind", "state")
         for name in loaded.tables:
-            json_line(
-                {"table": name, "kind": "source" if name in loaded.sources else "model", "created": name in created}
-            )
-        return
-    table = new_table("table", "kind", "state")
-    for name in loaded.tables:
-        kind = "source" if name in loaded.sources else "model"
-        table.add_row(Text(name), kind, "[green]created[/]" if name in created else "already there")
-    console.print(table)
-    console.print(f"{len(created)} created, {len(loaded.tables) - len(created)} already there")
+            kind = "source" if name in loaded.sources else "model"
+            table.add_row(Text(name), kind, "[green]created[/]" if name in created else "already there")
+        console.print(table)
+        console.print(f"{len(created)} created, {len(loaded.tables) - len(created)} already there")
+
+    records = (
+        {"table": name, "kind": "source" if name in loaded.sources else "model", "created": name in created}
+        for name in loaded.tables
+    )
+    emit(json_output, records, render)
 
 
 _ACTION_STYLE = {"rebuild": "red", "alter source": "red", "carry on": "yellow", "create": "green", "removed": "dim"}
@@ -228,19 +224,21 @@ def plan_command(
 ) -> None:
     """What deploying the project would change since the deployed version, per table: the change, the action
     (create, rebuild, carry on, unchanged, ...), why, and the rows a rebuild reads. Writes nothing."""
-    from layers.deploy_plan import CREATE, UNCHANGED, plan_deploy
+    from layers.deploy_plan import plan_deploy
     from layers.project import load_project
 
-    try:
+    with command_errors():
         loaded = load_project(project)
         with open_lakehouse(warehouse, config) as lh:
             plan = plan_deploy(lh, loaded)
-    except LakestreamError as exc:
-        fail(exc)
-    if json_output:
-        for t in plan.tables:
-            json_line({**t.to_json(), "compared_with": "record" if plan.recorded else "tables"})
-        return
+    compared_with = "record" if plan.recorded else "tables"
+    emit(json_output, ({**t.to_json(), "compared_with": compared_with} for t in plan.tables), lambda: _print_plan(plan))
+
+
+def _print_plan(plan) -> None:
+    """`layers plan` for people: a row per table, then what the plan was compared with."""
+    from layers.deploy_plan import CREATE, UNCHANGED
+
     table = new_table("table", "change", "action", "why", "rows to read", show_lines=True)
     for t in plan.tables:
         action = Text(t.action, style=_ACTION_STYLE.get(t.action, ""))
@@ -279,7 +277,7 @@ def run_command(
     from lakehouse.errors import InvalidArgument
     from layers.selection import select_models
 
-    try:
+    with command_errors():
         if once == follow:
             raise InvalidArgument("give one of --once (one round per model) and --follow (rounds until Ctrl+C)")
         if poll_seconds <= 0:
@@ -301,8 +299,6 @@ def run_command(
                     _follow(layers, models, bool(model), poll_seconds, max_rounds, json_output)
             finally:
                 layers.close()
-    except LakestreamError as exc:
-        fail(exc)
 
 
 def _follow(
@@ -371,7 +367,7 @@ def rebuild_command(
     """Recompute one model in full and write the difference to its table (the same exactly-once write path)."""
     from layers.selection import select_models
 
-    try:
+    with command_errors():
         lh, loaded, layers = _open_layers(project, warehouse, config, spark_master)
         with lh:
             try:
@@ -379,12 +375,7 @@ def rebuild_command(
                 report = layers.rebuild(name, abandon=abandon)
             finally:
                 layers.close()
-    except LakestreamError as exc:
-        fail(exc)
-    if json_output:
-        json_line(report.to_json())
-    else:
-        console.print(_rounds_table([report]))
+    emit(json_output, report.to_json(), lambda: console.print(_rounds_table([report])))
 
 
 def _positions(positions: dict[str, dict[int, int]]) -> str:
@@ -403,19 +394,18 @@ def status_command(
     config: ConfigOpt = None,
 ) -> None:
     """Each model's position, lag (records appended after it, age of the oldest one) and last round."""
-    try:
+    with command_errors():
         lh, _, layers = _open_layers(project, warehouse, config)
         with lh:
             try:
                 statuses = layers.status()
             finally:
                 layers.close()
-    except LakestreamError as exc:
-        fail(exc)
-    if json_output:
-        for status in statuses:
-            json_line(status.to_json())
-        return
+    emit(json_output, (status.to_json() for status in statuses), lambda: _print_statuses(statuses))
+
+
+def _print_statuses(statuses) -> None:
+    """`layers status` for people: a row per model, then each model's problem if it has one."""
     table = new_table("model", "strategy", "position", "lag records", "lag seconds", "last round", show_lines=True)
     for s in statuses:
         lag = "\n".join(f"{t}: {_count(n)}" for t, n in s.lag_records.items()) or "-"
@@ -454,7 +444,7 @@ def test_command(
     from layers.model_tests import load_model_tests, run_model_tests, select_tests
     from layers.project import load_project
 
-    try:
+    with command_errors():
         loaded = load_project(project)
         tests = select_tests(load_model_tests(loaded), test)
         if not tests:  # an empty tests/ folder is a mistake more often than a choice: say so, and fail
@@ -465,8 +455,6 @@ def test_command(
         spark = _test_session(spark_master)
         spark_seconds = time.monotonic() - started
         results = run_model_tests(loaded, tests, spark, on_result=_print_test_result)
-    except LakestreamError as exc:
-        fail(exc)
     failed = [r for r in results if not r.passed]
     seconds = sum(r.seconds for r in results)
     summary = (
@@ -498,19 +486,21 @@ def _print_test_result(result) -> None:
 # -- blue/green rebuilds (layers.bluegreen) ------------------------------------------------------------
 
 
-def _print_green(result, what: str, json_output: bool) -> None:
-    if json_output:
-        json_line({"step": what, **result.to_json()})
-        return
-    table = new_table("model", "physical table")
-    for logical, physical in result.tables.items():
-        table.add_row(Text(logical), Text(physical))
-    console.print(table)
-    if result.reports:
-        console.print(_rounds_table(result.reports))
-    for line in result.behind:
-        console.print(Text(f"behind: {line}", style="yellow"), soft_wrap=True)
-    console.print(Text(f"{what}: generation {result.generation}", style="yellow" if result.behind else "green"))
+def _emit_green(result, what: str, json_output: bool) -> None:
+    """A blue/green step's result: the tables by logical and physical name, the rounds, what is behind."""
+
+    def render() -> None:
+        table = new_table("model", "physical table")
+        for logical, physical in result.tables.items():
+            table.add_row(Text(logical), Text(physical))
+        console.print(table)
+        if result.reports:
+            console.print(_rounds_table(result.reports))
+        for line in result.behind:
+            console.print(Text(f"behind: {line}", style="yellow"), soft_wrap=True)
+        console.print(Text(f"{what}: generation {result.generation}", style="yellow" if result.behind else "green"))
+
+    emit(json_output, {"step": what, **result.to_json()}, render)
 
 
 @layers_app.command("green")
@@ -526,7 +516,7 @@ def green_command(
     from layers.bluegreen import build_green
     from layers.project import load_project
 
-    try:
+    with command_errors():
         loaded = load_project(project)
         with open_lakehouse(warehouse, config) as lh:
             from lakehouse.spark import spark_session
@@ -536,33 +526,30 @@ def green_command(
                 result = build_green(lh, loaded, spark)
             finally:
                 spark.stop()
-    except LakestreamError as exc:
-        fail(exc)
-    _print_green(result, "green built" if not result.behind else "green still behind (run green again)", json_output)
+    _emit_green(result, "green built" if not result.behind else "green still behind (run green again)", json_output)
 
 
 def _green_step(step: str, project: Path, warehouse, config, json_output: bool) -> None:
     from layers import bluegreen
     from layers.project import load_project
 
-    try:
+    with command_errors():
         loaded = load_project(project)
         with open_lakehouse(warehouse, config) as lh:
             if step == "cleanup":
                 dropped = bluegreen.cleanup(lh, loaded)
             else:
                 result = getattr(bluegreen, step)(lh, loaded)
-    except LakestreamError as exc:
-        fail(exc)
     if step != "cleanup":
-        _print_green(result, {"cutover": "switched to", "rollback": "rolled back to"}[step], json_output)
+        _emit_green(result, {"cutover": "switched to", "rollback": "rolled back to"}[step], json_output)
         return
-    if json_output:
-        json_line({"step": "cleanup", "dropped": dropped})
-        return
-    for name in dropped:
-        console.print(Text(f"dropped {name}"))
-    console.print(f"{len(dropped)} tables dropped")
+
+    def render() -> None:
+        for name in dropped:
+            console.print(Text(f"dropped {name}"))
+        console.print(f"{len(dropped)} tables dropped")
+
+    emit(json_output, {"step": "cleanup", "dropped": dropped}, render)
 
 
 @layers_app.command("cutover")

@@ -12,8 +12,19 @@ from rich.markup import escape
 from rich.table import Table
 
 from lakehouse.errors import LakestreamError
-from lakestream.cli.core import ConfigOpt, JsonOpt, WarehouseOpt, console, err, fail, open_lakehouse
-from lakestream.console import json_line, new_table
+from lakestream.cli.common import (
+    ConfigOpt,
+    JsonOpt,
+    TablesOpt,
+    WarehouseOpt,
+    command_errors,
+    console,
+    emit,
+    err,
+    fail,
+    open_lakehouse,
+)
+from lakestream.console import new_table
 from quality.results import ERROR, FAILED, NOT_EVALUATED, PASSED, CheckResult
 
 if TYPE_CHECKING:
@@ -72,9 +83,7 @@ def _anomaly_summary(d: dict) -> str:
 
 
 def check(
-    table: Annotated[
-        list[str] | None, typer.Option("--table", "-t", help="namespace.table (repeatable; default: all)")
-    ] = None,
+    table: TablesOpt = None,
     full: Annotated[bool, typer.Option("--full", help="re-check everything, not only what is new")] = False,
     project: Annotated[
         Path | None, typer.Option(help="a layers project: its expectation suites and layer checks run too")
@@ -102,7 +111,7 @@ def check(
     warehouse (_lakestream/quality/)."""
     from quality.check import run_checks
 
-    try:
+    with command_errors():
         lh = open_lakehouse(warehouse, config)
         spark = None
         if spark_master:
@@ -110,8 +119,6 @@ def check(
 
             spark = spark_session(master=spark_master, app_name="lakestream-check")
         run = run_checks(lh, tables=table, full=full, project=project, spark=spark, publish=publish, report_dir=out)
-    except LakestreamError as exc:
-        fail(exc)
     if as_json:
         console.print_json(json.dumps(run.to_dict(), default=str))
     else:
@@ -167,22 +174,21 @@ def report(
     from quality.report import write_report
     from quality.runs import load_runs
 
-    try:
+    with command_errors():
         lh = open_lakehouse(warehouse, config)
         history = load_runs(lh, limit=runs)
         if not history:
             raise LakestreamError("no quality run recorded yet in this warehouse: run `lakestream check` first")
         written = write_report(lh, history[0], history=history, out_dir=out)
-    except LakestreamError as exc:
-        fail(exc)
-    if json_output:
-        json_line({"run_id": history[0].run_id, **written})
-        return
-    console.print(f"report: {written['report_key']} in the warehouse {lh.url}", soft_wrap=True)
-    console.print(f"index: {written['index_key']} in the warehouse", soft_wrap=True)
-    for name in ("report_path", "index_path"):
-        if written[name] is not None:
-            console.print(f"{name.split('_')[0]}: {written[name]}", soft_wrap=True)
+
+    def render() -> None:
+        console.print(f"report: {written['report_key']} in the warehouse {lh.url}", soft_wrap=True)
+        console.print(f"index: {written['index_key']} in the warehouse", soft_wrap=True)
+        for name in ("report_path", "index_path"):
+            if written[name] is not None:
+                console.print(f"{name.split('_')[0]}: {written[name]}", soft_wrap=True)
+
+    emit(json_output, {"run_id": history[0].run_id, **written}, render)
 
 
 def published(
@@ -195,21 +201,21 @@ def published(
 ) -> None:
     """The warehouse publication: the consistent set of checked snapshots (generation, time, per table its
     snapshot, metadata file and, for a model, its round), and the tables left out with why."""
-    from datetime import UTC, datetime
-
     from quality.warehouse_publication import read_history, read_publication
 
-    try:
+    with command_errors():
         lh = open_lakehouse(warehouse, config)
         record = read_publication(lh) if generation is None else read_history(lh, generation)
-    except LakestreamError as exc:
-        fail(exc)
     if record is None:
         what = "no publication yet" if generation is None else f"no generation {generation} in the history"
         fail(LakestreamError(f"{what} in {lh.url}: `lakestream check --publish` publishes what passed"))
-    if json_output:
-        json_line(record.to_dict())
-        return
+    emit(json_output, record.to_dict(), lambda: _print_published(record))
+
+
+def _print_published(record) -> None:
+    """The publication for people: its generation, a table of its entries, the tables left out."""
+    from datetime import UTC, datetime
+
     at = datetime.fromtimestamp(record.published_at, UTC).isoformat(timespec="seconds")
     run = f", run {record.run_id}" if record.run_id else ""
     console.print(f"publication generation {record.generation}, recorded {at}{run}")
@@ -230,9 +236,7 @@ metrics_app = typer.Typer(
 
 @metrics_app.command("collect")
 def metrics_collect(
-    table: Annotated[
-        list[str] | None, typer.Option("--table", "-t", help="namespace.table (repeatable; default: all)")
-    ] = None,
+    table: TablesOpt = None,
     spark_master: Annotated[
         str | None,
         typer.Option(
@@ -249,7 +253,7 @@ def metrics_collect(
     the warehouse's Iceberg table _lakestream.metrics (incremental; running it again records nothing twice)."""
     from quality.metrics import collect_metrics
 
-    try:
+    with command_errors():
         lh = open_lakehouse(warehouse, config)
         spark = None
         if spark_master:
@@ -257,12 +261,11 @@ def metrics_collect(
 
             spark = spark_session(master=spark_master, app_name="lakestream-metrics")
         written = collect_metrics(lh, tables=table, spark=spark, max_commits=max_commits)
-    except LakestreamError as exc:
-        fail(exc)
-    if json_output:
-        json_line({"rows_written": written})
-        return
-    console.print(f"{written:,} metric rows written to _lakestream.metrics")
+    emit(
+        json_output,
+        {"rows_written": written},
+        lambda: console.print(f"{written:,} metric rows written to _lakestream.metrics"),
+    )
 
 
 @metrics_app.command("show")
@@ -284,7 +287,7 @@ def metrics_show(
     from quality.metrics import load_commits, load_series
     from quality.metrics.partials import COLUMN_METRICS, TABLE_METRICS
 
-    try:
+    with command_errors():
         lh = open_lakehouse(warehouse, config)
         lh.table(table)  # an unknown table fails naming it
         if metric is not None:
@@ -297,12 +300,15 @@ def metrics_show(
         else:
             commits = load_commits(lh, table, column=column, last=last)
             names = list(COLUMN_METRICS if column else TABLE_METRICS)
-    except LakestreamError as exc:
-        fail(exc)
-    if json_output:
-        for c in commits:
-            json_line({"table": table, "column": column, **c})
-        return
+    emit(
+        json_output,
+        ({"table": table, "column": column, **c} for c in commits),
+        lambda: _print_metrics(table, column, metric, names, commits),
+    )
+
+
+def _print_metrics(table: str, column: str | None, metric: str | None, names: list[str], commits: list[dict]) -> None:
+    """`metrics show` for people: a row per commit, or a note that nothing was recorded."""
     if not commits:
         err.print(
             f"no metrics recorded for {table}{f' column {column}' if column else ''}: run `lakestream metrics collect`"
@@ -340,7 +346,7 @@ def metrics_maintain(
 
     from quality.metrics.table import maintain_metrics
 
-    try:
+    with command_errors():
         lh = open_lakehouse(warehouse, config)
         result = maintain_metrics(
             lh,
@@ -350,16 +356,15 @@ def metrics_maintain(
             retention=None if retention_days is None else timedelta(days=retention_days),
             orphan_age=timedelta(hours=orphan_age_hours),
         )
-    except LakestreamError as exc:
-        fail(exc)
-    if json_output:
-        json_line(result.to_dict())
-        return
-    console.print(
-        f"_lakestream.metrics: {result.files_before} -> {result.files_after} data files, "
-        f"{result.rows_dropped:,} rows dropped, {len(result.expiry.get('expired', []))} snapshots expired, "
-        f"{result.expiry.get('files_deleted', 0) + result.orphans.get('count', 0)} files deleted"
-    )
+
+    def render() -> None:
+        console.print(
+            f"_lakestream.metrics: {result.files_before} -> {result.files_after} data files, "
+            f"{result.rows_dropped:,} rows dropped, {len(result.expiry.get('expired', []))} snapshots expired, "
+            f"{result.expiry.get('files_deleted', 0) + result.orphans.get('count', 0)} files deleted"
+        )
+
+    emit(json_output, result.to_dict(), render)
 
 
 def _number(value: float | None) -> str:

@@ -404,3 +404,32 @@ def test_catalog_list_shows_namespaces_and_tables_at_every_depth(tmp_path) -> No
     assert lines("com.org-1.销售 部") == ["table      com.org-1.销售 部.my/table"]
     result = runner.invoke(app, ["catalog", "list", "nope", "-w", wh])
     assert result.exit_code == 1 and "Namespace does not exist: nope" in result.output
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("lakestream.cli.core", "lakestream.cli"),  # split into one module per command group (issue 58)
+        ("lakestream.streams", "lakehouse.spark.aggregate"),  # a feature of the Spark adapter, not of the app
+    ],
+)
+def test_old_module_paths_import_the_moved_module_with_a_warning(monkeypatch, old: str, new: str) -> None:
+    import importlib
+    import warnings
+
+    monkeypatch.delitem(sys.modules, old, raising=False)  # imported before by another test: no warning then
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        moved = importlib.import_module(old)
+    assert moved is importlib.import_module(new)
+    assert f"{old} moved to {new}" in " ".join(str(w.message) for w in caught if w.category is DeprecationWarning)
+
+
+def test_what_callers_imported_from_the_old_cli_module_is_still_there(monkeypatch) -> None:
+    from lakestream.cli import common
+
+    monkeypatch.delitem(sys.modules, "lakestream.cli.core", raising=False)
+    with pytest.warns(DeprecationWarning, match="lakestream.cli.core moved to lakestream.cli"):
+        from lakestream.cli.core import app as old_app
+        from lakestream.cli.core import fail, open_lakehouse
+    assert old_app is app and fail is common.fail and open_lakehouse is common.open_lakehouse

@@ -744,9 +744,9 @@ def test_the_sub_app_under_the_main_command_group(tmp_path) -> None:
     """As the main command wires it (``app.add_typer(layers_app, name="layers")``), errors stay one line."""
     import typer
 
-    from lakestream.cli.core import _Boundary
+    from lakestream.cli.common import BoundaryGroup
 
-    main = typer.Typer(cls=_Boundary)
+    main = typer.Typer(cls=BoundaryGroup)
     main.command("config")(lambda: None)  # a group needs a command of its own to keep sub-apps as groups
     main.add_typer(layers_app, name="layers")
     ok = runner.invoke(main, ["layers", "validate", "--project", str(EXAMPLE)])

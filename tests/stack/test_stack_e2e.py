@@ -23,6 +23,7 @@ import pytest
 from object_store.seaweedfs import free_ports
 from stack import scenario, services
 from stack.airflow_api import AirflowApi
+from tests.support.spark_cds import driver_options
 
 pytestmark = [
     pytest.mark.stack,
@@ -46,7 +47,7 @@ def running(tmp_path_factory):
             "LAKESTREAM_TASK_RETRIES": "2",
             "LAKESTREAM_TASK_RETRY_DELAY_SECONDS": "5",
             "LAKESTREAM_SPARK_EXECUTOR_WAIT_SECONDS": str(EXECUTOR_WAIT),
-            "SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1",  # the tasks' drivers, as the suite's (tests/conftest.py)
+            "SPARK_SUBMIT_OPTS": driver_options(),  # the tasks' drivers, as the suite's (tests/conftest.py)
             "LAKESTREAM_TIERING_SCHEDULE": "none",
             "LAKESTREAM_LAYERS_SCHEDULE": "none",
             # Airflow's OpenLineage provider writes each task's events to a file (its documented file transport)

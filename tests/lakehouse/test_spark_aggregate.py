@@ -1,4 +1,4 @@
-"""`lakestream.streams.aggregate_changes`: a Structured Streaming aggregate of a table's changes kept in another
+"""`lakehouse.spark.aggregate.aggregate_changes`: a Structured Streaming aggregate of a table's changes kept in another
 lakestream table (the README's example): equal to the GROUP BY over the source after every run, through
 inserts, updates that move rows between groups, and deletes; a restart from the checkpoint adds only what is
 new."""
@@ -13,7 +13,7 @@ import pytest
 
 from lakehouse import Lakehouse
 from lakehouse.errors import SchemaError
-from lakestream.streams import aggregate_changes
+from lakehouse.spark.aggregate import aggregate_changes
 
 pytestmark = pytest.mark.slow
 
