@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.markup import escape
@@ -20,6 +20,11 @@ from typer.core import TyperGroup
 from lakehouse.errors import LakestreamError
 from lakehouse.settings import load_settings
 from lakestream.console import OutputConsole, json_line, new_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakehouse.lakehouse import Lakehouse
 
 #: Errors from below the library that the CLI reports in one line instead of a traceback (the facade
 #: translates the ones it knows; these are what gets past it: the OS's, pyiceberg's, Spark's).
@@ -107,7 +112,7 @@ def open_warehouse_store(settings, *, create: bool = False, **options):
         ) from None
 
 
-def open_lakehouse(warehouse: str | None, config: Path | None, *, create: bool = False):
+def open_lakehouse(warehouse: str | None, config: Path | None, *, create: bool = False) -> Lakehouse:
     """The warehouse of the settings; a missing one is an error unless ``create`` (see `open_warehouse_store`)."""
     from lakehouse.lakehouse import Lakehouse
 
@@ -115,7 +120,7 @@ def open_lakehouse(warehouse: str | None, config: Path | None, *, create: bool =
     return Lakehouse(open_warehouse_store(settings, create=create), settings=settings)
 
 
-def open_spark(spark_master: str | None):
+def open_spark(spark_master: str | None) -> SparkSession | None:
     """A Spark session for a command's tasks (the facade never starts one), or None without a master."""
     if spark_master is None:
         return None
@@ -149,9 +154,10 @@ def command_errors(*also: type[Exception]) -> Iterator[None]:
     """Around a command's work: an error of ours, or of a kind in ``also`` (``ValueError`` where the library
     parses an argument), ends the command with `fail`'s one line. Any other error goes on to `BoundaryGroup`,
     which reports the OS's, pyiceberg's and Spark's, and lets a bug keep its traceback."""
+    caught: tuple[type[Exception], ...] = (LakestreamError, *also)
     try:
         yield
-    except (LakestreamError, *also) as exc:
+    except caught as exc:
         fail(exc)
 
 

@@ -8,7 +8,7 @@ A typer sub-app that `lakestream.cli` adds as ``layers``. Errors end the command
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -16,6 +16,11 @@ from rich.text import Text
 
 from lakestream.cli.common import ConfigOpt, JsonOpt, WarehouseOpt, command_errors, console, emit, open_lakehouse
 from lakestream.console import json_line, new_table
+
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import Lakehouse
+    from layers.project import Project
+    from layers.runner import Runner
 
 layers_app = typer.Typer(
     help="Warehouse layers: a project of Spark SQL models (see docs/guides/layers.md).", no_args_is_help=True
@@ -148,7 +153,14 @@ SparkMasterOpt = Annotated[
 ]
 
 
-def _open_layers(project: Path, warehouse, config, spark_master: str | None = "local[2]", *, create: bool = False):
+def _open_layers(
+    project: Path,
+    warehouse: str | None,
+    config: Path | None,
+    spark_master: str | None = "local[2]",
+    *,
+    create: bool = False,
+) -> tuple[Lakehouse, Project, Runner]:
     """(Lakehouse, Project, Runner): settings first, then the project, so that either fails before Spark. Only
     ``deploy`` creates a missing warehouse (``create``): it creates the project's tables."""
     from layers.project import load_project

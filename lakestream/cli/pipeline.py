@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -153,7 +153,7 @@ def maintain(
 
     with command_errors():
         lh = open_lakehouse(warehouse, config)
-        args = {
+        args: dict[str, Any] = {
             "snapshot_age": _duration(snapshot_age),
             "retain_last": retain_last,
             "orphan_age": _duration(orphan_age),

@@ -4,7 +4,7 @@ definitions and their rows."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -271,7 +271,8 @@ def table_location(
     with command_errors(NoSuchTableError, ValueError):
         lh = open_lakehouse(warehouse, config)
         # the catalog as other engines load it (aliases resolved), not lakestream's own, which names physical tables
-        catalog = ObjectStoreCatalog("lakestream", store=lh.store, **lh.catalog_properties())
+        properties: dict[str, Any] = lh.catalog_properties()  # the catalog's properties: strings
+        catalog = ObjectStoreCatalog("lakestream", store=lh.store, **properties)
         physical = ".".join(catalog.physical_identifier(name))
         location = catalog.table_location(physical)
     emit(json_output, {"table": name, "physical": physical, "metadata_location": location}, lambda: print(location))
