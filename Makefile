@@ -26,8 +26,10 @@ $(STAMP): pyproject.toml
 	@$(BIN)/python -m tests.support.spark_cds || echo "no Spark class archive: the tests run without it"
 	@touch $@
 
+# ruff, then mypy over the packages ([tool.mypy] in pyproject.toml: strict for object_store).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/python -m mypy
 
 # Two workers: much of the suite waits on subprocesses, servers and JVMs, so two halves overlap on two cores.
 # TEST_WORKERS=0 runs it in one process. `make test` is the gate CI runs: lint, the whole suite, then the native

@@ -313,7 +313,7 @@ class _Planner:
         if plan.kind != "model" or plan.action not in (CREATE, REBUILD, CARRY_ON):
             return plan
         counts = [self.rows(t) for t in self.project.models[plan.table].inputs]
-        return replace(plan, rows_to_read=None if None in counts else sum(counts))
+        return replace(plan, rows_to_read=None if None in counts else sum(c for c in counts if c is not None))
 
     def rows(self, name: str) -> int | None:
         """The rows of table ``name`` from metadata (see the module), or None if it does not exist yet."""
@@ -485,7 +485,7 @@ def _sql_kind(old: str, new: str) -> str:
     except sqlglot.errors.SqlglotError:
         return "rewritten"
 
-    def text(query: exp.Expression) -> str:
+    def text(query: exp.Expr) -> str:
         return query.sql(dialect=DIALECT, comments=False)
 
     if text(before) == text(after):

@@ -123,7 +123,7 @@ def deployment_of(project: Project, definitions: Mapping[str, TableDefinition]) 
     for name in project.tables:
         d = definitions[name]
         columns = tuple((f.name, str(f.type)) for f in d.schema)
-        common = {
+        common: dict[str, Any] = {
             "name": name,
             "columns": columns,
             "primary_key": tuple(d.primary_key),

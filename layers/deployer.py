@@ -96,7 +96,7 @@ class Deployer:
             model = self.project.models[name]
             schema = schema or model.schema or self._inferred_schema(name)
             d = model
-        settings = {
+        settings: dict[str, Any] = {
             "buckets": d.buckets,
             "primary_key": list(d.primary_key) or None,
             "bucket_key": d.bucket_key,

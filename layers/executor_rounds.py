@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pyarrow as pa
 from pyiceberg.expressions import And, GreaterThanOrEqual, LessThanOrEqual
@@ -147,7 +147,7 @@ class ExecutorRound:
         no change. The DataFrames are valid while ``views`` is open."""
         assert record.start is not None
         model = self.project.models[record.model]
-        select = merged(model.qualified)
+        select = cast(exp.Select, merged(model.qualified))  # a model planned incrementally is one SELECT
         key = list(model.primary_key)
         one_input = plan.strategy != KEYED and len(plan.mappings) == 1
         where = "on Spark's executors"
@@ -216,12 +216,16 @@ class ExecutorRound:
 
         # the range of the first partition column pushed into the read (one aggregation: three values reach the
         # driver); a null partition value reads everything (a range would skip its rows)
-        low, high, nulls = partitions.agg(
+        aggregated = partitions.agg(
             F.min("__g0"), F.max("__g0"), F.count(F.when(F.col("__g0").isNull(), 1))
         ).first()
-        view: Filtered | dict[int, int] = dict(record.end[mapping.table])
+        assert aggregated is not None  # an aggregation without grouping has one row
+        low, high, nulls = aggregated
+        ends = dict(record.end[mapping.table])
+        view: Filtered | dict[int, int] = ends
         if not nulls and all(isinstance(v, int | str) and not isinstance(v, bool) for v in (low, high)):
-            view = Filtered(dict(view), And(GreaterThanOrEqual(columns[0], low), LessThanOrEqual(columns[0], high)))
+            # mypy reads pyiceberg's pydantic fields as __init__ (the real __init__ takes these arguments)
+            view = Filtered(dict(ends), And(GreaterThanOrEqual(columns[0], low), LessThanOrEqual(columns[0], high)))  # type: ignore[arg-type,call-arg]
         new = self._persist(
             views.enter_context(self.sql.dataframe(query, {mapping.table: view, "__groups": partitions}))
         )
@@ -334,7 +338,9 @@ class ExecutorRound:
         from pyspark.sql import functions as F
 
         first = values.columns[0]
-        low, high = values.agg(F.min(first), F.max(first)).first()
+        bounds = values.agg(F.min(first), F.max(first)).first()
+        assert bounds is not None  # an aggregation without grouping has one row
+        low, high = bounds
         names = self.lh.table(table).schema.names
         chosen = None if columns is None else [n for n in names if n in columns or n in values.columns]
         view: Filtered | dict[int, int] = dict(offsets)

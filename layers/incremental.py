@@ -17,12 +17,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThanOrEqual
+from pyiceberg.expressions import And, BooleanExpression, GreaterThanOrEqual, In, LessThanOrEqual
 from sqlglot import exp
 
 from lakehouse.merge.keyed_rows import distinct_rows, semi_join
@@ -67,7 +67,7 @@ class RoundRows:
         empty = self._output_schema(record.model).empty_table()
         if driving_keys.num_rows == 0:
             return empty, empty.select(list(key)), empty, changes, 0, ""
-        select = merged(model.qualified)
+        select = cast(exp.Select, merged(model.qualified))  # a model planned incrementally is one SELECT
         note = ""
         old: pa.Table | None = None  # the old rows of the keys the round covers, once read
         if plan.strategy == KEYED:
@@ -232,7 +232,7 @@ class RoundRows:
         (one Spark job, not two)."""
         both_sides = sided(select)
         if both_sides is None or len(before) != 1 or set(before) != set(after):
-            return tuple(self.sql.run(select, v).select(schema.names).cast(schema) for v in (before, after))  # type: ignore[return-value]
+            return tuple(self.sql.run(select, v).select(schema.names).cast(schema) for v in (before, after))
         (table,) = before
         if before[table].num_rows + after[table].num_rows == 0:
             return schema.empty_table(), schema.empty_table()
@@ -244,7 +244,7 @@ class RoundRows:
         )
         out = self.sql.run(both_sides, {table: both})
         side = out[SIDE]
-        return tuple(  # type: ignore[return-value]
+        return tuple(
             out.filter(pc.equal(side, i)).select(schema.names).cast(schema) for i in (0, 1)
         )
 
@@ -334,14 +334,14 @@ class RoundRows:
         keep = None
         if len(wanted) <= IN_LIST_LIMIT:
             # mypy reads pyiceberg's pydantic fields as __init__ (the real __init__ takes these arguments)
-            row_filter = In(first, wanted.to_pylist())  # type: ignore[call-arg]
+            row_filter: BooleanExpression = In(first, wanted.to_pylist())  # type: ignore[call-arg]
         else:
             # pyiceberg binds and evaluates an IN list literal by literal, per data file (thousands of keys cost
             # seconds of planning): push the range for file and row-group pruning, match exactly each batch as it
             # is read (only matching rows are held). A hash lookup per batch (`is_in`): a `KeySet`'s binary
             # search was several times slower on a hop's read
             low, high = pc.min_max(wanted).values()
-            row_filter = And(GreaterThanOrEqual(first, low.as_py()), LessThanOrEqual(first, high.as_py()))
+            row_filter = And(GreaterThanOrEqual(first, low.as_py()), LessThanOrEqual(first, high.as_py()))  # type: ignore[call-arg]
             cast = functools.cache(wanted.cast)
 
             def keep(rows: pa.Table) -> pa.Table:

@@ -307,7 +307,7 @@ def _indirect(scope: Scope) -> set[SourceColumn]:
     query = scope.expression
     if not isinstance(query, exp.Select):
         return set()
-    clauses: list[tuple[exp.Expression, str]] = [
+    clauses: list[tuple[exp.Expr, str]] = [
         (query.args[k], kind) for k, kind in _INDIRECT_CLAUSES if query.args.get(k)
     ]
     clauses += [(join.args["on"], "join") for join in query.args.get("joins") or [] if join.args.get("on")]
@@ -329,7 +329,7 @@ def _indirect(scope: Scope) -> set[SourceColumn]:
     return out
 
 
-def _in_aggregate(column: exp.Column, top: exp.Expression) -> bool:
+def _in_aggregate(column: exp.Column, top: exp.Expr) -> bool:
     node = column.parent
     while node is not None and node is not top.parent:
         if isinstance(node, exp.AggFunc):
@@ -338,7 +338,7 @@ def _in_aggregate(column: exp.Column, top: exp.Expression) -> bool:
     return False
 
 
-def _in_window_spec(column: exp.Column, top: exp.Expression) -> bool:
+def _in_window_spec(column: exp.Column, top: exp.Expr) -> bool:
     child, node = column, column.parent
     while node is not None and child is not top:
         if isinstance(node, exp.Window) and child is not node.this:

@@ -4,6 +4,9 @@ sides at once, and the group expressions that invert to a condition on an input 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import overload
+
 from sqlglot import exp
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 
@@ -13,6 +16,10 @@ __all__ = ["SIDE", "group_terms", "groups_query", "merged", "restrict_to_groups"
 SIDE = "__side"
 
 
+@overload
+def merged(query: exp.Select) -> exp.Select: ...
+@overload
+def merged(query: exp.Query) -> exp.Query: ...
 def merged(query: exp.Query) -> exp.Query:
     """``query`` with its subqueries in FROM merged where sqlglot can, and a filter over windowed rows written as
     the windows' QUALIFY (`windows_inlined`)."""
@@ -58,7 +65,7 @@ def windows_inlined(select: exp.Select) -> exp.Select:
     if any(c.table != alias or c.name not in outputs for e in outer for c in e.find_all(exp.Column)):
         return select
 
-    def inline(node: exp.Expression) -> exp.Expression:
+    def inline(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Column):
             value = outputs[node.name].copy()
             return value if isinstance(value, exp.Column | exp.Literal) else exp.Paren(this=value)
@@ -105,7 +112,9 @@ def groups_query(select: exp.Select) -> exp.Select:
     return out
 
 
-def restrict_to_groups(select: exp.Select, view: str, expressions: list[exp.Expression] | None = None) -> exp.Select:
+def restrict_to_groups(
+    select: exp.Select, view: str, expressions: Sequence[exp.Expr] | None = None
+) -> exp.Select:
     """The model's query restricted to the groups in ``view`` (``__g0``, ...): a LEFT SEMI JOIN on the group
     expressions (or on ``expressions``: a window model's partition columns), null-safe. The join restricts the
     rows FROM gives, before any WHERE, GROUP BY or window sees them."""

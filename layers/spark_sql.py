@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 from sqlglot import exp
@@ -40,7 +40,7 @@ class Filtered:
 
 
 if TYPE_CHECKING:
-    View = pa.Table | Mapping[int, int] | Filtered | DataFrame
+    View: TypeAlias = pa.Table | Mapping[int, int] | Filtered | DataFrame
 _counter = itertools.count()
 #: The Spark conf that sets how many rows of an Arrow table go into one partition of ``createDataFrame``.
 BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"

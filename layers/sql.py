@@ -89,7 +89,7 @@ def parse_query(sql: str, *, where: str, model: str, path: str) -> exp.Query:
     return query
 
 
-def table_references(query: exp.Expression) -> list[exp.Table]:
+def table_references(query: exp.Expr) -> list[exp.Table]:
     """Every reference to a table in ``query`` that is not a CTE's name: the tables it reads (a table read twice
     appears twice). Table-valued functions and ``VALUES`` are not tables."""
     ctes = {cte.alias_or_name.lower() for cte in query.find_all(exp.CTE)}
@@ -183,7 +183,7 @@ def output_columns(qualified: exp.Query, schemas: Mapping[str, pa.Schema]) -> li
     return columns
 
 
-def _infer(e: exp.Expression, sources: Mapping[str, str], schemas: Mapping[str, pa.Schema]) -> pa.DataType | None:
+def _infer(e: exp.Expr, sources: Mapping[str, str], schemas: Mapping[str, pa.Schema]) -> pa.DataType | None:
     if isinstance(e, exp.Column):
         table = sources.get(e.table)
         schema = schemas.get(table) if table else None
@@ -210,7 +210,7 @@ def _alias_tables(select: exp.Select) -> dict[str, str]:
     return out
 
 
-def _first_select(query: exp.Expression) -> exp.Select | None:
+def _first_select(query: exp.Expr) -> exp.Select | None:
     while isinstance(query, exp.SetOperation):
         query = query.left
     if isinstance(query, exp.Subquery):
@@ -218,7 +218,7 @@ def _first_select(query: exp.Expression) -> exp.Select | None:
     return query if isinstance(query, exp.Select) else None
 
 
-def _short(e: exp.Expression, limit: int = 60) -> str:
+def _short(e: exp.Expr, limit: int = 60) -> str:
     text = " ".join(e.sql(dialect=DIALECT).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

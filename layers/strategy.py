@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any, cast
 
 import pyarrow as pa
 from sqlglot import exp
@@ -282,12 +283,12 @@ def explain(project: Project) -> list[ModelPlan]:
 
 def plan_model(project: Project, name: str) -> ModelPlan:
     model = project.models[name]
-    base = {"model": name, "order": project.order.index(name) + 1, "inputs": model.inputs}
+    base: dict[str, Any] = {"model": name, "order": project.order.index(name) + 1, "inputs": model.inputs}
     query = model.qualified
     if isinstance(query, exp.SetOperation):
         kind = type(query).__name__.upper()
         return ModelPlan(strategy=RECOMPUTE, reason=f"{kind} of SELECTs: recomputed in full", **base)
-    select = merged(query)
+    select = cast(exp.Select, merged(query))  # not a set operation: one SELECT
     blocker = _blocker(select)
     if blocker:
         return ModelPlan(strategy=RECOMPUTE, reason=f"{blocker}: recomputed in full", **base)
@@ -334,7 +335,7 @@ def _blocker(select: exp.Select) -> str | None:
     return None
 
 
-def _relations(select: exp.Select) -> list[exp.Expression]:
+def _relations(select: exp.Select) -> list[exp.Expr]:
     from_ = select.args.get("from_") or select.args.get("from")
     return [from_.this, *(j.this for j in select.args.get("joins") or [])]
 
@@ -439,7 +440,7 @@ def _plan_keyed(project: Project, model: Model, select: exp.Select, base: dict) 
     tree = _join_tree(select)
     if isinstance(tree, str):
         return ModelPlan(strategy=RECOMPUTE, reason=f"{tree}: recomputed in full", **base)
-    sources: dict[str, str] = {}  # output key column -> alias.column
+    sources: dict[str, tuple[str, str]] = {}  # output key column -> (alias, column)
     for projection in select.expressions:
         if projection.alias_or_name in model.primary_key:
             e = projection.unalias()
@@ -576,7 +577,7 @@ def _plan_group(project: Project, model: Model, select: exp.Select, base: dict) 
             aggregates=tuple(aggregates),
             **base,
         )
-    common = {"group_by": group_by, "aggregates": tuple(aggregates), "driving": tree.aliases[driving]}
+    common: dict[str, Any] = {"group_by": group_by, "aggregates": tuple(aggregates), "driving": tree.aliases[driving]}
     common["mappings"] = mappings
     retraction = retraction_of(select, aggregates)
     counted = retraction is not None and retraction.count_column is not None
@@ -634,13 +635,13 @@ def _aggregate(agg: exp.AggFunc, output: str, schemas: Mapping[str, pa.Schema | 
     return Aggregate(kind, argument, output, retractable, distinct)
 
 
-def _exact(arg: exp.Expression | None, schemas: Mapping[str, pa.Schema | None]) -> bool:
+def _exact(arg: exp.Expr | None, schemas: Mapping[str, pa.Schema | None]) -> bool:
     """Whether a sum of ``arg`` is exact (so retraction equals recompute): every column in it an integer or a
     decimal, and no cast to a floating-point type. Unknown types are not exact."""
     if arg is None:
         return False
-    for cast in arg.find_all(exp.Cast):
-        if cast.to.this not in exp.DataType.INTEGER_TYPES | {exp.DataType.Type.DECIMAL}:
+    for conversion in arg.find_all(exp.Cast):
+        if conversion.to.this not in exp.DataType.INTEGER_TYPES | {exp.DataType.Type.DECIMAL}:
             return False
     for column in arg.find_all(exp.Column):
         schema = schemas.get(column.table)
@@ -652,7 +653,7 @@ def _exact(arg: exp.Expression | None, schemas: Mapping[str, pa.Schema | None]) 
     return isinstance(arg, exp.Column | exp.Cast | exp.Binary | exp.Paren | exp.Neg | exp.Literal)
 
 
-def _sql(e: exp.Expression, limit: int = 80) -> str:
+def _sql(e: exp.Expr, limit: int = 80) -> str:
     text = " ".join(e.sql(dialect=DIALECT).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

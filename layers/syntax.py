@@ -148,7 +148,7 @@ class SyntaxProblem:
         return f"{gutter}{prefix}{shown}{suffix}\n{' ' * (len(gutter) - 2)}| {marks}"
 
 
-def parse_statements(sql: str, dialect: str) -> tuple[list[exp.Expression], SyntaxProblem | None]:
+def parse_statements(sql: str, dialect: str) -> tuple[list[exp.Expr], SyntaxProblem | None]:
     """The statements of ``sql``, or the first syntax problem in it (then no statements)."""
     d = Dialect.get_or_raise(dialect)
     start = len(sql) - len(sql.lstrip())  # where a problem without a place is shown: the query's start
@@ -158,7 +158,7 @@ def parse_statements(sql: str, dialect: str) -> tuple[list[exp.Expression], Synt
         return [], _unterminated(sql) or SyntaxProblem(start, 1, "the SQL cannot be read as words and symbols")
     parser = d.parser()
     problems = _mistakes(tokens)  # first, so that at the same place their more specific message wins
-    statements: list[exp.Expression] = []
+    statements: list[exp.Expr] = []
     try:
         statements = [s for s in parser.parse(tokens, sql) if s is not None]
     except ParseError as exc:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from lakehouse.lakehouse import Lakehouse
+    from lakehouse.read.changes import ChangesPlan
     from lakehouse.read.union import ReadPlan
 
 __all__ = [
@@ -251,7 +252,8 @@ class KeysWriter(BucketWriter):
         if not received:
             return
         rows = pa.Table.from_batches(received)
-        items = {item.bucket: item for item in self.old.buckets}
+        plan = cast("ChangesPlan", self.old)  # a keys writer's is a point lookup's
+        items = {item.bucket: item for item in plan.buckets}
         key_schema = pa.schema([self.schema.field(k) for k in self.key])
         log_ = self._log()
         try:
@@ -263,7 +265,7 @@ class KeysWriter(BucketWriter):
                 item = items.get(bucket)
                 old = self.schema.empty_table()
                 if item is not None and keys.num_rows:
-                    old = read_bucket_rows(self.old, item, log_, self.lake, keys).select(self.schema.names)
+                    old = read_bucket_rows(plan, item, log_, self.lake, keys).select(self.schema.names)
                 yield self._append(log_, bucket, new, old, keys.num_rows)
         finally:
             log_.close()
