@@ -28,7 +28,7 @@ from lakehouse.errors import (
     TableAlreadyExists,
     TableNotFound,
 )
-from lakehouse.evolution import alter_definition, sync_lake_schema
+from lakehouse.evolution import alter_definition, lake_table_as_defined, sync_lake_schema
 from lakehouse.executor import TaskExecutor, task_executor
 from lakehouse.lake_layout import (
     LAKE_TABLE_PROPERTIES,
@@ -453,8 +453,28 @@ class Lakehouse:
             ) from None
 
     def lake_table(self, name: str | TableName) -> Table:
-        """The current Iceberg table of ``name`` (freshly loaded; its schema brought up to the definition's first if
-        an alter stopped before its lake step). Raises `TableNotFound`, `LakeStateError`."""
+        """The current Iceberg table of ``name``, freshly loaded: a pure read, it commits nothing. While the lake's
+        schema is behind the definition's (an alter whose lake step has not run yet), the table returned carries
+        the definition's schema staged in memory, so reads through it return the current columns
+        (`lakehouse.evolution.lake_table_as_defined`); a commit through it rolls the lake forward first. The lake
+        itself follows at its next write (`sync_lake_schema`, a tiering round, an alter, compaction).
+
+        Raises:
+            TableNotFound: no such table.
+            LakeStateError: its lake table is missing, foreign or unloadable.
+        """
+        definition = self.table(name)
+        return lake_table_as_defined(load_lake_table(self.catalog, definition), definition)
+
+    def sync_lake_schema(self, name: str | TableName) -> Table:
+        """Roll the lake table's Iceberg schema forward to the table's definition, committing the change if it is
+        behind (an alter stopped before its lake step), and return the table as committed; idempotent. Tiering,
+        alters and compaction run this step themselves before they write.
+
+        Raises:
+            TableNotFound: no such table.
+            LakeStateError: the lake table is missing or foreign, or was changed outside lakestream.
+        """
         definition = self.table(name)
         return sync_lake_schema(load_lake_table(self.catalog, definition), definition)
 
@@ -692,9 +712,10 @@ class Lakehouse:
         remove ``delete_ratio`` of their rows or that ``delete_files`` delete files name without them (see
         `lakehouse.maintenance.compaction`)."""
         definition = self.table(name)
+        # a write: after an alter whose lake step did not run, the lake's schema is rolled forward first
         return maintenance.compact(
             self.store,
-            load_lake_table(self.catalog, definition),
+            sync_lake_schema(load_lake_table(self.catalog, definition), definition),
             definition,
             executor=task_executor(spark=spark, executor=executor, workers=workers),
             target_file_size=target_file_size,
