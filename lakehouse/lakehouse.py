@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -85,32 +87,31 @@ class DropResult:
     subscriptions: int = 0  # the table's subscriptions deleted
 
 
-class _PhysicalNames:
-    """`Lakehouse.without_aliases`: the same `Lakehouse` (its state, and whatever was set on it, is the one read
-    and written here) whose methods take every name as the physical table."""
+class TableNames(ABC):
+    """How a `Lakehouse` takes the table names its by-name methods are given (`Lakehouse.resolve`, once at each
+    method's entry)."""
 
-    def __init__(self, lh: Lakehouse) -> None:
-        object.__setattr__(self, "_of", lh)
+    @abstractmethod
+    def physical_table(self, name: str | TableName) -> TableName:
+        """The physical table ``name`` reads and writes."""
 
-    def resolve(self, name: str | TableName) -> TableName:
+
+class AliasedNames(TableNames):
+    """Names through the table aliases (`lakehouse.aliases`): a ``str`` is the table its alias serves (or the
+    table of that name), a `TableName` is the physical table already. A `Lakehouse`'s default."""
+
+    def __init__(self, aliases: AliasCache) -> None:
+        self.aliases = aliases
+
+    def physical_table(self, name: str | TableName) -> TableName:
+        return self.aliases.resolve(name)
+
+
+class PhysicalNames(TableNames):
+    """Every name is the physical table of that name, aliases or not (`Lakehouse.without_aliases`)."""
+
+    def physical_table(self, name: str | TableName) -> TableName:
         return TableName.parse(name)
-
-    def without_aliases(self) -> _PhysicalNames:
-        return self
-
-    def __getattr__(self, name: str) -> Any:
-        lh = object.__getattribute__(self, "_of")
-        state = vars(lh)
-        if name in state:
-            return state[name]
-        attr = getattr(type(lh), name)
-        return attr.__get__(self, type(lh)) if hasattr(attr, "__get__") else attr  # methods run on this view
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(object.__getattribute__(self, "_of"), name, value)
-
-    def __repr__(self) -> str:
-        return f"{object.__getattribute__(self, '_of')!r}.without_aliases()"
 
 
 class Lakehouse:
@@ -132,6 +133,8 @@ class Lakehouse:
         self.settings = settings
         #: the table aliases (`lakehouse.aliases`), read again when older than ``alias_cache_seconds``
         self.aliases = AliasCache(store, alias_cache_seconds)
+        #: how the names given to this warehouse's methods map to physical tables (`with_names`)
+        self.names: TableNames = AliasedNames(self.aliases)
         self._logs: dict[TableName, Log] = {}
         self._catalog: ObjectStoreCatalog | None = None
         self._lock = threading.Lock()
@@ -176,12 +179,23 @@ class Lakehouse:
         """The physical table a name reads (`lakehouse.aliases`): a ``str`` through the table aliases (read at
         most every ``alias_cache_seconds``), a `TableName` as it is. Each read by name resolves once, at its
         entry, and passes the `TableName` on, so one call reads one table even while the aliases switch."""
-        return self.aliases.resolve(name)
+        return self.names.physical_table(name)
+
+    def with_names(self, names: TableNames) -> Lakehouse:
+        """This warehouse with its methods' names taken by ``names``, sharing this one's store, settings,
+        aliases, catalog (and the commit checks added to it), logs and lock: what one writes, the other reads."""
+        self.catalog  # noqa: B018 - created now, so both share the one catalog
+        view = copy.copy(self)  # shallow: the same state objects, one attribute of its own
+        view.names = names
+        return view
 
     def without_aliases(self) -> Lakehouse:
-        """This warehouse with every name taken as the physical table (no aliases), sharing this one's store,
-        catalog and logs: for writers of physical tables (warehouse-layers rounds, blue/green builds)."""
-        return _PhysicalNames(self)  # type: ignore[return-value]
+        """This warehouse with every name taken as the physical table (`PhysicalNames`: no aliases), sharing this
+        one's store, catalog and logs (`with_names`): for writers of physical tables (warehouse-layers rounds,
+        blue/green builds)."""
+        if isinstance(self.names, PhysicalNames):
+            return self
+        return self.with_names(PhysicalNames())
 
     # ---- tables --------------------------------------------------------------------------------------
 
@@ -977,4 +991,5 @@ class Lakehouse:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Lakehouse({self.url!r})"
+        physical = ".without_aliases()" if isinstance(self.names, PhysicalNames) else ""
+        return f"Lakehouse({self.url!r}){physical}"
