@@ -978,7 +978,8 @@ class Lakehouse:
         """Close every table's log (flushing the `Producer`s still open on them) and the store. Raises the
         first `ProducerError` once everything is closed."""
         with self._lock:
-            logs, self._logs = list(self._logs.values()), {}
+            logs = list(self._logs.values())
+            self._logs.clear()  # in place: a `with_names` view shares the dict
         failed = close_all(logs)
         self.store.close()
         if failed:

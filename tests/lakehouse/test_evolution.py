@@ -246,6 +246,22 @@ def test_a_commit_through_the_view_of_a_lake_behind_rolls_it_forward_first(tmp_p
     assert "c" in [f.name for f in lake.schema().fields]
 
 
+def test_compaction_and_sync_lake_schema_roll_a_lake_behind_forward(tmp_path, monkeypatch) -> None:
+    lh = Lakehouse.open(tmp_path.as_uri())
+    make(lh)
+    for start in (0, 10):
+        lh.log("ods.t").append(rows(2, start), op="upsert")
+        lh.tier("ods.t")
+    monkeypatch.setattr(lh, "_sync_lake", lambda lake, definition: lake)
+    lh.alter_table("ods.t", add_columns="c:string")
+    monkeypatch.undo()
+    lh.compact("ods.t")  # a write: the roll-forward first
+    assert "c" in [f.name for f in lh.catalog.load_table(("ods", "t")).schema().fields]
+    assert user(lh.union_read("ods.t"), ["k", "c"]) == [(k, None) for k in (0, 1, 10, 11)]
+    before = lh.catalog.load_table(("ods", "t")).metadata_location
+    assert lh.sync_lake_schema("ods.t").metadata_location == before  # nothing behind: nothing committed
+
+
 def test_pyiceberg_and_duckdb_read_an_evolved_table(tmp_path) -> None:
     """Files of three schema versions (a name dropped and added again among them): every reader projects them
     by field id."""
