@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -65,7 +67,7 @@ from lakehouse.subscriptions import (
 )
 from lakehouse.table.aliases import DEFAULT_CACHE_SECONDS, AliasCache
 from lakehouse.table.definition import TABLES_PREFIX, TableDefinition, TableName
-from lakehouse.table.evolution import alter_definition, sync_lake_schema
+from lakehouse.table.evolution import alter_definition, lake_table_as_defined, sync_lake_schema
 from lakehouse.table_runs import TableRun, for_each_table
 from lakehouse.tiering.boundaries import delete_boundary, tiering_end
 from lakehouse.tiering.round import TieringResult, tier
@@ -86,32 +88,31 @@ class DropResult:
     subscriptions: int = 0  # the table's subscriptions deleted
 
 
-class _PhysicalNames:
-    """`Lakehouse.without_aliases`: the same `Lakehouse` (its state, and whatever was set on it, is the one read
-    and written here) whose methods take every name as the physical table."""
+class TableNames(ABC):
+    """How a `Lakehouse` takes the table names its by-name methods are given (`Lakehouse.resolve`, once at each
+    method's entry)."""
 
-    def __init__(self, lh: Lakehouse) -> None:
-        object.__setattr__(self, "_of", lh)
+    @abstractmethod
+    def physical_table(self, name: str | TableName) -> TableName:
+        """The physical table ``name`` reads and writes."""
 
-    def resolve(self, name: str | TableName) -> TableName:
+
+class AliasedNames(TableNames):
+    """Names through the table aliases (`lakehouse.table.aliases`): a ``str`` is the table its alias serves (or the
+    table of that name), a `TableName` is the physical table already. A `Lakehouse`'s default."""
+
+    def __init__(self, aliases: AliasCache) -> None:
+        self.aliases = aliases
+
+    def physical_table(self, name: str | TableName) -> TableName:
+        return self.aliases.resolve(name)
+
+
+class PhysicalNames(TableNames):
+    """Every name is the physical table of that name, aliases or not (`Lakehouse.without_aliases`)."""
+
+    def physical_table(self, name: str | TableName) -> TableName:
         return TableName.parse(name)
-
-    def without_aliases(self) -> _PhysicalNames:
-        return self
-
-    def __getattr__(self, name: str) -> Any:
-        lh = object.__getattribute__(self, "_of")
-        state = vars(lh)
-        if name in state:
-            return state[name]
-        attr = getattr(type(lh), name)
-        return attr.__get__(self, type(lh)) if hasattr(attr, "__get__") else attr  # methods run on this view
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(object.__getattribute__(self, "_of"), name, value)
-
-    def __repr__(self) -> str:
-        return f"{object.__getattribute__(self, '_of')!r}.without_aliases()"
 
 
 class Lakehouse:
@@ -133,6 +134,8 @@ class Lakehouse:
         self.settings = settings
         #: the table aliases (`lakehouse.table.aliases`), read again when older than ``alias_cache_seconds``
         self.aliases = AliasCache(store, alias_cache_seconds)
+        #: how the names given to this warehouse's methods map to physical tables (`with_names`)
+        self.names: TableNames = AliasedNames(self.aliases)
         self._logs: dict[TableName, Log] = {}
         self._catalog: ObjectStoreCatalog | None = None
         self._lock = threading.Lock()
@@ -177,12 +180,23 @@ class Lakehouse:
         """The physical table a name reads (`lakehouse.table.aliases`): a ``str`` through the table aliases (read at
         most every ``alias_cache_seconds``), a `TableName` as it is. Each read by name resolves once, at its
         entry, and passes the `TableName` on, so one call reads one table even while the aliases switch."""
-        return self.aliases.resolve(name)
+        return self.names.physical_table(name)
+
+    def with_names(self, names: TableNames) -> Lakehouse:
+        """This warehouse with its methods' names taken by ``names``, sharing this one's store, settings,
+        aliases, catalog (and the commit checks added to it), logs and lock: what one writes, the other reads."""
+        self.catalog  # noqa: B018 - created now, so both share the one catalog
+        view = copy.copy(self)  # shallow: the same state objects, one attribute of its own
+        view.names = names
+        return view
 
     def without_aliases(self) -> Lakehouse:
-        """This warehouse with every name taken as the physical table (no aliases), sharing this one's store,
-        catalog and logs: for writers of physical tables (warehouse-layers rounds, blue/green builds)."""
-        return _PhysicalNames(self)  # type: ignore[return-value]
+        """This warehouse with every name taken as the physical table (`PhysicalNames`: no aliases), sharing this
+        one's store, catalog and logs (`with_names`): for writers of physical tables (warehouse-layers rounds,
+        blue/green builds)."""
+        if isinstance(self.names, PhysicalNames):
+            return self
+        return self.with_names(PhysicalNames())
 
     # ---- tables --------------------------------------------------------------------------------------
 
@@ -454,8 +468,28 @@ class Lakehouse:
             ) from None
 
     def lake_table(self, name: str | TableName) -> Table:
-        """The current Iceberg table of ``name`` (freshly loaded; its schema brought up to the definition's first if
-        an alter stopped before its lake step). Raises `TableNotFound`, `LakeStateError`."""
+        """The current Iceberg table of ``name``, freshly loaded: a pure read, it commits nothing. While the lake's
+        schema is behind the definition's (an alter whose lake step has not run yet), the table returned carries
+        the definition's schema staged in memory, so reads through it return the current columns
+        (`lakehouse.table.evolution.lake_table_as_defined`); a commit through it rolls the lake forward first. The lake
+        itself follows at its next write (`sync_lake_schema`, a tiering round, an alter, compaction).
+
+        Raises:
+            TableNotFound: no such table.
+            LakeStateError: its lake table is missing, foreign or unloadable.
+        """
+        definition = self.table(name)
+        return lake_table_as_defined(load_lake_table(self.catalog, definition), definition)
+
+    def sync_lake_schema(self, name: str | TableName) -> Table:
+        """Roll the lake table's Iceberg schema forward to the table's definition, committing the change if it is
+        behind (an alter stopped before its lake step), and return the table as committed; idempotent. Tiering,
+        alters and compaction run this step themselves before they write.
+
+        Raises:
+            TableNotFound: no such table.
+            LakeStateError: the lake table is missing or foreign, or was changed outside lakestream.
+        """
         definition = self.table(name)
         return sync_lake_schema(load_lake_table(self.catalog, definition), definition)
 
@@ -693,9 +727,10 @@ class Lakehouse:
         remove ``delete_ratio`` of their rows or that ``delete_files`` delete files name without them (see
         `lakehouse.maintenance.compaction`)."""
         definition = self.table(name)
+        # a write: after an alter whose lake step did not run, the lake's schema is rolled forward first
         return maintenance.compact(
             self.store,
-            load_lake_table(self.catalog, definition),
+            sync_lake_schema(load_lake_table(self.catalog, definition), definition),
             definition,
             executor=task_executor(spark=spark, executor=executor, workers=workers),
             target_file_size=target_file_size,
@@ -944,7 +979,8 @@ class Lakehouse:
         """Close every table's log (flushing the `Producer`s still open on them) and the store. Raises the
         first `ProducerError` once everything is closed."""
         with self._lock:
-            logs, self._logs = list(self._logs.values()), {}
+            logs = list(self._logs.values())
+            self._logs.clear()  # in place: a `with_names` view shares the dict
         failed = close_all(logs)
         self.store.close()
         if failed:
@@ -957,4 +993,5 @@ class Lakehouse:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Lakehouse({self.url!r})"
+        physical = ".without_aliases()" if isinstance(self.names, PhysicalNames) else ""
+        return f"Lakehouse({self.url!r}){physical}"

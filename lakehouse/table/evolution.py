@@ -9,7 +9,9 @@ Order of an alter: the new definition (version + 1, the earlier versions kept in
 with a compare-and-swap (``If-Match`` on its ETag: of two concurrent alters one wins, the other raises
 `AlterConflict` and changes nothing); then the lake table's Iceberg schema follows with pyiceberg's
 ``update_schema`` (`sync_lake_schema`). That second step is idempotent and driven by the definition: if the alter
-stops between the two, the next tiering round, alter or `Lakehouse.lake_table` brings the lake up to date first.
+stops between the two, the next write to the lake (a tiering round, an alter, compaction, or
+`Lakehouse.sync_lake_schema`) brings the lake up to date first. Reads never commit: until then they read the lake
+under the definition's schema staged in memory (`lake_table_as_defined`).
 
 Nothing is rewritten. Log segments record the schema version they were written with (`SegmentHeader`), and a read
 projects an older segment to the current schema by field id (`project`): renamed columns renamed, dropped ones
@@ -23,9 +25,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import pyarrow as pa
-from pyiceberg.table import Table
+from pyiceberg.table import Table, Transaction
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.update import TableRequirement, TableUpdate
+from pyiceberg.table.update.schema import UpdateSchema
 
 from lakehouse.errors import InvalidArgument, SchemaError, SchemaEvolutionError
+from lakehouse.iceberg.lake_table import LakeTable
 from lakehouse.iceberg.layout import check_lake_layout, check_lake_type, lake_schema
 from lakehouse.table.definition import SYSTEM_COLUMNS, TableDefinition, parse_schema, parse_type, split_list
 
@@ -215,30 +221,20 @@ def sync_lake_schema(table: Table, definition: TableDefinition) -> Table:
     """Bring the lake table's Iceberg schema to the definition's (pyiceberg's ``update_schema``: deletes, renames,
     widenings, then additions in field-id order, so Iceberg gives each added column the id the definition holds),
     and check the result (`check_lake_layout`). Does nothing when they agree (idempotent: after a crash, whoever
-    comes next completes it). A concurrent sync that committed first is fine: the table is loaded again."""
+    comes next completes it). A concurrent sync that committed first is fine: the table is loaded again.
+
+    This is the explicit roll-forward that every write to the lake runs first (an alter, a tiering round,
+    compaction, a commit through `lake_table_as_defined`'s view); reads never run it."""
+    if isinstance(table, _DefinitionView):
+        table = table.committed()
     if not lake_behind(table, definition):
         return table
-    want = {f.field_id: f for f in lake_schema(definition).fields}
     for _ in range(3):
-        have = {f.field_id: f for f in table.schema().fields}
-        if any(i > max(definition.last_column_id, *want) for i in have):
+        if not _roll_forward_possible(table, definition):
             break  # a column no version of the definition knows was added: check_lake_layout says so below
         try:
             with table.update_schema() as update:
-                for field_id, field in have.items():
-                    if field_id not in want:
-                        update.delete_column(field.name)
-                for field_id, field in want.items():
-                    old = have.get(field_id)
-                    if old is None:
-                        continue
-                    if old.field_type != field.field_type:
-                        update.update_column(old.name, field_type=field.field_type)
-                    if old.name != field.name:
-                        update.rename_column(old.name, field.name)
-                for field_id in sorted(want.keys() - have.keys()):
-                    field = want[field_id]
-                    update.add_column(field.name, field.field_type, required=False)
+                _evolve(update, table, definition)
         except Exception:  # noqa: BLE001 - another writer synced first (commit conflict): look again
             table = table.refresh()
             if not lake_behind(table, definition):
@@ -248,6 +244,91 @@ def sync_lake_schema(table: Table, definition: TableDefinition) -> Table:
         break
     check_lake_layout(table.metadata, definition)
     return table
+
+
+def _roll_forward_possible(table: Table, definition: TableDefinition) -> bool:
+    want = {f.field_id for f in lake_schema(definition).fields}
+    return not any(f.field_id > max(definition.last_column_id, *want) for f in table.schema().fields)
+
+
+def _evolve(update: UpdateSchema, table: Table, definition: TableDefinition) -> None:
+    """Stage on ``update`` the changes that take ``table``'s schema to the definition's."""
+    want = {f.field_id: f for f in lake_schema(definition).fields}
+    have = {f.field_id: f for f in table.schema().fields}
+    for field_id, field in have.items():
+        if field_id not in want:
+            update.delete_column(field.name)
+    for field_id, field in want.items():
+        old = have.get(field_id)
+        if old is None:
+            continue
+        if old.field_type != field.field_type:
+            update.update_column(old.name, field_type=field.field_type)
+        if old.name != field.name:
+            update.rename_column(old.name, field.name)
+    for field_id in sorted(want.keys() - have.keys()):
+        field = want[field_id]
+        update.add_column(field.name, field.field_type, required=False)
+
+
+def lake_table_as_defined(table: Table, definition: TableDefinition) -> Table:
+    """``table`` as its definition reads it, committing nothing: ``table`` itself when its schema is the
+    definition's; while it is behind (an alter whose lake step has not run yet: a crash, or a read between an
+    alter's two steps), a copy whose current schema is the definition's, staged in memory only (same metadata
+    location, snapshots and files; old files are read through field ids as after the lake step). A commit through
+    that copy (a tag, an expiry, a transaction) first runs the roll-forward (`sync_lake_schema`), then commits on
+    the evolved table. A lake table changed outside lakestream is returned as it is (`check_lake_layout` names
+    the change where it matters)."""
+    if not lake_behind(table, definition) or not _roll_forward_possible(table, definition):
+        return table
+    return _DefinitionView(table, definition)
+
+
+class _DefinitionView(LakeTable):
+    """The read view `lake_table_as_defined` returns while the lake's schema is behind its definition."""
+
+    def __init__(self, table: Table, definition: TableDefinition) -> None:
+        super().__init__(
+            identifier=table.name(),
+            metadata=_as_defined(table, definition),
+            metadata_location=table.metadata_location,
+            io=table.io,
+            catalog=table.catalog,
+            config=table.config,
+        )
+        self._definition: TableDefinition | None = definition
+
+    def committed(self) -> Table:
+        """The lake table as committed (freshly loaded)."""
+        return self.catalog.load_table(self.name())
+
+    def refresh(self) -> Table:
+        super().refresh()
+        if self._definition is not None:
+            if lake_behind(self, self._definition):
+                self.metadata = _as_defined(self, self._definition)
+            else:
+                self._definition = None  # rolled forward meanwhile: the committed table as it is
+        return self
+
+    def _do_commit(self, updates: tuple[TableUpdate, ...], requirements: tuple[TableRequirement, ...]) -> None:
+        if self._definition is not None:
+            # a write after a definition changed: roll the lake forward first (explicitly), then commit on the
+            # evolved table, whose schema is the one this view's updates were staged on
+            synced = sync_lake_schema(self.committed(), self._definition)
+            self.metadata, self.metadata_location, self.io = synced.metadata, synced.metadata_location, synced.io
+            self._definition = None
+        super()._do_commit(updates, requirements)
+
+
+def _as_defined(table: Table, definition: TableDefinition) -> TableMetadata:
+    """``table``'s metadata with the definition's schema staged as current (never committed); its
+    ``last_updated_ms`` kept, so two views of one committed state are equal (a read plan checks it)."""
+    transaction = Transaction(table, autocommit=False)
+    with transaction.update_schema() as update:  # staged on the transaction, which is never committed
+        _evolve(update, table, definition)
+    staged = transaction.table_metadata
+    return staged.model_copy(update={"last_updated_ms": table.metadata.last_updated_ms})
 
 
 # ---- projection ----------------------------------------------------------------------------------------

@@ -188,6 +188,80 @@ def test_an_alter_that_stops_before_its_lake_step_is_completed_by_the_next_tieri
     assert user(lake.scan().to_arrow(), names) == want
 
 
+def test_reads_of_a_lake_behind_its_definition_commit_nothing_and_return_the_new_schema(tmp_path, monkeypatch):
+    """`lake_table` and the reads are pure: after an alter stopped before its lake step, they read the lake under
+    the definition's schema without committing it; the next write (a tiering round) rolls the lake forward."""
+    lh = Lakehouse.open(tmp_path.as_uri())
+    make(lh)
+    lh.log("ods.t").append(rows(4), op="upsert")
+    lh.tier("ods.t")
+    monkeypatch.setattr(lh, "_sync_lake", lambda lake, definition: lake)  # the alter's lake step does not run
+    lh.alter_table("ods.t", add_columns="c:string", rename="s:label", widen="v:int64")
+    monkeypatch.undo()
+
+    def committed() -> tuple:
+        lake = lh.catalog.load_table(("ods", "t"))
+        return lake.metadata_location, lake.metadata.current_snapshot_id, lake.metadata.current_schema_id
+
+    before = committed()
+    view = lh.lake_table("ods.t")
+    assert [f.name for f in view.schema().fields if not f.name.startswith("__")] == [
+        "k",
+        "day",
+        "v",
+        "f",
+        "d",
+        "label",
+        "c",
+    ]
+    assert view.metadata_location == before[0]
+    names = ["k", "v", "label", "c"]
+    want = [(i, i, f"s{i}", None) for i in range(4)]
+    assert user(lh.union_read("ods.t"), names) == want
+    assert user(lh.lake_read("ods.t"), names) == want
+    assert user(view.scan().to_arrow(), names) == want
+    assert committed() == before  # nothing read above committed the schema
+
+    lh.tier("ods.t")  # a write: the roll-forward first
+    lake = lh.catalog.load_table(("ods", "t"))
+    assert lake.metadata_location != before[0]
+    assert lake.schema().as_struct() == view.schema().as_struct()
+    assert lh.lake_table("ods.t").metadata_location == lake.metadata_location
+
+
+def test_a_commit_through_the_view_of_a_lake_behind_rolls_it_forward_first(tmp_path, monkeypatch):
+    lh = Lakehouse.open(tmp_path.as_uri())
+    make(lh)
+    lh.log("ods.t").append(rows(2), op="upsert")
+    lh.tier("ods.t")
+    monkeypatch.setattr(lh, "_sync_lake", lambda lake, definition: lake)
+    lh.alter_table("ods.t", add_columns="c:string")
+    monkeypatch.undo()
+    view = lh.lake_table("ods.t")
+    with view.transaction() as tx:
+        tx.set_properties({"comment": "x"})
+    lake = lh.catalog.load_table(("ods", "t"))
+    assert lake.properties["comment"] == "x"
+    assert lake.schema().as_struct() == view.schema().as_struct()
+    assert "c" in [f.name for f in lake.schema().fields]
+
+
+def test_compaction_and_sync_lake_schema_roll_a_lake_behind_forward(tmp_path, monkeypatch) -> None:
+    lh = Lakehouse.open(tmp_path.as_uri())
+    make(lh)
+    for start in (0, 10):
+        lh.log("ods.t").append(rows(2, start), op="upsert")
+        lh.tier("ods.t")
+    monkeypatch.setattr(lh, "_sync_lake", lambda lake, definition: lake)
+    lh.alter_table("ods.t", add_columns="c:string")
+    monkeypatch.undo()
+    lh.compact("ods.t")  # a write: the roll-forward first
+    assert "c" in [f.name for f in lh.catalog.load_table(("ods", "t")).schema().fields]
+    assert user(lh.union_read("ods.t"), ["k", "c"]) == [(k, None) for k in (0, 1, 10, 11)]
+    before = lh.catalog.load_table(("ods", "t")).metadata_location
+    assert lh.sync_lake_schema("ods.t").metadata_location == before  # nothing behind: nothing committed
+
+
 def test_pyiceberg_and_duckdb_read_an_evolved_table(tmp_path) -> None:
     """Files of three schema versions (a name dropped and added again among them): every reader projects them
     by field id."""

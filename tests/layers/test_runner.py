@@ -133,7 +133,7 @@ def test_a_later_model_takes_an_earlier_rounds_images_unless_another_writer_came
     dwd, ads = MODELS
     looked_up: list[str] = []  # the tables whose changes are read
     read_rows: list[str] = []  # the models whose old rows are read
-    lh.changes = _recording(lh.changes, looked_up)
+    layers.lh.changes = _recording(layers.lh.changes, looked_up)  # the runner's Lakehouse: physical names
     layers.rows._read_rows = _recording(layers.rows._read_rows, read_rows)
 
     def check() -> None:
