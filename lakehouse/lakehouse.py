@@ -213,6 +213,7 @@ class Lakehouse:
         merge_engine: str | None = None,
         version_column: str | None = None,
         aggregates: Mapping[str, str] | None = None,
+        log_format: str | None = None,
     ) -> TableDefinition:
         """Create a table: its definition (written once, with ``If-None-Match: *``), its log retention record
         (floors 0, see `lakehouse.maintenance.retention`), then its lake table.
@@ -222,6 +223,10 @@ class Lakehouse:
         (the store gave up, another Iceberg table took the name meanwhile), what this call wrote is removed
         before the error is raised. After a crash in between, `drop_table` removes the rest (or
         `ensure_lake_table` completes it).
+
+        ``log_format``: how the log lies on the store (`lakehouse.table.definition.LOG_FORMATS`; default
+        `lakehouse.table.definition.DEFAULT_LOG_FORMAT`): ``"commits"`` writes one data object and one commit record
+        per append whatever its buckets (`lakehouse.log.chain`), ``"segments"`` one object per bucket per append.
 
         Raises:
             TableAlreadyExists: the name is taken (also when a concurrent creator won).
@@ -238,6 +243,7 @@ class Lakehouse:
             merge_engine=merge_engine,
             version_column=version_column,
             aggregates=aggregates,
+            log_format=log_format,
         )
         check_lake_types(definition)  # every column has a lake type that loads again
         lake_partition_spec(definition, lake_schema(definition))  # partitions checked before anything is written

@@ -53,13 +53,14 @@ from lakehouse.errors import (
     SchemaError,
     SequenceConflict,
 )
+from lakehouse.log import chain as chain_format
 from lakehouse.log import segment
 from lakehouse.log.batch import Limits, check_cast, conform, split_by_bucket
 from lakehouse.log.index import KEEP_SEGMENTS, BucketIndex
 from lakehouse.log.segment import SegmentHeader
 from lakehouse.table import evolution
 from lakehouse.table.bucketing import bucket_ids
-from lakehouse.table.definition import TableDefinition
+from lakehouse.table.definition import COMMITS_LOG, TableDefinition
 from object_store import NotFound, ObjectInfo, ObjectStore, PreconditionFailed
 
 if TYPE_CHECKING:
@@ -118,6 +119,8 @@ class _ProducerState:
 
     last_sequence: int = -1
     buckets: dict[int, _BucketHistory] = field(default_factory=dict)
+    #: A "commits" log: the producer's newest sequence among the commits looked back through (None: not yet).
+    chain_newest: int | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def may_hold(self, bucket: int, sequence: int) -> bool:
@@ -180,6 +183,13 @@ class Log:
         self._producers_lock = threading.Lock()
         # Appends of this Log's threads to one bucket take turns (see `_append_bucket`).
         self._bucket_locks = [threading.Lock() for _ in range(definition.buckets)]
+        # A "commits" log: the table's chain of commits, and this Log's threads take turns creating records.
+        self._chain = (
+            chain_format.Chain(self.store, self.name, definition.buckets, pool=self._pool, clock=self._clock)
+            if definition.log_format == COMMITS_LOG
+            else None
+        )
+        self._commit_lock = threading.Lock()
         self._open_producers: set[Producer] = set()  # closed (flushed) by `close` before the pool stops
 
     # ---- append --------------------------------------------------------------------------------------
@@ -242,6 +252,10 @@ class Log:
         # wait on the store, as raw PUTs of ready bodies do (encoding on the pool threads cost more CPU per
         # append: docs/concepts/log.md, "Design: why it works this way").
         self._check_open()
+        if self._chain is not None:
+            return self._append_commit(
+                self._chain, parts, op, producer_id, sequence, explicit_id=explicit_id, retry=retry, sends=sends
+            )
         bodies = {b: segment.encode(part, self.compression) for b, part in parts.items()}
         # A fresh id has no earlier attempts to remember (and one per anonymous append would grow without bound).
         state = self._producer(producer_id) if explicit_id else _ProducerState()
@@ -302,6 +316,161 @@ class Log:
                 failed=failed,
             ) from first
         return result
+
+    def _append_commit(
+        self,
+        chain: chain_format.Chain,
+        parts: dict[int, pa.Table],
+        op: str,
+        producer_id: str,
+        sequence: int,
+        *,
+        explicit_id: bool,
+        retry: bool,
+        sends: dict[int, tuple[int, int]] | None,
+    ) -> AppendResult:
+        """`_append_parts` on a "commits" log: every bucket's rows in one data object, then one commit record
+        (`lakehouse.log.chain`). Atomic across the buckets: the record's create decides."""
+        bodies = {b: segment.encode(part, self.compression) for b, part in parts.items()}
+        checksums = {b: segment.checksum(body) for b, body in bodies.items()}
+        rows = sum(part.num_rows for part in parts.values())
+        state = self._producer(producer_id) if explicit_id else _ProducerState()
+        with state.lock:
+            if chain.age > MAX_INDEX_AGE:
+                chain.refresh()  # learn the head before writing: a stale one only costs lost races
+            may_hold = explicit_id and (
+                state.chain_newest is None or sequence <= state.chain_newest or sequence <= state.last_sequence
+            )
+            if retry or may_hold:
+                found = self._earlier_commit(chain, state, parts, checksums, op, producer_id, sequence)
+                if found is not None:
+                    state.last_sequence = max(state.last_sequence, sequence)
+                    return self._commit_result(found, producer_id, sequence, rows, already=True)
+            state.last_sequence = max(state.last_sequence, sequence)
+            data, spans = chain_format.encode_data(bodies)
+            key = chain_format.new_data_key(self.name, self._clock())
+            # Written unconditionally under a fresh name: a lost race for the commit record resends the record,
+            # not the rows. Unreferenced until the record lands (a crash here leaves an orphan retention removes).
+            with self.store.open_writer(key) as writer:
+                writer.write(data)
+            timestamp_us = int(self._clock() * 1_000_000)
+            version = self._version_of(next(iter(parts.values())).schema)
+
+            def make(number: int, ends: tuple[int, ...]) -> chain_format.Commit:
+                new_ends = list(ends)
+                made = []
+                for b in sorted(parts):
+                    start, length = spans[b]
+                    made.append(
+                        chain_format.Part(
+                            b, ends[b], parts[b].num_rows, start, length, checksums[b], sends.get(b) if sends else None
+                        )
+                    )
+                    new_ends[b] += parts[b].num_rows
+                return chain_format.Commit(
+                    number,
+                    key,
+                    producer_id,
+                    sequence,
+                    op,
+                    timestamp_us,
+                    version,
+                    segment.WRITE_ALGORITHM,
+                    tuple(made),
+                    tuple(new_ends),
+                )
+
+            with self._commit_lock:
+                ours, theirs = chain.commit(make)
+            if theirs is not None:  # an earlier attempt of this very append had landed (its response was lost)
+                self._check_same_commit(theirs, parts, checksums, op)
+                self._delete_unreferenced(key)
+            if explicit_id:
+                state.chain_newest = max(state.chain_newest if state.chain_newest is not None else -1, sequence)
+        return self._commit_result(theirs or ours, producer_id, sequence, rows, already=theirs is not None)
+
+    @staticmethod
+    def _commit_result(
+        commit: chain_format.Commit, producer_id: str, sequence: int, rows: int, *, already: bool
+    ) -> AppendResult:
+        ranges = {p.bucket: (p.base, p.base + p.count - 1) for p in sorted(commit.parts, key=lambda p: p.bucket)}
+        return AppendResult(producer_id, sequence, ranges, rows, frozenset(ranges) if already else frozenset())
+
+    def _delete_unreferenced(self, key: str) -> None:
+        try:
+            self.store.delete(key)
+        except Exception:  # noqa: BLE001 - an orphan left is removed by log retention, never read
+            pass
+
+    def _earlier_commit(
+        self,
+        chain: chain_format.Chain,
+        state: _ProducerState,
+        parts: dict[int, pa.Table],
+        checksums: dict[int, str],
+        op: str,
+        producer: str,
+        sequence: int,
+    ) -> chain_format.Commit | None:
+        """The commit of an earlier attempt of append ``(producer, sequence)`` among the newest ``dedup_window``
+        commits, or None. Raises `SequenceConflict` if it holds other rows, or if the sequence is at or below the
+        producer's newest there and not found."""
+        chain.refresh()
+        newest = -1
+        for commit in chain.newest_first(self.dedup_window):
+            if commit.producer != producer:
+                continue
+            newest = max(newest, commit.sequence)
+            if commit.sequence == sequence:
+                self._check_same_commit(commit, parts, checksums, op)
+                state.chain_newest = max(state.chain_newest if state.chain_newest is not None else -1, newest)
+                return commit
+            if commit.sequence < sequence:
+                break
+        state.chain_newest = max(state.chain_newest if state.chain_newest is not None else -1, newest)
+        if sequence <= newest:
+            raise SequenceConflict(
+                f"{self.name}: producer {producer!r} sequence {sequence} is at or below its newest sequence {newest} "
+                f"among the log's newest {self.dedup_window} commits, which hold no commit of it: these rows are not "
+                "the ones it appended, or the append is older than the look-back. Nothing was written. A producer id "
+                "and sequence name one batch of rows: resume a crashed Producer from its checkpoint "
+                "(Producer.checkpoint), or use a new id",
+                producer_id=producer,
+                sequence=sequence,
+                bucket=min(parts) if parts else 0,
+            )
+        return None
+
+    def _check_same_commit(
+        self, commit: chain_format.Commit, parts: dict[int, pa.Table], checksums: dict[int, str], op: str
+    ) -> None:
+        """Raise `SequenceConflict` unless ``commit`` holds exactly these rows: the same buckets, counts and op, and
+        per bucket the same checksum or (batched into other record batches) the same rows when read back."""
+        held = {p.bucket: p for p in commit.parts}
+        same = commit.op == op and set(held) == set(parts) and all(held[b].count == parts[b].num_rows for b in parts)
+        for b in parts if same else ():
+            part = held[b]
+            if (commit.algorithm, part.checksum) == (segment.WRITE_ALGORITHM, checksums[b]):
+                continue
+            body = self.store.get_range(commit.data, part.start, part.length)
+            existing = self._decode(body, commit.header(part), commit.data, part.base)
+            try:
+                same = existing.equals(pa.Table.from_arrays(parts[b].columns, schema=existing.schema))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError):
+                same = False
+            if not same:
+                break
+        if not same:
+            raise SequenceConflict(
+                f"{self.name}: producer {commit.producer!r} already appended other rows under sequence "
+                f"{commit.sequence} (commit {commit.number}: {commit.op} rows in buckets {sorted(held)}; this append "
+                f"has {op} rows in buckets {sorted(parts)}, or other counts or values). Nothing was written. A "
+                "producer id and sequence name one batch of rows: resume a crashed Producer from its checkpoint "
+                "(Producer.checkpoint), or use a new producer id",
+                producer_id=commit.producer,
+                sequence=commit.sequence,
+                bucket=min(held) if held else 0,
+            )
 
     def _version_of(self, schema: pa.Schema) -> int:
         """The schema version rows of ``schema`` were conformed to: the current one, or an earlier one for rows a
@@ -479,6 +648,15 @@ class Log:
         producers' segments past it). A resumed `Producer` learns this way what it appended after its
         checkpoint."""
         self._check_open()
+        if self._chain is not None:
+            out: dict[int, list[tuple[int, SegmentHeader]]] = {b: [] for b in range(self.definition.buckets)}
+            for commit in self._chain.since(after):
+                if commit.producer != producer_id:
+                    continue
+                for p in commit.parts:
+                    if p.base >= after.get(p.bucket, 0):
+                        out[p.bucket].append((p.base, commit.header(p)))
+            return out
 
         def walk(bucket: int) -> list[tuple[int, SegmentHeader]]:
             start = after.get(bucket, 0)
@@ -518,13 +696,17 @@ class Log:
     def end_offsets(self) -> dict[int, int]:
         """Next offset of every bucket (0 for an empty bucket), refreshed from the store."""
         self._check_open()
+        if self._chain is not None:
+            return dict(enumerate(self._chain.refresh()))
         ends = list(self._pool.map(lambda ix: ix.refresh(), self._indexes))
         return dict(enumerate(ends))
 
     def start_offsets(self) -> dict[int, int]:
         """Earliest readable offset of every bucket, listed (log retention may have removed segments since
-        this `Log` learned them): one LIST per bucket."""
+        this `Log` learned them): one LIST per bucket (a "commits" log: one LIST and one GET)."""
         self._check_open()
+        if self._chain is not None:
+            return dict(enumerate(self._chain.start_offsets()))
         return dict(enumerate(self._pool.map(lambda ix: ix.list_start(), self._indexes)))
 
     def appended_at(self, bucket: int, offset: int) -> int | None:
@@ -535,6 +717,10 @@ class Log:
         bucket, offset = _integer("bucket", bucket), _integer("offset", offset)
         if not 0 <= bucket < self.definition.buckets:
             raise InvalidArgument(f"{self.name} has buckets 0..{self.definition.buckets - 1}, not {bucket}")
+        if self._chain is not None:
+            found = self._commit_parts(self._chain, bucket, offset, offset + 1) if offset >= 0 else []
+            commit = self._chain.get(found[0][2]) if found else None
+            return commit.timestamp_us if commit is not None else None
         index = self._indexes[bucket]
         if offset < 0 or offset >= index.refresh():
             return None
@@ -580,6 +766,9 @@ class Log:
             raise InvalidArgument(f"{self.name} has buckets 0..{self.definition.buckets - 1}, not {bucket}")
         if start < 0 or (end is not None and end < 0):
             raise InvalidArgument(f"offsets must be >= 0, got start={start}, end={end}")
+        if self._chain is not None:
+            yield from self._commit_slices(self._chain, bucket, start, end)
+            return
         index = self._indexes[bucket]
         log_end = index.refresh()
         end = log_end if end is None else min(end, log_end)
@@ -610,6 +799,65 @@ class Log:
                 ahead.append(self._pool.submit(load, *segs[i + _READ_AHEAD]))
             yield ahead.popleft().result()
 
+    def _commit_parts(
+        self, chain: chain_format.Chain, bucket: int, start: int, end: int | None
+    ) -> list[tuple[int, int, int]]:
+        """``(base, next base, commit number)`` of the parts of ``bucket`` overlapping [start, end) (end: the log's),
+        after a refresh. Raises `OffsetOutOfRange` if ``start`` is below what retention kept."""
+        ends = chain.refresh()
+        end = ends[bucket] if end is None else min(end, ends[bucket])
+        if start >= end:
+            return []
+        known_from = chain.known_from(bucket)
+        older = chain.older(bucket, start, known_from) if start < known_from else []
+        found = older + chain.segments(bucket, max(start, known_from), end)
+        first = found[0][0] if found else end
+        if start < first:
+            earliest = chain.start_offsets()[bucket]
+            raise OffsetOutOfRange(
+                f"{self.name} bucket {bucket}: offset {start} is no longer in the log; the earliest available "
+                f"offset is {earliest} (older records live in the lake)"
+            )
+        return [seg for seg in found if seg[0] < end]
+
+    def _commit_slices(
+        self, chain: chain_format.Chain, bucket: int, start: int, end: int | None
+    ) -> Iterator[tuple[pa.Table, SegmentHeader, int]]:
+        """`_slices` of a "commits" log: each part read with a ranged GET of its data object."""
+        segs = self._commit_parts(chain, bucket, start, end)
+        if not segs:
+            return
+        stop = segs[-1][1] if end is None else min(end, segs[-1][1])
+
+        def load(base: int, next_base: int, number: int) -> tuple[pa.Table, SegmentHeader, int]:  # on a pool thread
+            commit = chain.get(number)
+            part = commit.part(bucket) if commit is not None else None
+            if commit is None or part is None or part.base != base or base + part.count != next_base:
+                raise CorruptSegmentError(
+                    f"{self.name} bucket {bucket}: log commit {number} no longer describes offsets {base}.."
+                    f"{next_base - 1} (removed by log retention, or the chain was rewritten). It is not skipped: read "
+                    "again (the log's earliest offsets are in start_offsets)"
+                )
+            where = f"{commit.data} (table {self.name}, commit {number}, bucket {bucket})"
+            try:
+                body = self.store.get_range(commit.data, part.start, part.length)
+            except NotFound:
+                raise OffsetOutOfRange(
+                    f"{self.name} bucket {bucket}: offsets from {base} were removed by log retention; the earliest "
+                    f"available offset is {chain.start_offsets()[bucket]} (older records live in the lake: use "
+                    "union_read)"
+                ) from None
+            header = commit.header(part)
+            table = self._decode(body, header, where, base)
+            lo, hi = max(start, base) - base, min(stop, next_base) - base
+            return table.slice(lo, hi - lo), header, base + lo
+
+        ahead = collections.deque(self._pool.submit(load, *seg) for seg in segs[:_READ_AHEAD])
+        for i in range(len(segs)):
+            if i + _READ_AHEAD < len(segs):
+                ahead.append(self._pool.submit(load, *segs[i + _READ_AHEAD]))
+            yield ahead.popleft().result()
+
     def _fetch(self, bucket: int, base: int) -> tuple[pa.Table, SegmentHeader]:
         key = self.name.segment_key(bucket, base)
         try:
@@ -621,17 +869,21 @@ class Log:
                 f"available offset is {earliest} (older records live in the lake: use union_read)"
             ) from None
         header = SegmentHeader.from_metadata(obj.metadata, key=key)
+        return self._decode(obj.data, header, key, base), header
+
+    def _decode(self, body: bytes, header: SegmentHeader, key: str, base: int) -> pa.Table:
+        """A segment body (or a commit's part) verified and decoded into the current schema."""
         definition = self.definition
         if header.schema_version == definition.schema_version:
-            return segment.decode(obj.data, header, key=key, base_offset=base, schema=self.records_schema), header
+            return segment.decode(body, header, key=key, base_offset=base, schema=self.records_schema)
         # written before an alter (or by a producer that had not seen it): decoded as its version, projected to
         # the current schema by field id (`lakehouse.table.evolution`)
         evolution.check_segment_version(definition, header.schema_version, key)
         past = definition.schema_at(header.schema_version)
         old = segment.records_schema(past.schema, definition.primary_key)
-        table = segment.decode(obj.data, header, key=key, base_offset=base, schema=old)
+        table = segment.decode(body, header, key=key, base_offset=base, schema=old)
         source = {field_id: i for i, field_id in enumerate(past.field_ids)}
-        return evolution.project(table, self.records_schema, definition.ids, source), header
+        return evolution.project(table, self.records_schema, definition.ids, source)
 
     @functools.cached_property
     def records_schema(self) -> pa.Schema:

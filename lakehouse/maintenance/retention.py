@@ -39,10 +39,11 @@ from typing import Any
 
 from lakehouse.errors import InvalidArgument, MaintenanceError
 from lakehouse.log import Log
+from lakehouse.log import chain as chain_format
 from lakehouse.log.log import MAX_INDEX_AGE
 from lakehouse.log.segment import SegmentHeader
 from lakehouse.maintenance.expiry import cutoff_of
-from lakehouse.table.definition import RESERVED_NAMESPACE, TableDefinition, TableName
+from lakehouse.table.definition import COMMITS_LOG, RESERVED_NAMESPACE, TableDefinition, TableName
 from object_store import NotFound, ObjectStore, PreconditionFailed
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,11 @@ def apply_log_retention(
     started = time.perf_counter()
     store, name = log_.store, log_.name
     result = RetentionResult(str(name))
+    if log_.definition.log_format == COMMITS_LOG:
+        _commits_retention(log_, lake_offsets, cutoff, pinned or {}, result)
+        _finish(result, name, retention)
+        result.seconds = time.perf_counter() - started
+        return result
     # planned first, deleted only once the floors are recorded: bucket -> (first offset, segments to delete)
     plans: dict[int, tuple[int, list[tuple[int, int, Any]]]] = {}
     for bucket in range(log_.definition.buckets):
@@ -170,6 +176,100 @@ def apply_log_retention(
             result.bytes_freed += info.size
             start = end
         result.start_offsets[bucket] = start
+    _finish(result, name, retention)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+#: A data object of a "commits" log older than the first commit retention keeps by more than this, and referenced by
+#: none it read, is an orphan (its producer died between the data and the commit): an append takes seconds.
+ORPHAN_GRACE = timedelta(hours=1)
+
+
+def _commits_retention(
+    log_: Log,
+    lake_offsets: dict[int, int],
+    cutoff: datetime,
+    pinned: Mapping[int, tuple[int, str]],
+    result: RetentionResult,
+) -> None:
+    """Retention of a "commits" log (`lakehouse.log.chain`): whole commits are removed, oldest first, each with its
+    data object, while every part of the commit is tiered, older than the cutoff and below the pins; the newest
+    commit always stays (it holds the ends). Then the data objects older than the first kept commit's that no
+    commit references (orphans of producers killed between data and commit) are removed."""
+    store, name, buckets = log_.store, log_.name, log_.definition.buckets
+    chain = chain_format.Chain(store, name, buckets)
+    listed = [
+        (n, info)
+        for info in store.list(chain_format.commits_prefix(name))
+        if (n := chain_format.number_of(info.key)) is not None
+    ]
+    listed.sort(key=lambda ni: ni[0])
+    doomed: list[tuple[chain_format.Commit, Any]] = []
+    first_kept: chain_format.Commit | None = None
+    starts: tuple[int, ...] | None = None
+    for i, (number, info) in enumerate(listed):
+        commit = chain.read_commit(number)
+        if commit is None:
+            continue
+        if starts is None:
+            starts = commit.starts()
+        keep = i == len(listed) - 1 or info.last_modified >= cutoff  # the newest holds the ends
+        if not keep:
+            for p in commit.parts:
+                end = p.base + p.count
+                if end > lake_offsets.get(p.bucket, 0):
+                    result.overdue[p.bucket] = (
+                        result.overdue.get(p.bucket, 0) + end - max(p.base, lake_offsets.get(p.bucket, 0))
+                    )
+                    keep = True
+                elif p.bucket in pinned and end > pinned[p.bucket][0]:
+                    result.pinned[p.bucket] = pinned[p.bucket]
+                    keep = True
+        if keep:
+            first_kept = commit
+            break
+        doomed.append((commit, info))
+    first = starts if starts is not None else tuple(log_.end_offsets()[b] for b in range(buckets))
+    floors = retention_floors(store, log_.definition)
+    if floors is not None:
+        gaps = {b: (floors.get(b, 0), first[b]) for b in range(buckets) if first[b] > floors.get(b, 0)}
+        if gaps:  # removing more and recording it would hide the loss; the log stays as it is
+            result.gaps = gaps
+            doomed = []
+    wanted = {b: (doomed[-1][0].ends[b] if doomed else first[b]) for b in range(buckets)}
+    for bucket, (floor, _) in result.gaps.items():
+        wanted[bucket] = floor
+    if floors is None or any(wanted[b] > floors.get(b, 0) for b in wanted):
+        result.floors = record_retention_floors(store, log_.definition, wanted)
+    else:
+        result.floors = dict(floors)
+    # records first, then their data (a crash between leaves data objects no commit names: orphans, below)
+    store.delete_many(info.key for _, info in doomed)
+    store.delete_many(commit.data for commit, _ in doomed)
+    for commit, info in doomed:
+        result.segments_deleted += 1
+        result.records_deleted += sum(p.count for p in commit.parts)
+        result.bytes_freed += info.size + sum(p.length for p in commit.parts)
+    result.start_offsets = dict(wanted)
+    if first_kept is not None:
+        # orphans: data objects written before the first kept commit's, by more than the grace, that no kept commit
+        # names (the doomed ones' were deleted above); listed in time order, so the listing stops there
+        limit = first_kept.data.rpartition("/")[2][:16]
+        grace_us = int(ORPHAN_GRACE.total_seconds() * 1_000_000)
+        cutoff_us = int(cutoff.timestamp() * 1_000_000)
+        orphans = []
+        for info in store.list(chain_format.data_prefix(name)):
+            stamp = info.key.rpartition("/")[2][:16]
+            if not stamp.isdigit() or stamp >= limit:
+                break
+            if int(stamp) < int(limit) - grace_us and int(stamp) < cutoff_us and info.key != first_kept.data:
+                orphans.append(info.key)
+        store.delete_many(orphans)
+
+
+def _finish(result: RetentionResult, name: TableName, retention: timedelta) -> None:
+    """The result's message, and the warnings of what was kept or left alone."""
     gaps = ""
     if result.gaps:
         gaps = (
@@ -195,8 +295,6 @@ def apply_log_retention(
     else:
         result.message = f"{name}: {result.segments_deleted} segments ({result.records_deleted:,} records) deleted"
     result.message += gaps
-    result.seconds = time.perf_counter() - started
-    return result
 
 
 # ---- the record: how far retention removed each bucket ------------------------------------------------------

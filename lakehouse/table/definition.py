@@ -31,6 +31,10 @@ MAX_BUCKETS = 4096
 #: A primary-key table's write modes (see `TableDefinition.write_mode`).
 MERGE_ON_READ, COPY_ON_WRITE = "merge-on-read", "copy-on-write"
 WRITE_MODES = (MERGE_ON_READ, COPY_ON_WRITE)
+#: How a table's log lies on the store (see `TableDefinition.log_format`); new tables get `DEFAULT_LOG_FORMAT`.
+SEGMENTS_LOG, COMMITS_LOG = "segments", "commits"
+LOG_FORMATS = (SEGMENTS_LOG, COMMITS_LOG)
+DEFAULT_LOG_FORMAT = SEGMENTS_LOG
 #: How a primary-key table combines a new row with the stored one (see `lakehouse.merge`).
 LAST_ROW, PARTIAL_UPDATE, VERSIONED, FIRST_ROW, AGGREGATE = (
     "last-row",
@@ -145,6 +149,10 @@ class TableDefinition:
     field_ids: tuple[int, ...] = ()
     history: tuple[SchemaVersion, ...] = ()
     last_column_id: int = 0
+    #: How the log lies on the store (`LOG_FORMATS`): ``"segments"``, one object per bucket per append (every
+    #: table of earlier versions), or ``"commits"``, one data object and one commit record per append whatever its
+    #: buckets (`lakehouse.log.chain`). Fixed at creation.
+    log_format: str = "segments"
 
     @property
     def ids(self) -> tuple[int, ...]:
@@ -223,6 +231,7 @@ class TableDefinition:
         merge_engine: str | None = None,
         version_column: str | None = None,
         aggregates: Mapping[str, str] | None = None,
+        log_format: str | None = None,
     ) -> TableDefinition:
         """Validate and normalize a new table's definition. A primary-key table's ``write_mode`` defaults to
         merge-on-read, its ``merge_engine`` to last-row (`check_merge_engine` says what each engine needs).
@@ -287,6 +296,9 @@ class TableDefinition:
         engine, version_column, aggregates_ = check_merge_engine(
             table_name, schema, pk, merge_engine, version_column, aggregates
         )
+        log_format = DEFAULT_LOG_FORMAT if log_format is None else log_format
+        if log_format not in LOG_FORMATS:
+            raise SchemaError(f"{table_name}: log_format must be one of {list(LOG_FORMATS)}, got {log_format!r}")
         fields = [f.with_nullable(False) if f.name in pk else f for f in schema]
         return cls(
             name=table_name,
@@ -299,10 +311,11 @@ class TableDefinition:
             merge_engine=engine,
             version_column=version_column,
             aggregates=aggregates_,
+            log_format=log_format,
         )
 
     def to_json(self) -> bytes:
-        doc = {
+        doc: dict[str, object] = {
             "format-version": 1,
             "name": str(self.name),
             "table-uuid": self.table_uuid,
@@ -318,6 +331,8 @@ class TableDefinition:
             "columns": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in self.schema],
             "arrow-schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode(),
         }
+        if self.log_format != SEGMENTS_LOG:  # absent: a definition of an earlier version, or a "segments" log
+            doc["log-format"] = self.log_format
         doc.update(self._evolution_json())
         return json.dumps(doc, indent=2).encode()
 
@@ -338,6 +353,7 @@ class TableDefinition:
                 write_mode=doc.get("write-mode", COPY_ON_WRITE),
                 merge_engine=doc.get("merge-engine", LAST_ROW),
                 version_column=doc.get("version-column"),
+                log_format=doc.get("log-format", "segments"),
                 aggregates=tuple((str(c), str(f)) for c, f in (doc.get("aggregates") or {}).items()),
                 **cls._evolution_fields(doc),
             )

@@ -1,0 +1,437 @@
+"""The log as a chain of commits: an append is one data object and one small commit record, whatever its buckets.
+
+A table whose definition says ``log_format = "commits"`` keeps its log under ``<ns>/<table>/log/``:
+
+    data/<uuid>.arrow           the rows of one append, every bucket's in one object: each bucket's part an Arrow
+                                IPC stream (user columns only, as a segment body), one after another
+    commits/<n:020d>.json       commit ``n``: which data object, and per bucket in it the part's base offset,
+                                record count, byte range and checksum; the producer id and sequence; the end
+                                offset of every bucket after it
+
+**Sequencing without a broker.** Commit ``n + 1`` is created with ``If-None-Match: *`` and takes its bases from
+commit ``n``'s ends, so offsets stay what they were with one object per bucket: per bucket contiguous, from 0.
+The data object is written first, unconditionally, under a fresh name; a producer that loses commit ``n + 1`` to
+another learns the winner's ends and writes its small record again as ``n + 2``: the data is never sent twice.
+An append is atomic across its buckets (one create decides), so `AppendIncomplete` cannot happen here.
+
+**Readers** learn commits by listing forward from the last one they know (one GET per new commit record) and
+read a bucket's part with a ranged GET; tiering reads each data object once for all its buckets' parts it needs.
+
+**Exactly once.** A commit carries the append's producer id and sequence. A retry (same pair) looks back
+through the newest ``dedup_window`` commits: found, with the same rows per bucket, it is that commit; other rows
+under a used sequence, or a sequence at or below the producer's newest without its commit, is `SequenceConflict`.
+
+A data object whose commit never landed (the producer was killed between the two writes, or lost and found its
+earlier attempt) is referenced by no commit: log retention removes it once older than its grace period.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from lakehouse.errors import CorruptSegmentError
+from lakehouse.log.segment import OPS, SegmentHeader
+from lakehouse.table.definition import TableName
+from object_store import NotFound, ObjectStore, PreconditionFailed
+
+#: Commit records a chain keeps in memory (the newest), at least; older ones are read again when needed.
+KEEP_COMMITS = 20_000
+#: Commit records walked one GET at a time after a lost race, before listing instead.
+_MAX_WALK = 8
+
+
+def commits_prefix(name: TableName) -> str:
+    return f"{name.prefix}log/commits/"
+
+
+def commit_key(name: TableName, number: int) -> str:
+    return f"{commits_prefix(name)}{number:020d}.json"
+
+
+def data_prefix(name: TableName) -> str:
+    return f"{name.prefix}log/data/"
+
+
+def new_data_key(name: TableName, now: float | None = None) -> str:
+    """A fresh data object's key: its creation time first, so that a listing of the data objects is in the order
+    they were written and log retention lists only those older than the first commit it keeps."""
+    micros = int((time.time() if now is None else now) * 1_000_000)
+    return f"{data_prefix(name)}{micros:016d}-{uuid.uuid4().hex}.arrow"
+
+
+def number_of(key: str) -> int | None:
+    """The commit number of a commit record's key, None for another key."""
+    leaf = key.rpartition("/")[2]
+    return int(leaf[:-5]) if leaf.endswith(".json") and leaf[:-5].isdigit() else None
+
+
+@dataclass(frozen=True)
+class Part:
+    """One bucket's rows in a commit's data object: offsets ``base .. base + count - 1`` at bytes
+    ``start .. start + length - 1``."""
+
+    bucket: int
+    base: int
+    count: int
+    start: int
+    length: int
+    checksum: str
+    sends: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One append: the data object, its parts by bucket, and every bucket's end offset after it."""
+
+    number: int
+    data: str
+    producer: str
+    sequence: int
+    op: str
+    timestamp_us: int
+    schema_version: int
+    algorithm: str
+    parts: tuple[Part, ...]
+    ends: tuple[int, ...]
+
+    def part(self, bucket: int) -> Part | None:
+        for p in self.parts:
+            if p.bucket == bucket:
+                return p
+        return None
+
+    def header(self, part: Part) -> SegmentHeader:
+        """The segment header a reader of ``part`` decodes it with (as a per-bucket segment's)."""
+        return SegmentHeader(
+            count=part.count,
+            op=self.op,
+            timestamp_us=self.timestamp_us,
+            producer=self.producer,
+            sequence=self.sequence,
+            checksum=part.checksum,
+            algorithm=self.algorithm,
+            sends=part.sends,
+            schema_version=self.schema_version,
+        )
+
+    def starts(self) -> tuple[int, ...]:
+        """Every bucket's end offset before this commit."""
+        out = list(self.ends)
+        for p in self.parts:
+            out[p.bucket] = p.base
+        return tuple(out)
+
+    def to_json(self) -> bytes:
+        doc = {
+            "n": self.number,
+            "data": self.data.rpartition("/")[2],
+            "producer": self.producer,
+            "seq": self.sequence,
+            "op": self.op,
+            "ts": self.timestamp_us,
+            "schema-version": self.schema_version,
+            "algorithm": self.algorithm,
+            "parts": [[p.bucket, p.base, p.count, p.start, p.length, p.checksum, *(p.sends or ())] for p in self.parts],
+            "ends": list(self.ends),
+        }
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, body: bytes, *, key: str, name: TableName, buckets: int) -> Commit:
+        """Parse commit record ``key``; `CorruptSegmentError` naming the table and the record if it is not one."""
+        try:
+            doc = json.loads(body)
+            parts = tuple(
+                Part(
+                    int(p[0]),
+                    int(p[1]),
+                    int(p[2]),
+                    int(p[3]),
+                    int(p[4]),
+                    str(p[5]),
+                    (int(p[6]), int(p[7])) if len(p) > 6 else None,
+                )
+                for p in doc["parts"]
+            )
+            commit = cls(
+                number=int(doc["n"]),
+                data=f"{data_prefix(name)}{doc['data']}",
+                producer=str(doc["producer"]),
+                sequence=int(doc["seq"]),
+                op=str(doc["op"]),
+                timestamp_us=int(doc["ts"]),
+                schema_version=int(doc.get("schema-version", 0)),
+                algorithm=str(doc.get("algorithm", "crc32c")),
+                parts=parts,
+                ends=tuple(int(e) for e in doc["ends"]),
+            )
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            raise CorruptSegmentError(
+                f"{name}: log commit record {key} cannot be read ({type(exc).__name__}: {exc}); the offsets it "
+                "committed are unknown. It is not skipped: restore the object or re-create the log from its source"
+            ) from None
+        bad = (
+            commit.number != number_of(key)
+            or commit.op not in OPS
+            or len(commit.ends) != buckets
+            or any(
+                not 0 <= p.bucket < buckets or p.count < 1 or p.base + p.count > commit.ends[p.bucket] for p in parts
+            )
+        )
+        if bad:
+            raise CorruptSegmentError(
+                f"{name}: log commit record {key} does not describe commit {number_of(key)} of a {buckets}-bucket "
+                "table (written by another tool or table?). It is not skipped: restore the object or re-create the log"
+            )
+        return commit
+
+
+def encode_data(bodies: dict[int, bytes]) -> tuple[bytes, dict[int, tuple[int, int]]]:
+    """One data object of every bucket's body, in bucket order, and each body's ``(start, length)`` in it."""
+    ranges, position = {}, 0
+    for bucket in sorted(bodies):
+        ranges[bucket] = (position, len(bodies[bucket]))
+        position += len(bodies[bucket])
+    return b"".join(bodies[b] for b in sorted(bodies)), ranges
+
+
+class Chain:
+    """What one process knows of a table's commit chain: the newest commits, learned by listing forward from the
+    last one known, and per bucket where each known commit's part starts. Thread-safe."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        name: TableName,
+        buckets: int,
+        *,
+        pool: ThreadPoolExecutor | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store, self.name, self.buckets, self._pool, self._clock = store, name, buckets, pool, clock
+        self._lock = threading.Lock()
+        self.commits: dict[int, Commit] = {}
+        self.head = -1  # the newest commit known (-1: none)
+        self.ends: tuple[int, ...] = (0,) * buckets
+        #: The oldest commit number this chain holds without a gap up to ``head`` (None: nothing known yet).
+        self.first_known: int | None = None
+        #: Per bucket, the bases of the known commits' parts and the commit numbers holding them, in order.
+        self._bases: list[list[int]] = [[] for _ in range(buckets)]
+        self._numbers: list[list[int]] = [[] for _ in range(buckets)]
+        self.confirmed_at = -float("inf")
+
+    # ---- learning commits ---------------------------------------------------------------------------
+
+    @property
+    def age(self) -> float:
+        return self._clock() - self.confirmed_at
+
+    def refresh(self) -> tuple[int, ...]:
+        """Learn the commits made since the newest one known (one LIST, one GET per new commit); return every
+        bucket's end offset."""
+        start_after = commit_key(self.name, self.head) if self.head >= 0 else None
+        confirmed = self._clock()
+        numbers = [
+            n
+            for info in self.store.list(commits_prefix(self.name), start_after=start_after)
+            if (n := number_of(info.key)) is not None and n > self.head
+        ]
+        if numbers:
+            read = (
+                self._pool.map(self.read_commit, numbers)
+                if self._pool is not None and len(numbers) > 1
+                else map(self.read_commit, numbers)
+            )
+            for commit in read:
+                if commit is not None:
+                    self.learn(commit)
+        with self._lock:
+            self.confirmed_at = max(self.confirmed_at, confirmed)
+            return self.ends
+
+    def read_commit(self, number: int) -> Commit | None:
+        """Commit ``number`` read from the store; None if it does not exist (not yet, or removed by retention)."""
+        key = commit_key(self.name, number)
+        try:
+            body = self.store.get(key).data
+        except NotFound:
+            return None
+        return Commit.from_json(body, key=key, name=self.name, buckets=self.buckets)
+
+    def learn(self, commit: Commit) -> None:
+        """Note ``commit`` (read, or made here). Commits are learned in order: one past the newest known first
+        reads the ones in between; the first one learned (or one after a gap retention made) starts the
+        known history."""
+        if self.head >= 0 and commit.number > self.head + 1:
+            for missing in range(self.head + 1, commit.number):
+                found = self.read_commit(missing)
+                if found is not None:
+                    self.learn(found)
+        with self._lock:
+            if commit.number <= self.head:
+                return
+            if self.head >= 0 and commit.number == self.head + 1:
+                if commit.starts() != self.ends:
+                    raise CorruptSegmentError(
+                        f"{self.name}: log commit {commit.number} starts at offsets {list(commit.starts())}, but "
+                        f"commit {self.head} ends at {list(self.ends)}: the log has a gap or an overlap there. It is "
+                        "not skipped: restore the commit records or re-create the log from its source"
+                    )
+            else:  # the first commit this chain learns, or one past commits retention removed unseen
+                self.first_known = commit.number
+                self.commits.clear()
+                self._bases = [[] for _ in range(self.buckets)]
+                self._numbers = [[] for _ in range(self.buckets)]
+            self.commits[commit.number] = commit
+            self.head, self.ends = commit.number, commit.ends
+            for p in commit.parts:
+                self._bases[p.bucket].append(p.base)
+                self._numbers[p.bucket].append(commit.number)
+            self._trim()
+
+    def _trim(self) -> None:
+        if len(self.commits) <= 2 * KEEP_COMMITS:
+            return
+        keep_from = self.head - KEEP_COMMITS + 1
+        for n in [n for n in self.commits if n < keep_from]:
+            del self.commits[n]
+        for b in range(self.buckets):
+            i = bisect.bisect_left(self._numbers[b], keep_from)
+            del self._bases[b][:i], self._numbers[b][:i]
+        self.first_known = keep_from
+
+    # ---- appending ----------------------------------------------------------------------------------
+
+    def commit(self, make: Callable[[int, tuple[int, ...]], Commit]) -> tuple[Commit, Commit | None]:
+        """Create the next commit record, ``make(number, ends_before)``, retrying on the next number after each
+        lost race. Returns ``(ours, None)``, or ``(ours, theirs)`` when the record found at a number is ``make``'s
+        own earlier attempt (the same producer id and sequence): then ``theirs`` is the commit that holds it."""
+        number = self.head + 1
+        ends = self.ends
+        walked = 0
+        while True:
+            ours = make(number, ends)
+            try:
+                self.store.put(commit_key(self.name, number), ours.to_json(), if_none_match=True)
+            except PreconditionFailed:
+                theirs = self.read_commit(number)
+                if theirs is None:  # removed by retention meanwhile: the chain is far ahead, list it
+                    self.refresh()
+                    number, ends, walked = self.head + 1, self.ends, 0
+                    continue
+                self.learn(theirs)
+                if (theirs.producer, theirs.sequence) == (ours.producer, ours.sequence):
+                    return ours, theirs
+                walked += 1
+                if walked >= _MAX_WALK:
+                    self.refresh()
+                    walked = 0
+                number, ends = max(self.head, number) + 1, self.ends
+                continue
+            self.learn(ours)
+            return ours, None
+
+    # ---- locating offsets ---------------------------------------------------------------------------
+
+    def segments(self, bucket: int, start: int, end: int) -> list[tuple[int, int, int]]:
+        """``(base, next base, commit number)`` of the known parts of ``bucket`` overlapping [start, end), oldest
+        first (older parts than the known commits are found with `older`)."""
+        with self._lock:
+            bases, numbers = list(self._bases[bucket]), list(self._numbers[bucket])
+            last_end = self.ends[bucket]
+        bounds = [*bases, last_end]
+        i = max(0, bisect.bisect_right(bounds, start) - 1)
+        out = []
+        for j in range(i, len(bases)):
+            if bounds[j] >= end:
+                break
+            if bounds[j + 1] > start:
+                out.append((bounds[j], bounds[j + 1], numbers[j]))
+        return out
+
+    def known_from(self, bucket: int) -> int:
+        """The oldest offset of ``bucket`` the known commits cover (its end if they hold none of its parts)."""
+        with self._lock:
+            if self.first_known is None:
+                return 0
+            first = self.commits[self.first_known]
+            return first.starts()[bucket]
+
+    def listed_numbers(self) -> list[int]:
+        return [n for info in self.store.list(commits_prefix(self.name)) if (n := number_of(info.key)) is not None]
+
+    def start_offsets(self) -> tuple[int, ...]:
+        """Every bucket's earliest offset still in the log: the first retained commit's starts (one LIST, one GET)."""
+        numbers = self.listed_numbers()
+        for n in numbers:
+            first = self.commits.get(n) or self.read_commit(n)
+            if first is not None:
+                return first.starts()
+        return self.refresh()
+
+    def older(self, bucket: int, start: int, end: int) -> list[tuple[int, int, int]]:
+        """Like `segments`, for offsets older than the known commits: the retained commits are listed and read
+        (from the first whose parts reach ``start``, found by bisection: a GET per step)."""
+        numbers = [n for n in self.listed_numbers() if self.first_known is None or n < self.first_known]
+        if not numbers:
+            return []
+        lo, hi = 0, len(numbers)
+        while lo < hi:  # the first retained commit whose ends pass ``start`` in this bucket
+            mid = (lo + hi) // 2
+            c = self.commits.get(numbers[mid]) or self.read_commit(numbers[mid])
+            if c is None or c.ends[bucket] <= start:
+                lo = mid + 1
+            else:
+                hi = mid
+        out = []
+        for n in numbers[lo:]:
+            c = self.commits.get(n) or self.read_commit(n)
+            if c is None or (p := c.part(bucket)) is None:
+                continue
+            if p.base >= end:
+                break
+            out.append((p.base, p.base + p.count, n))
+        return out
+
+    def get(self, number: int) -> Commit | None:
+        return self.commits.get(number) or self.read_commit(number)
+
+    def newest_first(self, limit: int) -> Iterator[Commit]:
+        """The newest ``limit`` commits, newest first (known ones from memory, older ones read)."""
+        n = self.head
+        while n >= 0 and limit > 0:
+            c = self.get(n)
+            if c is None:
+                return
+            yield c
+            n, limit = n - 1, limit - 1
+
+    def since(self, offsets: dict[int, int]) -> Iterator[Commit]:
+        """Every retained commit with a part at or past ``offsets[bucket]`` in one of its buckets, oldest first."""
+        self.refresh()
+        found: list[Commit] = []
+        n = self.head
+        while n >= 0:
+            c = self.get(n)
+            if c is None:
+                break
+            if all(c.ends[b] <= offsets.get(b, 0) for b in range(self.buckets)):
+                break
+            found.append(c)
+            n -= 1
+        yield from reversed(found)
+
+
+def parts_by_bucket(commits: Sequence[Commit]) -> dict[int, list[tuple[Commit, Part]]]:
+    out: dict[int, list[tuple[Commit, Part]]] = {}
+    for c in commits:
+        for p in c.parts:
+            out.setdefault(p.bucket, []).append((c, p))
+    return out

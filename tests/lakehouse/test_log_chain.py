@@ -1,0 +1,207 @@
+"""A "commits" log (`lakehouse.log.chain`): an append is one data object and one commit record whatever its buckets;
+offsets stay per bucket, contiguous, from 0; a lost race resends the record, not the rows; retries are recognised;
+corruption is named, never skipped; retention removes whole commits with their data, and orphans."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+
+import pyarrow as pa
+import pytest
+
+from lakehouse import Lakehouse
+from lakehouse.errors import CorruptSegmentError, OffsetOutOfRange, SequenceConflict
+from lakehouse.log import Log
+from lakehouse.log import chain as chain_format
+from lakehouse.maintenance.retention import apply_log_retention
+from lakehouse.table.definition import COMMITS_LOG, SEGMENTS_LOG, TableName
+from object_store import ObjectStore
+from tests.support.crash import crash, run_worker, tail
+
+ORDERS = pa.schema([("o_orderkey", pa.int64()), ("o_comment", pa.string())])
+NAME = TableName("ods", "orders")
+
+
+def orders(keys, comment: str = "c") -> pa.Table:
+    keys = list(keys)
+    return pa.table({"o_orderkey": pa.array(keys, pa.int64()), "o_comment": pa.array([f"{comment}{k}" for k in keys])})
+
+
+def objects(store: ObjectStore, where: str) -> list[str]:
+    return [i.key for i in store.list(f"ods/orders/log/{where}/")]
+
+
+def reopened(store_spec: tuple[str, dict[str, str]]) -> Lakehouse:
+    """Another process' view of the same warehouse: a new store client and `Lakehouse`, nothing cached."""
+    url, options = store_spec
+    return Lakehouse.open(url, **options)
+
+
+def all_rows(log_: Log) -> list[tuple[int, int, str]]:
+    """(bucket, offset, comment) of every record, per bucket in offset order."""
+    out = []
+    for b in range(log_.definition.buckets):
+        t = log_.read(b)
+        out += [
+            (b, o, c) for o, c in zip(t.column("_offset").to_pylist(), t.column("o_comment").to_pylist(), strict=True)
+        ]
+    return out
+
+
+@pytest.fixture
+def chain_log(lakehouse: Lakehouse) -> Log:
+    lakehouse.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=16, log_format=COMMITS_LOG)
+    return lakehouse.log("ods.orders")
+
+
+@pytest.mark.backends("local", "s3")
+def test_an_append_over_16_buckets_is_one_data_object_and_one_commit(chain_log: Log, store: ObjectStore) -> None:
+    first = chain_log.append(orders(range(1000)), "upsert")
+    second = chain_log.append(orders(range(500, 1500), "d"), "upsert")
+    assert len(first.ranges) == 16 and len(second.ranges) == 16
+    assert len(objects(store, "data")) == 2 and len(objects(store, "commits")) == 2
+    assert not [k for k in (i.key for i in store.list("ods/orders/log/")) if "/commits/" not in k and "/data/" not in k]
+    # per bucket contiguous from 0; the second append starts where the first ended in every bucket
+    for b in range(16):
+        assert first.ranges[b][0] == 0 and second.ranges[b][0] == first.ranges[b][1] + 1
+    rows = all_rows(chain_log)
+    assert len(rows) == 2000
+    for b in range(16):
+        offsets = [o for bb, o, _ in rows if bb == b]
+        assert offsets == list(range(len(offsets)))
+    assert chain_log.end_offsets() == {b: second.ranges[b][1] + 1 for b in range(16)}
+    assert chain_log.start_offsets() == dict.fromkeys(range(16), 0)
+    # a read of a middle range reads only that part (slices of the parts it overlaps)
+    t = chain_log.read(3, first.ranges[3][1], second.ranges[3][0] + 2)
+    assert t.column("_offset").to_pylist() == list(range(first.ranges[3][1], second.ranges[3][0] + 2))
+
+
+@pytest.mark.backends("local", "s3")
+def test_a_retry_is_recognised_from_another_log_and_other_rows_under_its_sequence_are_refused(
+    store_spec, chain_log: Log, store: ObjectStore
+) -> None:
+    done = chain_log.append(orders(range(100)), "upsert", producer_id="p", sequence=7)
+    other = reopened(store_spec).log("ods.orders")  # another process: knows nothing of the first
+    again = other.append(orders(range(100)), "upsert", producer_id="p", sequence=7)
+    assert again.ranges == done.ranges and again.already_appended == frozenset(done.ranges)
+    assert len(objects(store, "commits")) == 1 and len(objects(store, "data")) == 1
+    with pytest.raises(SequenceConflict, match="already appended other rows under sequence 7"):
+        reopened(store_spec).log("ods.orders").append(orders(range(101)), "upsert", producer_id="p", sequence=7)
+    other.append(orders(range(5)), "upsert", producer_id="p", sequence=9)
+    with pytest.raises(SequenceConflict, match="at or below its newest sequence 9"):
+        reopened(store_spec).log("ods.orders").append(orders(range(3)), "upsert", producer_id="p", sequence=8)
+    assert len(all_rows(chain_log)) == 105
+
+
+@pytest.mark.backends("local", "s3")
+def test_racing_logs_lose_records_not_rows_and_every_row_lands_once(store_spec, chain_log: Log, store) -> None:
+    logs = [reopened(store_spec).log("ods.orders") for _ in range(4)]
+    for lg in logs:
+        lg.end_offsets()  # each learns the same head: their first commits race for the same number
+
+    def run(i: int) -> None:
+        for j in range(10):
+            logs[i].append(orders(range(1000 * i + 10 * j, 1000 * i + 10 * j + 10), f"w{i}."), "upsert")
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rows = all_rows(chain_log)
+    assert sorted(c for _, _, c in rows) == sorted(f"w{i}.{1000 * i + k}" for i in range(4) for k in range(100))
+    for b in range(16):
+        offsets = [o for bb, o, _ in rows if bb == b]
+        assert offsets == list(range(len(offsets)))
+    # 40 appends: 40 records and 40 data objects; a lost race wrote its record again, never its rows
+    assert len(objects(store, "commits")) == 40 and len(objects(store, "data")) == 40
+
+
+def test_a_corrupt_data_object_is_named_with_table_commit_and_bucket(chain_log: Log, store: ObjectStore) -> None:
+    result = chain_log.append(orders(range(200)), "upsert")
+    (data,) = objects(store, "data")
+    body = store.get(data).data
+    store.put(data, body[:-7] + b"garbage")  # the last bucket's part overwritten
+    last = max(result.ranges)
+    with pytest.raises(CorruptSegmentError) as caught:
+        chain_log.read(last)
+    message = str(caught.value)
+    assert data in message and "table ods.orders" in message and "commit 0" in message and f"bucket {last}" in message
+    assert "checksum" in message
+    assert chain_log.read(0).num_rows == result.ranges[0][1] + 1  # the other parts still read
+
+
+def test_a_commit_record_that_does_not_continue_the_chain_is_named(store_spec, chain_log: Log, store) -> None:
+    chain_log.append(orders(range(50)), "upsert")
+    chain_log.append(orders(range(50)), "upsert")
+    key = chain_format.commit_key(NAME, 1)
+    doc = json.loads(store.get(key).data)
+    doc["parts"][0][1] += 1  # a part that starts one past where commit 0 ended (and ends one later)
+    doc["ends"][doc["parts"][0][0]] += 1
+    store.put(key, json.dumps(doc).encode())
+    fresh = reopened(store_spec).log("ods.orders")
+    with pytest.raises(CorruptSegmentError, match="log commit 1 starts at offsets .* gap or an overlap"):
+        fresh.end_offsets()
+    store.put(key, b"{not json")
+    with pytest.raises(CorruptSegmentError, match=r"log commit record .*00000000000000000001\.json cannot be read"):
+        reopened(store_spec).log("ods.orders").end_offsets()
+
+
+def test_retention_removes_whole_commits_with_their_data_keeps_the_newest_and_removes_orphans(
+    store_spec, chain_log: Log, store: ObjectStore
+) -> None:
+    results = [chain_log.append(orders(range(10 * i, 10 * i + 10)), "upsert") for i in range(5)]
+    ends = chain_log.end_offsets()
+    # an orphan: a data object whose producer died before its commit (named by a time an hour before the first)
+    orphan = f"{chain_format.data_prefix(NAME)}{0:016d}-deadbeef.arrow"
+    store.put(orphan, b"rows of a commit that never landed")
+    # the lake holds the first three appends: only those may go
+    tiered = {b: results[2].ranges[b][1] + 1 if b in results[2].ranges else 0 for b in range(16)}
+    for i in (0, 1):
+        for b, (_, last) in results[i].ranges.items():
+            tiered[b] = max(tiered[b], last + 1)
+    result = apply_log_retention(chain_log, tiered, retention=timedelta(0))
+    assert result.segments_deleted == 3 and result.records_deleted == 30
+    assert len(objects(store, "commits")) == 2 and len(objects(store, "data")) == 2
+    assert orphan not in objects(store, "data")
+    starts = chain_log.start_offsets()
+    assert all(starts[b] == result.start_offsets[b] for b in range(16)) and result.floors == result.start_offsets
+    assert chain_log.end_offsets() == ends
+    first_kept = min(b for b in results[3].ranges)
+    with pytest.raises(OffsetOutOfRange, match="no longer in the log|removed by log retention"):
+        chain_log.read(first_kept, 0)
+    with pytest.raises(OffsetOutOfRange, match="no longer in the log; the earliest available offset is"):
+        reopened(store_spec).log("ods.orders").read(first_kept, 0)  # a Log that never knew them
+    assert chain_log.read(first_kept, starts[first_kept]).num_rows == ends[first_kept] - starts[first_kept]
+    # everything tiered: all but the newest commit go (it holds the ends), and appends continue from them
+    apply_log_retention(chain_log, ends, retention=timedelta(0))
+    assert len(objects(store, "commits")) == 1
+    fresh = reopened(store_spec).log("ods.orders")
+    assert fresh.end_offsets() == ends
+    after = fresh.append(orders([7]), "upsert")
+    ((b, (first, _)),) = after.ranges.items()
+    assert first == ends[b]
+
+
+def test_segments_stay_the_format_of_a_table_created_so(lakehouse: Lakehouse, store_spec, store: ObjectStore) -> None:
+    lakehouse.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=4, log_format=SEGMENTS_LOG)
+    lakehouse.log("ods.orders").append(orders(range(100)), "upsert")
+    keys = [i.key for i in store.list("ods/orders/log/")]
+    assert len(keys) == 4 and all("/commits/" not in k and "/data/" not in k for k in keys)
+    assert reopened(store_spec).table("ods.orders").log_format == SEGMENTS_LOG
+
+
+@pytest.mark.subprocess
+def test_kill_9_between_the_data_and_the_commit_then_retry_lands_once(lakehouse: Lakehouse, chain_log, store) -> None:
+    crash("tests.lakehouse._chain_worker", lakehouse.url, "after-data")
+    assert len(objects(store, "data")) == 1 and objects(store, "commits") == []  # the rows: never visible
+    assert chain_log.end_offsets() == dict.fromkeys(range(16), 0)
+    crash("tests.lakehouse._chain_worker", lakehouse.url, "after-commit")  # landed; the caller never heard
+    again = run_worker("tests.lakehouse._chain_worker", lakehouse.url, "none")
+    assert again.returncode == 0, tail(again)
+    assert again.stdout.strip() == "already"
+    rows = all_rows(chain_log)
+    assert sorted(c for _, _, c in rows) == sorted(f"c{k}" for k in range(100))
+    assert len(objects(store, "commits")) == 1 and len(objects(store, "data")) == 2  # one orphan, for retention
