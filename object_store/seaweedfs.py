@@ -51,7 +51,7 @@ PORT_FLAGS = (
 )
 
 # One sample of the S3 server's request counter, e.g. `SeaweedFS_s3_request_total{bucket="b",code="200",type="PUT"} 2`.
-S3_REQUEST_SAMPLE = re.compile(r'^SeaweedFS_s3_request_total\{([^}]*)\}\s+(\S+)$', re.MULTILINE)
+S3_REQUEST_SAMPLE = re.compile(r"^SeaweedFS_s3_request_total\{([^}]*)\}\s+(\S+)$", re.MULTILINE)
 TYPE_LABEL = re.compile(r'(?:^|,)type="([^"]*)"')
 
 
