@@ -43,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+import typing
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -107,11 +108,13 @@ ROW_BYTES = rows_of(np.random.default_rng(0), 1000).nbytes / 1000
 
 def log_formats() -> tuple[str, ...] | None:
     """The layouts `Lakehouse.create_table` offers (``log_format=``), or None when it has only one (segments)."""
-    parameter = inspect.signature(Lakehouse.create_table).parameters.get("log_format")
+    try:
+        signature = inspect.signature(Lakehouse.create_table, eval_str=True)
+    except NameError:  # an annotation only a type checker imports
+        signature = inspect.signature(Lakehouse.create_table)
+    parameter = signature.parameters.get("log_format")
     if parameter is None:
         return None
-    import typing
-
     choices = typing.get_args(parameter.annotation) if not isinstance(parameter.annotation, str) else ()
     return tuple(c for c in choices if isinstance(c, str)) or ("(any the code accepts)",)
 
@@ -192,20 +195,23 @@ def produce(spec: ProducerSpec, ready: Any, go: Any, out: Any) -> None:
 
 
 def read_markers(url: str, options: dict[str, str], table: str, seconds: float, ready: Any, go: Any, out: Any) -> None:
-    """Poll a union read for marker rows for ``seconds``; put ([append -> seen], [poll durations]) on ``out``."""
+    """Poll a union read for marker rows until a poll starts 5 s after the producers' ``seconds``; put
+    ([append -> seen], [poll durations]) on ``out``."""
     lh = Lakehouse(open_store(url, probe=False, **options))
     seen: dict[int, float] = {}
     polls: list[float] = []
     ready.wait()
     go.wait()
-    end = time.time() + seconds
-    while time.time() < end:
+    end = time.time() + seconds + 5  # the producers close meanwhile: a last poll starting after it sees every marker
+    while True:
         t0 = time.time()
         found = lh.union_read(table, ["k", "sent_at"], f"k >= {KEY_SPACE}")
         t1 = time.time()
         polls.append(t1 - t0)
         for k, sent_at in zip(found["k"].to_pylist(), found["sent_at"].to_pylist(), strict=True):
             seen.setdefault(k, t1 - sent_at)
+        if t0 > end:
+            break
     out.put((list(seen.values()), polls))
 
 
@@ -384,15 +390,16 @@ def measure_reads(server: SeaweedFS, url: str, args: argparse.Namespace, produce
     with ThreadPoolExecutor(PRODUCERS) as threads:
         list(threads.map(write, range(PRODUCERS)))
     created = {k: v for k, v in objects_under(store, folder).items() if k not in existing}
+    records = appends * PRODUCERS * per_object * (buckets // PRODUCERS)
     before = server.s3_requests()
     t0 = time.perf_counter()
-    rows = lh.union_read(tail).num_rows
+    lh.union_read(tail)
     read_s = time.perf_counter() - t0
     read = delta(before, server.s3_requests())
     tail_gb = sum(created.values()) / 1e9
     return [
         f"GETs per GB of log read, counted at the S3 server (a HEAD counts as a GET). Tiering: one round of the "
-        f"cost part's {produced.buckets}-bucket table; union read: a tail of {rows:,} records, nothing tiered, "
+        f"cost part's {produced.buckets}-bucket table; union read: a tail of {records:,} records, nothing tiered, "
         f"in {len(created):,} objects of {per_object} rows each (the cost part's mean).",
         "",
         "| read | records | objects | log bytes | GET | LIST | GETs per GB | seconds |",
@@ -400,7 +407,7 @@ def measure_reads(server: SeaweedFS, url: str, args: argparse.Namespace, produce
         f"| tiering round | {result.rows:,} | {produced.objects:,} | {produced.stored / 1e6:.1f} MB "
         f"| {tiered.get('GET', 0):,} | {tiered.get('LIST', 0):,} "
         f"| {tiered.get('GET', 0) / (produced.stored / 1e9):,.0f} | {tier_s:.1f} |",
-        f"| union read of the tail | {rows:,} | {len(created):,} | {tail_gb * 1e3:.1f} MB | {read.get('GET', 0):,} "
+        f"| union read of the tail | {records:,} | {len(created):,} | {tail_gb * 1e3:.1f} MB | {read.get('GET', 0):,} "
         f"| {read.get('LIST', 0):,} | {read.get('GET', 0) / tail_gb:,.0f} | {read_s:.1f} |",
     ]
 
