@@ -476,7 +476,11 @@ def main() -> None:
     formats = log_formats()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="short runs: a smoke run")
-    p.add_argument("--only", choices=["cost", "reads", "latency", "contention"], help="one part (reads runs cost)")
+    p.add_argument(
+        "--only",
+        choices=["cost", "reads", "latency", "contention", "s3", "local"],
+        help="one part (reads runs cost at the first bucket count); s3: all (make bench's backend option); local: none",
+    )
     p.add_argument("--seconds", type=float, help="how long producers send (default 30; quick 6)")
     p.add_argument("--rate", type=float, default=1.0, help="MB/s the 4 producers send together (default 1)")
     p.add_argument("--buckets", type=int, nargs="+", default=[16, 64], help="bucket counts of the cost part")
@@ -491,6 +495,11 @@ def main() -> None:
         ),
     )
     args = p.parse_args()
+    if args.only == "local":
+        print("bench/log_cost.py counts requests at an S3 server (SeaweedFS): nothing to run on the local backend")
+        return
+    if args.only == "s3":
+        args.only = None
     if formats is None and args.log_format not in (None, "segments"):
         p.error(f"--log-format {args.log_format}: this checkout's log has one layout, segments")
     if formats is None:
