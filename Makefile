@@ -76,6 +76,7 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python bench/object_store.py $(BENCH_ARGS)
 	$(BIN)/python bench/log.py $(BENCH_ARGS)
+	$(BIN)/python bench/log_cost.py $(BENCH_ARGS)
 	$(BIN)/python bench/catalog.py $(BENCH_ARGS)
 	$(BIN)/python bench/tiering.py $(BENCH_ARGS)
 	$(BIN)/python bench/maintenance.py $(BENCH_ARGS)

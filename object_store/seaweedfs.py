@@ -7,12 +7,17 @@ port it opens is a free loopback port chosen here; telemetry is switched off.
 
     with SeaweedFS(tmp_dir) as server:
         store = open_store(f"s3://{server.bucket}/x", **server.store_options())
+
+With ``metrics=True`` it also serves Prometheus metrics on a loopback port (``metrics_url``), and
+``s3_requests()`` reads the S3 server's own request counters by type: what a benchmark counts a workload's
+requests with, at the server, whatever client made them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -20,6 +25,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +49,10 @@ PORT_FLAGS = (
     "admin.port",
     "admin.port.grpc",
 )
+
+# One sample of the S3 server's request counter, e.g. `SeaweedFS_s3_request_total{bucket="b",code="200",type="PUT"} 2`.
+S3_REQUEST_SAMPLE = re.compile(r"^SeaweedFS_s3_request_total\{([^}]*)\}\s+(\S+)$", re.MULTILINE)
+TYPE_LABEL = re.compile(r'(?:^|,)type="([^"]*)"')
 
 
 def weed_binary() -> str:
@@ -93,12 +103,33 @@ class SeaweedFS:
     workdir: Path
     bucket: str = "lakestream"
     startup_timeout: float = 60.0
+    metrics: bool = False
     ports: dict[str, int] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['s3.port']}"
+
+    @property
+    def metrics_url(self) -> str:
+        """The Prometheus metrics page (only with ``metrics=True``)."""
+        if "metricsPort" not in self.ports:
+            raise StoreError("this SeaweedFS was started without metrics: SeaweedFS(..., metrics=True)")
+        return f"http://127.0.0.1:{self.ports['metricsPort']}/metrics"
+
+    def s3_requests(self) -> dict[str, int]:
+        """Requests the S3 server has answered since it started, by type (``PUT``, ``GET``, ``LIST``,
+        ``DELETE``, ``POST``, ``COPY``, ...; a HEAD counts as ``GET``), every bucket and status code summed,
+        refused ones (403, 412, ...) included. Needs ``metrics=True``."""
+        with urllib.request.urlopen(self.metrics_url, timeout=10) as response:
+            text = response.read().decode()
+        counts: dict[str, int] = {}
+        for labels, value in S3_REQUEST_SAMPLE.findall(text):
+            kind = TYPE_LABEL.search(labels)
+            if kind:
+                counts[kind.group(1)] = counts.get(kind.group(1), 0) + int(float(value))
+        return counts
 
     def store_options(self) -> dict[str, str]:
         return {
@@ -126,7 +157,8 @@ class SeaweedFS:
                 }
             )
         )
-        self.ports = dict(zip(PORT_FLAGS, free_ports(len(PORT_FLAGS)), strict=True))
+        flags = PORT_FLAGS + (("metricsPort",) if self.metrics else ())
+        self.ports = dict(zip(flags, free_ports(len(flags)), strict=True))
         args = [
             weed_binary(),
             "mini",
@@ -140,6 +172,7 @@ class SeaweedFS:
             "-webdav=false",
             "-admin.ui=false",
             "-master.volumeSizeLimitMB=64",
+            *(["-metricsIp=127.0.0.1"] if self.metrics else []),
             *(f"-{flag}={port}" for flag, port in self.ports.items()),
         ]
         log = open(self.workdir / "weed.log", "ab")  # noqa: SIM115 (kept open for the server's life)

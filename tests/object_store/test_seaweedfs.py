@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from object_store import AccessDenied, InvalidArgument, open_store
+from object_store import AccessDenied, InvalidArgument, PreconditionFailed, StoreError, open_store
 from object_store.seaweedfs import SeaweedFS
 
 
@@ -63,3 +63,27 @@ def test_directory_markers_are_not_listed(seaweedfs: SeaweedFS) -> None:
     store.client.put_object(Bucket=seaweedfs.bucket, Key="markers/t/data/", Body=b"")
     assert [i.key for i in store.list("t/")] == ["t/metadata/a.json"]
     assert "markers/t/data/" in [o["Key"] for o in store.client.list_objects_v2(Bucket=seaweedfs.bucket)["Contents"]]
+
+
+@pytest.mark.subprocess
+def test_metrics_count_s3_requests_by_type_at_the_server(tmp_path: Path) -> None:
+    """``metrics=True`` serves the server's request counters; ``s3_requests`` sums them by type (a HEAD is a GET,
+    a refused conditional PUT is still a PUT)."""
+    with SeaweedFS(tmp_path, metrics=True) as server:
+        store = open_store(f"s3://{server.bucket}/m", probe=False, **server.store_options())
+        before = server.s3_requests()
+        store.put("k", b"v", if_none_match=True)
+        with pytest.raises(PreconditionFailed):
+            store.put("k", b"w", if_none_match=True)
+        store.get("k")
+        store.head("k")
+        list(store.list())
+        after = server.s3_requests()
+    delta = {kind: after.get(kind, 0) - before.get(kind, 0) for kind in after}
+    assert (delta["PUT"], delta["LIST"]) == (2, 1)
+    assert delta["GET"] >= 2  # the GET and the HEAD, and whatever the lost write read to settle its outcome
+
+
+def test_metrics_need_the_option(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="metrics=True"):
+        SeaweedFS(tmp_path).s3_requests()
