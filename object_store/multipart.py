@@ -10,6 +10,7 @@ visible and no multipart upload is left open.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -177,7 +178,8 @@ class ObjectWriter:
         self._slots.acquire()  # back-pressure: at most max_concurrency parts in memory and in flight
         assert self._pool is not None
         try:
-            future = self._pool.submit(self._upload, part_number, data)
+            # the part counts in the writer's usage scopes (object_store.usage)
+            future = self._pool.submit(contextvars.copy_context().run, self._upload, part_number, data)
         except BaseException:
             self._slots.release()
             raise

@@ -1,7 +1,12 @@
-"""A local in-process executor: a thread pool (pyarrow releases the GIL for IO, encoding and compute)."""
+"""A local in-process executor: a thread pool (pyarrow releases the GIL for IO, encoding and compute).
+
+Each task runs in a copy of the caller's context, so what it asks of the store counts in the caller's usage
+scopes (`object_store.usage`).
+"""
 
 from __future__ import annotations
 
+import contextvars
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +37,7 @@ class LocalExecutor(TaskExecutor):
         if len(items) <= 1 or self.workers == 1:
             return [fn(item) for item in items]
         with ThreadPoolExecutor(self.workers, thread_name_prefix="lakestream-task") as pool:
-            futures = [pool.submit(fn, item) for item in items]
+            futures = [pool.submit(contextvars.copy_context().run, fn, item) for item in items]
             errors = []
             for f in futures:
                 if (exc := f.exception()) is not None:
