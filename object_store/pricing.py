@@ -41,7 +41,10 @@ class PriceList:
         return Cost(
             write_requests=usage.write_requests * self.write_per_1000 / 1000,
             read_requests=usage.read_requests * self.read_per_1000 / 1000,
-            transfer=usage.bytes_sent / GB * self.transfer_in_per_gb + usage.bytes_received / GB * self.transfer_out_per_gb,
+            transfer=(
+                usage.bytes_sent / GB * self.transfer_in_per_gb
+                + usage.bytes_received / GB * self.transfer_out_per_gb
+            ),
         )
 
     def storage(self, stored_bytes: int, months: float = 1.0) -> float:

@@ -12,9 +12,10 @@ scope open in the current context::
     used.requests["PUT"], used.bytes_sent  # 1, 3
 
 Scopes live in a `contextvars.ContextVar`, so concurrent operations in one process do not mix: a thread sees
-the scopes of the code that started it only when that code hands its context on (``contextvars.copy_context()``
-as in ``pool.submit(contextvars.copy_context().run, fn, ...)``), as lakehouse's local executor does. A task running in another process (Spark) measures itself
-and returns its `Usage`; the driver adds it to its scopes with `add_to_scopes`.
+the scopes of the code that started it only when that code hands its context on
+(``pool.submit(contextvars.copy_context().run, fn, ...)``, or `ContextThreadPoolExecutor`), as lakehouse's local
+executor does. A task running in another process (Spark) measures itself (`measured`) and returns its `Usage`;
+the driver adds it to its scopes with `add_to_scopes`.
 
 Counting takes no lock: each thread adds to its own cell of a meter, and reading a meter sums the cells.
 """
@@ -25,6 +26,7 @@ import contextlib
 import contextvars
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -206,3 +208,11 @@ def measured(fn: Callable[..., T], *args: Any) -> tuple[T, Usage]:
     with measure_usage() as meter:
         result = fn(*args)
     return result, meter.usage()
+
+
+class ContextThreadPoolExecutor(ThreadPoolExecutor):
+    """A `ThreadPoolExecutor` whose tasks run in a copy of the submitter's context: what they ask of the store
+    counts in the submitter's usage scopes (``map`` submits through ``submit``, so it does too)."""
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)

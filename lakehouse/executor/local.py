@@ -6,14 +6,13 @@ scopes (`object_store.usage`).
 
 from __future__ import annotations
 
-import contextvars
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from lakehouse.errors import InvalidArgument
 from lakehouse.executor.base import TaskExecutor
+from object_store.usage import ContextThreadPoolExecutor
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -36,8 +35,8 @@ class LocalExecutor(TaskExecutor):
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         if len(items) <= 1 or self.workers == 1:
             return [fn(item) for item in items]
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="lakestream-task") as pool:
-            futures = [pool.submit(contextvars.copy_context().run, fn, item) for item in items]
+        with ContextThreadPoolExecutor(self.workers, thread_name_prefix="lakestream-task") as pool:
+            futures = [pool.submit(fn, item) for item in items]
             errors = []
             for f in futures:
                 if (exc := f.exception()) is not None:
