@@ -42,8 +42,7 @@ class PriceList:
             write_requests=usage.write_requests * self.write_per_1000 / 1000,
             read_requests=usage.read_requests * self.read_per_1000 / 1000,
             transfer=(
-                usage.bytes_sent / GB * self.transfer_in_per_gb
-                + usage.bytes_received / GB * self.transfer_out_per_gb
+                usage.bytes_sent / GB * self.transfer_in_per_gb + usage.bytes_received / GB * self.transfer_out_per_gb
             ),
         )
 

@@ -256,7 +256,14 @@ def compact(
     """
     with measure_usage() as used:
         result = _compact(
-            store, table, definition, executor, target_file_size, min_input_files, partitions, delete_ratio,
+            store,
+            table,
+            definition,
+            executor,
+            target_file_size,
+            min_input_files,
+            partitions,
+            delete_ratio,
             delete_files,
         )
     result.usage = used.usage()
