@@ -18,8 +18,8 @@ from lakehouse.iceberg.datafiles import LakeContext
 from lakestream.cli import app
 from quality.check import publish_run, run_checks
 from quality.published_tag import published_snapshot
-from quality.runs import load_runs
 from quality.results import CheckResult
+from quality.runs import load_runs
 from tests.support.keyed_tables import NAME, batch, build
 from tests.support.rogue import live_files, rewrite
 
