@@ -14,6 +14,11 @@ Environment variables:
                             the changed input rows up to which a layers round runs in the driver (default
                             100000; 0: always on Spark's executors); a larger round runs in executor tasks
                             (`layers.executor_rounds`)
+    LAKESTREAM_PRICE_WRITE_PER_1000, LAKESTREAM_PRICE_READ_PER_1000, LAKESTREAM_PRICE_STORAGE_PER_GB_MONTH,
+    LAKESTREAM_PRICE_TRANSFER_IN_PER_GB, LAKESTREAM_PRICE_TRANSFER_OUT_PER_GB
+                            the price list usage is priced at (`object_store.pricing.PriceList`; default AWS S3
+                            Standard's list prices): dollars per 1,000 write-class (PUT, COPY, POST, LIST) and
+                            read-class (GET, HEAD) requests, per GB-month stored, per GB in and out
     LAKESTREAM_CONFIG       path of an optional YAML file
 
 YAML file (every key optional)::
@@ -28,6 +33,12 @@ YAML file (every key optional)::
       driver_budget_rows: 1000000
     layers:
       driver_budget_rows: 100000
+    prices:                 # AWS S3 Standard list prices unless set
+      write_per_1000: 0.005
+      read_per_1000: 0.0004
+      storage_per_gb_month: 0.023
+      transfer_in_per_gb: 0
+      transfer_out_per_gb: 0
 
 Everything else in lakestream receives its store (and later its catalog and Spark session) as
 arguments; nothing below this module reads the environment.
@@ -46,6 +57,7 @@ import yaml
 
 from lakehouse.errors import ConfigError, InvalidArgument
 from object_store import ObjectStore, open_store
+from object_store.pricing import PriceList
 
 DEFAULT_WAREHOUSE_DIR = "lakestream-warehouse"
 #: The rows a quality check may hold in the driver (see `Settings.quality_driver_budget_rows`).
@@ -76,6 +88,8 @@ _ENV = {
     "quality_driver_budget_rows": QUALITY_DRIVER_BUDGET_ENV,
     "layers_driver_budget_rows": LAYERS_DRIVER_BUDGET_ENV,
 }
+#: The price list's settings (`PriceList`'s fields): environment variable of each.
+PRICE_ENV = {name: f"LAKESTREAM_PRICE_{name.upper()}" for name in PriceList.__dataclass_fields__}
 _YAML_S3 = {
     "endpoint": "s3_endpoint",
     "region": "region",
@@ -110,6 +124,9 @@ class Settings:
     #: rows, diff and appends run in Spark's executor tasks (`layers.executor_rounds`), whatever starting them costs.
     #: ``0``: every round on the executors.
     layers_driver_budget_rows: int = DEFAULT_LAYERS_DRIVER_BUDGET_ROWS
+    #: What the store's requests, transfer and storage cost (`object_store.pricing`): AWS S3 Standard's list prices
+    #: unless ``LAKESTREAM_PRICE_...`` or the YAML file's ``prices:`` say otherwise.
+    prices: PriceList = field(default_factory=PriceList)
 
     def store_options(self) -> dict[str, Any]:
         """Options for `object_store.open_store` (empty for a ``file://`` warehouse)."""
@@ -130,9 +147,12 @@ class Settings:
 
     def describe(self, missing: str | None = "-") -> dict[str, str | None]:
         """A printable view: secrets masked, a setting that is not set shown as ``missing``."""
-        out = {}
+        out: dict[str, str | None] = {}
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "prices":
+                out.update({f"prices.{k}": str(v) for k, v in self.prices.to_dict().items()})
+                continue
             if value and f.name in ("secret_access_key", "session_token"):
                 value = "****"
             out[f.name] = value if value is not None else missing
@@ -158,6 +178,8 @@ def load_settings(
     for name, var in _ENV.items():
         if env.get(var):
             values[name] = _rows(env[var], var, name) if name in _ROWS else env[var]
+    prices = dict(values.pop("prices", {}))
+    prices.update({k: _price(env[var], var, k) for k, var in PRICE_ENV.items() if env.get(var)})
     if "region" not in values and env.get("AWS_DEFAULT_REGION"):
         values["region"] = env["AWS_DEFAULT_REGION"]
     unknown = set(overrides) - {f.name for f in fields(Settings)}
@@ -166,9 +188,25 @@ def load_settings(
     for name in _ROWS:
         if overrides.get(name) is not None:
             overrides[name] = _rows(overrides[name], f"the setting {name}", name)
+    given = overrides.pop("prices", None)  # a PriceList, or a mapping of some of its fields
+    if given is not None:
+        given = given.to_dict() if isinstance(given, PriceList) else dict(given)
+        prices.update({k: _price(v, f"the setting prices.{k}", k) for k, v in given.items()})
     values.update({k: v for k, v in overrides.items() if v is not None})
     values["warehouse"] = normalize_warehouse(values.get("warehouse"))
-    return Settings(**values)
+    return Settings(**values, prices=PriceList(**prices))
+
+
+def _price(value: Any, origin: str, name: str) -> float:
+    """A price in dollars >= 0; else a `ConfigError` naming ``origin``."""
+    try:
+        price = float(value)
+    except (TypeError, ValueError):
+        price = -1.0
+    if isinstance(value, bool) or not price >= 0 or price == float("inf"):
+        default = PriceList.__dataclass_fields__[name].default
+        raise ConfigError(f"{origin} is a price in dollars >= 0 ({name}, default {default}), got {value!r}")
+    return price
 
 
 def _rows(value: Any, origin: str, setting: str) -> int:
@@ -236,6 +274,16 @@ def _read_yaml(path: Path) -> dict[str, Any]:
                     raise ConfigError(f"config file {path}: unknown key {key}.{k}; known: {sorted(known)}")
                 if v is not None:
                     out[known[k]] = _rows(v, f"config file {path}: {key}.{k}", known[k])
+        elif key == "prices":
+            if value is None:
+                continue
+            if not isinstance(value, dict):
+                raise ConfigError(f"config file {path}: prices must be a mapping of {sorted(PRICE_ENV)}, got {value!r}")
+            for k, v in value.items():
+                if k not in PRICE_ENV:
+                    raise ConfigError(f"config file {path}: unknown key prices.{k}; known: {sorted(PRICE_ENV)}")
+                if v is not None:
+                    out.setdefault("prices", {})[k] = _price(v, f"config file {path}: prices.{k}", k)
         elif key == "s3":
             if value is None:
                 continue
@@ -246,7 +294,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
                     raise ConfigError(f"config file {path}: unknown key s3.{k}; known: {sorted(_YAML_S3)}")
                 out[_YAML_S3[k]] = _scalar(path, f"s3.{k}", v)
         else:
-            raise ConfigError(f"config file {path}: unknown key {key!r}; known: 'warehouse', 's3', 'quality', 'layers'")
+            sections = "'warehouse', 's3', 'quality', 'layers', 'prices'"
+            raise ConfigError(f"config file {path}: unknown key {key!r}; known: {sections}")
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -264,6 +313,7 @@ __all__ = [
     "DEFAULT_LAYERS_DRIVER_BUDGET_ROWS",
     "DEFAULT_QUALITY_DRIVER_BUDGET_ROWS",
     "LAYERS_DRIVER_BUDGET_ENV",
+    "PRICE_ENV",
     "QUALITY_DRIVER_BUDGET_ENV",
     "Settings",
     "budget_rows",

@@ -31,6 +31,7 @@ from lakehouse.table.definition import RESERVED_NAMESPACE
 from layers.errors import LayerConflict, RoundUnknown
 from layers.lease import Owner, RoundLease
 from object_store import NotFound, ObjectStore, PreconditionFailed
+from object_store.usage import Usage
 
 __all__ = [
     "LAYERS_PREFIX",
@@ -175,7 +176,8 @@ class RoundReport:
     groups) recomputed; ``upserts``/``deletes``: rows appended to the model's log; ``output``: the model's log ends
     once its appends were done (the round's boundary; empty in reports of older versions). ``abandoned``: the
     round never finished; a rebuild (or a model or input table created again) replaced it, so its appends, if
-    any, are no boundary (`round_boundary`)."""
+    any, are no boundary (`round_boundary`). ``usage``: the round's requests to the store and their bytes up to
+    its report (`object_store.usage`; none in reports of older versions)."""
 
     model: str
     round: int
@@ -192,6 +194,7 @@ class RoundReport:
     abandoned: bool = False
     finished_at: float = field(default=0.0, compare=False)
     output: dict[int, int] = field(default_factory=dict, compare=False)
+    usage: Usage = field(default_factory=Usage, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -210,12 +213,14 @@ class RoundReport:
             "abandoned": self.abandoned,
             "finished_at": self.finished_at,
             "output": {str(b): o for b, o in self.output.items()},
+            "usage": self.usage.to_dict(),
         }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> RoundReport:
         output = {int(b): int(o) for b, o in (doc.get("output") or {}).items()}
-        return cls(**{**doc, "positions": _positions(doc["positions"]) or {}, "output": output})
+        usage = Usage.from_dict(doc.get("usage"))
+        return cls(**{**doc, "positions": _positions(doc["positions"]) or {}, "output": output, "usage": usage})
 
 
 def latest_round(store: ObjectStore, model: str) -> RoundRecord | None:

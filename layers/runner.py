@@ -65,6 +65,7 @@ from layers.spark_sql import SparkSql
 from layers.status import ModelStatus, model_statuses
 from layers.strategy import RECOMPUTE, ModelPlan, explain
 from layers.writer import append_round
+from object_store.usage import UsageMeter, measure_usage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -346,7 +347,8 @@ class Runner:
         intent (the next round starts afresh, with whatever was fixed); otherwise the round stays unfinished and
         the next runner resumes it at once."""
         try:
-            report = self._execute(record, subs, started, lease, resumed=resumed)
+            with measure_usage() as used:
+                report = self._execute(record, subs, started, lease, resumed=resumed, used=used)
         except Exception:
             if resumed or lease.appended:
                 lease.release()
@@ -415,7 +417,9 @@ class Runner:
         lease: RoundLease,
         *,
         resumed: bool = False,
+        used: UsageMeter | None = None,
     ) -> RoundReport:
+        """Run the round; its report records ``used``'s requests (the round's usage scope) up to the report."""
         name = record.model
         plan = self.plans[name]
         self.rows.handed.pop(name, None)
@@ -432,6 +436,7 @@ class Runner:
                 finished_at=time.time(),
                 output=self.lh.log(name).end_offsets(),
             )
+            report = replace(report, usage=used.usage()) if used is not None else report
             write_report(self.lh.store, report)
             self._release_boundary(name)
             return report
@@ -489,6 +494,7 @@ class Runner:
             finished_at=time.time(),
             output=self.lh.log(name).end_offsets(),
         )
+        report = replace(report, usage=used.usage()) if used is not None else report
         write_report(self.lh.store, report)
         self._release_boundary(name)
         prune(self.lh.store, name, record.number)

@@ -27,9 +27,12 @@ from object_store.errors import (
     UnsafeStoreError,
     WarehouseNotFound,
 )
+from object_store.pricing import Cost, PriceList
+from object_store.usage import Usage, UsageMeter, measure_usage, process_usage
 
 __all__ = [
     "AccessDenied",
+    "Cost",
     "InvalidArgument",
     "InvalidKey",
     "LakestreamError",
@@ -40,11 +43,16 @@ __all__ = [
     "ObjectInfo",
     "ObjectStore",
     "PreconditionFailed",
+    "PriceList",
     "StoreError",
     "StoreUnavailable",
     "UnsafeStoreError",
+    "Usage",
+    "UsageMeter",
     "WarehouseNotFound",
+    "measure_usage",
     "open_store",
+    "process_usage",
     "validate_key",
 ]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import builtins
+import contextlib
 import itertools
 import logging
 import re
@@ -28,6 +29,7 @@ from object_store.errors import (
 )
 from object_store.multipart import ObjectWriter
 from object_store.tokens import WRITE_TOKEN_KEY, new_token
+from object_store.usage import Usage, UsageMeter, measure_usage, process_usage
 
 if TYPE_CHECKING:
     import pyarrow.fs
@@ -365,6 +367,20 @@ class ObjectStore(abc.ABC):
                 "data. Use a store that enforces If-None-Match and If-Match (AWS S3, MinIO, SeaweedFS >= "
                 "4.x, Ceph RGW >= 19), or fix the gateway in front of it."
             )
+
+    # ---- usage ----------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def usage() -> contextlib.AbstractContextManager[UsageMeter]:
+        """A scope counting the requests and bytes of the operation run inside it (`object_store.usage`): every
+        store's, since one operation reaches the store through several clients. ``with store.usage() as u: ...;
+        u.requests["PUT"], u.bytes_sent``."""
+        return measure_usage()
+
+    @staticmethod
+    def usage_total() -> Usage:
+        """Every request this process made to any store since it started."""
+        return process_usage()
 
     def connection_options(self) -> dict[str, str]:
         """Options another client needs to reach the same store (`open_store` keyword names). For S3 this

@@ -23,6 +23,9 @@ write raises `StoreError` saying the warehouse is read-only.
 
 Limits of a file system: a key cannot be both an object and a "directory" of other keys (``a`` and
 ``a/b``); such a put raises `InvalidKey`. The top-level name ``.lakestream-store`` is reserved.
+
+Usage (`object_store.usage`) is counted in the primitives as the requests S3 would serve for them: a put one
+PUT, a listing one LIST per 1,000 keys, a bulk delete one POST per batch, a multipart upload its POSTs and PUTs.
 """
 
 from __future__ import annotations
@@ -47,11 +50,14 @@ import pyarrow.fs as pafs
 from object_store.base import Object, ObjectInfo, ObjectStore
 from object_store.errors import InvalidKey, NotFound, PreconditionFailed, StoreError, WarehouseNotFound
 from object_store.tokens import WRITE_TOKEN_KEY
+from object_store.usage import record, record_received
 
 INTERNAL_DIR = ".lakestream-store"
 _READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
 LOCK_STRIPES = 64
 _CHUNK = 1024 * 1024
+#: Keys a LIST request returns on S3: the local backend counts its listings in pages of as many.
+LIST_PAGE = 1000
 
 
 class LocalStore(ObjectStore):
@@ -229,6 +235,7 @@ class LocalStore(ObjectStore):
     ) -> str:
         path = self._path(key)
         self._writable(key)
+        record("PUT", sent=len(data))
         if if_none_match and path.is_file():
             # taken already: refuse before writing the body (the check under the lock below decides races)
             with self._locked(key, exclusive=False):
@@ -247,6 +254,7 @@ class LocalStore(ObjectStore):
         return etag
 
     def _get(self, key: str, start: int | None = None, length: int | None = None) -> Object:
+        record("GET")
         with self._locked(key, exclusive=False):
             info = self._read_info(key)
             with open(self._path(key), "rb") as f:
@@ -255,15 +263,24 @@ class LocalStore(ObjectStore):
                     data = f.read(length)
                 else:
                     data = f.read()
+        record_received(len(data))
         return Object(key=key, data=data, etag=info.etag, metadata=info.metadata)
 
     def _head(self, key: str) -> ObjectInfo:
+        record("HEAD")
+        return self._stat(key)
+
+    def _stat(self, key: str) -> ObjectInfo:
         with self._locked(key, exclusive=False):
             return self._read_info(key)
 
     def _list(self, prefix: str, start_after: str | None) -> Iterator[ObjectInfo]:
         base = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
-        yield from self._walk(base, prefix, start_after or "")
+        record("LIST")  # a listing is one request per page, the first one even if it finds nothing
+        for n, info in enumerate(self._walk(base, prefix, start_after or ""), 1):
+            yield info
+            if n % LIST_PAGE == 0:
+                record("LIST")
 
     def _walk(self, dir_key: str, prefix: str, start_after: str) -> Iterator[ObjectInfo]:
         directory = self.root / dir_key if dir_key else self.root
@@ -288,13 +305,22 @@ class LocalStore(ObjectStore):
                 yield from self._walk(name, prefix, start_after)
             elif name.startswith(prefix) and name > start_after:
                 try:
-                    info = self._head(name)
+                    info = self._stat(name)
                 except NotFound:  # deleted while we listed
                     continue
                 # Like S3's ListObjects: no user metadata in listings (use head()).
                 yield dataclasses.replace(info, metadata={}, write_token=None)
 
     def _delete(self, key: str, *, if_match: str | None) -> None:
+        record("DELETE")
+        self._remove(key, if_match=if_match)
+
+    def _delete_many(self, keys: list[str]) -> None:
+        record("POST")  # S3's DeleteObjects: one request per batch
+        for key in keys:
+            self._remove(key, if_match=None)
+
+    def _remove(self, key: str, *, if_match: str | None) -> None:
         path = self._path(key)
         with self._locked(key, exclusive=True):
             if if_match is not None:
@@ -315,6 +341,7 @@ class LocalStore(ObjectStore):
     def _create_multipart(self, key: str, metadata: dict[str, str]) -> str:
         self._path(key)
         self._writable(key)
+        record("POST")
         upload_id = uuid.uuid4().hex
         d = self._upload_dir(upload_id)
         d.mkdir()
@@ -322,6 +349,7 @@ class LocalStore(ObjectStore):
         return upload_id
 
     def _upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> str:
+        record("PUT", sent=len(data))
         d = self._upload_dir(upload_id)
         if not d.is_dir():
             raise _no_upload(key, upload_id)
@@ -338,6 +366,7 @@ class LocalStore(ObjectStore):
     def _complete_multipart(
         self, key: str, upload_id: str, parts: list[tuple[int, str]], *, if_none_match: bool
     ) -> str:
+        record("POST")
         d = self._upload_dir(upload_id)
         try:
             manifest = json.loads((d / "upload.json").read_text())
@@ -367,6 +396,7 @@ class LocalStore(ObjectStore):
         return etag
 
     def _abort_multipart(self, key: str, upload_id: str) -> None:
+        record("DELETE")
         shutil.rmtree(self._upload_dir(upload_id), ignore_errors=True)
 
     def open_uploads(self) -> list[str]:

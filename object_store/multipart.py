@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from object_store.errors import InvalidArgument, PreconditionFailed
 from object_store.tokens import WRITE_TOKEN_KEY, new_token
+from object_store.usage import ContextThreadPoolExecutor
 
 if TYPE_CHECKING:
     from object_store.base import ObjectStore
@@ -165,7 +166,8 @@ class ObjectWriter:
                 self._store.ensure_conditional_writes()
             self._metadata = metadata
             self._upload_id = self._store._create_multipart(self.key, metadata)
-            self._pool = ThreadPoolExecutor(self._max_concurrency, thread_name_prefix="mpu")
+            # parts count in the writer's usage scopes (object_store.usage)
+            self._pool = ContextThreadPoolExecutor(self._max_concurrency, thread_name_prefix="mpu")
         part_number = len(self._futures) + 1
         if part_number > MAX_PARTS:
             raise InvalidArgument(

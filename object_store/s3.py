@@ -15,6 +15,10 @@ endpoint that accepts connections and never answers costs about the deadline plu
 A retried conditional write can meet its own first attempt; `ObjectStore.put` settles that with the
 write token (see ``base.py``). botocore re-sends the very same request, token included, so the check
 works for its internal retries as well as ours.
+
+Usage (`object_store.usage`) is counted per HTTP attempt, retries included: botocore's ``before-send`` event
+counts the request by its operation's billing class and the bytes of its body, ``response-received`` the bytes
+of the response's body (its Content-Length; none for a HEAD).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from object_store.errors import (
     StoreUnavailable,
 )
 from object_store.tokens import WRITE_TOKEN_KEY
+from object_store.usage import record, record_received
 
 #: Operations that change nothing in the store, so a timeout on them leaves nothing half-applied.
 _READS = frozenset({"GetObject", "HeadObject", "ListObjectsV2", "ListMultipartUploads"})
@@ -176,6 +181,8 @@ class S3Store(ObjectStore):
         after ``retry_deadline`` seconds of failing."""
         client = self._session.client("s3", endpoint_url=self.endpoint_url, config=self._config)
         events = client.meta.events
+        events.register("before-send.s3", _count_request, unique_id="lakestream-usage-request")
+        events.register("response-received.s3", _count_response, unique_id="lakestream-usage-response")
         unique_id = "retry-config-s3"
         emitter = getattr(events, "_emitter", events)  # botocore's EventAliaser wraps a HierarchicalEmitter
         entry = getattr(emitter, "_unique_id_handlers", {}).get(unique_id)
@@ -509,6 +516,58 @@ class S3Store(ObjectStore):
 
     def close(self) -> None:
         self.client.close()
+
+
+#: S3 operations by how S3 bills them (`object_store.usage.KINDS`); others by their HTTP method.
+_KIND = {
+    "PutObject": "PUT",
+    "UploadPart": "PUT",
+    "CreateBucket": "PUT",
+    "CopyObject": "COPY",
+    "UploadPartCopy": "COPY",
+    "CreateMultipartUpload": "POST",
+    "CompleteMultipartUpload": "POST",
+    "DeleteObjects": "POST",
+    "ListObjectsV2": "LIST",
+    "ListObjects": "LIST",
+    "ListMultipartUploads": "LIST",
+    "ListParts": "LIST",
+    "ListBuckets": "LIST",
+    "GetObject": "GET",
+    "HeadObject": "HEAD",
+    "HeadBucket": "HEAD",
+    "DeleteObject": "DELETE",
+    "AbortMultipartUpload": "DELETE",
+}
+_BY_METHOD = {"PUT": "PUT", "POST": "POST", "GET": "GET", "HEAD": "HEAD", "DELETE": "DELETE"}
+
+
+def _count_request(request: Any = None, event_name: str = "", **_: Any) -> None:
+    """before-send: one HTTP attempt (botocore's retries included), with the bytes of its body."""
+    if request is None:
+        return
+    kind = _KIND.get(event_name.rsplit(".", 1)[-1]) or _BY_METHOD.get(str(request.method).upper(), "GET")
+    body = request.body
+    length = request.headers.get("Content-Length")
+    if length is not None:
+        sent = int(length)
+    elif isinstance(body, bytes | bytearray):
+        sent = len(body)
+    else:
+        sent = 0
+    record(kind, sent=sent)
+
+
+def _count_response(response_dict: dict[str, Any] | None = None, event_name: str = "", **_: Any) -> None:
+    """response-received: the bytes of an attempt's response body (a HEAD's Content-Length is the object's, not
+    sent)."""
+    if not response_dict or event_name.endswith(".HeadObject") or event_name.endswith(".HeadBucket"):
+        return
+    length = (response_dict.get("headers") or {}).get("content-length")
+    if length is not None:
+        record_received(int(length))
+    elif isinstance(response_dict.get("body"), bytes):
+        record_received(len(response_dict["body"]))
 
 
 def _note_start(context: dict[str, Any] | None = None, **_: Any) -> None:

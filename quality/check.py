@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse.executor import SparkExecutor
 from object_store.errors import LakestreamError
+from object_store.usage import measure_usage
 from quality.anomaly import ANOMALY
 from quality.reconcile import reconcile
 from quality.results import GX, LAYER, RECONCILE, CheckResult, QualityRun, upstream_failure
@@ -58,12 +59,17 @@ def _now() -> str:
 def _guarded(check: str, table: str, run: Callable[[], CheckResult | list[CheckResult]]) -> list[CheckResult]:
     """Run one check; an error that keeps it from running becomes a failed result naming it."""
     started = time.perf_counter()
-    try:
-        out = run()
-    except (LakestreamError, OSError) as exc:
-        log.warning("%s of %s could not run: %s", check, table, exc)
-        return [CheckResult(check, table, seconds=time.perf_counter() - started, error=f"{type(exc).__name__}: {exc}")]
-    return out if isinstance(out, list) else [out]
+    with measure_usage() as used:
+        try:
+            out = run()
+        except (LakestreamError, OSError) as exc:
+            log.warning("%s of %s could not run: %s", check, table, exc)
+            error = f"{type(exc).__name__}: {exc}"
+            out = CheckResult(check, table, seconds=time.perf_counter() - started, error=error)
+    results = out if isinstance(out, list) else [out]
+    if results and not results[0].usage:  # a check giving several results records its usage on the first
+        results[0].usage = used.usage()
+    return results
 
 
 def run_checks(

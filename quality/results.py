@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from object_store.usage import Usage
+
 #: The kinds of check; ``CheckResult.check`` is one of these (GX results add the suite: ``gx:<suite>``).
 RECONCILE = "reconcile"
 LAYER = "layer"
@@ -108,6 +110,9 @@ class CheckResult:
     details: dict[str, Any] = field(default_factory=dict)
     error: str | None = None  # the check could not run (QualityError message); counts as not ok
     not_evaluated: str | None = None  # why the check was not run (see above); counts as not ok
+    #: the check's requests to the store and their bytes (`object_store.usage`; a check giving several results
+    #: records them on its first)
+    usage: Usage = field(default_factory=Usage)
 
     @property
     def ok(self) -> bool:
@@ -143,6 +148,7 @@ class CheckResult:
             "details": _jsonable(self.details),
             "error": self.error,
             "not_evaluated": self.not_evaluated,
+            "usage": self.usage.to_dict(),
         }
 
     @classmethod
@@ -157,6 +163,7 @@ class CheckResult:
             details=dict(d.get("details") or {}),
             error=d.get("error"),
             not_evaluated=d.get("not_evaluated"),  # absent from runs recorded before it existed
+            usage=Usage.from_dict(d.get("usage")),  # absent from runs recorded before it existed
         )
 
 

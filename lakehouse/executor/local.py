@@ -1,14 +1,18 @@
-"""A local in-process executor: a thread pool (pyarrow releases the GIL for IO, encoding and compute)."""
+"""A local in-process executor: a thread pool (pyarrow releases the GIL for IO, encoding and compute).
+
+Each task runs in a copy of the caller's context, so what it asks of the store counts in the caller's usage
+scopes (`object_store.usage`).
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from lakehouse.errors import InvalidArgument
 from lakehouse.executor.base import TaskExecutor
+from object_store.usage import ContextThreadPoolExecutor
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -31,7 +35,7 @@ class LocalExecutor(TaskExecutor):
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         if len(items) <= 1 or self.workers == 1:
             return [fn(item) for item in items]
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="lakestream-task") as pool:
+        with ContextThreadPoolExecutor(self.workers, thread_name_prefix="lakestream-task") as pool:
             futures = [pool.submit(fn, item) for item in items]
             errors = []
             for f in futures:

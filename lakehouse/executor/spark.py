@@ -3,6 +3,9 @@
 The driver sends the items and the task function (cloudpickled by Spark), each task returns its result
 pickled in one binary cell. No JVM-side IO, no jars: the tasks read and write the object store with
 pyarrow, exactly like the local executor.
+
+A task's requests to the store are counted in its worker process (`object_store.usage.measured`) and come
+back with its result; the driver adds them to its usage scopes, so an operation's usage includes its tasks'.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from lakehouse.executor.base import TaskExecutor
+from object_store.usage import Usage, add_to_scopes
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -38,9 +42,12 @@ class SparkExecutor(TaskExecutor):
         def run(batches):  # runs on the Spark Python workers
             import pyarrow as pa
 
+            from object_store.usage import measured
+
             for batch in batches:
                 for i in batch.column(0).to_pylist():
-                    result = pickle.dumps(fn(items[i]), protocol=pickle.HIGHEST_PROTOCOL)
+                    value, used = measured(fn, items[i])
+                    result = pickle.dumps((value, used.to_dict()), protocol=pickle.HIGHEST_PROTOCOL)
                     yield pa.RecordBatch.from_pydict(
                         {"id": pa.array([i], pa.int64()), "payload": pa.array([result], pa.binary())}
                     )
@@ -49,7 +56,9 @@ class SparkExecutor(TaskExecutor):
         rows = df.mapInArrow(run, "id long, payload binary").collect()
         out: list = [None] * len(items)
         for row in rows:
-            out[row["id"]] = pickle.loads(row["payload"])  # noqa: S301 - our own tasks' results
+            value, used = pickle.loads(row["payload"])  # noqa: S301 - our own tasks' results
+            out[row["id"]] = value
+            add_to_scopes(Usage.from_dict(used))
         return out
 
     def describe(self) -> dict:

@@ -83,6 +83,7 @@ from lakehouse.iceberg.contention import (
 from lakehouse.iceberg.fileio import STORE_OPTION_PROPERTIES
 from lakehouse.iceberg.lake_table import LakeTable, apply_updates, metadata_json
 from lakehouse.iceberg.offsets import check_tiering_fence
+from lakehouse.iceberg.threads import carry_context
 from lakehouse.table.aliases import (
     ALIASES_KEY,
     DEFAULT_CACHE_SECONDS,
@@ -209,6 +210,7 @@ class ObjectStoreCatalog(MetastoreCatalog):
             except (StoreError, InvalidArgument) as exc:
                 raise LakestreamError(f"catalog {name!r}: cannot open warehouse {warehouse!r}: {exc}") from None
         self.store = store
+        carry_context()  # pyiceberg's threads write a commit's manifests: they count in the caller's usage
         #: the warehouse's table aliases (None: names are physical tables, as in a `Lakehouse`'s own catalog)
         self._aliases = AliasCache(store, DEFAULT_CACHE_SECONDS) if resolve_aliases else None
         self._commit_checks: list[CommitCheck] = []

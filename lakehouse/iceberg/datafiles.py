@@ -39,6 +39,7 @@ from pyiceberg.typedef import Record
 from lakehouse.errors import InvalidArgument
 from lakehouse.table.evolution import project_lake_file
 from object_store import ObjectStore, open_store
+from object_store.usage import record
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,7 @@ class LakeContext:
             writer.close()
             size = out.tell()
             out.close()
+            self.count_written(size)
         except BaseException:
             if out is not None and location is not None:  # out is opened at location
                 out.close()
@@ -159,6 +161,11 @@ class LakeContext:
 
     def writer_options(self, sample: pa.Table) -> dict[str, Any]:
         return parquet_writer_options(sample, self.arrow_schema, dict(self.properties))
+
+    def count_written(self, size: int) -> None:
+        """Count a file of ``size`` bytes written through pyarrow's file system (`fs`), which the store's own
+        counting does not see, as the one PUT of an object that size (`object_store.usage`)."""
+        record("PUT", sent=size)
 
     def _open_output(self, key: str) -> pa.NativeFile:
         try:

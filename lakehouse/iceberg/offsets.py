@@ -22,7 +22,6 @@ import json
 import threading
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyiceberg.io import FileIO
@@ -30,6 +29,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot, Summary
 
 from lakehouse.errors import LakeStateError, TieringConflict
+from object_store.usage import ContextThreadPoolExecutor
 
 COMMIT_USER_PROPERTY = "lakestream.commit-user"
 TIERING_BASE_PROPERTY = "lakestream.tiering-base"
@@ -204,7 +204,7 @@ def tiering_snapshots(
             if (path := summary_of(s)[OFFSETS_FILE_PROPERTY]) is not None and path not in _OFFSETS_FILES
         ]
     if len(unread) > 1:
-        with ThreadPoolExecutor(min(16, len(unread))) as pool:
+        with ContextThreadPoolExecutor(min(16, len(unread))) as pool:
             parsed = list(pool.map(offsets_of, snaps))
     else:
         parsed = [offsets_of(s) for s in snaps]

@@ -82,6 +82,7 @@ def write_position_deletes(
         size = out.tell()
     finally:
         out.close()
+    ctx.count_written(size)
     first, last = ordered[0][0], ordered[-1][0]
     return DataFile.from_args(
         content=DataFileContent.POSITION_DELETES,

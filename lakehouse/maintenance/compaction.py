@@ -39,6 +39,7 @@ from lakehouse.iceberg.layout import OFFSET_COLUMN, check_lake_layout
 from lakehouse.iceberg.offsets import COMMIT_USER_PROPERTY
 from lakehouse.iceberg.position_deletes import DeleteIndex, deletes_per_file
 from lakehouse.table.definition import TableDefinition
+from object_store.usage import Usage, measure_usage
 
 if TYPE_CHECKING:
     from object_store.base import ObjectStore
@@ -68,9 +69,12 @@ class CompactionResult:
     bytes_written: int = 0
     seconds: float = 0.0
     executor: str = "local"
+    #: the compaction's requests to the store and their bytes, its tasks' included (`object_store.usage`); the
+    #: Parquet files it reads through pyarrow are not counted (docs/concepts/storage.md, "What it costs")
+    usage: Usage = field(default_factory=Usage)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "usage": self.usage.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -242,13 +246,41 @@ def compact(
     delete_ratio: float = DEFAULT_DELETE_RATIO,
     delete_files: int = DEFAULT_DELETE_FILES,
 ) -> CompactionResult:
-    """Rewrite small files of ``table`` (see the module docstring). Nothing to do: ``snapshot_id`` None.
+    """Rewrite small files of ``table`` (see the module docstring). Nothing to do: ``snapshot_id`` None. The
+    result's ``usage`` holds the run's requests to the store, its tasks' included.
 
     Raises:
         ValueError: a bad argument (nothing was planned).
         MaintenanceError: a task failed, or another compaction replaced an input first; this run's files
             were deleted and the table is unchanged.
     """
+    with measure_usage() as used:
+        result = _compact(
+            store,
+            table,
+            definition,
+            executor,
+            target_file_size,
+            min_input_files,
+            partitions,
+            delete_ratio,
+            delete_files,
+        )
+    result.usage = used.usage()
+    return result
+
+
+def _compact(
+    store: ObjectStore,
+    table: Table,
+    definition: TableDefinition,
+    executor: TaskExecutor | None,
+    target_file_size: int,
+    min_input_files: int,
+    partitions: set[tuple] | None,
+    delete_ratio: float,
+    delete_files: int,
+) -> CompactionResult:
     check_arguments(target_file_size, min_input_files)
     check_lake_layout(table.metadata, definition)
     started = time.perf_counter()

@@ -4,12 +4,11 @@ offsets file, the metadata files of its metadata log, and the metadata files pin
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 from pyiceberg.table import Table
 
 from lakehouse.iceberg.offsets import offsets_files
 from lakehouse.iceberg.pinned import pinned_locations
+from object_store.usage import ContextThreadPoolExecutor
 
 
 def referenced_sizes(table: Table, *, include_metadata: bool = True, live_only: bool = True) -> dict[str, int | None]:
@@ -32,7 +31,7 @@ def referenced_sizes(table: Table, *, include_metadata: bool = True, live_only: 
         entries = manifest.fetch_manifest_entry(table.io, discard_deleted=live_only)
         return [(e.data_file.file_path, e.data_file.file_size_in_bytes) for e in entries]
 
-    with ThreadPoolExecutor(8) as pool:
+    with ContextThreadPoolExecutor(8) as pool:
         for files in pool.map(files_of, manifests.values()):
             out.update(files)
     if include_metadata:

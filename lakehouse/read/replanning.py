@@ -55,13 +55,12 @@ def read_again(lh: Lakehouse, name: str | TableName, read: Any, attempts: int = 
 
 def stream_changes(lh: Lakehouse, name: str | TableName, plan: Any, attempts: int) -> Iterator[pa.RecordBatch]:
     """The buckets' changes in bucket order, up to ``CHANGES_WORKERS`` buckets read at once."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from lakehouse.iceberg.datafiles import LakeContext
+    from object_store.usage import ContextThreadPoolExecutor
 
     ctx = LakeContext.of(lh.store, lh.lake_table(name))
     items = list(plan.buckets)
-    with ThreadPoolExecutor(CHANGES_WORKERS, thread_name_prefix="lakestream-changes") as pool:
+    with ContextThreadPoolExecutor(CHANGES_WORKERS, thread_name_prefix="lakestream-changes") as pool:
         pending = [
             pool.submit(_bucket_changes, lh, name, plan, item, ctx, attempts) for item in items[:CHANGES_WORKERS]
         ]
@@ -163,12 +162,11 @@ def lookup(
     ids = log.bucket_of(keys.column(definition.bucket_key)).to_numpy(zero_copy_only=False)
     by_bucket = {int(b): keys.filter(pa.array(ids == b)) for b in np.unique(ids)}
     plan = plan_lookup(table, log, as_of, list(by_bucket))
-    from concurrent.futures import ThreadPoolExecutor
-
     from lakehouse.iceberg.datafiles import LakeContext
+    from object_store.usage import ContextThreadPoolExecutor
 
     ctx = LakeContext.of(lh.store, table)
-    with ThreadPoolExecutor(CHANGES_WORKERS, thread_name_prefix="lakestream-lookup") as pool:
+    with ContextThreadPoolExecutor(CHANGES_WORKERS, thread_name_prefix="lakestream-lookup") as pool:
         parts = list(
             pool.map(lambda item: _bucket_rows(lh, name, plan, item, ctx, by_bucket[item.bucket]), plan.buckets)
         )

@@ -64,6 +64,7 @@ from lakehouse.merge import engine_of
 from lakehouse.merge.keyed_rows import KeySet, mark_bucket, reduce_changes, rewrite_bucket, round_counts, stored_rows
 from lakehouse.table.definition import TableDefinition
 from lakehouse.table.evolution import sync_lake_schema
+from object_store.usage import Usage, measure_usage
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,8 @@ class TieringResult:
     parallelism: int = 1
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
+    #: the round's requests to the store and their bytes, its tasks' included (`object_store.usage`)
+    usage: Usage = field(default_factory=Usage)
 
     @property
     def tiered(self) -> bool:
@@ -135,6 +138,7 @@ class TieringResult:
         doc = asdict(self)
         doc["previous_offsets"] = {str(k): v for k, v in self.previous_offsets.items()}
         doc["offsets"] = {str(k): v for k, v in self.offsets.items()}
+        doc["usage"] = self.usage.to_dict()
         return doc
 
 
@@ -339,6 +343,22 @@ def _conflict(catalog: Any, definition: TableDefinition, base: Any, exc: Excepti
 
 
 def tier(
+    store: Any,
+    catalog: Any,
+    log_: Log,
+    *,
+    executor: TaskExecutor | None = None,
+    max_split_rows: int | None = None,
+    end: Mapping[int, int] | None = None,
+) -> TieringResult:
+    """One tiering round of ``log_``'s table (see `_tier`), its requests to the store in its ``usage``."""
+    with measure_usage() as used:
+        result = _tier(store, catalog, log_, executor=executor, max_split_rows=max_split_rows, end=end)
+    result.usage = used.usage()
+    return result
+
+
+def _tier(
     store: Any,
     catalog: Any,
     log_: Log,

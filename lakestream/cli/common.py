@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from lakehouse.lakehouse import Lakehouse
+    from object_store.pricing import PriceList
 
 #: Errors from below the library that the CLI reports in one line instead of a traceback (the facade
 #: translates the ones it knows; these are what gets past it: the OS's, pyiceberg's, Spark's).
@@ -218,10 +219,14 @@ def print_mapping(mapping: dict) -> None:
 # -- commands over tables (lakehouse.table_runs) -----------------------------------------------------------------
 
 
-def run_json(run) -> None:
-    """--json of a command over tables: the table's result, or what went wrong (as the jobs print it)."""
+def run_json(run, prices: PriceList | None = None) -> None:
+    """--json of a command over tables: the table's result, or what went wrong (as the jobs print it). With
+    ``prices``, a result's ``usage`` is priced too (``cost``: dollars by what they pay for, and ``total``)."""
     if run.ok:
-        json_line(run.result.to_dict())
+        doc = run.result.to_dict()
+        if prices is not None and getattr(run.result, "usage", None) is not None:
+            doc["cost"] = prices.price(run.result.usage).to_dict()
+        json_line(doc)
     else:
         json_line({"table": run.table, "error": run.message, "type": type(run.error).__name__})
 
@@ -233,7 +238,9 @@ def report_if_failed(run) -> bool:
     return not run.ok
 
 
-def emit_runs(runs: Iterable, json_output: bool, render: Callable[[Any], object]) -> list:
+def emit_runs(
+    runs: Iterable, json_output: bool, render: Callable[[Any], object], prices: PriceList | None = None
+) -> list:
     """The runs of a command over tables as they come: with ``--json`` each as one JSON line (`run_json`); a
     failed one's error on stderr (`report_if_failed`); else ``render(run)`` for each that succeeded. Returns the
     runs, for `finish_runs`."""
@@ -241,7 +248,7 @@ def emit_runs(runs: Iterable, json_output: bool, render: Callable[[Any], object]
     for run in runs:
         done.append(run)
         if json_output:
-            run_json(run)
+            run_json(run, prices)
         if report_if_failed(run) or json_output:
             continue
         render(run)

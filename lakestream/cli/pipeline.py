@@ -26,6 +26,7 @@ from lakestream.cli.common import (
     open_spark,
 )
 from lakestream.console import new_table
+from object_store.pricing import PriceList
 
 
 def tier(
@@ -51,8 +52,9 @@ def tier(
         lh = open_lakehouse(warehouse, config)
         names = table or [str(t) for t in lh.list_tables()]
         executor = open_executor(spark_master, workers)
-    out = new_table("table", "records", "files +/-", "MB", "seconds", "snapshot", "offsets")
+    out = new_table("table", "records", "files +/-", "MB", "seconds", "requests w/r", "$", "snapshot", "offsets")
     spark = getattr(executor, "spark", None)
+    prices = lh.settings.prices if lh.settings is not None else PriceList()
 
     def row(run) -> None:
         r = run.result
@@ -62,12 +64,14 @@ def tier(
             f"+{r.files_added}/-{r.files_removed}",
             f"{r.bytes_written / 1e6:.1f}",
             f"{r.seconds:.2f}",
+            f"{r.usage.write_requests:,}/{r.usage.read_requests:,}",
+            f"{prices.price(r.usage).total:.6f}",
             str(r.snapshot_id or "- (nothing to tier)"),
             " ".join(f"{b}:{o}" for b, o in r.offsets.items()),
         )
 
     work = lambda name: lh.tier(name, spark=spark, workers=workers, max_split_rows=max_split_rows)  # noqa: E731
-    runs = emit_runs(lh.for_each_table(work, names), json_output, row)
+    runs = emit_runs(lh.for_each_table(work, names), json_output, row, prices)
     if not json_output:
         console.print(out)
     finish_runs(runs)

@@ -116,6 +116,10 @@ def test_log_and_reads(wh) -> None:
     tiered = lines("tier", *wh, "--local")
     assert [t["table"] for t in tiered] == [NAME] and tiered[0]["rows"] == 10
     assert tiered[0]["offsets"] == {str(o["bucket"]): o["end_offset"] for o in offsets}
+    usage, cost = tiered[0]["usage"], tiered[0]["cost"]  # the round's requests, priced (AWS list prices)
+    assert usage["requests"]["PUT"] >= tiered[0]["files_added"] + 1 and usage["bytes_sent"] > 0
+    assert cost["total"] > 0
+    assert cost["total"] == pytest.approx(cost["write_requests"] + cost["read_requests"] + cost["transfer"])
     with Lakehouse.open(wh[1]) as lh:
         lh.log(NAME).append(rows(range(3), "9.99"), "upsert")
         start = lh.lake_offsets(NAME)

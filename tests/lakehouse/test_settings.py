@@ -167,3 +167,21 @@ def test_layers_driver_budget_from_yaml_environment_and_arguments(tmp_path: Path
         cfg.write_text(text)
         with pytest.raises(ConfigError, match=message):
             load_settings(cfg, env={})
+
+
+def test_prices_default_to_aws_list_prices_and_are_set_by_yaml_then_environment(tmp_path: Path) -> None:
+    from object_store.pricing import PriceList
+
+    assert load_settings(env={}).prices == PriceList()
+    assert PriceList().write_per_1000 == 0.005 and PriceList().read_per_1000 == 0.0004
+    config = tmp_path / "lakestream.yaml"
+    config.write_text("prices:\n  write_per_1000: 0.0054\n  storage_per_gb_month: 0.0125\n")
+    s = load_settings(config, env={"LAKESTREAM_PRICE_WRITE_PER_1000": "0.006"})
+    assert (s.prices.write_per_1000, s.prices.storage_per_gb_month, s.prices.read_per_1000) == (0.006, 0.0125, 0.0004)
+    assert s.describe()["prices.write_per_1000"] == "0.006"
+    assert load_settings(env={}, prices={"read_per_1000": 0.001}).prices.read_per_1000 == 0.001
+    with pytest.raises(ConfigError, match="LAKESTREAM_PRICE_READ_PER_1000"):
+        load_settings(env={"LAKESTREAM_PRICE_READ_PER_1000": "cheap"})
+    config.write_text("prices:\n  puts: 1\n")
+    with pytest.raises(ConfigError, match="prices.puts"):
+        load_settings(config, env={})

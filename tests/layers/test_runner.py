@@ -92,11 +92,13 @@ def test_rounds_follow_every_kind_of_change_and_equal_a_rebuild(lakehouse, spark
     first = layers.run_once()
     assert [(r.model, r.round, r.strategy) for r in first] == [(m, 0, "recompute") for m in MODELS]
     assert all(r.upserts > 0 for r in first)
+    assert all(r.usage.read_requests >= 1 for r in first)  # what the round asked of the store
     assert [r.idle for r in layers.run_once()] == [True, True]
     change_some(lh)
     second = layers.run_once()
     assert [(r.round, r.strategy) for r in second] == [(1, "keyed"), (1, "regroup")]
     dwd = second[0]
+    assert dwd.usage.requests["PUT"] >= 1  # a round in the driver: its appends and its positions' advances
     assert dwd.deletes >= 2 and dwd.upserts > 0  # deleted orders and those of the deleted customer
     assert dwd.affected < 200  # only the keys the changes reach
     got = states(lh, project)
@@ -183,6 +185,7 @@ def test_status_shows_positions_lag_and_the_last_round(tmp_path, spark, project)
     dwd = status["dwd.orders_enriched"]
     assert dwd.strategy == "keyed" and dwd.lag_records["ods.orders"] == 7 and dwd.lag_seconds is not None
     assert dwd.last_round.round == 0
+    assert dwd.last_round.usage.read_requests >= 1  # the durable report records the round's requests
     layers.run_once()
     dwd = {s.model: s for s in layers.status()}["dwd.orders_enriched"]
     assert dwd.lag_records == {"ods.customer": 0, "ods.nation": 0, "ods.orders": 0} and dwd.lag_seconds is None

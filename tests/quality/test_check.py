@@ -18,6 +18,7 @@ from lakehouse.iceberg.datafiles import LakeContext
 from lakestream.cli import app
 from quality.check import publish_run, run_checks
 from quality.published_tag import published_snapshot
+from quality.results import CheckResult
 from quality.runs import load_runs
 from tests.support.keyed_tables import NAME, batch, build
 from tests.support.rogue import live_files, rewrite
@@ -94,6 +95,12 @@ def test_a_table_that_cannot_be_checked_is_an_error_result_not_a_crash(lakehouse
     assert missing.error and "TableNotFound" in missing.error
     assert next(r for r in run.results if r.table == NAME).ok
     assert run.published[NAME] == current(lh, NAME)  # the other table still published
+    reconciled = next(r for r in run.results if r.table == NAME and r.check == "reconcile")
+    assert reconciled.usage.read_requests >= 1  # what the check asked of the store (its state record, the log)
+    assert reconciled.usage.requests["PUT"] >= 1  # the check's state record
+    assert CheckResult.from_dict(reconciled.to_dict()).usage == reconciled.usage
+    old = {k: v for k, v in reconciled.to_dict().items() if k != "usage"}  # a run recorded before usage was
+    assert CheckResult.from_dict(old).usage.total_requests == 0
 
 
 @pytest.mark.parametrize("backend", ["local"], indirect=True)
