@@ -37,7 +37,6 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +61,7 @@ from lakehouse.table import evolution
 from lakehouse.table.bucketing import bucket_ids
 from lakehouse.table.definition import COMMITS_LOG, TableDefinition
 from object_store import NotFound, ObjectInfo, ObjectStore, PreconditionFailed
+from object_store.usage import ContextThreadPoolExecutor
 
 if TYPE_CHECKING:
     from lakehouse.log.producer import Producer
@@ -177,7 +177,8 @@ class Log:
         self._pid = os.getpid()
         definition = self.definition
         self._indexes = [BucketIndex(self.store, self.name, b, clock=self._clock) for b in range(definition.buckets)]
-        self._pool = ThreadPoolExecutor(self._max_workers, thread_name_prefix="log")
+        # its threads count their requests in the caller's usage scopes (`object_store.usage`)
+        self._pool = ContextThreadPoolExecutor(self._max_workers, thread_name_prefix="log")
         self._sticky = itertools.count(random.randrange(definition.buckets))
         self._producers: dict[str, _ProducerState] = {}
         self._producers_lock = threading.Lock()

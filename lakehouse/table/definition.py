@@ -34,7 +34,7 @@ WRITE_MODES = (MERGE_ON_READ, COPY_ON_WRITE)
 #: How a table's log lies on the store (see `TableDefinition.log_format`); new tables get `DEFAULT_LOG_FORMAT`.
 SEGMENTS_LOG, COMMITS_LOG = "segments", "commits"
 LOG_FORMATS = (SEGMENTS_LOG, COMMITS_LOG)
-DEFAULT_LOG_FORMAT = SEGMENTS_LOG
+DEFAULT_LOG_FORMAT = COMMITS_LOG
 #: How a primary-key table combines a new row with the stored one (see `lakehouse.merge`).
 LAST_ROW, PARTIAL_UPDATE, VERSIONED, FIRST_ROW, AGGREGATE = (
     "last-row",

@@ -150,6 +150,7 @@ def test_keyless_log_table_rotates_whole_appends_over_buckets(lakehouse: Lakehou
         log.bucket_of([1])
 
 
+@pytest.mark.segments
 def test_a_table_of_many_small_chunks_is_stored_as_one_batch(lakehouse: Lakehouse, store: ObjectStore) -> None:
     """A keyless append of a 2,000-chunk table wrote 2,000 record batches (13x the bytes of one)."""
     lakehouse.create_table("ods.events", EVENTS, bucket_key=None, buckets=1)
@@ -191,6 +192,7 @@ def test_key_only_deletes_read_back_in_a_table_with_required_columns(lakehouse: 
     assert all(batch.schema == log.read_schema for batch in log.read_batches(0))
 
 
+@pytest.mark.segments
 def test_a_segment_with_other_columns_is_reported_not_read(orders_log: Log, store: ObjectStore) -> None:
     orders_log.append(orders([1]), "upsert")
     (key,) = segments(store)
@@ -375,6 +377,7 @@ def test_a_numpy_sequence_is_a_sequence(orders_log: Log) -> None:
     assert sum(orders_log.read(b).num_rows for b in range(4)) == 20
 
 
+@pytest.mark.segments
 def test_a_long_lived_log_keeps_a_bounded_index_and_still_reads_everything(orders_log: Log, monkeypatch) -> None:
     """Every segment's base offset stayed in memory: a process appending for weeks grew without bound."""
     monkeypatch.setattr("lakehouse.log.index.KEEP_SEGMENTS", 3, raising=False)
@@ -410,6 +413,7 @@ def test_a_read_outside_the_table_says_what_exists(orders_log: Log) -> None:
     assert orders_log.read(np.int64(0), np.int32(0)).num_rows == orders_log.end_offsets()[0]  # numpy ints are fine
 
 
+@pytest.mark.segments
 @pytest.mark.backends("local", "s3")
 def test_corrupt_segment_is_reported_not_skipped(orders_log: Log, store: ObjectStore) -> None:
     orders_log.append(orders(range(50)), "upsert")
@@ -428,6 +432,7 @@ def test_corrupt_segment_is_reported_not_skipped(orders_log: Log, store: ObjectS
         orders_log.read(0)
 
 
+@pytest.mark.segments
 def test_segments_of_earlier_versions_verify_with_zlib_crc32(orders_log: Log, store: ObjectStore) -> None:
     """Segments written before CRC-32C carry ``lakestream-crc32`` (zlib's CRC-32): still read and verified."""
     orders_log.append(orders(range(50)), "upsert")
@@ -442,6 +447,7 @@ def test_segments_of_earlier_versions_verify_with_zlib_crc32(orders_log: Log, st
         orders_log.read(0)
 
 
+@pytest.mark.segments
 def test_a_gap_or_overlap_between_segments_is_reported_not_skipped(orders_log: Log, store: ObjectStore) -> None:
     """Offsets are contiguous: a segment that does not start where the previous one ends (a foreign or
     damaged write) fails the read, naming the segment, instead of yielding repeated or missing offsets."""
@@ -458,6 +464,7 @@ def test_a_gap_or_overlap_between_segments_is_reported_not_skipped(orders_log: L
     fresh.close()
 
 
+@pytest.mark.segments
 @pytest.mark.backends("local", "s3")
 def test_read_below_retained_offsets(orders_log: Log, store: ObjectStore, lakehouse: Lakehouse) -> None:
     for _ in range(3):
@@ -527,6 +534,7 @@ def test_replays_in_any_order_and_in_buckets_first_touched_later_are_recognised(
     restarted.close()
 
 
+@pytest.mark.segments
 def test_a_sequence_reused_for_other_rows_is_refused_and_nothing_is_written(
     orders_log: Log, store: ObjectStore, lakehouse: Lakehouse
 ) -> None:
@@ -579,6 +587,7 @@ def test_a_log_keeps_no_state_for_anonymous_appends_and_a_bounded_number_of_prod
     assert sum(orders_log.end_offsets().values()) == 50 + 40 + 5 * 4
 
 
+@pytest.mark.segments
 @pytest.mark.backends("local", "s3")
 @pytest.mark.parametrize("applied", [False, True], ids=["not-applied", "applied-then-lost"])
 def test_partial_append_retried_completes_exactly_once(
@@ -598,6 +607,7 @@ def test_partial_append_retried_completes_exactly_once(
     fresh.close()
 
 
+@pytest.mark.segments
 @pytest.mark.backends("local", "s3")
 @pytest.mark.parametrize("applied", [False, True], ids=["not-applied", "applied-then-lost"])
 def test_one_bucket_append_fails_and_retries_like_any_other(
@@ -618,6 +628,7 @@ def test_one_bucket_append_fails_and_retries_like_any_other(
     fresh.close()
 
 
+@pytest.mark.segments
 def test_a_retried_keyless_append_goes_to_the_bucket_of_its_first_attempt(
     lakehouse: Lakehouse, store: ObjectStore
 ) -> None:
@@ -657,6 +668,7 @@ def test_lost_response_on_segment_create_is_not_a_duplicate(seaweedfs) -> None:
     lh.close()
 
 
+@pytest.mark.segments
 @pytest.mark.backends("local", "s3")
 @pytest.mark.parametrize("ahead", [3, 12], ids=["walks-the-winners", "lists-a-long-chain"])
 def test_a_stale_producer_lands_at_the_end_without_uploading_to_taken_offsets(
@@ -679,6 +691,7 @@ def test_a_stale_producer_lands_at_the_end_without_uploading_to_taken_offsets(
     assert got.column("o_orderkey").to_pylist()[-2:] == [999, 998]
 
 
+@pytest.mark.segments
 @pytest.mark.backends("local", "s3")
 def test_threads_sharing_a_log_take_turns_per_bucket_instead_of_racing(lakehouse: Lakehouse, store) -> None:
     """Four threads append through one `Log` to every bucket at once: no segment key is PUT twice (no

@@ -335,8 +335,9 @@ def test_an_orphan_age_below_the_floor_is_refused_unless_forced(tmp_path) -> Non
 
 
 def test_retention_never_deletes_untiered_records(lakehouse: Lakehouse, caplog) -> None:
+    # retention of per-bucket segments (a "commits" log: tests/lakehouse/test_log_chain.py)
     lh, name = lakehouse, "ods.t"
-    lh.create_table(name, ORDERS, primary_key=["o_orderkey"], buckets=2)
+    lh.create_table(name, ORDERS, primary_key=["o_orderkey"], buckets=2, log_format="segments")
     log = lh.log(name)
     for i in range(4):
         log.append(orders(range(i * 10, i * 10 + 30), tag=f"r{i}"), op="upsert")
@@ -412,7 +413,7 @@ def test_maintain_command_runs_everything_in_order(tmp_path) -> None:
         ],
     )
     assert result.exit_code == 0, result.output
-    for word in ("compaction  files", "expiry", "orphans", "retention   10 segments"):
+    for word in ("compaction  files", "expiry", "orphans", "retention   ", " records, "):
         assert word in result.output
     assert file_count(lh, "ods.t") == 2
     assert rows(lh.union_read("ods.t"), LAKE_COLS) == expected
@@ -443,7 +444,7 @@ def test_union_read_survives_retention_racing_it(tmp_path, monkeypatch) -> None:
 
 def test_retention_keeps_each_buckets_newest_segment_so_offsets_are_never_reused(lakehouse: Lakehouse) -> None:
     lh, name = lakehouse, "ods.t"
-    lh.create_table(name, ORDERS, bucket_key="o_orderkey", buckets=2)
+    lh.create_table(name, ORDERS, bucket_key="o_orderkey", buckets=2, log_format="segments")
     for i in range(3):
         lh.log(name).append(orders(range(i * 20, i * 20 + 20)))
     lh.tier(name)
@@ -500,7 +501,7 @@ def test_retention_records_each_buckets_floor_before_it_deletes(lakehouse: Lakeh
     """The record (floors 0 from the table's creation on) is raised to where retention will delete up to before
     the first delete: a retention killed there leaves segments below the floor, never a deleted range above it."""
     lh, name = lakehouse, "ods.t"
-    lh.create_table(name, ORDERS, bucket_key="o_orderkey", buckets=2)
+    lh.create_table(name, ORDERS, bucket_key="o_orderkey", buckets=2, log_format="segments")
     assert retention_floors(lh.store, lh.table(name)) == {0: 0, 1: 0}
     for i in range(3):
         lh.log(name).append(orders(range(i * 20, i * 20 + 20)))
@@ -541,7 +542,7 @@ def test_a_table_without_a_record_gets_one_when_retention_first_runs(lakehouse: 
     """A table from before retention records: what is gone already cannot be told from retention and is
     adopted as the floor the first time retention runs. A dropped table's record goes with it."""
     lh, name = lakehouse, "ods.t"
-    lh.create_table(name, ORDERS, bucket_key="o_orderkey", buckets=2)
+    lh.create_table(name, ORDERS, bucket_key="o_orderkey", buckets=2, log_format="segments")
     for i in range(3):
         lh.log(name).append(orders(range(i * 20, i * 20 + 20)))
     lh.tier(name)

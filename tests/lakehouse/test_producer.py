@@ -33,6 +33,13 @@ def log(lakehouse: Lakehouse) -> Log:
     return lakehouse.log("ods.kv")
 
 
+@pytest.fixture
+def segments_log(lakehouse: Lakehouse) -> Log:
+    """The table as an earlier version created it: one segment object per bucket per append."""
+    lakehouse.create_table("ods.kv", SCHEMA, primary_key=["k"], buckets=2, log_format="segments")
+    return lakehouse.log("ods.kv")
+
+
 def all_rows(log: Log) -> list[dict]:
     return [r for b in range(2) for r in log.read(b).to_pylist()]
 
@@ -53,8 +60,9 @@ def test_batches_per_bucket_into_few_full_segments(log: Log) -> None:
         assert sum(sizes) == log.end_offsets()[b]
 
 
-def test_a_segment_of_several_sends_reads_back_in_send_order(log: Log, store: ObjectStore) -> None:
+def test_a_segment_of_several_sends_reads_back_in_send_order(segments_log: Log, store: ObjectStore) -> None:
     """Sends gathered into one append become one segment per bucket, holding the sends' parts in order."""
+    log = segments_log
     sends = [rows(range(i * 10, i * 10 + 10), v=f"s{i}-") for i in range(5)]
     with log.producer(batch_rows=1000, linger=10) as p:
         for send in sends:
@@ -70,8 +78,9 @@ def test_a_segment_of_several_sends_reads_back_in_send_order(log: Log, store: Ob
         assert int(store.head(segment.key).metadata["lakestream-count"]) == len(expected)
 
 
-def test_small_sends_make_segments_of_few_large_batches(log: Log, store: ObjectStore) -> None:
+def test_small_sends_make_segments_of_few_large_batches(segments_log: Log, store: ObjectStore) -> None:
     """A segment gathered from 10-row sends held ~1,000 record batches: 3x the bytes of one, slow to read."""
+    log = segments_log
     with log.producer(batch_rows=5000, linger=10) as p:
         for i in range(1000):
             p.send(rows(range(i * 10, i * 10 + 10)), "upsert")
@@ -389,7 +398,7 @@ def test_a_bucket_part_holds_only_its_own_rows(log: Log) -> None:
 def test_keyless_table_rotates_appends_and_a_retry_stays_in_its_bucket(lakehouse: Lakehouse, store) -> None:
     """A keyless table has one queue; each append goes to the next bucket. A retried append goes to the
     bucket of its first attempt (here: that attempt landed and its answer was lost), so nothing doubles."""
-    lakehouse.create_table("ods.clicks", SCHEMA, buckets=3)
+    lakehouse.create_table("ods.clicks", SCHEMA, buckets=3, log_format="segments")
     log = lakehouse.log("ods.clicks")
     lost = FailingPuts(store, "/log/", apply=True).failed  # applied, then the answer is lost
     with log.producer(batch_rows=10, linger=10, retry_backoff=0.01) as p:

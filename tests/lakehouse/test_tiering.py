@@ -561,7 +561,7 @@ def test_kill_9_then_rerun_loses_and_doubles_nothing(store_spec, point: str, kin
 @pytest.mark.backends("local", "s3")
 def test_a_failing_task_commits_nothing_and_leaves_no_files(lakehouse: Lakehouse) -> None:
     lh = lakehouse
-    lh.create_table("ods.events", ORDERS, bucket_key="o_orderkey", buckets=2)
+    lh.create_table("ods.events", ORDERS, bucket_key="o_orderkey", buckets=2, log_format="segments")
     log = lh.log("ods.events")
     log.append(orders(range(100)))
     lh.tier("ods.events")

@@ -127,7 +127,7 @@ def test_a_file_added_twice_is_caught_commit_by_commit(lakehouse: Lakehouse) -> 
 
 def test_a_missing_log_segment_is_named_with_its_range(lakehouse: Lakehouse) -> None:
     lh = lakehouse
-    build(lh, "pk")
+    build(lh, "pk", log_format="segments")
     assert reconcile(lh, NAME).ok
     log = lh.log(NAME)
     log.append(batch(range(100, 130), "x"), op="upsert")
@@ -151,7 +151,7 @@ def test_bit_rot_in_a_checked_segment_is_found_by_full_only(lakehouse: Lakehouse
     rots afterwards (a byte changed in place, size and header unchanged) passes it; `full` re-reads every
     retained segment, whose CRC-32C then fails, and names the bucket."""
     lh = lakehouse
-    build(lh, "log")
+    build(lh, "log", log_format="segments")
     lh.tier(NAME)
     assert reconcile(lh, NAME).ok
     key = next(k.key for k in lh.store.list("ods/t/log/00001/"))
@@ -278,7 +278,7 @@ def test_a_log_segment_deleted_by_hand_is_told_from_retention(lakehouse: Lakehou
     floor lost the records in between to something else: `log-missing` naming bucket and offsets, in the
     incremental check (no new commit) and the full one. What retention removed is no violation."""
     lh = lakehouse
-    build(lh, "log")  # the last round is not tiered: every bucket keeps un-tiered segments
+    build(lh, "log", log_format="segments")  # the last round is not tiered: every bucket keeps un-tiered segments
     assert reconcile(lh, NAME).ok
 
     def segments(bucket: int) -> list[int]:

@@ -27,16 +27,17 @@ def batch(keys, tag: str) -> pa.Table:
     )
 
 
-def build(lh: Lakehouse, kind: str) -> list[dict[int, int]]:
+def build(lh: Lakehouse, kind: str, log_format: str | None = None) -> list[dict[int, int]]:
     """Six rounds of changes with tiering (and one compaction) in between; the log's end offsets after each.
 
     Tiered after rounds 1, 2, 4 and 5 (round 5 in splits of 7 records: several snapshots), compacted after
-    round 2; rounds 3 and 6 stay in the log, so the lake ends behind the last map and ahead of the others."""
+    round 2; rounds 3 and 6 stay in the log, so the lake ends behind the last map and ahead of the others.
+    ``log_format``: the log's layout (default: a new table's)."""
     pk = kind == "pk"
     if pk:
-        lh.create_table(NAME, SCHEMA, primary_key=["k"], buckets=BUCKETS)
+        lh.create_table(NAME, SCHEMA, primary_key=["k"], buckets=BUCKETS, log_format=log_format)
     else:
-        lh.create_table(NAME, SCHEMA, bucket_key="k", buckets=BUCKETS)
+        lh.create_table(NAME, SCHEMA, bucket_key="k", buckets=BUCKETS, log_format=log_format)
     log = lh.log(NAME)
     rng = random.Random(24)
     ends = []
