@@ -184,7 +184,7 @@ class _SourceState:
             if op == "insert":
                 if k in current:
                     raise _StepProblem(f"{table} insert: a row with {shown} is already there; use `update:`")
-                full = {c: row.get(c) for c in self.project.schema_of(table).names}
+                full = {c: row.get(c) for c in self.project.sources[table].schema.names}
                 current[k] = full
             elif op == "update":
                 if k not in current:
@@ -487,7 +487,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _append(lh: Lakehouse, project: Project, rows: InputRows) -> None:
-    schema = project.schema_of(rows.table)
+    schema = project.sources[rows.table].schema  # inputs are sources
     if rows.op == "delete":
         schema = pa.schema([schema.field(k) for k in project.primary_key_of(rows.table)])
     lh.log(rows.table).append(pa.Table.from_pylist(list(rows.rows), schema=schema), rows.log_op)
