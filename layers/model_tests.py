@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
     from lakehouse.lakehouse import Lakehouse
     from layers.project import Project
+    from layers.runner import Runner
+    from layers.spark_sql import SparkSql
 
 __all__ = [
     "ChangedRow",
@@ -493,7 +495,7 @@ def _append(lh: Lakehouse, project: Project, rows: InputRows) -> None:
     lh.log(rows.table).append(pa.Table.from_pylist(list(rows.rows), schema=schema), rows.log_op)
 
 
-def _check_step(lh: Lakehouse, project: Project, runner, test: ModelTest, step: Step) -> list[ModelTestFailure]:
+def _check_step(lh: Lakehouse, project: Project, runner: Runner, test: ModelTest, step: Step) -> list[ModelTestFailure]:
     actual = {m: _current(lh, m).to_pylist() for m in project.order}
     failures = []
     for expectation in step.expect:
@@ -514,7 +516,7 @@ def _current(lh: Lakehouse, name: str) -> pa.Table:
     return lh.union_read(name).select(lh.table(name).schema.names)
 
 
-def _rebuild(lh: Lakehouse, project: Project, sql) -> dict[str, pa.Table]:
+def _rebuild(lh: Lakehouse, project: Project, sql: SparkSql) -> dict[str, pa.Table]:
     """Every model computed in full over the sources now, in dependency order, each model over the rebuilt
     models it reads (not their incremental tables: a wrong DWD must not hide behind an ADS built from it)."""
     tables: dict[str, pa.Table] = {name: _current(lh, name) for name in project.sources}

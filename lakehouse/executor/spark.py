@@ -8,12 +8,13 @@ pyarrow, exactly like the local executor.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from lakehouse.executor.base import TaskExecutor
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import SparkSession
 
 T = TypeVar("T")
@@ -35,7 +36,7 @@ class SparkExecutor(TaskExecutor):
             return []
         items = list(items)
 
-        def run(batches):  # runs on the Spark Python workers
+        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:  # runs on the Spark Python workers
             import pyarrow as pa
 
             for batch in batches:

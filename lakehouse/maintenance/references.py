@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from pyiceberg.manifest import ManifestFile
 from pyiceberg.table import Table
 
 from lakehouse.iceberg.offsets import offsets_files
@@ -28,7 +29,7 @@ def referenced_sizes(table: Table, *, include_metadata: bool = True, live_only: 
     out.update({path: m.manifest_length for path, m in manifests.items()})
     out.update(dict.fromkeys(offsets_files(table.metadata)))
 
-    def files_of(manifest) -> list[tuple[str, int]]:
+    def files_of(manifest: ManifestFile) -> list[tuple[str, int]]:
         entries = manifest.fetch_manifest_entry(table.io, discard_deleted=live_only)
         return [(e.data_file.file_path, e.data_file.file_size_in_bytes) for e in entries]
 
