@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 	@$(BIN)/python -m tests.support.spark_cds || echo "no Spark class archive: the tests run without it"
 	@touch $@
 
-# ruff, then mypy over the packages ([tool.mypy] in pyproject.toml: strict for object_store).
+# ruff, then mypy over the packages ([tool.mypy] in pyproject.toml: annotated but lakehouse.log, object_store strict).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m mypy

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from lakehouse.errors import TableAlreadyExists, TableNotFound
+from lakehouse.table.definition import TableDefinition
 from layers.deploy_record import deployment_of, write_deployment
 from layers.drift import table_differences
 from layers.errors import DeployMismatch, ModelSchemaChanged
@@ -25,7 +26,7 @@ from layers.spark_sql import SparkSql
 
 if TYPE_CHECKING:
     from lakehouse.lakehouse import Lakehouse
-    from layers.project import Project
+    from layers.project import Model, Project
 
 __all__ = ["Deployer"]
 
@@ -89,6 +90,7 @@ class Deployer:
         return created
 
     def _declared(self, name: str, *, schema: pa.Schema | None = None) -> tuple[pa.Schema, dict[str, Any]]:
+        d: TableDefinition | Model
         if name in self.project.sources:
             d = self.project.sources[name].definition
             schema = schema or d.schema
@@ -102,7 +104,7 @@ class Deployer:
             "bucket_key": d.bucket_key,
             "partition_by": list(d.partition_by) or None,
         }
-        if name in self.project.sources and d.primary_key:  # a source's merge engine (a model's rows are its SQL's)
+        if isinstance(d, TableDefinition) and d.primary_key:  # a source's merge engine (a model's rows are its SQL's)
             settings.update(
                 merge_engine=d.merge_engine, version_column=d.version_column, aggregates=dict(d.aggregates) or None
             )

@@ -88,6 +88,7 @@ class RoundRows:
             if len(plan.mappings) == 1:
                 # one input: its before-images are the rows that left, its new rows those that came
                 d = plan.driving
+                assert d is not None  # every incremental plan has a driving table
                 before, after = self._images(d, record.start[d], record.end[d], referenced_columns(select, d))
             else:
                 before = self._restricted(plan, driving_keys, record.start)
@@ -143,6 +144,7 @@ class RoundRows:
         values of ``plan.partition_by``), from all their rows as of the round's end (read here by the values of
         the first partition column, or by Spark with them pushed into its read when one is null); and the number
         of partitions."""
+        assert record.start is not None  # an incremental round has a start
         (mapping,) = plan.mappings
         table, columns = mapping.table, list(plan.partition_by)
         before, after = self._images(table, record.start[table], record.end[table], columns)
@@ -251,6 +253,7 @@ class RoundRows:
     def _affected_driving_keys(self, plan: ModelPlan, start: Positions, end: Positions) -> tuple[pa.Table, int]:
         """The driving table's keys a change in the range can affect (see the module), and the number of
         change rows read."""
+        assert plan.driving is not None  # every incremental plan has a driving table
         driving_key = self.project.primary_key_of(plan.driving)
         changed: dict[str, pa.Table] = {}
         parts = []

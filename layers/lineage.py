@@ -233,6 +233,7 @@ def openlineage_facet(lineage: Lineage, model: str, namespace: str = "lakestream
 def _model_sources(model: Model) -> tuple[dict[str, tuple[set[SourceColumn], str]], set[SourceColumn]]:
     """Per output column: its direct sources and its kind should it have none; and the model's indirect sources."""
     root = build_scope(model.qualified.copy())
+    assert root is not None  # a query has a scope
     direct = {}
     for index, name in enumerate(model.column_names):
         sources = _resolve(root, index)
@@ -250,6 +251,7 @@ def _resolve(scope: Scope, index: int) -> set[SourceColumn]:
         return {s for branch in scope.set_operation_scopes for s in _resolve(branch, index)}
     if isinstance(query, exp.Subquery) and scope.subquery_scopes:
         return {s for inner in scope.subquery_scopes for s in _resolve(inner, index)}
+    assert isinstance(query, exp.Selectable)  # a scope's expression: a SELECT, a set operation, a subquery, a UDTF
     projection = query.selects[index]
     expression = projection.unalias() if isinstance(projection, exp.Alias) else projection
     out: set[SourceColumn] = set()
@@ -284,6 +286,7 @@ def _column_sources(scope: Scope, column: exp.Column) -> set[SourceColumn]:
             for s in _column_sources(scope, c)
         }
     if isinstance(source, Scope):
+        assert isinstance(source.expression, exp.Selectable)
         names = source.expression.named_selects
         if column.name in names:
             return _resolve(source, names.index(column.name))
@@ -295,6 +298,7 @@ def _sourceless_kind(scope: Scope, index: int) -> str:
     a window function (``row_number() OVER (...)``) or a constant."""
     while scope.set_operation_scopes or scope.subquery_scopes and isinstance(scope.expression, exp.Subquery):
         scope = (scope.set_operation_scopes or scope.subquery_scopes)[0]
+    assert isinstance(scope.expression, exp.Selectable)
     projection = scope.expression.selects[index]
     return WINDOW if projection.find(exp.Window) else AGGREGATION if projection.find(exp.AggFunc) else CONSTANT
 
@@ -324,8 +328,9 @@ def _indirect(scope: Scope) -> set[SourceColumn]:
             out |= {SourceColumn(s.table, s.column, kind) for s in _column_sources(scope, column)}
         for subquery in find_all_in_scope(clause, *exp.UNWRAPPED_QUERIES):  # x IN (SELECT y ...): y decides too
             inner = subqueries.get(id(subquery))
-            for i in range(len(subquery.selects) if inner is not None else 0):
-                out |= {SourceColumn(s.table, s.column, kind) for s in _resolve(inner, i)}
+            if inner is not None:
+                for i in range(len(subquery.selects)):
+                    out |= {SourceColumn(s.table, s.column, kind) for s in _resolve(inner, i)}
     return out
 
 
@@ -339,7 +344,8 @@ def _in_aggregate(column: exp.Column, top: exp.Expr) -> bool:
 
 
 def _in_window_spec(column: exp.Column, top: exp.Expr) -> bool:
-    child, node = column, column.parent
+    child: exp.Expr = column
+    node = column.parent
     while node is not None and child is not top:
         if isinstance(node, exp.Window) and child is not node.this:
             return True

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
     from lakehouse.lakehouse import Lakehouse
     from layers.project import Project
+    from layers.runner import Runner
+    from layers.spark_sql import SparkSql
 
 __all__ = [
     "ChangedRow",
@@ -184,7 +186,7 @@ class _SourceState:
             if op == "insert":
                 if k in current:
                     raise _StepProblem(f"{table} insert: a row with {shown} is already there; use `update:`")
-                full = {c: row.get(c) for c in self.project.schema_of(table).names}
+                full = {c: row.get(c) for c in self.project.sources[table].schema.names}
                 current[k] = full
             elif op == "update":
                 if k not in current:
@@ -487,13 +489,13 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _append(lh: Lakehouse, project: Project, rows: InputRows) -> None:
-    schema = project.schema_of(rows.table)
+    schema = project.sources[rows.table].schema  # inputs are sources
     if rows.op == "delete":
         schema = pa.schema([schema.field(k) for k in project.primary_key_of(rows.table)])
     lh.log(rows.table).append(pa.Table.from_pylist(list(rows.rows), schema=schema), rows.log_op)
 
 
-def _check_step(lh: Lakehouse, project: Project, runner, test: ModelTest, step: Step) -> list[ModelTestFailure]:
+def _check_step(lh: Lakehouse, project: Project, runner: Runner, test: ModelTest, step: Step) -> list[ModelTestFailure]:
     actual = {m: _current(lh, m).to_pylist() for m in project.order}
     failures = []
     for expectation in step.expect:
@@ -514,7 +516,7 @@ def _current(lh: Lakehouse, name: str) -> pa.Table:
     return lh.union_read(name).select(lh.table(name).schema.names)
 
 
-def _rebuild(lh: Lakehouse, project: Project, sql) -> dict[str, pa.Table]:
+def _rebuild(lh: Lakehouse, project: Project, sql: SparkSql) -> dict[str, pa.Table]:
     """Every model computed in full over the sources now, in dependency order, each model over the rebuilt
     models it reads (not their incremental tables: a wrong DWD must not hide behind an ADS built from it)."""
     tables: dict[str, pa.Table] = {name: _current(lh, name) for name in project.sources}

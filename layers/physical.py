@@ -73,8 +73,8 @@ def physical_project(project: Project, mapping: Mapping[str, str]) -> Project:
             model,
             name=names[name],
             inputs=tuple(sorted(names.get(t, t) for t in model.inputs)),
-            query=_rename(model.query, names) if model.query is not None else None,
-            qualified=_rename(model.qualified, names) if model.qualified is not None else None,
+            query=_rename(model.query, names),
+            qualified=_rename(model.qualified, names),
         )
     return replace(project, models=models, order=tuple(names[n] for n in project.order))
 
@@ -87,12 +87,12 @@ def logical_inputs(aliases: Aliases, record: RoundRecord) -> RoundRecord:
     if not any(n in logical for n in record.end):
         return record
 
-    def named(positions: Mapping[str, Any] | None) -> dict[str, Any] | None:
-        return None if positions is None else {logical.get(n, n): v for n, v in positions.items()}
+    def named(positions: Mapping[str, Any]) -> dict[str, Any]:
+        return {logical.get(n, n): v for n, v in positions.items()}
 
     return replace(
         record,
-        start=named(record.start),
+        start=None if record.start is None else named(record.start),
         end=named(record.end),
-        input_uuids=named(record.input_uuids) or {},
+        input_uuids=named(record.input_uuids),
     )

@@ -81,10 +81,10 @@ class Model:
     #: The tables the SQL reads, canonical names, sorted (a table read twice is listed once).
     inputs: tuple[str, ...]
     columns: tuple[OutputColumn, ...]
-    description: str = ""
     #: The query as parsed (input references canonical) and qualified against the inputs' schemas.
-    query: exp.Query = field(repr=False, compare=False, default=None)
-    qualified: exp.Query = field(repr=False, compare=False, default=None)
+    query: exp.Query = field(repr=False, compare=False)
+    qualified: exp.Query = field(repr=False, compare=False)
+    description: str = ""
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -409,6 +409,7 @@ def _analyse_model(parsed: _Parsed, schemas: Mapping[str, pa.Schema]) -> Model:
         )
     _check_group_key(qualified, primary_key, where, parsed)
     definition = _definition(parsed.name, _validation_schema(columns, header), header, where, parsed.path)
+    assert definition.bucket_key is not None  # a table with a primary key has a bucket key
     return Model(
         name=parsed.name,
         path=parsed.path,

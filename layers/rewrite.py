@@ -95,7 +95,7 @@ def group_terms(select: exp.Select) -> list[tuple[int, str, str]]:
         if (
             isinstance(inner, exp.DateTrunc | exp.TimestampTrunc)
             and isinstance(inner.this, exp.Column)
-            and str(inner.args.get("unit").name if inner.args.get("unit") else "").upper() in ("MM", "MON", "MONTH")
+            and str(unit.name if (unit := inner.args.get("unit")) else "").upper() in ("MM", "MON", "MONTH")
         ):
             terms.append((i, inner.this.name, "month"))
     return terms

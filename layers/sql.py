@@ -176,6 +176,7 @@ def output_columns(qualified: exp.Query, schemas: Mapping[str, pa.Schema]) -> li
     if isinstance(qualified, exp.Select):  # CTEs and subqueries in FROM merged away where they can be
         qualified = merge_subqueries(qualified.copy())
     select = _first_select(qualified)
+    assert select is not None  # `parse_query` took only a query with a SELECT
     sources = _alias_tables(select) if isinstance(qualified, exp.Select) else {}
     columns = []
     for projection in select.expressions:

@@ -246,8 +246,9 @@ def retraction_of(select: exp.Select, aggregates: Sequence[Aggregate]) -> Retrac
     if select.args.get("having") is not None or not select.args.get("group"):
         return None
     outputs = {p.unalias().sql(): p.alias_or_name for p in select.expressions}
-    group_outputs = tuple(outputs.get(g.sql()) for g in select.args["group"].expressions)
-    if None in group_outputs:
+    found = [outputs.get(g.sql()) for g in select.args["group"].expressions]
+    group_outputs = tuple(o for o in found if o is not None)
+    if len(group_outputs) != len(found):
         return None
     exact = {a.output for a in aggregates if a.retractable}
     columns, count_column = [], None
@@ -335,9 +336,14 @@ def _blocker(select: exp.Select) -> str | None:
     return None
 
 
-def _relations(select: exp.Select) -> list[exp.Expr]:
+def _from(select: exp.Select) -> exp.From:
     from_ = select.args.get("from_") or select.args.get("from")
-    return [from_.this, *(j.this for j in select.args.get("joins") or [])]
+    assert from_ is not None  # a SELECT without FROM is recomputed (`_blocker`) before it is looked into
+    return from_
+
+
+def _relations(select: exp.Select) -> list[exp.Expr]:
+    return [_from(select).this, *(j.this for j in select.args.get("joins") or [])]
 
 
 # -- the join tree: a driving table and many-to-one joins ----------------------------------------------------
@@ -353,7 +359,7 @@ class _JoinTree:
 def _join_tree(select: exp.Select) -> _JoinTree | str:
     """The aliases and the equality edges of the FROM/JOIN clause, or why it is not an equi-join of inner and
     left joins."""
-    from_ = select.args.get("from_") or select.args.get("from")
+    from_ = _from(select)
     aliases = {from_.this.alias_or_name: f"{from_.this.db}.{from_.this.name}"}
     edges: dict[tuple[str, str], list[tuple[str, str]]] = {}
     left: set[str] = set()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, SqlglotError, TokenError
+from sqlglot.parser import Parser
 from sqlglot.tokens import Token, TokenType
 
 __all__ = ["SyntaxProblem", "parse_statements"]
@@ -235,7 +236,7 @@ def _mistakes(tokens: list[Token]) -> list[SyntaxProblem]:
     return problems
 
 
-def _translate(error: ParseError, parser, tokens: list[Token], sql: str) -> SyntaxProblem:
+def _translate(error: ParseError, parser: Parser, tokens: list[Token], sql: str) -> SyntaxProblem:
     """sqlglot's first error, in SQL's terms: an incomplete construct at its token, anything else where the parser
     stopped (the token it found, or just after the last one when the query ended too early)."""
     first = error.errors[0] if error.errors else {}

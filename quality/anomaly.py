@@ -72,7 +72,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, overload
+from typing import Any, Literal, overload
 
 from object_store.errors import LakestreamError
 from quality.errors import SuiteError
@@ -191,7 +191,17 @@ def _spec(item: Any, *, table: str, path: str, at: str) -> AnomalySpec:
     def bad(field: str, what: str) -> SuiteError:
         return SuiteError(f"{path}: {at}.{field} must be {what}, got {item[field]!r}")
 
-    def number(field: str, default: float | None, *, minimum: float, strict: bool, nullable: bool = False):
+    @overload
+    def number(
+        field: str, default: float, *, minimum: float, strict: bool, nullable: Literal[False] = False
+    ) -> float: ...
+    @overload
+    def number(
+        field: str, default: float | None, *, minimum: float, strict: bool, nullable: bool = False
+    ) -> float | None: ...
+    def number(
+        field: str, default: float | None, *, minimum: float, strict: bool, nullable: bool = False
+    ) -> float | None:
         if field not in item:
             return default
         v = item[field]

@@ -11,13 +11,14 @@ back with its result; the driver adds them to its usage scopes, so an operation'
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from lakehouse.executor.base import TaskExecutor
 from object_store.usage import Usage, add_to_scopes
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import SparkSession
 
 T = TypeVar("T")
@@ -39,7 +40,7 @@ class SparkExecutor(TaskExecutor):
             return []
         items = list(items)
 
-        def run(batches):  # runs on the Spark Python workers
+        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:  # runs on the Spark Python workers
             import pyarrow as pa
 
             from object_store.usage import measured

@@ -4,6 +4,7 @@ offsets file, the metadata files of its metadata log, and the metadata files pin
 
 from __future__ import annotations
 
+from pyiceberg.manifest import ManifestFile
 from pyiceberg.table import Table
 
 from lakehouse.iceberg.offsets import offsets_files
@@ -27,7 +28,7 @@ def referenced_sizes(table: Table, *, include_metadata: bool = True, live_only: 
     out.update({path: m.manifest_length for path, m in manifests.items()})
     out.update(dict.fromkeys(offsets_files(table.metadata)))
 
-    def files_of(manifest) -> list[tuple[str, int]]:
+    def files_of(manifest: ManifestFile) -> list[tuple[str, int]]:
         entries = manifest.fetch_manifest_entry(table.io, discard_deleted=live_only)
         return [(e.data_file.file_path, e.data_file.file_size_in_bytes) for e in entries]
 

@@ -28,7 +28,7 @@ import time
 import traceback
 import uuid
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -202,7 +202,7 @@ def _write_split(task: _Task, definition: TableDefinition, log_: Log, result: _T
             result.added.append(ctx.write(rows, partition, f"{task.stem}-{split.bucket:05d}-{split.start}"))
     else:  # one partition: stream segments into one file, a row group at a time
 
-        def lake_batches():
+        def lake_batches() -> Iterator[pa.Table]:
             buffered, count = [], 0
             for batch in log_.read_batches(split.bucket, split.start, split.end):
                 buffered.append(batch)

@@ -22,9 +22,15 @@ from lakehouse.settings import load_settings
 from lakestream.console import OutputConsole, json_line, new_table
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import SparkSession
+    from typer import _click  # typer's own copy of click, whose Context TyperGroup.invoke takes
 
+    from lakehouse.executor import TaskExecutor
     from lakehouse.lakehouse import Lakehouse
+    from lakehouse.settings import Settings
+    from lakehouse.table_runs import TableRun
+    from object_store import ObjectStore
     from object_store.pricing import PriceList
 
 #: Errors from below the library that the CLI reports in one line instead of a traceback (the facade
@@ -39,7 +45,7 @@ class BoundaryGroup(TyperGroup):
     """The CLI's boundary: warnings of the library (a retry against a store that does not answer) are shown as
     they happen, and an error of ours, of the OS or of pyiceberg/Spark ends the command with one line."""
 
-    def invoke(self, ctx):  # noqa: ANN001, ANN201 - click's signature
+    def invoke(self, ctx: _click.Context) -> Any:
         _show_warnings()
         try:
             return super().invoke(ctx)
@@ -91,12 +97,12 @@ LimitOpt = Annotated[
 # -- what a command opens --------------------------------------------------------------------------------------
 
 
-def resolve_settings(warehouse: str | None, config: Path | None):
+def resolve_settings(warehouse: str | None, config: Path | None) -> Settings:
     """The settings of ``--warehouse`` and ``--config`` over the environment's."""
     return load_settings(config, warehouse=warehouse)
 
 
-def open_warehouse_store(settings, *, create: bool = False, **options):
+def open_warehouse_store(settings: Settings, *, create: bool = False, **options: Any) -> ObjectStore:
     """The warehouse's store. Only the commands that create a warehouse (`table create`, `demo`) pass
     ``create=True``: for every other one a missing ``file://`` warehouse is an error naming it, not a new, empty
     warehouse made from a mistyped path."""
@@ -130,7 +136,7 @@ def open_spark(spark_master: str | None) -> SparkSession | None:
     return spark_session(master=spark_master, scheduler_only=True)
 
 
-def open_executor(spark_master: str | None, workers: int | None):
+def open_executor(spark_master: str | None, workers: int | None) -> TaskExecutor:
     """The tasks' executor: Spark's with a master, else the local one with ``workers`` threads."""
     from lakehouse.executor import task_executor
 
@@ -196,7 +202,7 @@ def rows_json(rows: list[dict]) -> None:
         json_line(row)
 
 
-def print_rows(data, limit: int | None, json_output: bool, summary: str) -> None:
+def print_rows(data: pa.Table, limit: int | None, json_output: bool, summary: str) -> None:
     """The rows of ``data`` (a pyarrow table) as JSON lines (all of them unless ``limit``), or as a table view of
     at most ``limit`` (default `TABLE_VIEW_ROWS`) rows, then ``summary``, saying so if the view was cut."""
     if json_output:
@@ -219,7 +225,7 @@ def print_mapping(mapping: dict) -> None:
 # -- commands over tables (lakehouse.table_runs) -----------------------------------------------------------------
 
 
-def run_json(run, prices: PriceList | None = None) -> None:
+def run_json(run: TableRun, prices: PriceList | None = None) -> None:
     """--json of a command over tables: the table's result, or what went wrong (as the jobs print it). With
     ``prices``, a result's ``usage`` is priced too (``cost``: dollars by what they pay for, and ``total``)."""
     if run.ok:
@@ -231,7 +237,7 @@ def run_json(run, prices: PriceList | None = None) -> None:
         json_line({"table": run.table, "error": run.message, "type": type(run.error).__name__})
 
 
-def report_if_failed(run) -> bool:
+def report_if_failed(run: TableRun) -> bool:
     """Report a table's error as it happens; True if it failed."""
     if not run.ok:
         err.print(f"[bold red]error:[/] {escape(run.message)}")

@@ -7,6 +7,7 @@ A typer sub-app that `lakestream.cli` adds as ``layers``. Errors end the command
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -18,9 +19,18 @@ from lakestream.cli.common import ConfigOpt, JsonOpt, WarehouseOpt, command_erro
 from lakestream.console import json_line, new_table
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from lakehouse.lakehouse import Lakehouse
+    from layers.bluegreen import GreenResult
+    from layers.deploy_plan import DeployPlan
+    from layers.lineage import ColumnLineage, Lineage
+    from layers.model_tests import ModelTestResult
     from layers.project import Project
+    from layers.rounds import RoundReport
     from layers.runner import Runner
+    from layers.status import ModelStatus
+    from layers.strategy import ModelPlan
 
 layers_app = typer.Typer(
     help="Warehouse layers: a project of Spark SQL models (see docs/guides/layers.md).", no_args_is_help=True
@@ -56,7 +66,7 @@ def explain_command(project: ProjectOpt, json_output: JsonOpt = False) -> None:
     emit(json_output, records, lambda: _print_plans(plans))
 
 
-def _print_plans(plans) -> None:
+def _print_plans(plans: list[ModelPlan]) -> None:
     """`layers explain` for people: a row per model, its key mappings, groups and window partitions."""
     table = new_table("order", "model", "inputs", "strategy", "reason", "key mapping", show_lines=True)
     for plan in plans:
@@ -122,7 +132,7 @@ def lineage_command(
     emit(json_output, (c.to_json() for c in columns), lambda: _print_lineage(lineage, columns, column))
 
 
-def _print_lineage(lineage, columns: list, column: str | None) -> None:
+def _print_lineage(lineage: Lineage, columns: list[ColumnLineage], column: str | None) -> None:
     """`layers lineage` for people: a row per output column, then what decides each model's rows."""
     table = new_table("model", "column", "kind", "direct sources", "ultimate sources", show_lines=True)
     for c in columns:
@@ -179,7 +189,7 @@ def _count(n: int) -> str:
     return f"{n:,}"
 
 
-def _rounds_table(reports) -> Table:
+def _rounds_table(reports: Sequence[RoundReport]) -> Table:
     table = new_table()
     for name in ("model", "round", "strategy", "input changes", "affected", "upserts", "deletes", "seconds"):
         table.add_column(name, justify="left" if name in ("model", "strategy") else "right", overflow="fold")
@@ -247,7 +257,7 @@ def plan_command(
     emit(json_output, ({**t.to_json(), "compared_with": compared_with} for t in plan.tables), lambda: _print_plan(plan))
 
 
-def _print_plan(plan) -> None:
+def _print_plan(plan: DeployPlan) -> None:
     """`layers plan` for people: a row per table, then what the plan was compared with."""
     from layers.deploy_plan import CREATE, UNCHANGED
 
@@ -314,7 +324,7 @@ def run_command(
 
 
 def _follow(
-    layers, models: list[str], chosen: bool, poll_seconds: float, max_rounds: int | None, json_output: bool
+    layers: Runner, models: list[str], chosen: bool, poll_seconds: float, max_rounds: int | None, json_output: bool
 ) -> None:
     """``layers.follow`` until SIGINT/SIGTERM or ``max_rounds`` rounds that did work (exit 0): a table per pass
     over the models that did work (or a JSON line per round); idle rounds are not shown."""
@@ -322,14 +332,14 @@ def _follow(
     import threading
 
     stop = threading.Event()
-    pending: list = []
+    pending: list[RoundReport] = []
 
     def flush() -> None:
         if pending:
             console.print(_rounds_table(pending))
             pending.clear()
 
-    def on_round(report) -> None:
+    def on_round(report: RoundReport) -> None:
         if report.idle:
             return
         if json_output:
@@ -416,7 +426,7 @@ def status_command(
     emit(json_output, (status.to_json() for status in statuses), lambda: _print_statuses(statuses))
 
 
-def _print_statuses(statuses) -> None:
+def _print_statuses(statuses: list[ModelStatus]) -> None:
     """`layers status` for people: a row per model, then each model's problem if it has one."""
     table = new_table("model", "strategy", "position", "lag records", "lag seconds", "last round", show_lines=True)
     for s in statuses:
@@ -478,14 +488,14 @@ def test_command(
         raise typer.Exit(1)
 
 
-def _test_session(spark_master: str):
+def _test_session(spark_master: str) -> SparkSession:
     """The tests' one Spark session (an active one in this process is reused, and then not stopped)."""
     from lakehouse.spark import spark_session
 
     return spark_session(master=spark_master, app_name="lakestream-layers-test")
 
 
-def _print_test_result(result) -> None:
+def _print_test_result(result: ModelTestResult) -> None:
     status = Text("PASS", style="bold green") if result.passed else Text("FAIL", style="bold red")
     console.print(Text.assemble(status, f" {result.test.name} ({result.seconds:.1f} s)"), soft_wrap=True)
     for failure in result.failures:
@@ -498,7 +508,7 @@ def _print_test_result(result) -> None:
 # -- blue/green rebuilds (layers.bluegreen) ------------------------------------------------------------
 
 
-def _emit_green(result, what: str, json_output: bool) -> None:
+def _emit_green(result: GreenResult, what: str, json_output: bool) -> None:
     """A blue/green step's result: the tables by logical and physical name, the rounds, what is behind."""
 
     def render() -> None:
@@ -541,7 +551,9 @@ def green_command(
     _emit_green(result, "green built" if not result.behind else "green still behind (run green again)", json_output)
 
 
-def _green_step(step: str, project: Path, warehouse, config, json_output: bool) -> None:
+def _green_step(
+    step: str, project: Path, warehouse: str | None, config: Path | None, json_output: bool
+) -> None:
     from layers import bluegreen
     from layers.project import load_project
 

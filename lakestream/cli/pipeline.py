@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -27,6 +27,9 @@ from lakestream.cli.common import (
 )
 from lakestream.console import new_table
 from object_store.pricing import PriceList
+
+if TYPE_CHECKING:
+    from lakehouse.table_runs import TableRun
 
 
 def tier(
@@ -56,7 +59,7 @@ def tier(
     spark = getattr(executor, "spark", None)
     prices = lh.settings.prices if lh.settings is not None else PriceList()
 
-    def row(run) -> None:
+    def row(run: TableRun) -> None:
         r = run.result
         out.add_row(
             run.table,
@@ -110,7 +113,7 @@ def compact(
         names = table or [str(t) for t in lh.list_tables()]
     out = new_table("table", "files before", "files after", "rewritten", "MB read", "MB written", "seconds")
 
-    def row(run) -> None:
+    def row(run: TableRun) -> None:
         r = run.result
         out.add_row(
             run.table,
@@ -173,7 +176,7 @@ def maintain(
     finish_runs(emit_runs(runs, json_output, _print_maintained))
 
 
-def _print_maintained(run) -> None:
+def _print_maintained(run: TableRun) -> None:
     """What `maintain` did to one table, for people."""
     c, e, o, t = run.result.compaction, run.result.expiry, run.result.orphans, run.result.retention
     console.print(f"[bold]{escape(run.table)}[/]")

@@ -29,6 +29,7 @@ from quality.results import ERROR, FAILED, NOT_EVALUATED, PASSED, CheckResult
 
 if TYPE_CHECKING:
     from lakehouse.lakehouse import Lakehouse
+    from quality.warehouse_publication import Publication
 
 __all__ = ["register"]
 
@@ -212,7 +213,7 @@ def published(
     emit(json_output, record.to_dict(), lambda: _print_published(record))
 
 
-def _print_published(record) -> None:
+def _print_published(record: Publication) -> None:
     """The publication for people: its generation, a table of its entries, the tables left out."""
     from datetime import UTC, datetime
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -21,6 +21,9 @@ from lakestream.cli.common import (
     print_mapping,
 )
 from lakestream.console import json_line, new_table
+
+if TYPE_CHECKING:
+    from lakehouse.subscriptions import Subscription
 
 subscription_app = typer.Typer(help="Durable consumer positions of tables (subscriptions).", no_args_is_help=True)
 
@@ -94,7 +97,7 @@ def subscription_show(
     emit(json_output, _show_json(sub, lag, kept, snapshots), lambda: _print_show(sub, lag, kept, snapshots))
 
 
-def _show_json(sub, lag: dict, kept: dict[int, int], snapshots: list[int]) -> dict:
+def _show_json(sub: Subscription, lag: dict, kept: dict[int, int], snapshots: list[int]) -> dict:
     """`subscription show` as --json prints it."""
     buckets = [
         {
@@ -118,7 +121,7 @@ def _show_json(sub, lag: dict, kept: dict[int, int], snapshots: list[int]) -> di
     }
 
 
-def _print_show(sub, lag: dict, kept: dict[int, int], snapshots: list[int]) -> None:
+def _print_show(sub: Subscription, lag: dict, kept: dict[int, int], snapshots: list[int]) -> None:
     """`subscription show` for people: the record, a table of its buckets, what it pins."""
     print_mapping(
         {

@@ -4,7 +4,7 @@ definitions and their rows."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -28,10 +28,14 @@ from lakestream.cli.common import (
 )
 from lakestream.console import json_line, new_table
 
+if TYPE_CHECKING:
+    from lakehouse.lakehouse import DropResult
+    from lakehouse.table.definition import TableDefinition
+
 table_app = typer.Typer(help="Create and inspect tables.", no_args_is_help=True)
 
 
-def _definition_json(d) -> dict:
+def _definition_json(d: TableDefinition) -> dict:
     """A table's definition as --json prints it."""
     return {
         "name": str(d.name),
@@ -189,7 +193,7 @@ def table_drop(
     emit(json_output, dataclasses.asdict(r), lambda: _print_dropped(r))
 
 
-def _print_dropped(r) -> None:
+def _print_dropped(r: DropResult) -> None:
     """What `table drop` removed, in words."""
     parts = [
         "lake table" if r.lake_table else "no lake table",

@@ -30,7 +30,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
@@ -467,7 +467,7 @@ def metrics_dataframe(spark: Any, lh: Lakehouse) -> Any:
     assert table is not None  # it has files
     ctx = LakeContext.of(lh.store, table)
 
-    def read(batches):  # runs on the Spark Python workers
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:  # runs on the Spark Python workers
         for batch in batches:
             for i in batch.column(0).to_pylist():
                 yield from ctx.read(files[i]).select(ARROW_SCHEMA.names).to_batches()

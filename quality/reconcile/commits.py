@@ -299,7 +299,9 @@ def check_marks(
             )
 
 
-def check_kept(c: Checker, files: list[DataFile], keys: KeySet, bucket: int, rng: tuple[int, int], snap: Snapshot):
+def check_kept(
+    c: Checker, files: list[DataFile], keys: KeySet, bucket: int, rng: tuple[int, int], snap: Snapshot
+) -> None:
     """No file a primary-key tiering commit kept may hold a key it changed (that row would be stale). Files
     whose key statistics exclude every changed key are not read; the others' key columns are."""
     r = c.reader

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import AlwaysTrue
@@ -69,7 +70,7 @@ class TableReader:
     # ---- where things are ------------------------------------------------------------------------------
 
     @cached_property
-    def fs(self):  # noqa: ANN201 - pyarrow's FileSystem
+    def fs(self) -> pafs.FileSystem:
         return self.lh.store.arrow_filesystem()
 
     @cached_property
