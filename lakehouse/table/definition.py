@@ -377,6 +377,7 @@ class TableDefinition:
             "uuid": self.table_uuid,
             "created": self.created_at,
             "schema version": self.schema_version,
+            "log format": self.log_format,
         }
 
     def _describe_engine(self) -> str:

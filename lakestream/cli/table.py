@@ -52,6 +52,7 @@ def _definition_json(d: TableDefinition) -> dict:
         "uuid": d.table_uuid,
         "created": d.created_at,
         "schema_version": d.schema_version,
+        "log_format": d.log_format,
     }
 
 
@@ -92,6 +93,13 @@ def table_create(
             "last_non_null; columns not named keep their last non-null value), e.g. amount:sum,orders:count"
         ),
     ] = None,
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            help="how the log lies on the store: commits (the default: an append is one data object and one commit "
+            "record, whatever its buckets) or segments (an object per bucket per append, as earlier versions)"
+        ),
+    ] = None,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
     json_output: JsonOpt = False,
@@ -114,6 +122,7 @@ def table_create(
             merge_engine=merge_engine,
             version_column=version_column,
             aggregates=_aggregates(aggregate),
+            log_format=log_format,
         )
 
     def render() -> None:
