@@ -32,8 +32,9 @@ import json
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from lakehouse.errors import CorruptSegmentError
@@ -427,6 +428,65 @@ class Chain:
             found.append(c)
             n -= 1
         yield from reversed(found)
+
+
+#: A data object up to this size is read whole by the first reader of one of its parts and kept (`DataCache`), so
+#: the readers of its other buckets (tiering's tasks, a union read's buckets) do not GET it again.
+WHOLE_OBJECT_BYTES = 4 * 1024 * 1024
+#: Bytes of data objects a `DataCache` keeps (least recently used dropped first).
+CACHE_BYTES = 64 * 1024 * 1024
+
+
+class DataCache:
+    """Parts of small data objects served from one GET of the whole object per process, within a bounded budget.
+
+    An append writes every bucket's rows into one object; read per bucket, each part would cost a GET of its own
+    (a tiering round of 16 buckets, 16 GETs per object). Objects up to `WHOLE_OBJECT_BYTES` are fetched whole
+    once (concurrent readers of one object wait for the same fetch) and kept, least recently used dropped first,
+    up to `CACHE_BYTES`; larger ones are read by ranged GETs."""
+
+    def __init__(self, store: ObjectStore, budget: int = CACHE_BYTES) -> None:
+        self.store, self.budget = store, budget
+        self._lock = threading.Lock()
+        self._objects: OrderedDict[str, bytes] = OrderedDict()
+        self._fetching: dict[str, Future[bytes]] = {}
+        self._bytes = 0
+
+    def part(self, commit: Commit, part: Part) -> bytes:
+        size = max(p.start + p.length for p in commit.parts)
+        if size > WHOLE_OBJECT_BYTES or len(commit.parts) == 1:
+            return self.store.get_range(commit.data, part.start, part.length)
+        return self._whole(commit.data)[part.start : part.start + part.length]
+
+    def _whole(self, key: str) -> bytes:
+        with self._lock:
+            data = self._objects.get(key)
+            if data is not None:
+                self._objects.move_to_end(key)
+                return data
+            pending = self._fetching.get(key)
+            mine = pending is None
+            if mine:
+                pending = self._fetching[key] = Future()
+        assert pending is not None
+        if not mine:
+            return pending.result()
+        try:
+            data = self.store.get(key).data
+        except BaseException as exc:
+            with self._lock:
+                del self._fetching[key]
+            pending.set_exception(exc)
+            raise
+        with self._lock:
+            del self._fetching[key]
+            self._objects[key] = data
+            self._bytes += len(data)
+            while self._bytes > self.budget and self._objects:
+                _, dropped = self._objects.popitem(last=False)
+                self._bytes -= len(dropped)
+        pending.set_result(data)
+        return data
 
 
 def parts_by_bucket(commits: Sequence[Commit]) -> dict[int, list[tuple[Commit, Part]]]:

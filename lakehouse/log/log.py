@@ -191,6 +191,7 @@ class Log:
             else None
         )
         self._commit_lock = threading.Lock()
+        self._data = chain_format.DataCache(self.store)
         self._open_producers: set[Producer] = set()  # closed (flushed) by `close` before the pool stops
 
     # ---- append --------------------------------------------------------------------------------------
@@ -841,7 +842,7 @@ class Log:
                 )
             where = f"{commit.data} (table {self.name}, commit {number}, bucket {bucket})"
             try:
-                body = self.store.get_range(commit.data, part.start, part.length)
+                body = self._data.part(commit, part)
             except NotFound:
                 raise OffsetOutOfRange(
                     f"{self.name} bucket {bucket}: offsets from {base} were removed by log retention; the earliest "
