@@ -670,7 +670,9 @@ class Log:
 
         return dict(enumerate(self._pool.map(walk, range(self.definition.buckets))))
 
-    def _check_same_rows(self, bucket: int, base: int, theirs: SegmentHeader, part: pa.Table, ours: SegmentHeader):
+    def _check_same_rows(
+        self, bucket: int, base: int, theirs: SegmentHeader, part: pa.Table, ours: SegmentHeader
+    ) -> None:
         """Raise `SequenceConflict` unless the segment found at ``base`` holds the rows of ``part``: the same
         count and checksum, or (batched into other record batches, or another checksum algorithm) the same
         rows when read back."""

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
     CommitStateUnknownException,
@@ -40,6 +41,7 @@ from pyiceberg.exceptions import (
 )
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 
 from lakehouse.errors import InvalidArgument, LakeStateError, LakestreamError, TieringConflict
 from lakehouse.executor import LocalExecutor, TaskExecutor
@@ -64,6 +66,7 @@ from lakehouse.merge import engine_of
 from lakehouse.merge.keyed_rows import KeySet, mark_bucket, reduce_changes, rewrite_bucket, round_counts, stored_rows
 from lakehouse.table.definition import TableDefinition
 from lakehouse.table.evolution import sync_lake_schema
+from object_store import ObjectStore
 from object_store.usage import Usage, measure_usage
 
 log = logging.getLogger(__name__)
@@ -317,7 +320,7 @@ def share_files(
     return [tuple(s) for s in shares]
 
 
-def _conflict(catalog: Any, definition: TableDefinition, base: Any, exc: Exception) -> TieringConflict:
+def _conflict(catalog: Catalog, definition: TableDefinition, base: Snapshot | None, exc: Exception) -> TieringConflict:
     """A commit pyiceberg refused after losing the pointer to another writer (its retry found the files this
     round rewrote deleted: "Data files were concurrently deleted"), or gave up retrying, as a
     `TieringConflict` saying who won."""
@@ -343,8 +346,8 @@ def _conflict(catalog: Any, definition: TableDefinition, base: Any, exc: Excepti
 
 
 def tier(
-    store: Any,
-    catalog: Any,
+    store: ObjectStore,
+    catalog: Catalog,
     log_: Log,
     *,
     executor: TaskExecutor | None = None,
@@ -359,8 +362,8 @@ def tier(
 
 
 def _tier(
-    store: Any,
-    catalog: Any,
+    store: ObjectStore,
+    catalog: Catalog,
     log_: Log,
     *,
     executor: TaskExecutor | None = None,
