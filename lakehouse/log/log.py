@@ -332,7 +332,12 @@ class Log:
         sends: dict[int, tuple[int, int]] | None,
     ) -> AppendResult:
         """`_append_parts` on a "commits" log: every bucket's rows in one data object, then one commit record
-        (`lakehouse.log.chain`). Atomic across the buckets: the record's create decides."""
+        (`lakehouse.log.chain`). Atomic across the buckets it writes: the record's create decides.
+
+        An append is recognised per bucket, as with segments: ``(producer_id, sequence)`` names one batch of rows
+        *per bucket* (a Spark job's tasks append one bucket each under one id and sequence), so the buckets an
+        earlier attempt (or another task) committed under the pair are checked and reported, and the others
+        written."""
         bodies = {b: segment.encode(part, self.compression) for b, part in parts.items()}
         checksums = {b: segment.checksum(body) for b, body in bodies.items()}
         rows = sum(part.num_rows for part in parts.values())
@@ -340,63 +345,78 @@ class Log:
         with state.lock:
             if chain.age > MAX_INDEX_AGE:
                 chain.refresh()  # learn the head before writing: a stale one only costs lost races
-            may_hold = explicit_id and (
-                state.chain_newest is None or sequence <= state.chain_newest or sequence <= state.last_sequence
-            )
-            if retry or may_hold:
-                found = self._earlier_commit(chain, state, parts, checksums, op, producer_id, sequence)
-                if found is not None:
-                    state.last_sequence = max(state.last_sequence, sequence)
-                    return self._commit_result(found, producer_id, sequence, rows, already=True)
+            found: dict[int, chain_format.Commit] = {}
+            if retry or (explicit_id and any(state.may_hold(b, sequence) for b in parts)):
+                found = self._earlier_commits(chain, state, parts, checksums, op, producer_id, sequence)
             state.last_sequence = max(state.last_sequence, sequence)
-            data, spans = chain_format.encode_data(bodies)
-            key = chain_format.new_data_key(self.name, self._clock())
-            # Written unconditionally under a fresh name: a lost race for the commit record resends the record,
-            # not the rows. Unreferenced until the record lands (a crash here leaves an orphan retention removes).
-            with self.store.open_writer(key) as writer:
-                writer.write(data)
-            timestamp_us = int(self._clock() * 1_000_000)
-            version = self._version_of(next(iter(parts.values())).schema)
-
-            def make(number: int, ends: tuple[int, ...]) -> chain_format.Commit:
-                new_ends = list(ends)
-                made = []
-                for b in sorted(parts):
-                    start, length = spans[b]
-                    made.append(
-                        chain_format.Part(
-                            b, ends[b], parts[b].num_rows, start, length, checksums[b], sends.get(b) if sends else None
-                        )
-                    )
-                    new_ends[b] += parts[b].num_rows
-                return chain_format.Commit(
-                    number,
-                    key,
-                    producer_id,
-                    sequence,
-                    op,
-                    timestamp_us,
-                    version,
-                    segment.WRITE_ALGORITHM,
-                    tuple(made),
-                    tuple(new_ends),
-                )
-
-            with self._commit_lock:
-                ours, theirs = chain.commit(make)
-            if theirs is not None:  # an earlier attempt of this very append had landed (its response was lost)
-                self._check_same_commit(theirs, parts, checksums, op)
-                self._delete_unreferenced(key)
+            todo = {b: parts[b] for b in parts if b not in found}
+            ours: chain_format.Commit | None = None
+            if todo:
+                ours, theirs = self._commit_parts_of(chain, todo, bodies, checksums, op, producer_id, sequence, sends)
+                if theirs is not None:  # an earlier attempt of this very append had landed (its response was lost)
+                    found.update({q.bucket: theirs for q in theirs.parts if q.bucket in todo})
+                    ours = None
             if explicit_id:
-                state.chain_newest = max(state.chain_newest if state.chain_newest is not None else -1, sequence)
-        return self._commit_result(theirs or ours, producer_id, sequence, rows, already=theirs is not None)
+                for commit in [*found.values(), *([ours] if ours is not None else [])]:
+                    for q in commit.parts:
+                        state.landed(q.bucket, q.base, commit.header(q))
+        held = [part for b, c in found.items() if (part := c.part(b)) is not None]
+        held += list(ours.parts) if ours is not None else []
+        ranges = {part.bucket: (part.base, part.base + part.count - 1) for part in held}
+        return AppendResult(producer_id, sequence, dict(sorted(ranges.items())), rows, frozenset(found))
 
-    @staticmethod
-    def _commit_result(
-        commit: chain_format.Commit, producer_id: str, sequence: int, rows: int, *, already: bool
-    ) -> AppendResult:
-        ranges = {p.bucket: (p.base, p.base + p.count - 1) for p in sorted(commit.parts, key=lambda p: p.bucket)}
-        return AppendResult(producer_id, sequence, ranges, rows, frozenset(ranges) if already else frozenset())
+    def _commit_parts_of(
+        self,
+        chain: chain_format.Chain,
+        parts: dict[int, pa.Table],
+        bodies: dict[int, bytes],
+        checksums: dict[int, str],
+        op: str,
+        producer_id: str,
+        sequence: int,
+        sends: dict[int, tuple[int, int]] | None,
+    ) -> tuple[chain_format.Commit, chain_format.Commit | None]:
+        """Write ``parts``' data object, then their commit record (see `chain_format.Chain.commit`)."""
+        data, spans = chain_format.encode_data({b: bodies[b] for b in parts})
+        key = chain_format.new_data_key(self.name, self._clock())
+        # Written unconditionally under a fresh name: a lost race for the commit record resends the record,
+        # not the rows. Unreferenced until the record lands (a crash here leaves an orphan retention removes).
+        with self.store.open_writer(key) as writer:
+            writer.write(data)
+        timestamp_us = int(self._clock() * 1_000_000)
+        version = self._version_of(next(iter(parts.values())).schema)
+
+        def make(number: int, ends: tuple[int, ...]) -> chain_format.Commit:
+            new_ends = list(ends)
+            made = []
+            for b in sorted(parts):
+                start, length = spans[b]
+                made.append(
+                    chain_format.Part(
+                        b, ends[b], parts[b].num_rows, start, length, checksums[b], sends.get(b) if sends else None
+                    )
+                )
+                new_ends[b] += parts[b].num_rows
+            return chain_format.Commit(
+                number,
+                key,
+                producer_id,
+                sequence,
+                op,
+                timestamp_us,
+                version,
+                segment.WRITE_ALGORITHM,
+                tuple(made),
+                tuple(new_ends),
+            )
+
+        with self._commit_lock:
+            ours, theirs = chain.commit(make)
+        if theirs is not None:
+            for b in parts:
+                self._check_same_part(theirs, b, parts[b], checksums[b], op)
+            self._delete_unreferenced(key)
+        return ours, theirs
 
     def _delete_unreferenced(self, key: str) -> None:
         try:
@@ -404,7 +424,7 @@ class Log:
         except Exception:  # noqa: BLE001 - an orphan left is removed by log retention, never read
             pass
 
-    def _earlier_commit(
+    def _earlier_commits(
         self,
         chain: chain_format.Chain,
         state: _ProducerState,
@@ -413,65 +433,71 @@ class Log:
         op: str,
         producer: str,
         sequence: int,
-    ) -> chain_format.Commit | None:
-        """The commit of an earlier attempt of append ``(producer, sequence)`` among the newest ``dedup_window``
-        commits, or None. Raises `SequenceConflict` if it holds other rows, or if the sequence is at or below the
-        producer's newest there and not found."""
+    ) -> dict[int, chain_format.Commit]:
+        """Per bucket of ``parts``, the commit holding an earlier attempt of append ``(producer, sequence)`` there,
+        among the newest ``dedup_window`` commits. Raises `SequenceConflict` if one holds other rows, or if the
+        sequence is at or below the producer's newest in a bucket and not found there."""
         chain.refresh()
-        newest = -1
+        found: dict[int, chain_format.Commit] = {}
+        newest: dict[int, int] = {}
+        passed: set[int] = set()  # buckets where an older sequence of the producer was seen: nothing older is ours
         for commit in chain.newest_first(self.dedup_window):
             if commit.producer != producer:
                 continue
-            newest = max(newest, commit.sequence)
-            if commit.sequence == sequence:
-                self._check_same_commit(commit, parts, checksums, op)
-                state.chain_newest = max(state.chain_newest if state.chain_newest is not None else -1, newest)
-                return commit
-            if commit.sequence < sequence:
+            for p in commit.parts:
+                if p.bucket not in parts:
+                    continue
+                newest[p.bucket] = max(newest.get(p.bucket, -1), commit.sequence)
+                if commit.sequence == sequence:
+                    found.setdefault(p.bucket, commit)
+                elif commit.sequence < sequence:
+                    passed.add(p.bucket)
+                state.landed(p.bucket, p.base, commit.header(p))
+            if all(b in found or b in passed for b in parts):
                 break
-        state.chain_newest = max(state.chain_newest if state.chain_newest is not None else -1, newest)
-        if sequence <= newest:
-            raise SequenceConflict(
-                f"{self.name}: producer {producer!r} sequence {sequence} is at or below its newest sequence {newest} "
-                f"among the log's newest {self.dedup_window} commits, which hold no commit of it: these rows are not "
-                "the ones it appended, or the append is older than the look-back. Nothing was written. A producer id "
-                "and sequence name one batch of rows: resume a crashed Producer from its checkpoint "
-                "(Producer.checkpoint), or use a new id",
-                producer_id=producer,
-                sequence=sequence,
-                bucket=min(parts) if parts else 0,
-            )
-        return None
+        for b, commit in found.items():
+            self._check_same_part(commit, b, parts[b], checksums[b], op)
+        for b in parts:
+            state.buckets.setdefault(b, _BucketHistory())
+            if b not in found and newest.get(b, -1) >= sequence:
+                raise SequenceConflict(
+                    f"{self.name}: producer {producer!r} sequence {sequence} has {parts[b].num_rows} rows for bucket "
+                    f"{b}, but the producer's appends there have reached sequence {newest[b]} without one of sequence "
+                    f"{sequence} among the log's newest {self.dedup_window} commits: that sequence carried no rows "
+                    "for this bucket (so these rows are not the ones it appended), or it is older than the "
+                    "look-back. Nothing was written. A producer id and sequence name one batch of rows: resume a "
+                    "crashed Producer from its checkpoint (Producer.checkpoint), or use a new id",
+                    producer_id=producer,
+                    sequence=sequence,
+                    bucket=b,
+                )
+        return found
 
-    def _check_same_commit(
-        self, commit: chain_format.Commit, parts: dict[int, pa.Table], checksums: dict[int, str], op: str
+    def _check_same_part(
+        self, commit: chain_format.Commit, bucket: int, part: pa.Table, checksum: str, op: str
     ) -> None:
-        """Raise `SequenceConflict` unless ``commit`` holds exactly these rows: the same buckets, counts and op, and
-        per bucket the same checksum or (batched into other record batches) the same rows when read back."""
-        held = {p.bucket: p for p in commit.parts}
-        same = commit.op == op and set(held) == set(parts) and all(held[b].count == parts[b].num_rows for b in parts)
-        for b in parts if same else ():
-            part = held[b]
-            if (commit.algorithm, part.checksum) == (segment.WRITE_ALGORITHM, checksums[b]):
-                continue
-            body = self.store.get_range(commit.data, part.start, part.length)
-            existing = self._decode(body, commit.header(part), commit.data, part.base)
+        """Raise `SequenceConflict` unless ``commit`` holds exactly ``part``'s rows in ``bucket``: the same count and
+        op, and the same checksum or (batched into other record batches) the same rows when read back."""
+        held = commit.part(bucket)
+        same = held is not None and commit.op == op and held.count == part.num_rows
+        if held is not None and same and (commit.algorithm, held.checksum) != (segment.WRITE_ALGORITHM, checksum):
+            body = self.store.get_range(commit.data, held.start, held.length)
+            existing = self._decode(body, commit.header(held), commit.data, held.base)
             try:
-                same = existing.equals(pa.Table.from_arrays(parts[b].columns, schema=existing.schema))
+                same = existing.equals(pa.Table.from_arrays(part.columns, schema=existing.schema))
             except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError):
                 same = False
-            if not same:
-                break
         if not same:
+            where = f"{held.count} {commit.op} rows" if held is not None else "no rows"
             raise SequenceConflict(
                 f"{self.name}: producer {commit.producer!r} already appended other rows under sequence "
-                f"{commit.sequence} (commit {commit.number}: {commit.op} rows in buckets {sorted(held)}; this append "
-                f"has {op} rows in buckets {sorted(parts)}, or other counts or values). Nothing was written. A "
-                "producer id and sequence name one batch of rows: resume a crashed Producer from its checkpoint "
-                "(Producer.checkpoint), or use a new producer id",
+                f"{commit.sequence} in bucket {bucket} (commit {commit.number}: {where} there; this append has "
+                f"{part.num_rows} {op} rows, or other values). Nothing was written. A producer id and sequence name "
+                "one batch of rows: resume a crashed Producer from its checkpoint (Producer.checkpoint), or use a "
+                "new producer id",
                 producer_id=commit.producer,
                 sequence=commit.sequence,
-                bucket=min(held) if held else 0,
+                bucket=bucket,
             )
 
     def _version_of(self, schema: pa.Schema) -> int:

@@ -90,7 +90,7 @@ def test_a_retry_is_recognised_from_another_log_and_other_rows_under_its_sequenc
     with pytest.raises(SequenceConflict, match="already appended other rows under sequence 7"):
         reopened(store_spec).log("ods.orders").append(orders(range(101)), "upsert", producer_id="p", sequence=7)
     other.append(orders(range(5)), "upsert", producer_id="p", sequence=9)
-    with pytest.raises(SequenceConflict, match="at or below its newest sequence 9"):
+    with pytest.raises(SequenceConflict, match="have reached sequence 9 without one of sequence 8"):
         reopened(store_spec).log("ods.orders").append(orders(range(3)), "upsert", producer_id="p", sequence=8)
     assert len(all_rows(chain_log)) == 105
 
@@ -205,3 +205,32 @@ def test_kill_9_between_the_data_and_the_commit_then_retry_lands_once(lakehouse:
     rows = all_rows(chain_log)
     assert sorted(c for _, _, c in rows) == sorted(f"c{k}" for k in range(100))
     assert len(objects(store, "commits")) == 1 and len(objects(store, "data")) == 2  # one orphan, for retention
+
+
+def test_one_producer_id_and_sequence_name_one_batch_per_bucket_as_tasks_append_them(
+    store_spec, chain_log: Log
+) -> None:
+    """A Spark job's tasks append one bucket each under the job's producer id and one sequence (the layers writer
+    does): each lands, a retry of each is recognised, and other rows for a bucket already written are refused."""
+    keys = list(range(400))
+    buckets = chain_log.bucket_of(keys).to_pylist()
+    by_bucket = {b: [k for k, kb in zip(keys, buckets, strict=True) if kb == b] for b in sorted(set(buckets))}
+    first, second = list(by_bucket)[:2]
+    a = chain_log.append(orders(by_bucket[first]), "upsert", producer_id="job", sequence=3)
+    b = (
+        reopened(store_spec)
+        .log("ods.orders")
+        .append(orders(by_bucket[second]), "upsert", producer_id="job", sequence=3)
+    )
+    assert set(a.ranges) == {first} and set(b.ranges) == {second} and not a.already_appended | b.already_appended
+    again = (
+        reopened(store_spec)
+        .log("ods.orders")
+        .append(orders(by_bucket[first] + by_bucket[second]), "upsert", producer_id="job", sequence=3)
+    )
+    assert again.already_appended == {first, second} and again.ranges == {**a.ranges, **b.ranges}
+    with pytest.raises(SequenceConflict, match=f"in bucket {first}"):
+        reopened(store_spec).log("ods.orders").append(
+            orders(by_bucket[first][:-1]), "upsert", producer_id="job", sequence=3
+        )
+    assert len(all_rows(chain_log)) == len(by_bucket[first]) + len(by_bucket[second])
