@@ -131,13 +131,19 @@ def watch_executors(spark: SparkSession, wait: float | None = None, poll: float 
     jsc = sc._jsc.sc()
     tracker = sc.statusTracker()
 
+    def ever_had_executors() -> bool:
+        # Spark's status store lists every executor the application had, lost ones too: an executor that came and
+        # went between two polls (a worker killed a second after the first task) still counts
+        summaries = jsc.statusStore().executorList(False)
+        return any(summaries.apply(i).id() != "driver" for i in range(summaries.size()))
+
     def run() -> None:
         starved_since: float | None = None
         had_executors = False
         while not jsc.isStopped():
             try:
                 executors = jsc.getExecutorIds().size()
-                had_executors = had_executors or executors > 0
+                had_executors = had_executors or executors > 0 or (executors == 0 and ever_had_executors())
                 starved = had_executors and executors == 0 and bool(tracker.getActiveJobsIds())
             except Exception:  # noqa: BLE001 (the context is stopping)
                 return
