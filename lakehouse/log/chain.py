@@ -310,10 +310,12 @@ class Chain:
 
     # ---- appending ----------------------------------------------------------------------------------
 
-    def commit(self, make: Callable[[int, tuple[int, ...]], Commit]) -> tuple[Commit, Commit | None]:
+    def commit(self, make: Callable[[int, tuple[int, ...]], Commit]) -> Commit:
         """Create the next commit record, ``make(number, ends_before)``, retrying on the next number after each
-        lost race. Returns ``(ours, None)``, or ``(ours, theirs)`` when the record found at a number is ``make``'s
-        own earlier attempt (the same producer id and sequence): then ``theirs`` is the commit that holds it."""
+        lost race; return the commit that landed. A record found at a number that names ``make``'s own data object
+        is this very commit (its create's response was lost and the store could not tell): it is the one landed.
+        Another writer's record, even under the same producer id and sequence (a job's tasks append one bucket
+        each under one pair), is a lost race."""
         number = self.head + 1
         ends = self.ends
         walked = 0
@@ -328,8 +330,8 @@ class Chain:
                     number, ends, walked = self.head + 1, self.ends, 0
                     continue
                 self.learn(theirs)
-                if (theirs.producer, theirs.sequence) == (ours.producer, ours.sequence):
-                    return ours, theirs
+                if theirs.data == ours.data:
+                    return theirs
                 walked += 1
                 if walked >= _MAX_WALK:
                     self.refresh()
@@ -337,7 +339,7 @@ class Chain:
                 number, ends = max(self.head, number) + 1, self.ends
                 continue
             self.learn(ours)
-            return ours, None
+            return ours
 
     # ---- locating offsets ---------------------------------------------------------------------------
 

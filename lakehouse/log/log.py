@@ -352,10 +352,7 @@ class Log:
             todo = {b: parts[b] for b in parts if b not in found}
             ours: chain_format.Commit | None = None
             if todo:
-                ours, theirs = self._commit_parts_of(chain, todo, bodies, checksums, op, producer_id, sequence, sends)
-                if theirs is not None:  # an earlier attempt of this very append had landed (its response was lost)
-                    found.update({q.bucket: theirs for q in theirs.parts if q.bucket in todo})
-                    ours = None
+                ours = self._commit_parts_of(chain, todo, bodies, checksums, op, producer_id, sequence, sends)
             if explicit_id:
                 for commit in [*found.values(), *([ours] if ours is not None else [])]:
                     for q in commit.parts:
@@ -375,7 +372,7 @@ class Log:
         producer_id: str,
         sequence: int,
         sends: dict[int, tuple[int, int]] | None,
-    ) -> tuple[chain_format.Commit, chain_format.Commit | None]:
+    ) -> chain_format.Commit:
         """Write ``parts``' data object, then their commit record (see `chain_format.Chain.commit`)."""
         data, spans = chain_format.encode_data({b: bodies[b] for b in parts})
         key = chain_format.new_data_key(self.name, self._clock())
@@ -411,18 +408,7 @@ class Log:
             )
 
         with self._commit_lock:
-            ours, theirs = chain.commit(make)
-        if theirs is not None:
-            for b in parts:
-                self._check_same_part(theirs, b, parts[b], checksums[b], op)
-            self._delete_unreferenced(key)
-        return ours, theirs
-
-    def _delete_unreferenced(self, key: str) -> None:
-        try:
-            self.store.delete(key)
-        except Exception:  # noqa: BLE001 - an orphan left is removed by log retention, never read
-            pass
+            return chain.commit(make)
 
     def _earlier_commits(
         self,

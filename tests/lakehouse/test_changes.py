@@ -303,6 +303,7 @@ def test_retention_of_the_range_is_a_clear_error(lakehouse: Lakehouse) -> None:
     )
 
 
+@pytest.mark.segments  # per-bucket retention: whole commits' retention keeps more of the log
 def test_expired_old_state_is_a_clear_error_or_read_from_what_is_left(lakehouse: Lakehouse) -> None:
     lh = lakehouse
     ends = build(lh, "pk")

@@ -251,6 +251,7 @@ def test_two_processes_advance_one_subscription_and_exactly_one_wins(lakehouse: 
 # ---- pins: retention and expiry keep what a subscription's as-of read needs -----------------------------------
 
 
+@pytest.mark.segments  # per-bucket retention: whole commits' retention keeps more of the log
 def test_log_retention_keeps_what_a_subscription_needs(lakehouse: Lakehouse) -> None:
     lh = lakehouse
     ends = build(lh)
@@ -274,6 +275,7 @@ def test_log_retention_keeps_what_a_subscription_needs(lakehouse: Lakehouse) -> 
         lh.union_read(NAME, as_of=m)
 
 
+@pytest.mark.segments  # per-bucket retention: whole commits' retention keeps more of the log
 def test_a_subscription_below_every_snapshot_keeps_the_log_from_its_start(lakehouse: Lakehouse) -> None:
     lh = lakehouse
     ends = build(lh)
@@ -292,6 +294,7 @@ def test_a_subscription_below_every_snapshot_keeps_the_log_from_its_start(lakeho
         lh.union_read(NAME, as_of=m)
 
 
+@pytest.mark.segments  # per-bucket retention: whole commits' retention keeps more of the log
 def test_snapshot_expiry_keeps_the_snapshot_a_subscription_needs(lakehouse: Lakehouse) -> None:
     lh = lakehouse
     ends = build(lh)
