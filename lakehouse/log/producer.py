@@ -44,6 +44,7 @@ from lakehouse.errors import AppendIncomplete, InvalidArgument, LakestreamError,
 from lakehouse.log.batch import conform, split_by_bucket
 from lakehouse.log.segment import check_producer
 from lakehouse.table import evolution
+from lakehouse.table.definition import COMMITS_LOG
 
 if TYPE_CHECKING:
     from lakehouse.log.log import AppendResult, Log
@@ -520,8 +521,11 @@ class Producer:
         rows (less when the buffer is full), within the log's per-append limits. Returns the parts, their
         operation, their buffers' size and the serial of the oldest send they hold."""
         now, urgent = time.monotonic(), self._urgent()
+        # On a "commits" log an append is one data object and one record whatever its buckets: once one bucket is
+        # ready, every queued bucket goes along (appended at their own linger, they would cost an append each).
+        every = urgent or self.log.definition.log_format == COMMITS_LOG
         ready = sorted(
-            (b for b, q in self._queues.items() if q and (urgent or self._bucket_ready(b, now))),
+            (b for b, q in self._queues.items() if q and (every or self._bucket_ready(b, now))),
             key=lambda b: self._queues[b][0].queued_at,
         )
         op = self._queues[ready[0]][0].op
