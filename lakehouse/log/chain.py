@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import os
 import threading
 import time
 import uuid
@@ -41,6 +42,7 @@ from lakehouse.errors import CorruptSegmentError
 from lakehouse.log.segment import OPS, SegmentHeader
 from lakehouse.table.definition import TableName
 from object_store import NotFound, ObjectStore, PreconditionFailed
+from object_store.usage import ContextThreadPoolExecutor
 
 #: Commit records a chain keeps in memory (the newest), at least; older ones are read again when needed.
 KEEP_COMMITS = 20_000
@@ -218,6 +220,8 @@ class Chain:
     ) -> None:
         self.store, self.name, self.buckets, self._pool, self._clock = store, name, buckets, pool, clock
         self._lock = threading.Lock()
+        #: Held while a record is created: the `Log`s sharing this chain take turns instead of racing each other.
+        self.commit_lock = threading.Lock()
         self.commits: dict[int, Commit] = {}
         self.head = -1  # the newest commit known (-1: none)
         self.ends: tuple[int, ...] = (0,) * buckets
@@ -499,6 +503,35 @@ class DataCache:
                 self._bytes -= len(dropped)
         pending.set_result(data)
         return data
+
+
+#: Tables whose chain and data cache a process keeps for its `Log`s (least recently used dropped first).
+SHARED_TABLES = 64
+_SHARED_LOCK = threading.Lock()
+_SHARED: OrderedDict[tuple[int, int, str, int], tuple[Chain, DataCache]] = OrderedDict()
+
+
+def shared(
+    store: ObjectStore, name: TableName, buckets: int, table_uuid: str, clock: Callable[[], float] = time.time
+) -> tuple[Chain, DataCache]:
+    """The chain and data cache this process keeps for a table, shared by its `Log`s: tiering's tasks open a `Log`
+    each, and without sharing every one of them listed and read the whole chain and each data object again (a
+    round of 16 buckets read every record and object 16 times). Per process (a forked child starts its own), per
+    store, table instance (``table_uuid``) and clock (tests inject theirs)."""
+    # by the store object (tiering's tasks share one per process: `lakehouse.iceberg.datafiles.shared_store`); the
+    # chain holds it, so its id names no other store while it is kept
+    key = (os.getpid(), id(store), table_uuid, buckets)
+    with _SHARED_LOCK:
+        found = _SHARED.get(key)
+        if found is not None and found[0]._clock is clock:
+            _SHARED.move_to_end(key)
+            return found
+        pool = ContextThreadPoolExecutor(4, thread_name_prefix="log-chain")
+        made = (Chain(store, name, buckets, pool=pool, clock=clock), DataCache(store))
+        _SHARED[key] = made
+        while len(_SHARED) > SHARED_TABLES:
+            _SHARED.popitem(last=False)
+        return made
 
 
 def parts_by_bucket(commits: Sequence[Commit]) -> dict[int, list[tuple[Commit, Part]]]:

@@ -185,13 +185,12 @@ class Log:
         # Appends of this Log's threads to one bucket take turns (see `_append_bucket`).
         self._bucket_locks = [threading.Lock() for _ in range(definition.buckets)]
         # A "commits" log: the table's chain of commits, and this Log's threads take turns creating records.
-        self._chain = (
-            chain_format.Chain(self.store, self.name, definition.buckets, pool=self._pool, clock=self._clock)
-            if definition.log_format == COMMITS_LOG
-            else None
-        )
-        self._commit_lock = threading.Lock()
-        self._data = chain_format.DataCache(self.store)
+        # (shared with the other `Log`s of the table in this process: what one learned, they need not read again)
+        self._chain: chain_format.Chain | None = None
+        if definition.log_format == COMMITS_LOG:
+            self._chain, self._data = chain_format.shared(
+                self.store, self.name, definition.buckets, definition.table_uuid, self._clock
+            )
         self._open_producers: set[Producer] = set()  # closed (flushed) by `close` before the pool stops
 
     # ---- append --------------------------------------------------------------------------------------
@@ -407,7 +406,7 @@ class Log:
                 tuple(new_ends),
             )
 
-        with self._commit_lock:
+        with chain.commit_lock:
             return chain.commit(make)
 
     def _earlier_commits(
