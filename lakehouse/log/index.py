@@ -6,7 +6,7 @@ one listing give every segment's size except the last one's, which one HEAD give
 
 An index keeps the newest ``KEEP_SEGMENTS`` to ``2 * KEEP_SEGMENTS`` segments of its bucket in memory, so a
 process that appends for weeks does not grow without bound (one producer adds up to ~1.7 M segments a day
-per bucket at its 50 ms linger). A read of older segments lists them again.
+per bucket at a 50 ms linger). A read of older segments lists them again.
 """
 
 from __future__ import annotations
