@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -327,14 +327,14 @@ class Chain:
             # A lost create costs a write request (priced as a PUT); a look first costs a read (a twelfth of it):
             # when other producers moved the head since this chain last saw it, the record found is learned and
             # the next number tried without a PUT. The create still decides a race in between.
+            ours = make(number, ends)
             taken = self.read_commit(number)
             if taken is not None:
                 self.learn(taken)
-                if taken.data == make(number, ends).data:
+                if taken.data == ours.data:
                     return taken
                 number, ends = max(self.head, number) + 1, self.ends
                 continue
-            ours = make(number, ends)
             try:
                 self.store.put(commit_key(self.name, number), ours.to_json(), if_none_match=True)
             except PreconditionFailed:
@@ -532,11 +532,3 @@ def shared(
         while len(_SHARED) > SHARED_TABLES:
             _SHARED.popitem(last=False)
         return made
-
-
-def parts_by_bucket(commits: Sequence[Commit]) -> dict[int, list[tuple[Commit, Part]]]:
-    out: dict[int, list[tuple[Commit, Part]]] = {}
-    for c in commits:
-        for p in c.parts:
-            out.setdefault(p.bucket, []).append((c, p))
-    return out
