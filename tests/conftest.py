@@ -130,8 +130,15 @@ def spark():
     """One Spark `local[2]` session for the whole run (starting one takes ~15 s)."""
     from lakehouse.spark import spark_session
 
-    # many small jobs on 2 cores: the C1-only JIT compiles less than the full one would
-    session = spark_session(master="local[2]", app_name="lakestream-tests", scheduler_only=True)
+    # many small jobs on 2 cores: the C1-only JIT compiles less than the full one would; the tests' data is small:
+    # two shuffle partitions, not production's 8 tasks of a few rows each per shuffle (still more than one, so
+    # what crosses partitions runs); BENCHMARKS.md, "The test suite", has what it saves
+    session = spark_session(
+        master="local[2]",
+        app_name="lakestream-tests",
+        scheduler_only=True,
+        **{"spark.sql.shuffle.partitions": "2"},
+    )
     try:
         yield session
     finally:
