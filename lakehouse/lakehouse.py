@@ -10,7 +10,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -18,6 +18,7 @@ from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, 
 from pyiceberg.table import Table
 
 from lakehouse import maintenance
+from lakehouse.cost import TableCost, table_cost
 from lakehouse.errors import (
     AlterConflict,
     CorruptCatalogError,
@@ -72,6 +73,7 @@ from lakehouse.table_runs import TableRun, for_each_table
 from lakehouse.tiering.boundaries import delete_boundary, tiering_end
 from lakehouse.tiering.round import TieringResult, tier
 from object_store import NotFound, ObjectStore, PreconditionFailed, open_store
+from object_store.pricing import PriceList
 
 _log = logging.getLogger(__name__)
 
@@ -505,6 +507,25 @@ class Lakehouse:
         definition = self.table(name)
         table = load_lake_table(self.catalog, definition)
         return lake_offsets(table.metadata, definition.buckets, name=str(definition.name), io=table.io)
+
+    def cost(self, name: str | TableName, *, since: datetime | None = None, until: datetime | None = None) -> TableCost:
+        """What table ``name`` cost the store from ``since`` (default: a day before ``until``) to ``until``
+        (default: now): its producers' writes read from the log, its lake commits' recorded usage, its storage,
+        priced at the settings' price list (`lakehouse.cost`). Reads the table's metadata and lists its log once.
+
+        Raises:
+            TableNotFound: no such table.
+            InvalidArgument: the period ends before it starts, or a time without a timezone.
+        """
+        until = until or datetime.now(UTC)
+        since = since or until - timedelta(days=1)
+        if since.tzinfo is None or until.tzinfo is None:
+            raise InvalidArgument(f"a cost period needs timezone-aware times (e.g. UTC): got {since} .. {until}")
+        if until <= since:
+            raise InvalidArgument(f"a cost period must end after its start: got {since} .. {until}")
+        definition = self.table(name)
+        prices = self.settings.prices if self.settings is not None else PriceList()
+        return table_cost(self.store, definition, self.lake_table(name), since, until, prices)
 
     # ---- tiering and reads ---------------------------------------------------------------------------
 

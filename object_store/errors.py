@@ -9,9 +9,24 @@ stores never put credentials into messages, and errors from boto3 are re-worded,
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class LakestreamError(Exception):
     """Root of all lakestream errors."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its args and attributes without calling ``__init__``: errors whose fields are required
+        # keyword arguments (`SequenceConflict`'s producer, sequence and bucket) would otherwise fail to unpickle
+        # ("missing 3 required keyword-only arguments") where they cross a process: a worker pool's, a Spark task's.
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[LakestreamError], args: tuple[Any, ...], state: dict[str, Any]) -> LakestreamError:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class StoreError(LakestreamError):

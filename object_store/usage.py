@@ -198,6 +198,13 @@ def measure_usage() -> Iterator[UsageMeter]:
         _SCOPES.reset(token)
 
 
+def current_usage() -> Usage:
+    """What the innermost open scope counted so far (an empty `Usage` outside any scope): what an operation has
+    asked of the store up to now, e.g. to record it in the commit that ends it."""
+    scopes = _SCOPES.get()
+    return scopes[-1].usage() if scopes else Usage()
+
+
 def process_usage() -> Usage:
     """Every request this process made since it started (all stores, all threads)."""
     return _PROCESS.usage()

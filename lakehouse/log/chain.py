@@ -17,9 +17,10 @@ An append is atomic across its buckets (one create decides), so `AppendIncomplet
 **Readers** learn commits by listing forward from the last one they know (one GET per new commit record) and
 read a bucket's part with a ranged GET; tiering reads each data object once for all its buckets' parts it needs.
 
-**Exactly once.** A commit carries the append's producer id and sequence. A retry (same pair) looks back
-through the newest ``dedup_window`` commits: found, with the same rows per bucket, it is that commit; other rows
-under a used sequence, or a sequence at or below the producer's newest without its commit, is `SequenceConflict`.
+**Exactly once.** A commit carries the append's producer id and sequence. A retry (same pair) looks back through the
+newest ``dedup_window`` commits (default `KEEP_COMMITS`): found, with the same rows per bucket, it is that commit;
+other rows under a used sequence, or a sequence at or below the producer's newest without its commit, is
+`SequenceConflict`.
 
 A data object whose commit never landed (the producer was killed between the two writes, or lost and found its
 earlier attempt) is referenced by no commit: log retention removes it once older than its grace period.

@@ -33,6 +33,7 @@ from pyiceberg.table import Table
 
 from lakehouse.errors import InvalidArgument, LakestreamError, MaintenanceError
 from lakehouse.executor import LocalExecutor, TaskExecutor
+from lakehouse.iceberg.commit_usage import usage_property
 from lakehouse.iceberg.commits import rewrite_files
 from lakehouse.iceberg.datafiles import LakeContext, added_or_raise, locations
 from lakehouse.iceberg.layout import OFFSET_COLUMN, check_lake_layout
@@ -317,7 +318,7 @@ def _compact(
     folded = _folded(tasks, {f.file_path for f in removed})
     try:
         with table.transaction() as txn:
-            properties = {COMMIT_USER_PROPERTY: COMPACTION_USER}
+            properties = {COMMIT_USER_PROPERTY: COMPACTION_USER, **usage_property()}
             if folded or deletes:
                 rewrite_files(txn, [*removed, *folded], added, properties)
             else:

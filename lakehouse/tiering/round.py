@@ -45,6 +45,7 @@ from pyiceberg.table.snapshots import Snapshot
 
 from lakehouse.errors import InvalidArgument, LakeStateError, LakestreamError, TieringConflict
 from lakehouse.executor import LocalExecutor, TaskExecutor
+from lakehouse.iceberg.commit_usage import usage_property
 from lakehouse.iceberg.commits import append_row_changes, rewrite_files
 from lakehouse.iceberg.datafiles import LakeContext, added_or_raise, locations
 from lakehouse.iceberg.layout import (
@@ -454,6 +455,7 @@ def _tier(
             "round again"
         ) from exc
     summary[ROUND_CHANGES_PROPERTY] = _round_changes(definition, outcomes)
+    summary.update(usage_property())  # what the round asked of the store so far, kept with its snapshot
     written_files = locations(added) + ([offsets_file] if offsets_file else [])
     try:
         with table.transaction() as txn:

@@ -6,8 +6,10 @@ lakehouse and Spark, and the two helpers each command ends with, `command_errors
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -268,3 +270,27 @@ def finish_runs(runs: list) -> None:
     if any(not r.ok for r in runs):
         err.print(f"[bold red]{escape(summarize(runs))}[/]")
         raise typer.Exit(1)
+
+
+def parse_duration(text: str) -> timedelta:
+    """'90s', '15m', '12h', '7d' or a number of seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not m:
+        raise LakestreamError(f"bad duration {text!r}: use e.g. 90s, 15m, 12h or 7d")
+    return timedelta(seconds=float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)])
+
+
+def parse_time(text: str, now: datetime | None = None) -> datetime:
+    """A point in time: an ISO 8601 time (UTC unless it says otherwise) or a duration ago ('12h': 12 hours
+    before ``now``)."""
+    now = now or datetime.now(UTC)
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        try:
+            return now - parse_duration(text)
+        except LakestreamError:
+            raise LakestreamError(
+                f"bad time {text!r}: give a duration ago (90s, 15m, 12h, 7d) or an ISO time (2026-11-29T08:00)"
+            ) from None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)

@@ -4,7 +4,6 @@ reported (`lakehouse.table_runs`)."""
 from __future__ import annotations
 
 import re
-from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -24,6 +23,7 @@ from lakestream.cli.common import (
     open_executor,
     open_lakehouse,
     open_spark,
+    parse_duration,
 )
 from lakestream.console import new_table
 from object_store.pricing import PriceList
@@ -78,14 +78,6 @@ def tier(
     if not json_output:
         console.print(out)
     finish_runs(runs)
-
-
-def _duration(text: str) -> timedelta:
-    """'90s', '15m', '12h', '7d' or a number of seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
-    if not m:
-        raise LakestreamError(f"bad duration {text!r}: use e.g. 90s, 15m, 12h or 7d")
-    return timedelta(seconds=float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)])
 
 
 def _size(text: str) -> int:
@@ -161,11 +153,11 @@ def maintain(
     with command_errors():
         lh = open_lakehouse(warehouse, config)
         args: dict[str, Any] = {
-            "snapshot_age": _duration(snapshot_age),
+            "snapshot_age": parse_duration(snapshot_age),
             "retain_last": retain_last,
-            "orphan_age": _duration(orphan_age),
-            "retention": _duration(retention),
-            "subscription_idle": _duration(subscription_idle),
+            "orphan_age": parse_duration(orphan_age),
+            "retention": parse_duration(retention),
+            "subscription_idle": parse_duration(subscription_idle),
             "target_file_size": _size(target_file_size),
             "unsafe_orphan_age": unsafe_orphan_age,
         }

@@ -1,5 +1,5 @@
-"""``lakestream table create|alter|drop|describe|list|location|register|read|changes``: tables, their
-definitions and their rows."""
+"""``lakestream table create|alter|drop|describe|list|location|register|read|changes|cost``: tables, their
+definitions, their rows and what they cost."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from lakestream.cli.common import (
     emit,
     finish_runs,
     open_lakehouse,
+    parse_time,
     print_mapping,
     print_rows,
     report_if_failed,
@@ -380,3 +381,54 @@ def table_changes(
         data = lh.changes(name, starts, ends, before_images=before_images, columns=cols)
     upto = ",".join(f"{b}:{o}" for b, o in sorted(ends.items()))
     print_rows(data, limit, json_output, f"{data.num_rows:,} changes from {start} up to {upto}")
+
+
+@table_app.command("cost")
+def table_cost(
+    name: str,
+    since: Annotated[
+        str, typer.Option(help="the period's start: a duration ago (15m, 12h, 7d) or an ISO time (UTC unless given)")
+    ] = "24h",
+    until: Annotated[str | None, typer.Option(help="the period's end, as --since (default: now)")] = None,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """What a table cost the object store in a period: its producers' writes (read from the log), its tiering
+    and compaction commits (the requests each recorded in its snapshot), its storage; in requests, bytes and
+    dollars at the settings' price list (AWS S3 list prices unless LAKESTREAM_PRICE_... say otherwise)."""
+    from datetime import UTC, datetime
+
+    from object_store.usage import measure_usage
+
+    with command_errors(ValueError):
+        now = datetime.now(UTC)
+        start, end = parse_time(since, now), parse_time(until, now) if until else now
+        lh = open_lakehouse(warehouse, config)
+        with measure_usage() as asked:
+            cost = lh.cost(name, since=start, until=end)
+    own = cost.prices.price(asked.usage()).total
+    doc = {**cost.to_dict(), "this_command": {"usage": asked.usage().to_dict(), "dollars": own}}
+
+    def show() -> None:
+        out = new_table("part", "operations", "write requests", "read requests", "bytes", "$", "note")
+        for line in cost.lines:
+            moved = line.usage.bytes_sent + line.usage.bytes_received
+            out.add_row(
+                line.part,
+                f"{line.operations:,}",
+                f"{line.usage.write_requests:,}",
+                f"{line.usage.read_requests:,}",
+                f"{moved:,}",
+                f"{line.dollars:.6f}",
+                line.note,
+            )
+        out.add_row("storage", "", "", "", f"{cost.stored_bytes:,}", f"{cost.storage_dollars:.6f}", "held now")
+        out.add_row("total", "", "", "", "", f"{cost.total:.6f}", f"${cost.per_day():.4f} a day at this rate")
+        console.print(f"{name}: {cost.since:%Y-%m-%d %H:%M:%S} .. {cost.until:%Y-%m-%d %H:%M:%S} UTC", markup=False)
+        console.print(out)
+        console.print(
+            f"(this command: {asked.usage().total_requests:,} requests, ${own:.6f})", markup=False, style="dim"
+        )
+
+    emit(json_output, doc, show)

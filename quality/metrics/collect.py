@@ -13,7 +13,9 @@ that adds data records in the metrics table (long format, one row per metric):
   and updated rows) ``null_fraction``, ``distinct_estimate`` (`quality.metrics.sketch`: HyperLogLog, 1.6 % relative
   standard error) and for numeric columns ``min``, ``max``, ``mean``;
 - any other commit that adds records (compaction, another writer: ``kind`` "other") changes no offset: only
-  ``rows``.
+  ``rows``;
+- for any commit that recorded what it asked of the store (tiering and compaction do:
+  `lakehouse.iceberg.commit_usage`): ``write_requests``, ``read_requests``, ``bytes_sent``, ``bytes_received``.
 
 **Cost follows the changes.** A tiering commit records its net changes in its summary
 (`lakehouse.iceberg.offsets.round_changes`: the round finds the changed keys' old rows anyway), and a merge-on-read or
@@ -52,6 +54,7 @@ from pyiceberg.types import PrimitiveType
 
 from lakehouse.errors import AsOfUnavailable, LakestreamError
 from lakehouse.executor import LocalExecutor, SparkExecutor
+from lakehouse.iceberg.commit_usage import snapshot_usage
 from lakehouse.iceberg.datafiles import LakeContext, shared_store
 from lakehouse.iceberg.layout import BUCKET_COLUMN
 from lakehouse.iceberg.offsets import (
@@ -70,6 +73,7 @@ from quality.metrics.partials import (
     merge_partials,
     metric_rows,
     numeric,
+    usage_rows,
 )
 from quality.metrics.table import Recorded, append_metrics, metrics_table, recorded
 
@@ -269,7 +273,10 @@ def _rows(c: _Commit, numeric_columns: set[str]) -> list[dict[str, Any]]:
             "column": column,
             "value": value,
         }
-        for metric, column, value in metric_rows(c.total, rows, snap.timestamp_ms, numeric_columns)
+        for metric, column, value in [
+            *metric_rows(c.total, rows, snap.timestamp_ms, numeric_columns),
+            *usage_rows(snapshot_usage(snap)),
+        ]
     ]
 
 

@@ -19,14 +19,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakehouse.read.changes import DELETE, INSERT, OP_COLUMN, UPDATE_AFTER
+from object_store.usage import Usage
 from quality.metrics import sketch
 
 # table-level metrics
 ROWS, INSERTS, UPDATES, DELETES, CHANGES = "rows", "inserts", "updates", "deletes", "changes"
 FRESHNESS_MAX, FRESHNESS_MIN = "freshness_seconds_max", "freshness_seconds_min"
+# what the commit asked of the store (`lakehouse.iceberg.commit_usage`: tiering and compaction commits record it)
+WRITE_REQUESTS, READ_REQUESTS = "write_requests", "read_requests"
+BYTES_SENT, BYTES_RECEIVED = "bytes_sent", "bytes_received"
+USAGE_METRICS = (WRITE_REQUESTS, READ_REQUESTS, BYTES_SENT, BYTES_RECEIVED)
 # per column (min, max and mean of numeric columns only)
 NULL_FRACTION, DISTINCT, MIN, MAX, MEAN = "null_fraction", "distinct_estimate", "min", "max", "mean"
-TABLE_METRICS = (ROWS, INSERTS, UPDATES, DELETES, CHANGES, FRESHNESS_MAX, FRESHNESS_MIN)
+TABLE_METRICS = (ROWS, INSERTS, UPDATES, DELETES, CHANGES, FRESHNESS_MAX, FRESHNESS_MIN, *USAGE_METRICS)
 COLUMN_METRICS = (NULL_FRACTION, DISTINCT, MIN, MAX, MEAN)
 
 
@@ -125,6 +130,18 @@ def _pick(how: Any, a: Any, b: Any) -> Any:
     return b if a is None else a if b is None else how(a, b)
 
 
+def usage_rows(usage: Usage | None) -> list[tuple[str, str | None, float]]:
+    """``(metric, None, value)`` of what a commit recorded asking of the store (none if it recorded nothing)."""
+    if usage is None:
+        return []
+    return [
+        (WRITE_REQUESTS, None, float(usage.write_requests)),
+        (READ_REQUESTS, None, float(usage.read_requests)),
+        (BYTES_SENT, None, float(usage.bytes_sent)),
+        (BYTES_RECEIVED, None, float(usage.bytes_received)),
+    ]
+
+
 def metric_rows(
     total: BucketPartial | None, rows: int | None, committed_ms: int, numeric_columns: set[str]
 ) -> list[tuple[str, str | None, float]]:
@@ -162,10 +179,12 @@ def metric_rows(
 __all__ = [
     "COLUMN_METRICS",
     "TABLE_METRICS",
+    "USAGE_METRICS",
     "BucketPartial",
     "ColumnPartial",
     "after_images_partial",
     "bucket_partial",
+    "usage_rows",
     "merge_partials",
     "metric_rows",
     "numeric",

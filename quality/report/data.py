@@ -1,11 +1,12 @@
 """What a run's page shows beyond the run record, read from the warehouse as plain data (`report_data`): the
-metrics series it charts (`quality.metrics.table`) and the open incidents of the alerts record
-(`quality.alerts`)."""
+metrics series it charts (`quality.metrics.table`), the open incidents of the alerts record (`quality.alerts`)
+and what each table cost the store in the day before the run (`lakehouse.cost`)."""
 
 from __future__ import annotations
 
 import logging
-from datetime import UTC
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from quality.report.figures import ANOMALY_PREFIX
@@ -23,7 +24,7 @@ METRIC_POINTS = 100
 
 
 #: The table-level metrics series charted for every table (those recorded), before the anomaly checks' own.
-CHART_METRICS = ("changes", "rows", "freshness_seconds_max")
+CHART_METRICS = ("changes", "rows", "freshness_seconds_max", "write_requests")
 
 
 #: Open incidents listed in a run's page (the rest are counted).
@@ -83,14 +84,39 @@ def open_incident_list(lh: Lakehouse, *, limit: int = MAX_INCIDENTS) -> list[dic
     return found[:limit] + ([{"more": len(found) - limit}] if len(found) > limit else [])
 
 
-def report_data(lh: Lakehouse, run: QualityRun) -> dict[str, Any]:
-    """What a run's page shows beyond the run record, read from the warehouse as plain data: ``{"metrics":
-    metric_series(...), "incidents": open_incident_list(...)}``. What cannot be read is logged and left out
-    (None: the page says it was not read); the page is written either way."""
+#: The period a run's page prices each table over: the day before the run ended.
+COST_PERIOD = timedelta(days=1)
+
+
+def table_costs(lh: Lakehouse, run: QualityRun) -> dict[str, dict[str, Any]]:
+    """Per table of ``run``: what it cost the store in the day before the run ended (`Lakehouse.cost`, as
+    `lakestream table cost` prints it), as its JSON form. A table whose cost cannot be read is left out."""
     from object_store.errors import LakestreamError
 
-    data: dict[str, Any] = {"metrics": None, "incidents": None}
-    for key, read in (("metrics", lambda: metric_series(lh, run)), ("incidents", lambda: open_incident_list(lh))):
+    end = parse_time(run.finished)
+    until = end.astimezone(UTC) if end is not None else datetime.now(UTC)
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(set(run.tables) | {r.table for r in run.results}):
+        try:
+            out[name] = lh.cost(name, since=until - COST_PERIOD, until=until).to_dict()
+        except (LakestreamError, OSError) as exc:
+            log.warning("the report of run %s shows no cost of %s: %s", run.run_id, name, exc)
+    return out
+
+
+def report_data(lh: Lakehouse, run: QualityRun) -> dict[str, Any]:
+    """What a run's page shows beyond the run record, read from the warehouse as plain data: ``{"metrics":
+    metric_series(...), "incidents": open_incident_list(...), "cost": table_costs(...)}``. What cannot be read
+    is logged and left out (None: the page says it was not read); the page is written either way."""
+    from object_store.errors import LakestreamError
+
+    data: dict[str, Any] = {"metrics": None, "incidents": None, "cost": None}
+    parts: tuple[tuple[str, Callable[[], Any]], ...] = (
+        ("metrics", lambda: metric_series(lh, run)),
+        ("incidents", lambda: open_incident_list(lh)),
+        ("cost", lambda: table_costs(lh, run)),
+    )
+    for key, read in parts:
         try:
             data[key] = read()
         except (LakestreamError, OSError) as exc:

@@ -72,6 +72,13 @@ def byte_size(value: Any) -> str:
     return f"{n:,.1f} PB"  # pragma: no cover
 
 
+def dollars(value: Any) -> str:
+    """Dollars to the cent, and to six places below a cent (one request costs $0.0000004)."""
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return "—"
+    return f"${value:,.2f}" if abs(value) >= 0.01 or value == 0 else f"${value:.6f}"
+
+
 def data_value(value: Any, limit: int = 300) -> str:
     """A data value (JSON-ish), escaped and cut to ``limit`` characters."""
     if value is None:

@@ -100,7 +100,10 @@ def render_run(
         ("Lag (records)", num(int(total_lag)), False),
         ("Run took", secs(duration(run)), False),
     ]
-    sections = [table_section(i, t, run, history, docs_base, data.get("metrics")) for i, t in enumerate(tables)]
+    sections = [
+        table_section(i, t, run, history, docs_base, data.get("metrics"), data.get("cost"))
+        for i, t in enumerate(tables)
+    ]
     anchors = {t: f"t{i}" for i, t in enumerate(tables)}
     status = "PASS" if run.ok else "FAIL"
     header = (

@@ -13,6 +13,7 @@ from quality.report.format import (
     byte_size,
     data_value,
     docs_href,
+    dollars,
     esc,
     ident,
     num,
@@ -137,6 +138,36 @@ def _metrics_block(table: str, run: QualityRun, series: list[dict[str, Any]] | N
         unit = " s" if s["metric"].endswith("_seconds_max") or s["metric"].endswith("_seconds_min") else ""
         charts.append(metric_chart(key, points, marks.get(key), unit=unit))
     return f'<h3>Metrics per commit</h3><div class="sparks">{"".join(charts)}</div>'
+
+
+def _cost_block(cost: Mapping[str, Any] | None) -> str:
+    """What the table cost the store in the day before the run (`quality.report.data.table_costs`)."""
+    if cost is None:
+        return ""
+    rows = []
+    for line in cost.get("lines") or []:
+        moved = int((line.get("usage") or {}).get("bytes_sent", 0)) + int(
+            (line.get("usage") or {}).get("bytes_received", 0)
+        )
+        rows.append(
+            f'<tr><td>{esc(line.get("part"))}</td><td class="num">{num(line.get("operations"))}</td>'
+            f'<td class="num">{num(line.get("write_requests"))}</td>'
+            f'<td class="num">{num(line.get("read_requests"))}</td>'
+            f'<td class="num">{byte_size(moved)}</td><td class="num">{dollars(line.get("dollars"))}</td>'
+            f'<td class="muted">{esc(line.get("note") or "")}</td></tr>'
+        )
+    rows.append(
+        f'<tr><td>storage</td><td></td><td></td><td></td><td class="num">{byte_size(cost.get("stored_bytes"))}</td>'
+        f'<td class="num">{dollars(cost.get("storage_dollars"))}</td><td class="muted">held now</td></tr>'
+    )
+    return (
+        f"<h3>Cost, last 24 hours: {dollars(cost.get('total_dollars'))}</h3>"
+        '<p class="muted">Requests and bytes the store served for this table, at the configured price list '
+        "(<code>lakestream table cost</code>).</p>"
+        '<table class="grid"><thead><tr><th>Part</th><th class="num">Operations</th><th class="num">Write req.</th>'
+        '<th class="num">Read req.</th><th class="num">Bytes</th><th class="num">$</th><th>Note</th></tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def _checks_table(results: list[CheckResult], docs_base: str) -> str:
@@ -302,6 +333,7 @@ def table_section(
     history: list[QualityRun],
     docs_base: str,
     metrics: Mapping[str, list[dict[str, Any]]] | None = None,
+    costs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[str, str]:
     """One table's entry in the table of contents and its section, the ``index``-th (anchor ``t<index>``)."""
     results = [r for r in run.results if r.table == table]
@@ -330,6 +362,7 @@ def table_section(
         f"<h3>Checks</h3>{_checks_table(results, docs_base)}"
         f"{_violations_table(violations)}"
         f"{_metrics_block(table, run, None if metrics is None else metrics.get(table, []))}"
+        f"{_cost_block(None if costs is None else costs.get(table))}"
         '<div class="cols"><div><h3>Buckets: log vs lake</h3>'
         f"{_buckets_table(stats)}</div><div><h3>Subscriptions</h3>{_subscriptions_table(stats)}</div></div>"
         f"<h3>Last reconciliation</h3>{_last_reconcile(table, run, history, docs_base)}"

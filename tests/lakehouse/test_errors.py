@@ -159,3 +159,21 @@ def test_a_deleted_catalog_pointer_points_to_table_register(lakehouse: Lakehouse
     assert f"lakestream table register ods.events {metadata}" in str(info.value)
     lh.register_table("ods.events", metadata)  # what the command does
     assert lh.lake_offsets("ods.events") == lh.log("ods.events").end_offsets()
+
+
+def test_every_error_crosses_a_process_whole() -> None:
+    """Errors raised in a worker process or a Spark task are pickled to their caller: those whose fields are
+    required keyword arguments failed to unpickle ("missing 3 required keyword-only arguments"), which hid the
+    error itself (found by 8 racing producer processes)."""
+    import pickle
+
+    from lakehouse.errors import AppendIncomplete, SequenceConflict
+    from lakehouse.log.log import AppendResult
+
+    conflict = SequenceConflict("p1 reused sequence 7", producer_id="p1", sequence=7, bucket=3)
+    back = pickle.loads(pickle.dumps(conflict))
+    assert type(back) is SequenceConflict and str(back) == str(conflict)
+    assert (back.producer_id, back.sequence, back.bucket) == ("p1", 7, 3)
+    result = AppendResult("p1", 7, {0: (0, 9)}, 10)
+    incomplete = pickle.loads(pickle.dumps(AppendIncomplete("half", result=result, failed={1: OSError("x")})))
+    assert incomplete.result == result and str(incomplete.failed[1]) == "x"

@@ -798,16 +798,21 @@ def test_any_sequence_of_appends_reads_back_as_its_concatenation(tmp_path_factor
 
 @pytest.mark.backends("local", "s3")
 @pytest.mark.slow
-def test_4_processes_append_500_batches_each_contiguous_and_exactly_once(store_spec, lakehouse: Lakehouse) -> None:
+def test_8_producer_processes_race_then_restart_and_replay_contiguous_and_exactly_once(
+    store_spec, lakehouse: Lakehouse
+) -> None:
+    """8 processes append 250 batches each to one table at once, as producers with ids and sequences, then each
+    restarts and sends its last 25 again: every record once, every bucket's offsets contiguous, no offset claimed
+    twice, each replay recognised where it first landed."""
     url, options = store_spec
     lakehouse.create_table("ods.events", EVENTS, bucket_key="id", buckets=4)
-    workers, batches, rows = 4, 500, 4
+    workers, batches, rows, replay = 8, 250, 4, 25
     ctx = multiprocessing.get_context("spawn")
     with ctx.Manager() as manager:
         barrier = manager.Barrier(workers)
         with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
             futures = [
-                pool.submit(append_batches, url, options, "ods.events", w, batches, rows, barrier)
+                pool.submit(append_batches, url, options, "ods.events", w, batches, rows, barrier, replay)
                 for w in range(workers)
             ]
             results = [f.result(timeout=900) for f in futures]

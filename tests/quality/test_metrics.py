@@ -14,10 +14,12 @@ import pytest
 from pyiceberg.table.snapshots import ancestors_of
 
 from lakehouse import Lakehouse
+from lakehouse.iceberg.commit_usage import snapshot_usage
 from lakehouse.iceberg.offsets import tiering_snapshots
 from object_store import open_store
 from quality.metrics import MetricsError, collect_metrics, load_series, metrics_dataframe
 from quality.metrics import collect as metrics_module
+from quality.metrics.partials import USAGE_METRICS, usage_rows
 from quality.metrics.sketch import RELATIVE_ERROR
 from quality.metrics.table import METRICS_TABLE, append_metrics, metrics_table, recorded
 from tests.conftest import duckdb_connection
@@ -153,6 +155,14 @@ def test_each_commits_metrics_equal_a_full_recomputation(lh: Lakehouse, kind: st
                 assert abs(actual - value) <= 4 * RELATIVE_ERROR * value + 1, (sid, column, actual, value)
             else:
                 assert actual == pytest.approx(value, rel=1e-9, abs=1e-3), (sid, metric, column, actual, value)
+    # every commit's usage, as its snapshot recorded it (tiering and compaction record theirs)
+    for (sid, metric, column), (_, value, _) in list(got.items()):
+        if metric in USAGE_METRICS:
+            recorded_usage = snapshot_usage(lake.metadata.snapshot_by_id(sid))
+            assert column is None and recorded_usage is not None
+            assert value == {m: v for m, _, v in usage_rows(recorded_usage)}[metric]
+            assert value > 0 or metric not in ("write_requests", "bytes_sent")  # each wrote files
+            del got[(sid, metric, column)]
     # what is left: the compaction, which changes no offset: its rows only
     others = {(sid, metric): k for (sid, metric, _), (k, _, _) in got.items()}
     assert others and set(others.values()) == {"other"} and {m for _, m in others} == {"rows"}, got
@@ -204,6 +214,13 @@ def test_collecting_again_writes_nothing_and_nothing_twice(lh: Lakehouse, monkey
     new = collect_metrics(lh)
     assert new and len(recorded_metrics(lh)) == first + rest + new
     assert load_series(lh, NAME, "inserts")[-1][2] >= 1.0
+    # what the tiering commit asked of the store, from its snapshot's summary (`lakehouse.iceberg.commit_usage`)
+    tiering = lh.lake_table(NAME).current_snapshot()
+    assert load_series(lh, NAME, "write_requests")[-1][1:] == (
+        tiering.snapshot_id,
+        float(snapshot_usage(tiering).write_requests),
+    )
+    assert load_series(lh, NAME, "write_requests")[-1][2] > 0
     assert load_series(lh, NAME, "min", "n") and load_series(lh, NAME, "mean", "s") == []
     # DuckDB, the independent reader, reads what pyiceberg does
     con = duckdb_connection()

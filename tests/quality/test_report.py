@@ -894,3 +894,28 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert png_rows(charts.read_bytes())[:2] == (1280, 2400)
     assert png_rows(charts.read_bytes())[2] != rows
     assert re.search(r'<circle class="anomaly"[^>]*><title>[^<]*snapshot 5550001', dom.stdout.decode())
+
+
+def test_a_tables_page_shows_what_it_cost_the_store_in_the_day_before_the_run(tmp_path) -> None:
+    """Beside its metrics, each table's section prices its last 24 hours (`Lakehouse.cost`, as `lakestream table
+    cost` prints it): producers' appends read from the log, tiering's recorded requests, storage."""
+    from lakehouse import Lakehouse
+    from quality.report.data import report_data
+
+    lh = Lakehouse.open((tmp_path / "wh").as_uri())
+    lh.create_table("ods.orders", pa.schema([("k", pa.int64())]), primary_key=["k"], buckets=2)
+    lh.log("ods.orders").append(pa.table({"k": pa.array(range(10), pa.int64())}), "upsert")
+    lh.tier("ods.orders")
+    now = datetime.now(UTC).isoformat()
+    run = QualityRun("r1", now, now, results=[CheckResult(RECONCILE, "ods.orders", rows=10)])
+    data = report_data(lh, run)
+    cost = data["cost"]["ods.orders"]
+    assert [(line["part"], line["operations"]) for line in cost["lines"]] == [
+        ("producers", 1),
+        ("lake commits: tiering", 1),
+    ]
+    page = render_run(run, [], data=data)
+    section = page[page.index('data-table="ods.orders"') :]
+    assert "Cost, last 24 hours: $0.0000" in section and "<td>producers</td>" in section
+    assert "<td>lake commits: tiering</td>" in section and "<td>storage</td>" in section
+    assert "Cost, last 24 hours" not in render_run(run, [], data={"metrics": {}, "incidents": []})
