@@ -42,13 +42,18 @@ from dataclasses import dataclass
 from lakehouse.errors import CorruptSegmentError
 from lakehouse.log.segment import OPS, SegmentHeader
 from lakehouse.table.definition import TableName
-from object_store import NotFound, ObjectStore, PreconditionFailed
+from object_store import LakestreamError, NotFound, ObjectStore, PreconditionFailed
 from object_store.usage import ContextThreadPoolExecutor
 
 #: Commit records a chain keeps in memory (the newest), at least; older ones are read again when needed.
 KEEP_COMMITS = 20_000
 #: Commit records walked one GET at a time after a lost race, before listing instead.
 _MAX_WALK = 8
+#: Every this many commits, the writer of one also writes the head hint (`head_hint_key`): a process that knows
+#: nothing of the chain yet starts there, not at the first retained record (a week of records is millions).
+HINT_EVERY = 64
+#: Older commit records a retry's look-back reads from the store beyond those the process knows.
+LOOK_BACK_READS = 256
 
 
 def commits_prefix(name: TableName) -> str:
@@ -57,6 +62,12 @@ def commits_prefix(name: TableName) -> str:
 
 def commit_key(name: TableName, number: int) -> str:
     return f"{commits_prefix(name)}{number:020d}.json"
+
+
+def head_hint_key(name: TableName) -> str:
+    """A recent commit number, written every `HINT_EVERY` commits (unconditionally: a hint, never trusted as the
+    head, only as where to start listing forward)."""
+    return f"{name.prefix}log/commits-head.json"
 
 
 def data_prefix(name: TableName) -> str:
@@ -232,6 +243,9 @@ class Chain:
         self._bases: list[list[int]] = [[] for _ in range(buckets)]
         self._numbers: list[list[int]] = [[] for _ in range(buckets)]
         self.confirmed_at = -float("inf")
+        #: Commits older than the known ones, read on demand (an as-of read, a subscription behind, a retry's
+        #: look-back): kept, the newest read `KEEP_COMMITS`, so the readers of each bucket do not read them again.
+        self._older: OrderedDict[int, Commit] = OrderedDict()
 
     # ---- learning commits ---------------------------------------------------------------------------
 
@@ -242,13 +256,14 @@ class Chain:
     def refresh(self) -> tuple[int, ...]:
         """Learn the commits made since the newest one known (one LIST, one GET per new commit); return every
         bucket's end offset."""
-        start_after = commit_key(self.name, self.head) if self.head >= 0 else None
         confirmed = self._clock()
-        numbers = [
-            n
-            for info in self.store.list(commits_prefix(self.name), start_after=start_after)
-            if (n := number_of(info.key)) is not None and n > self.head
-        ]
+        if self.head >= 0:
+            numbers = self._listed(commit_key(self.name, self.head))
+        else:  # nothing known yet: from the hint on (a few records), not from the first retained one
+            hint = self.read_hint()
+            numbers = self._listed(commit_key(self.name, hint - 1)) if hint else []
+            if not numbers:  # no hint yet (a young chain), or retention removed the hinted commits
+                numbers = self._listed(None)
         if numbers:
             read = (
                 self._pool.map(self.read_commit, numbers)
@@ -261,6 +276,29 @@ class Chain:
         with self._lock:
             self.confirmed_at = max(self.confirmed_at, confirmed)
             return self.ends
+
+    def _listed(self, start_after: str | None) -> list[int]:
+        return [
+            n
+            for info in self.store.list(commits_prefix(self.name), start_after=start_after)
+            if (n := number_of(info.key)) is not None and n > self.head
+        ]
+
+    def read_hint(self) -> int | None:
+        """The commit number of the head hint (None: none written yet, or unreadable: then it is not used)."""
+        try:
+            doc = json.loads(self.store.get(head_hint_key(self.name)).data)
+            return int(doc["n"]) if isinstance(doc, dict) and int(doc["n"]) >= 0 else None
+        except NotFound:
+            return None
+        except (ValueError, TypeError, KeyError):
+            return None
+
+    def _write_hint(self, number: int) -> None:
+        try:
+            self.store.put(head_hint_key(self.name), json.dumps({"n": number}).encode())
+        except LakestreamError:  # only a hint: a fresh reader lists more, nothing is wrong
+            pass
 
     def read_commit(self, number: int) -> Commit | None:
         """Commit ``number`` read from the store; None if it does not exist (not yet, or removed by retention)."""
@@ -354,6 +392,8 @@ class Chain:
                 number, ends = max(self.head, number) + 1, self.ends
                 continue
             self.learn(ours)
+            if number and number % HINT_EVERY == 0:  # (a hint of 0 says what listing from the start does)
+                self._write_hint(number)
             return ours
 
     # ---- locating offsets ---------------------------------------------------------------------------
@@ -382,35 +422,44 @@ class Chain:
             first = self.commits[self.first_known]
             return first.starts()[bucket]
 
-    def listed_numbers(self) -> list[int]:
-        return [n for info in self.store.list(commits_prefix(self.name)) if (n := number_of(info.key)) is not None]
+    def first_retained(self) -> int | None:
+        """The oldest commit number still in the store (one LIST: its first page); None if there is none.
+        Commits are numbered without gaps from there to the head: retention removes the oldest only."""
+        for info in self.store.list(commits_prefix(self.name)):
+            if (n := number_of(info.key)) is not None:
+                return n
+        return None
 
     def start_offsets(self) -> tuple[int, ...]:
         """Every bucket's earliest offset still in the log: the first retained commit's starts (one LIST, one GET)."""
-        numbers = self.listed_numbers()
-        for n in numbers:
-            first = self.commits.get(n) or self.read_commit(n)
-            if first is not None:
-                return first.starts()
+        for _ in range(3):  # the first one may go to retention between the listing and the read
+            first = self.first_retained()
+            if first is None:
+                break
+            c = self.get(first)
+            if c is not None:
+                return c.starts()
         return self.refresh()
 
     def older(self, bucket: int, start: int, end: int) -> list[tuple[int, int, int]]:
-        """Like `segments`, for offsets older than the known commits: the retained commits are listed and read
-        (from the first whose parts reach ``start``, found by bisection: a GET per step)."""
-        numbers = [n for n in self.listed_numbers() if self.first_known is None or n < self.first_known]
-        if not numbers:
+        """Like `segments`, for offsets older than the known commits: the first retained commit whose parts reach
+        ``start`` is found by bisection over the commit numbers (a GET per step, one LIST for the oldest), then the
+        commits from it are read until ``end``."""
+        low = self.first_retained()
+        high = self.first_known if self.first_known is not None else self.head + 1
+        if low is None or low >= high:
             return []
-        lo, hi = 0, len(numbers)
+        lo, hi = low, high
         while lo < hi:  # the first retained commit whose ends pass ``start`` in this bucket
             mid = (lo + hi) // 2
-            c = self.commits.get(numbers[mid]) or self.read_commit(numbers[mid])
-            if c is None or c.ends[bucket] <= start:
+            c = self.get(mid)
+            if c is None or c.ends[bucket] <= start:  # None: removed by retention meanwhile, so below ``start``
                 lo = mid + 1
             else:
                 hi = mid
         out = []
-        for n in numbers[lo:]:
-            c = self.commits.get(n) or self.read_commit(n)
+        for n in range(lo, high):
+            c = self.get(n)
             if c is None or (p := c.part(bucket)) is None:
                 continue
             if p.base >= end:
@@ -419,15 +468,34 @@ class Chain:
         return out
 
     def get(self, number: int) -> Commit | None:
-        return self.commits.get(number) or self.read_commit(number)
+        """Commit ``number``: known, read before, or read now (None: not in the store)."""
+        c = self.commits.get(number)
+        if c is not None:
+            return c
+        with self._lock:
+            c = self._older.get(number)
+        if c is not None:
+            return c
+        c = self.read_commit(number)
+        if c is not None:
+            with self._lock:
+                self._older[number] = c
+                while len(self._older) > KEEP_COMMITS:
+                    self._older.popitem(last=False)
+        return c
 
-    def newest_first(self, limit: int) -> Iterator[Commit]:
-        """The newest ``limit`` commits, newest first (known ones from memory, older ones read)."""
+    def newest_first(self, limit: int, reads: int = LOOK_BACK_READS) -> Iterator[Commit]:
+        """The newest ``limit`` commits, newest first: the known ones from memory, then at most ``reads`` older
+        ones read from the store (a process that has just started knows only the newest few)."""
         n = self.head
         while n >= 0 and limit > 0:
-            c = self.get(n)
+            c = self.commits.get(n)
             if c is None:
-                return
+                if reads <= 0:
+                    return
+                c, reads = self.get(n), reads - 1
+                if c is None:
+                    return
             yield c
             n, limit = n - 1, limit - 1
 

@@ -160,9 +160,10 @@ class Log:
         self.definition = definition
         self.name = definition.name
         self.limits = limits or Limits()
-        # a commits log looks back through commits of every producer, not one bucket's segments: by default as
-        # far as a chain keeps in memory (free once learned), so a producer restarted while many others appended
-        # still finds its last appends (a window of 256 was ~2 s of 8 racing producers)
+        # a commits log looks back through commits of every producer, not one bucket's segments: by default all
+        # the process has learned (up to what a chain keeps in memory) and `LOOK_BACK_READS` older ones read from
+        # the store, so a producer restarted while others appended still finds its last appends (a window of 256
+        # commits was ~2 s of 8 racing producers)
         commits = definition.log_format == COMMITS_LOG
         most = chain_format.KEEP_COMMITS if commits else KEEP_SEGMENTS
         if dedup_window is None:

@@ -801,12 +801,12 @@ def test_any_sequence_of_appends_reads_back_as_its_concatenation(tmp_path_factor
 def test_8_producer_processes_race_then_restart_and_replay_contiguous_and_exactly_once(
     store_spec, lakehouse: Lakehouse
 ) -> None:
-    """8 processes append 250 batches each to one table at once, as producers with ids and sequences, then each
-    restarts and sends its last 25 again: every record once, every bucket's offsets contiguous, no offset claimed
+    """8 processes append 100 batches each to one table at once, as producers with ids and sequences, then each
+    restarts and sends its last 10 again: every record once, every bucket's offsets contiguous, no offset claimed
     twice, each replay recognised where it first landed."""
     url, options = store_spec
     lakehouse.create_table("ods.events", EVENTS, bucket_key="id", buckets=4)
-    workers, batches, rows, replay = 8, 250, 4, 25
+    workers, batches, rows, replay = 8, 100, 4, 10
     ctx = multiprocessing.get_context("spawn")
     with ctx.Manager() as manager:
         barrier = manager.Barrier(workers)

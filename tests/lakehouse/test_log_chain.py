@@ -321,3 +321,59 @@ def test_producers_restarts_replays_tiering_and_retention_every_reader_equals_th
         for view in views:
             view.close()
         lh.close()
+
+
+def test_a_process_that_knows_nothing_of_a_long_chain_reads_a_few_records_not_all_of_them(
+    lakehouse: Lakehouse, store: ObjectStore
+) -> None:
+    """A fresh process (a tiering job, a CLI command) learned the chain by reading every retained record: a
+    week of records is millions of GETs. It now starts at the head hint, written every `HINT_EVERY` commits,
+    and reaches older offsets by bisection over the commit numbers."""
+    from object_store.usage import measure_usage
+
+    lakehouse.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=4, log_format=COMMITS_LOG)
+    log_ = lakehouse.log("ods.orders")
+    appends = 5 * chain_format.HINT_EVERY + 7
+    for i in range(appends):
+        log_.append(orders([i]), "upsert")
+    ends = log_.end_offsets()
+    expected = all_rows(log_)
+    url = lakehouse.url
+
+    fresh = Lakehouse.open(url)
+    with measure_usage() as used:
+        assert fresh.log("ods.orders").end_offsets() == ends
+    assert used.requests["GET"] <= chain_format.HINT_EVERY + 2 and used.requests["LIST"] <= 1, used.requests
+    with measure_usage() as used:
+        assert all_rows(fresh.log("ods.orders")) == expected  # every offset, the oldest found by bisection
+    # each record and each data object once (read by all four buckets), and a bisection per bucket
+    assert used.requests["GET"] <= 2 * appends + 4 * 12 and used.requests["LIST"] <= 8, used.requests
+    with measure_usage() as used:
+        assert fresh.log("ods.orders").start_offsets() == dict.fromkeys(range(4), 0)
+    assert used.requests["LIST"] == 1
+    fresh.close()
+
+    # a missing or unreadable hint only costs a listing from the start; a hint past what retention left, too
+    for hint in (None, b"not json", json.dumps({"n": 10**9}).encode()):
+        if hint is None:
+            store.delete(chain_format.head_hint_key(TableName("ods", "orders")))
+        else:
+            store.put(chain_format.head_hint_key(TableName("ods", "orders")), hint)
+        other = Lakehouse.open(url)
+        assert other.log("ods.orders").end_offsets() == ends and all_rows(other.log("ods.orders")) == expected
+        other.close()
+
+
+def test_a_fresh_process_s_retry_finds_an_append_older_than_what_it_learned(lakehouse: Lakehouse) -> None:
+    """A restarted producer knows only the newest commits (from the hint); its retry of an older append is still
+    found by reading older records (up to `LOOK_BACK_READS`), never appended twice."""
+    lakehouse.create_table("ods.orders", ORDERS, primary_key=["o_orderkey"], buckets=4, log_format=COMMITS_LOG)
+    log_ = lakehouse.log("ods.orders")
+    first = log_.append(orders(range(10)), "upsert", producer_id="p", sequence=0)
+    for i in range(3 * chain_format.HINT_EVERY):
+        log_.append(orders([100 + i]), "upsert")
+    fresh = Lakehouse.open(lakehouse.url)
+    again = fresh.log("ods.orders").append(orders(range(10)), "upsert", producer_id="p", sequence=0)
+    assert again.ranges == first.ranges and again.already_appended == frozenset(first.ranges)
+    assert sum(fresh.log("ods.orders").end_offsets().values()) == 10 + 3 * chain_format.HINT_EVERY
+    fresh.close()
