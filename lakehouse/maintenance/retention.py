@@ -29,6 +29,7 @@ first runs on it, which records where each bucket starts then.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -45,6 +46,7 @@ from lakehouse.log.segment import SegmentHeader
 from lakehouse.maintenance.expiry import cutoff_of
 from lakehouse.table.definition import COMMITS_LOG, RESERVED_NAMESPACE, TableDefinition, TableName
 from object_store import NotFound, ObjectStore, PreconditionFailed
+from object_store.usage import ContextThreadPoolExecutor
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +186,9 @@ def apply_log_retention(
 #: A data object of a "commits" log older than the first commit retention keeps by more than this, and referenced by
 #: none it read, is an orphan (its producer died between the data and the commit): an append takes seconds.
 ORPHAN_GRACE = timedelta(hours=1)
+#: Commit records a retention run lists and reads at a time (threads), oldest first.
+READ_AHEAD = 256
+READ_THREADS = 16
 
 
 def _commits_retention(
@@ -199,37 +204,45 @@ def _commits_retention(
     commit references (orphans of producers killed between data and commit) are removed."""
     store, name, buckets = log_.store, log_.name, log_.definition.buckets
     chain = chain_format.Chain(store, name, buckets)
-    listed = [
+    # The records are listed lazily, oldest first (fixed-width numbers in one folder: key order is number order),
+    # and read READ_AHEAD at a time by threads: a run lists and reads what it removes and one batch more, never the
+    # whole retained chain (a week of it is millions of records), and does not wait one GET at a time.
+    entries = (
         (n, info)
         for info in store.list(chain_format.commits_prefix(name))
         if (n := chain_format.number_of(info.key)) is not None
-    ]
-    listed.sort(key=lambda ni: ni[0])
+    )
     doomed: list[tuple[chain_format.Commit, Any]] = []
     first_kept: chain_format.Commit | None = None
     starts: tuple[int, ...] | None = None
-    for i, (number, info) in enumerate(listed):
-        commit = chain.read_commit(number)
-        if commit is None:
-            continue
-        if starts is None:
-            starts = commit.starts()
-        keep = i == len(listed) - 1 or info.last_modified >= cutoff  # the newest holds the ends
-        if not keep:
-            for p in commit.parts:
-                end = p.base + p.count
-                if end > lake_offsets.get(p.bucket, 0):
-                    result.overdue[p.bucket] = (
-                        result.overdue.get(p.bucket, 0) + end - max(p.base, lake_offsets.get(p.bucket, 0))
-                    )
-                    keep = True
-                elif p.bucket in pinned and end > pinned[p.bucket][0]:
-                    result.pinned[p.bucket] = pinned[p.bucket]
-                    keep = True
-        if keep:
-            first_kept = commit
-            break
-        doomed.append((commit, info))
+    batch = list(itertools.islice(entries, READ_AHEAD))
+    with ContextThreadPoolExecutor(READ_THREADS, thread_name_prefix="retention") as pool:
+        while batch and first_kept is None:
+            following = list(itertools.islice(entries, READ_AHEAD))
+            commits = list(pool.map(lambda entry: chain.read_commit(entry[0]), batch))
+            for j, ((_, info), commit) in enumerate(zip(batch, commits, strict=True)):
+                if commit is None:
+                    continue
+                if starts is None:
+                    starts = commit.starts()
+                newest = not following and j == len(batch) - 1
+                keep = newest or info.last_modified >= cutoff  # the newest holds the ends
+                if not keep:
+                    for p in commit.parts:
+                        end = p.base + p.count
+                        if end > lake_offsets.get(p.bucket, 0):
+                            result.overdue[p.bucket] = (
+                                result.overdue.get(p.bucket, 0) + end - max(p.base, lake_offsets.get(p.bucket, 0))
+                            )
+                            keep = True
+                        elif p.bucket in pinned and end > pinned[p.bucket][0]:
+                            result.pinned[p.bucket] = pinned[p.bucket]
+                            keep = True
+                if keep:
+                    first_kept = commit
+                    break
+                doomed.append((commit, info))
+            batch = following
     first = starts if starts is not None else tuple(log_.end_offsets()[b] for b in range(buckets))
     floors = retention_floors(store, log_.definition)
     if floors is not None:
