@@ -25,6 +25,7 @@ from typing import Any
 
 from pyiceberg.table import Table
 
+from lakehouse.errors import InvalidArgument
 from lakehouse.iceberg.commit_usage import CommitUsage, commit_usage
 from lakehouse.log.activity import LogActivity, log_activity
 from lakehouse.table.definition import TableDefinition
@@ -118,9 +119,15 @@ def table_cost(
     until: datetime,
     prices: PriceList,
 ) -> TableCost:
-    """What ``definition``'s table (its lake table ``lake``, None if it has none yet) cost in ``[since, until)``."""
+    """What ``definition``'s table (its lake table ``lake``, None if it has none yet) cost in ``[since, until)``.
+
+    Raises:
+        InvalidArgument: a time without a timezone, or a period that does not end after it starts.
+    """
+    if since.tzinfo is None or until.tzinfo is None:
+        raise InvalidArgument(f"a cost period needs timezone-aware times (e.g. UTC): got {since} .. {until}")
     if until <= since:
-        raise ValueError(f"the period must end after it starts: {since.isoformat()} .. {until.isoformat()}")
+        raise InvalidArgument(f"a cost period must end after its start: got {since} .. {until}")
     activity = log_activity(store, definition, since, until)
     what = "appends" if activity.log_format == "commits" else "segments, one per bucket an append touched"
     lines = [

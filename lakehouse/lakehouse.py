@@ -519,13 +519,10 @@ class Lakehouse:
         """
         until = until or datetime.now(UTC)
         since = since or until - timedelta(days=1)
-        if since.tzinfo is None or until.tzinfo is None:
-            raise InvalidArgument(f"a cost period needs timezone-aware times (e.g. UTC): got {since} .. {until}")
-        if until <= since:
-            raise InvalidArgument(f"a cost period must end after its start: got {since} .. {until}")
         definition = self.table(name)
         prices = self.settings.prices if self.settings is not None else PriceList()
-        return table_cost(self.store, definition, self.lake_table(name), since, until, prices)
+        lake = load_lake_table(self.catalog, definition)  # its snapshots' summaries and size: no schema staged
+        return table_cost(self.store, definition, lake, since, until, prices)
 
     # ---- tiering and reads ---------------------------------------------------------------------------
 
